@@ -1,0 +1,54 @@
+"""Human progress output on stderr; machine output (--json) goes to stdout only."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+_quiet = False
+
+
+def set_quiet(quiet: bool) -> None:
+    global _quiet
+    _quiet = quiet
+
+
+def _tty() -> bool:
+    return sys.stderr.isatty()
+
+
+def info(message: str) -> None:
+    """A line for the human, on stderr."""
+    if not _quiet:
+        print(message, file=sys.stderr, flush=True)
+
+
+def warn(message: str) -> None:
+    prefix = "\033[33mwarning:\033[0m " if _tty() else "warning: "
+    print(prefix + message, file=sys.stderr, flush=True)
+
+
+def error(message: str) -> None:
+    prefix = "\033[31merror:\033[0m " if _tty() else "error: "
+    print(prefix + message, file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def step(title: str) -> Iterator[None]:
+    """Announce a step and report its duration when it ends."""
+    start = time.monotonic()
+    info(f"==> {title}")
+    try:
+        yield
+    finally:
+        info(f"    done in {time.monotonic() - start:.2f}s")
+
+
+def emit_json(payload: Any) -> None:
+    """Machine-readable output: stdout, one JSON document, stable key order."""
+    sys.stdout.write(json.dumps(payload, indent=2, sort_keys=False) + "\n")
+    sys.stdout.flush()
