@@ -1,0 +1,859 @@
+"""Wheel builds inside the SM70 builder container, through the docker SDK.
+
+The one entry point is :func:`build_in_container`. It
+
+1. connects to the engine (``DOCKER_HOST`` is honoured through
+   ``docker.from_env()``; no engine -> BuildError with a tip);
+2. builds or reuses the builder image (:func:`ensure_builder_image`), tagged by
+   a hash of everything that goes into it, so a new fork tag with the same
+   requirements reuses the image and a changed pin gets a new one;
+3. creates a container (:class:`BuildContainer`), copies the fork source in
+   with ``put_archive`` (never a bind mount of the user's tree), mounts the
+   compiler cache (a named ccache volume, or sccache against an S3 bucket),
+   runs ``ci/container-build.sh`` and streams its log live to stderr and to a
+   log file;
+4. fetches ``/out/*.whl`` with ``get_archive`` into a staging directory, then
+   moves the wheels into ``out_dir`` and rewrites ``SHA256SUMS`` atomically,
+   so a failed build leaves nothing half-written there;
+5. removes the container, unless ``FORKPATCH_KEEP_CONTAINER=1``.
+
+Nothing here shells out to the docker CLI.
+"""
+
+from __future__ import annotations
+
+import codecs
+import hashlib
+import io
+import os
+import re
+import shutil
+import stat
+import sys
+import tarfile
+import tempfile
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import IO, TYPE_CHECKING, Any, Literal, Union
+
+from forkpatch import log
+from forkpatch.build.runner import redact
+from forkpatch.errors import BuildError
+from forkpatch.fsutil import atomic_write
+
+if TYPE_CHECKING:
+    import docker
+    from docker.models.containers import Container
+
+#: A file of a source tree handed over without a work tree: (path, mode, bytes).
+#: ``mode`` is a git/stat mode (0o100644, 0o100755, 0o120000 = symlink whose
+#: target is the bytes).
+TreeEntry = tuple[str, int, bytes]
+Source = Union[Path, Iterable[TreeEntry]]
+
+IMAGE_REPO = "forkpatch-builder"
+LABEL_BUILDER_KEY = "org.forkpatch.builder.key"
+LABEL_BUILD = "org.forkpatch.build"
+KEEP_ENV = "FORKPATCH_KEEP_CONTAINER"
+BUILD_SCRIPT = "/opt/forkpatch/container-build.sh"
+SRC_DIR = "/src"
+OUT_DIR = "/out"
+LOG_TAIL_LINES = 30
+
+#: The fork's build inputs baked into the builder image (plus whatever they
+#: include with -r / -c).
+REQUIREMENT_FILES = ("requirements/build/cuda.txt", "requirements/cuda.txt", "requirements/common.txt")
+
+#: Memory one compile job may take: nvcc on vLLM's CUTLASS/Marlin kernels
+#: peaks at 3-5 GiB per process; more jobs than memory allows ends in the OOM killer.
+MEM_PER_JOB = 4 * 1024**3
+
+#: Not copied into the container: VCS data and build leftovers whose absolute
+#: paths would poison the build (a stale CMake cache, egg-info).
+_EXCLUDE_ANYWHERE = frozenset({".git", "__pycache__"})
+_EXCLUDE_AT_ROOT = frozenset({"build", "dist", ".forkpatch", ".eggs", ".venv"})
+
+SCCACHE_ENV = (
+    "SCCACHE_BUCKET",
+    "SCCACHE_ENDPOINT",
+    "SCCACHE_REGION",
+    "SCCACHE_S3_USE_SSL",
+    "SCCACHE_S3_KEY_PREFIX",
+    "SCCACHE_S3_NO_CREDENTIALS",
+)
+#: Passed into the container, never logged.
+SECRET_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+
+
+# ---------------------------------------------------------------------------
+# configuration
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    """Where compiler output is cached between builds.
+
+    ``ccache``: a named docker volume mounted at ``ccache_dir`` (shared by
+    every build on one engine). ``sccache``: an S3-compatible bucket (shared
+    by every build host); its settings and credentials are read from the host
+    environment at build time (``SCCACHE_*``, ``AWS_*``) and never stored here.
+    """
+
+    kind: Literal["ccache", "sccache", "none"] = "ccache"
+    volume: str = "forkpatch-ccache"
+    ccache_dir: str = "/root/.ccache"
+    ccache_max_size: str = "20G"
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> CacheConfig:
+        """sccache when ``SCCACHE_BUCKET`` is set, else the ccache volume.
+
+        ``FORKPATCH_CACHE`` (ccache|sccache|none) and ``FORKPATCH_CCACHE_VOLUME``
+        override.
+        """
+        env = os.environ if environ is None else environ
+        kind = env.get("FORKPATCH_CACHE") or ("sccache" if env.get("SCCACHE_BUCKET") else "ccache")
+        if kind not in ("ccache", "sccache", "none"):
+            raise BuildError(
+                f"FORKPATCH_CACHE={kind!r} is not a cache kind",
+                tip="use ccache, sccache or none",
+            )
+        return cls(kind=kind, volume=env.get("FORKPATCH_CCACHE_VOLUME") or cls.volume)  # type: ignore[arg-type]
+
+    def container_env(self, environ: Mapping[str, str] | None = None) -> tuple[dict[str, str], list[str]]:
+        """Environment for the build container, and the values that must never be shown."""
+        env = os.environ if environ is None else environ
+        out: dict[str, str] = {"FORKPATCH_CACHE": self.kind}
+        secrets: list[str] = []
+        if self.kind == "ccache":
+            out["CCACHE_DIR"] = self.ccache_dir
+            out["CCACHE_MAXSIZE"] = self.ccache_max_size
+        elif self.kind == "sccache":
+            if not env.get("SCCACHE_BUCKET"):
+                raise BuildError(
+                    "the sccache cache needs SCCACHE_BUCKET",
+                    tip="set SCCACHE_BUCKET (and SCCACHE_ENDPOINT, SCCACHE_REGION, "
+                    "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) or use the ccache volume",
+                )
+            for key in SCCACHE_ENV + SECRET_ENV:
+                if env.get(key):
+                    out[key] = env[key]
+            secrets = [env[k] for k in SECRET_ENV if env.get(k)]
+        return out, secrets
+
+
+def size_jobs(ncpu: int, mem_bytes: int) -> tuple[int, int]:
+    """MAX_JOBS and NVCC_THREADS for a machine with ``ncpu`` cores and ``mem_bytes``.
+
+    One nvcc thread per job (the fork's recipe; a single 7.0 arch gives nvcc
+    nothing to parallelise), and no more jobs than cores or than memory
+    allows at :data:`MEM_PER_JOB` each.
+    """
+    by_mem = mem_bytes // MEM_PER_JOB if mem_bytes > 0 else ncpu
+    return max(1, min(ncpu, by_mem)), 1
+
+
+def default_dockerfile() -> Path:
+    """``ci/builder.Dockerfile`` of the forkpatch checkout this module runs from."""
+    return Path(__file__).resolve().parents[3] / "ci" / "builder.Dockerfile"
+
+
+# ---------------------------------------------------------------------------
+# engine
+
+
+def engine_address(environ: Mapping[str, str] | None = None) -> str:
+    env = os.environ if environ is None else environ
+    return env.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+
+
+def connect(environ: Mapping[str, str] | None = None) -> docker.DockerClient:
+    """A client for the engine at ``DOCKER_HOST`` (or the default socket), checked with a ping."""
+    import docker  # the CLI must not import docker; only builds pay for it
+
+    where = engine_address(environ)
+    try:
+        client = docker.from_env(environment=dict(environ) if environ is not None else None)
+        client.ping()
+    except docker.errors.DockerException as exc:
+        raise BuildError(
+            f"no Docker engine at {where}: {_short_reason(exc)}",
+            tip="start one (as root: `ci/start-docker.sh`, or `(setsid dockerd &)`) "
+            "or point DOCKER_HOST at a running engine",
+        ) from None
+    return client
+
+
+def _short_reason(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0][:300]
+
+
+# ---------------------------------------------------------------------------
+# the builder image
+
+
+def builder_image_key(
+    dockerfile: bytes,
+    context_files: Mapping[str, bytes],
+    base_image: str,
+    build_args: Mapping[str, str],
+    base_image_id: str | None = None,
+) -> str:
+    """Content hash naming a builder image: same inputs, same tag."""
+    h = hashlib.sha256()
+
+    def put(tag: str, data: bytes) -> None:
+        h.update(tag.encode() + b"\0" + str(len(data)).encode() + b"\0" + data)
+
+    put("dockerfile", dockerfile)
+    for name in sorted(context_files):
+        put("file:" + name, context_files[name])
+    put("base", base_image.encode())
+    put("base-id", (base_image_id or "").encode())
+    for key in sorted(build_args):
+        put("arg:" + key, str(build_args[key]).encode())
+    return h.hexdigest()[:16]
+
+
+def _context_tar(dockerfile: bytes, context_files: Mapping[str, bytes]) -> io.BytesIO:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, data in [("Dockerfile", dockerfile), *sorted(context_files.items())]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.mode = 0o755 if name.endswith(".sh") or name.startswith("tools/") else 0o644
+            tar.addfile(info, io.BytesIO(data))
+    buf.seek(0)
+    return buf
+
+
+def ensure_builder_image(
+    client: docker.DockerClient,
+    *,
+    dockerfile: Path,
+    context_files: Mapping[str, bytes],
+    base_image: str,
+    build_args: Mapping[str, str],
+    log_stream: IO[str] | None = None,
+) -> tuple[str, str]:
+    """Build (or reuse) the builder image; return ``(tag, image_id)``.
+
+    The tag is ``forkpatch-builder:<hash>`` over the Dockerfile bytes, the
+    context files, the base image (name, and its id when present locally) and
+    the build args. The build log streams to stderr (and to ``log_stream``).
+    """
+    import docker
+
+    try:
+        dockerfile_bytes = dockerfile.read_bytes()
+    except OSError as exc:
+        raise BuildError(
+            f"cannot read the builder Dockerfile {dockerfile}: {exc.strerror}",
+            tip="run from a forkpatch checkout (it ships ci/builder.Dockerfile) or pass its path",
+        ) from None
+    args = {"BASE_IMAGE": base_image, **{k: str(v) for k, v in build_args.items()}}
+    base_id: str | None
+    try:
+        base_id = client.images.get(base_image).id
+    except docker.errors.ImageNotFound:
+        base_id = None  # pulled at build time; pin it by digest for a stable key
+    key = builder_image_key(dockerfile_bytes, context_files, base_image, args, base_id)
+    tag = f"{IMAGE_REPO}:{key}"
+    try:
+        image = client.images.get(tag)
+    except docker.errors.ImageNotFound:
+        pass
+    else:
+        log.info(f"reusing builder image {tag} ({_short_id(image.id)})")
+        _write(log_stream, f"reusing builder image {tag} ({image.id})\n")
+        return tag, str(image.id)
+
+    log.info(f"building builder image {tag} from {base_image}")
+    _write(log_stream, f"building builder image {tag} from {base_image} args={args}\n")
+    lines: list[str] = []
+    error: str | None = None
+    try:
+        stream = client.api.build(
+            fileobj=_context_tar(dockerfile_bytes, context_files),
+            custom_context=True,
+            tag=tag,
+            buildargs=args,
+            labels={LABEL_BUILDER_KEY: key},
+            rm=True,
+            forcerm=True,
+            pull=False,
+            decode=True,
+        )
+        # The low-level API streams as the engine works; images.build() would
+        # only hand the log over once the build is finished.
+        for chunk in stream:
+            text = chunk.get("stream") or chunk.get("status") or ""
+            if text:
+                for line in text.splitlines():
+                    lines.append(line)
+                    log.info(f"  | {line}")
+                _write(log_stream, text if text.endswith("\n") else text + "\n")
+            if "error" in chunk or "errorDetail" in chunk:
+                error = chunk.get("error") or str(chunk.get("errorDetail"))
+                _write(log_stream, f"ERROR: {error}\n")
+                break
+    except docker.errors.APIError as exc:
+        error = _short_reason(exc)
+    if error is not None:
+        last = "\n".join(lines[-LOG_TAIL_LINES:])
+        raise BuildError(
+            f"building the builder image {tag} failed: {error.strip()}"
+            + (f"\nlast lines of the image build:\n{_indent(last)}" if last else ""),
+            tip=f"check that the base image {base_image} is present (`docker images`; "
+            "for tests build the stand-in with ci/standin-image.sh) and that the "
+            "Dockerfile's network installs can reach their indexes",
+        )
+    image = client.images.get(tag)
+    return tag, str(image.id)
+
+
+def builder_context(
+    source: Path | Sequence[TreeEntry],
+    *,
+    dockerfile: Path,
+    install_toolchain: bool,
+    tools: Mapping[str, Path] | None = None,
+) -> dict[str, bytes]:
+    """The build context besides the Dockerfile: build script, fork requirements, tools."""
+    script = dockerfile.parent / "container-build.sh"
+    try:
+        files = {"ci/container-build.sh": script.read_bytes()}
+    except OSError as exc:
+        raise BuildError(
+            f"cannot read the in-container build script {script}: {exc.strerror}",
+            tip="it ships next to ci/builder.Dockerfile in the forkpatch checkout",
+        ) from None
+    read = _source_reader(source)
+    todo = list(REQUIREMENT_FILES)
+    while todo:
+        name = todo.pop(0)
+        if name in files:
+            continue
+        data = read(name)
+        if data is None:
+            if install_toolchain and name in REQUIREMENT_FILES:
+                raise BuildError(
+                    f"the fork tree has no {name}; the builder image installs the fork's "
+                    "build requirements from it",
+                    tip="is this a 1Cat-vLLM tree? The SM70 builder needs requirements/build/"
+                    "cuda.txt, requirements/cuda.txt and requirements/common.txt",
+                )
+            continue
+        files[name] = data
+        todo.extend(_included_requirements(name, data))
+    # COPY needs the directories to exist even when nothing else is in them.
+    files["requirements/.forkpatch-keep"] = b""
+    files["tools/.forkpatch-keep"] = b""
+    for name, path in (tools or {}).items():
+        files[f"tools/{name}"] = Path(path).read_bytes()
+    return files
+
+
+def _source_reader(source: Path | Sequence[TreeEntry]) -> Any:
+    if isinstance(source, Path):
+
+        def read_path(name: str) -> bytes | None:
+            try:
+                return (source / name).read_bytes()
+            except OSError:
+                return None
+
+        return read_path
+    index = {path: data for path, mode, data in source if stat.S_ISREG(mode)}
+    return index.get
+
+
+def _included_requirements(name: str, data: bytes) -> list[str]:
+    """Files a requirements file pulls in with ``-r``/``-c`` (paths relative to it)."""
+    out = []
+    for raw in data.decode("utf-8", "replace").splitlines():
+        m = re.match(r"^\s*(?:-r|-c|--requirement|--constraint)[\s=]+(\S+)", raw)
+        if m:
+            target = os.path.normpath(os.path.join(os.path.dirname(name), m.group(1)))
+            if target.startswith("requirements/"):
+                out.append(target)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# source archive
+
+
+def write_source_tar(source: Path | Iterable[TreeEntry], fh: IO[bytes]) -> int:
+    """Write ``source`` (a directory, or tree entries) as a tar stream; return the file count.
+
+    Owners are root, so the build sees the same tree whoever runs forkpatch.
+    """
+    count = 0
+    with tarfile.open(fileobj=fh, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        if isinstance(source, Path):
+            for rel, path in _walk(source):
+                info = tar.gettarinfo(str(path), arcname=rel)
+                info.uid = info.gid = 0
+                info.uname = info.gname = "root"
+                if info.isreg():
+                    with open(path, "rb") as data:
+                        tar.addfile(info, data)
+                else:
+                    tar.addfile(info)
+                count += 1
+        else:
+            for rel, mode, data in source:
+                info = tarfile.TarInfo(rel)
+                info.mtime = 0
+                if stat.S_ISLNK(mode):
+                    info.type = tarfile.SYMTYPE
+                    info.linkname = data.decode("utf-8", "surrogateescape")
+                    info.mode = 0o777
+                    tar.addfile(info)
+                else:
+                    info.mode = 0o755 if mode & 0o111 else 0o644
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+                count += 1
+    return count
+
+
+def _walk(root: Path) -> Iterator[tuple[str, Path]]:
+    for dirpath, dirnames, filenames in os.walk(root):
+        here = Path(dirpath)
+        at_root = here == root
+        dirnames[:] = sorted(
+            d
+            for d in dirnames
+            if d not in _EXCLUDE_ANYWHERE
+            and not (at_root and (d in _EXCLUDE_AT_ROOT or d.endswith(".egg-info")))
+        )
+        for d in dirnames:
+            # Directories too (empty ones survive); a symlinked one stays a link.
+            yield str((here / d).relative_to(root)), here / d
+        for name in sorted(filenames):
+            if name in _EXCLUDE_ANYWHERE:  # a submodule's .git file
+                continue
+            yield str((here / name).relative_to(root)), here / name
+
+
+# ---------------------------------------------------------------------------
+# the container
+
+
+class _LogStreamer:
+    """Build log lines to a file (all of them) and to stderr (live).
+
+    On a TTY a status line (elapsed time, line count) sits under the log; on
+    anything else the lines are plain and a progress line is printed once a
+    minute, so CI logs stay readable.
+    """
+
+    PROGRESS_EVERY_S = 60.0
+
+    def __init__(self, log_file: IO[str], *, secrets: Iterable[str], echo: bool) -> None:
+        self.log_file = log_file
+        self.secrets = [s for s in secrets if s]
+        self.echo = echo
+        self.tty = sys.stderr.isatty()
+        self.start = time.monotonic()
+        self.last_progress = self.start
+        self.count = 0
+        self.tail: list[str] = []
+        self._partial = ""
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def feed(self, chunk: bytes) -> None:
+        text = self._partial + self._decoder.decode(chunk)
+        *lines, self._partial = text.split("\n")
+        for line in lines:
+            self._line(line)
+
+    def close(self) -> None:
+        rest = self._partial + self._decoder.decode(b"", final=True)
+        if rest:
+            self._line(rest)
+        self._partial = ""
+        if self.echo and self.tty:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
+
+    def _line(self, line: str) -> None:
+        line = redact(line.rstrip("\r"), self.secrets)
+        self.count += 1
+        self.tail.append(line)
+        del self.tail[:-LOG_TAIL_LINES]
+        self.log_file.write(line + "\n")
+        self.log_file.flush()
+        if not self.echo:
+            return
+        now = time.monotonic()
+        if self.tty:
+            sys.stderr.write(f"\r\033[K{line}\n\033[2m[build] {self.status(now)}\033[0m")
+            sys.stderr.flush()
+        else:
+            sys.stderr.write(line + "\n")
+            if now - self.last_progress >= self.PROGRESS_EVERY_S:
+                self.last_progress = now
+                sys.stderr.write(f"[build] {self.status(now)}\n")
+            sys.stderr.flush()
+
+    def status(self, now: float | None = None) -> str:
+        elapsed = (time.monotonic() if now is None else now) - self.start
+        return f"{_fmt_elapsed(elapsed)} elapsed, {self.count} log lines"
+
+
+@dataclass
+class BuildContainer:
+    """A build container that is always removed again (STYLE point 9).
+
+    ``with BuildContainer(client, image, ...) as box:`` creates it;
+    :meth:`copy_in` puts the source tree at ``/src`` (``put_archive``),
+    :meth:`run` starts the build script and streams its log,
+    :meth:`fetch_wheels` gets ``/out/*.whl`` (``get_archive``). ``__exit__``
+    removes the container (killing it if it still runs) unless ``keep`` or
+    ``FORKPATCH_KEEP_CONTAINER=1``; then it says how to inspect it.
+    """
+
+    client: docker.DockerClient
+    image: str
+    log_path: Path
+    environment: Mapping[str, str] = field(default_factory=dict)
+    volumes: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    secrets: Sequence[str] = ()
+    network_mode: str | None = None
+    keep: bool | None = None
+    command: Sequence[str] = (BUILD_SCRIPT,)
+    echo: bool = True
+    container: Container | None = field(default=None, init=False)
+    exit_code: int | None = field(default=None, init=False)
+    log_tail: list[str] = field(default_factory=list, init=False)
+
+    def __post_init__(self) -> None:
+        if self.keep is None:
+            self.keep = os.environ.get(KEEP_ENV, "") not in ("", "0")
+
+    def __enter__(self) -> BuildContainer:
+        import docker
+
+        name = f"forkpatch-build-{uuid.uuid4().hex[:10]}"
+        try:
+            self.container = self.client.containers.create(
+                self.image,
+                command=list(self.command),
+                name=name,
+                environment=dict(self.environment),
+                volumes={k: dict(v) for k, v in self.volumes.items()},
+                working_dir=SRC_DIR,
+                labels={LABEL_BUILD: "1"},
+                network_mode=self.network_mode,
+                detach=True,
+            )
+        except docker.errors.APIError as exc:
+            raise BuildError(
+                f"cannot create the build container from {self.image}: "
+                f"{redact(_short_reason(exc), self.secrets)}",
+            ) from None
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        import docker
+
+        if self.container is None:
+            return
+        cid = self.container.id
+        if self.keep:
+            log.info(
+                f"keeping build container {self.container.name} ({_short_id(cid)}) because "
+                f"{KEEP_ENV}=1. Inspect it with:\n"
+                f"    docker logs {self.container.name}\n"
+                f"    docker cp {self.container.name}:{SRC_DIR} ./forkpatch-src-debug\n"
+                f"    docker commit {self.container.name} forkpatch-debug && "
+                "docker run --rm -it forkpatch-debug bash\n"
+                f"and remove it with `docker rm -f {self.container.name}`"
+            )
+            return
+        try:
+            self.container.remove(force=True, v=False)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as err:
+            log.warn(f"could not remove build container {self.container.name}: {_short_reason(err)}")
+
+    def _need(self) -> Container:
+        if self.container is None:
+            raise RuntimeError("BuildContainer used outside its `with` block")
+        return self.container
+
+    def copy_in(self, source: Path | Iterable[TreeEntry], dest: str = SRC_DIR) -> int:
+        """Copy a source directory (or tree entries) to ``dest`` in the container."""
+        container = self._need()
+        with tempfile.SpooledTemporaryFile(max_size=64 * 1024**2) as fh:
+            count = write_source_tar(source, fh)  # type: ignore[arg-type]
+            size = fh.tell()
+            fh.seek(0)
+            log.info(f"copying {count} files ({size / 1024**2:.1f} MiB) to {dest} in the container")
+            if not container.put_archive(dest, fh):
+                raise BuildError(f"copying the source into the build container ({dest}) failed")
+        return count
+
+    def run(self, log_file: IO[str]) -> int:
+        """Start the build, stream its log (stderr + ``log_file``) until it exits; the exit code."""
+        container = self._need()
+        streamer = _LogStreamer(log_file, secrets=self.secrets, echo=self.echo)
+        container.start()
+        try:
+            for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):
+                streamer.feed(chunk)
+        finally:
+            streamer.close()
+            self.log_tail = list(streamer.tail)
+        result = container.wait()
+        self.exit_code = int(result.get("StatusCode", -1))
+        log.info(f"build finished with exit code {self.exit_code} ({streamer.status()})")
+        return self.exit_code
+
+    def fetch_wheels(self, dest_dir: Path, src: str = OUT_DIR) -> list[Path]:
+        """Copy ``src/*.whl`` out of the container into ``dest_dir``."""
+        container = self._need()
+        wheels: list[Path] = []
+        with tempfile.TemporaryFile() as fh:
+            bits, _stat = container.get_archive(src)
+            for chunk in bits:
+                fh.write(chunk)
+            fh.seek(0)
+            with tarfile.open(fileobj=fh, mode="r:") as tar:
+                for member in tar:
+                    name = os.path.basename(member.name)
+                    # Only plain files directly under /out, and only by basename:
+                    # nothing in the archive can write outside dest_dir.
+                    if not member.isreg() or not name.endswith(".whl") or name != member.name.split("/")[-1]:
+                        continue
+                    if member.name.count("/") != 1:
+                        continue
+                    data = tar.extractfile(member)
+                    assert data is not None
+                    target = dest_dir / name
+                    with open(target, "wb") as out:
+                        shutil.copyfileobj(data, out)
+                    wheels.append(target)
+        return sorted(wheels)
+
+
+# ---------------------------------------------------------------------------
+# the entry point
+
+
+def build_in_container(
+    source_dir: Path | Sequence[TreeEntry],
+    *,
+    out_dir: Path,
+    version: str,
+    arch_list: str = "7.0",
+    max_jobs: int | None = None,
+    cache: CacheConfig | None = None,
+    base_image: str = "nvidia/cuda:12.8.1-devel-ubuntu22.04",
+    install_toolchain: bool = True,
+    log_path: Path,
+    keep_container: bool | None = None,
+    dockerfile: Path | None = None,
+    tools: Mapping[str, Path] | None = None,
+    network_mode: str | None = None,
+    extra_env: Mapping[str, str] | None = None,
+    client: docker.DockerClient | None = None,
+) -> list[Path]:
+    """Build the fork's wheels in the SM70 builder container; return the wheels in ``out_dir``.
+
+    ``source_dir`` is the patched fork tree (a directory, or ``(path, mode,
+    bytes)`` tree entries). ``version`` becomes ``VLLM_VERSION_OVERRIDE``.
+    ``install_toolchain=False`` builds the image on a local stand-in base
+    without network installs (tests). ``tools`` puts host binaries into the
+    image (``{"sccache": path}``). ``network_mode="host"`` lets the build
+    reach a cache server on the host's loopback.
+
+    The full log (image build + container build) is written to ``log_path``.
+    ``out_dir`` receives the wheels and an updated ``SHA256SUMS`` only after
+    the build succeeded.
+    """
+    cache = cache or CacheConfig.from_env()
+    dockerfile = dockerfile or default_dockerfile()
+    if not isinstance(source_dir, Path):
+        source_dir = list(source_dir)  # read twice: requirements, then the archive
+    elif not source_dir.is_dir():
+        raise BuildError(f"the source tree {source_dir} is not a directory")
+    client = client or connect()
+
+    cache_env, secrets = cache.container_env()
+    if max_jobs is None:
+        info = _engine_info(client)
+        max_jobs, nvcc_threads = size_jobs(
+            int(info.get("NCPU") or os.cpu_count() or 1), int(info.get("MemTotal") or 0)
+        )
+    else:
+        nvcc_threads = 1
+    env = {
+        "VLLM_VERSION_OVERRIDE": version,
+        "TORCH_CUDA_ARCH_LIST": arch_list,
+        # flash-attention-v100 only has V100 kernels, whatever else the main wheel targets.
+        "FLASH_ATTN_V100_CUDA_ARCH_LIST": "7.0",
+        "MAX_JOBS": str(max_jobs),
+        "NVCC_THREADS": str(nvcc_threads),
+        **cache_env,
+        **(extra_env or {}),
+    }
+    volumes: dict[str, dict[str, str]] = {}
+    if cache.kind == "ccache":
+        _ensure_volume(client, cache.volume)
+        volumes[cache.volume] = {"bind": cache.ccache_dir, "mode": "rw"}
+
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "w", encoding="utf-8") as log_file:
+        log_file.write(f"# forkpatch container build of 1cat-vllm {version}\n")
+        shown_env = {k: redact(v, secrets) for k, v in sorted(env.items())}
+        log_file.write(f"# environment: {shown_env}\n")
+        with log.step("builder image"):
+            context = builder_context(
+                source_dir, dockerfile=dockerfile, install_toolchain=install_toolchain, tools=tools
+            )
+            tag, _image_id = ensure_builder_image(
+                client,
+                dockerfile=dockerfile,
+                context_files=context,
+                base_image=base_image,
+                build_args={"INSTALL_TOOLCHAIN": "1" if install_toolchain else "0"},
+                log_stream=log_file,
+            )
+        log_file.write(f"# container build in {tag}\n")
+        log_file.flush()
+        with BuildContainer(
+            client,
+            tag,
+            log_path=log_path,
+            environment=env,
+            volumes=volumes,
+            secrets=secrets,
+            network_mode=network_mode,
+            keep=keep_container,
+        ) as box:
+            with log.step(f"copy the source into the container ({box.container.name})"):  # type: ignore[union-attr]
+                box.copy_in(source_dir)
+            with log.step(
+                f"build 1cat-vllm {version} (arch {arch_list}, MAX_JOBS={max_jobs}, cache {cache.kind})"
+            ):
+                code = box.run(log_file)
+            if code != 0:
+                raise BuildError(
+                    f"the container build of 1cat-vllm {version} failed (exit code {code}); "
+                    f"last {len(box.log_tail)} lines of the log:\n{_indent(chr(10).join(box.log_tail))}\n"
+                    f"full log: {log_path}",
+                    tip=(
+                        f"fix the error above and build again; set {KEEP_ENV}=1 to keep the "
+                        "container for inspection"
+                        if not box.keep
+                        else f"the container {box.container.name} was kept for inspection"  # type: ignore[union-attr]
+                    ),
+                )
+            with log.step("fetch the wheels"):
+                return _publish(box, out_dir)
+
+
+def _publish(box: BuildContainer, out_dir: Path) -> list[Path]:
+    """Wheels -> a staging directory -> ``out_dir``; then SHA256SUMS, atomically."""
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".partial", dir=out_dir.parent))
+    try:
+        staged = box.fetch_wheels(staging)
+        if not staged:
+            raise BuildError(
+                f"the build exited 0 but left no wheel in {OUT_DIR}; see the log {box.log_path}"
+            )
+        out_dir.mkdir(parents=True, exist_ok=True)
+        wheels = []
+        for wheel in staged:
+            target = out_dir / wheel.name
+            os.replace(wheel, target)
+            wheels.append(target)
+            log.info(f"  {target} ({target.stat().st_size / 1024**2:.2f} MiB)")
+        write_sha256sums(out_dir)
+        return wheels
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def write_sha256sums(out_dir: Path) -> Path:
+    """``SHA256SUMS`` for every wheel in ``out_dir`` (``sha256sum -c`` format), written atomically."""
+    lines = []
+    for wheel in sorted(out_dir.glob("*.whl")):
+        digest = hashlib.sha256()
+        with open(wheel, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+        lines.append(f"{digest.hexdigest()}  {wheel.name}\n")
+    path = out_dir / "SHA256SUMS"
+    atomic_write(path, "".join(lines).encode())
+    return path
+
+
+def _ensure_volume(client: docker.DockerClient, name: str) -> None:
+    import docker
+
+    try:
+        client.volumes.get(name)
+    except docker.errors.NotFound:
+        client.volumes.create(name, labels={"org.forkpatch.cache": "ccache"})
+        log.info(f"created compiler cache volume {name}")
+
+
+def _engine_info(client: docker.DockerClient) -> dict[str, Any]:
+    import docker
+
+    try:
+        return dict(client.info())
+    except docker.errors.DockerException:
+        return {}
+
+
+def _write(stream: IO[str] | None, text: str) -> None:
+    if stream is not None:
+        stream.write(text)
+        stream.flush()
+
+
+def _indent(text: str, prefix: str = "    ") -> str:
+    return "\n".join(prefix + line for line in text.splitlines())
+
+
+def _short_id(image_id: str | None) -> str:
+    return (image_id or "").split(":")[-1][:12]
+
+
+def _fmt_elapsed(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs:02d}s" if minutes else f"{seconds:.1f}s"
+
+
+__all__ = [
+    "BuildContainer",
+    "CacheConfig",
+    "TreeEntry",
+    "build_in_container",
+    "builder_context",
+    "builder_image_key",
+    "connect",
+    "ensure_builder_image",
+    "size_jobs",
+    "write_sha256sums",
+    "write_source_tar",
+]

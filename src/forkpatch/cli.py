@@ -1,0 +1,408 @@
+"""The ``forkpatch`` command line: thin click commands over the core modules.
+
+Each command parses its options, opens the project and calls one core
+function. Errors derived from :class:`ForkpatchError` are reported in one
+place (:func:`main`) with their exit code; tracebacks only with ``--debug``.
+Human output goes to stderr, ``--json`` output to stdout.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+import click
+
+from forkpatch import __version__, log
+from forkpatch.errors import ForkpatchError, UsageError
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+class Ctx:
+    """What every command gets: the project directory and global switches."""
+
+    def __init__(self, directory: Path | None, fork_repo: str | None, debug: bool) -> None:
+        self.directory = directory
+        self.fork_repo = fork_repo
+        self.debug = debug
+
+    def project(self) -> Any:
+        from forkpatch.project import open_project
+
+        return open_project(self.directory, self.fork_repo)
+
+    def stack(self) -> Any:
+        from forkpatch.stack import Stack
+
+        return Stack(self.project())
+
+
+pass_ctx = click.make_pass_decorator(Ctx)
+
+
+class AliasedGroup(click.Group):
+    ALIASES = {"series": "status", "st": "status"}
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return super().get_command(ctx, self.ALIASES.get(cmd_name, cmd_name))
+
+    def resolve_command(self, ctx: click.Context, args: list[str]
+                        ) -> tuple[str | None, click.Command | None, list[str]]:
+        _, cmd, rest = super().resolve_command(ctx, args)
+        return (cmd.name if cmd else None), cmd, rest
+
+
+@click.group(cls=AliasedGroup, context_settings=CONTEXT_SETTINGS)
+@click.version_option(__version__, "-V", "--version", prog_name="forkpatch")
+@click.option("-C", "directory", type=click.Path(file_okay=False, path_type=Path),
+              help="Run as if started in DIR (the project with series.yaml).")
+@click.option("--fork-repo", metavar="PATH", envvar="FORKPATCH_FORK_REPO",
+              help="Local clone of the fork (bare or not) to use instead of fork.url. "
+                   "[env: FORKPATCH_FORK_REPO]")
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+@click.option("-q", "--quiet", is_flag=True, help="Less progress output on stderr.")
+@click.pass_context
+def cli(ctx: click.Context, directory: Path | None, fork_repo: str | None, debug: bool,
+        quiet: bool) -> None:
+    """Manage a series of private patches on top of a fork of vLLM.
+
+    Shell completion: add `eval "$(_FORKPATCH_COMPLETE=bash_source forkpatch)"` to
+    ~/.bashrc (zsh: zsh_source, fish: fish_source).
+    """
+    log.set_quiet(quiet)
+    ctx.obj = Ctx(directory, fork_repo, debug)
+
+
+# --------------------------------------------------------------------------- output
+
+
+def _table(rows: list[list[str]], headers: list[str]) -> str:
+    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows, strict=False)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    for row in rows:
+        lines.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True))
+                     .rstrip())
+    return "\n".join(lines)
+
+
+def _print_results(results: list[Any], applied: list[str] | None = None) -> None:
+    rows = []
+    for i, r in enumerate(results, 1):
+        files = ", ".join(r.files[:3]) + (f" (+{len(r.files) - 3})" if len(r.files) > 3 else "")
+        mark = ""
+        if applied is not None:
+            mark = "*" if r.name in applied else " "
+        rows.append([f"{mark}{i}", r.name, r.status, f"+{r.added}/-{r.removed}", files or "-"])
+    log.info(_table(rows, ["#", "patch", "status", "lines", "files"]))
+    for r in results:
+        for line in r.detail:
+            if r.status not in ("clean",):
+                log.info(f"  {r.name}: {line}")
+        for c in r.conflicts:
+            log.info(f"  {r.name}: {c.reason}")
+        if r.evidence:
+            log.info(f"  {r.name}: {r.evidence}")
+
+
+# --------------------------------------------------------------------------- commands
+
+
+@cli.command()
+@click.option("--fork-url", required=True, help="Git URL (or path) of the fork.")
+@click.option("--base", "base_tag", required=True, help="Tag of the fork the series applies to.")
+@click.option("--name", "fork_name", help="Fork name (default: from the URL).")
+@click.option("--distribution", default="1cat-vllm", show_default=True,
+              help="Distribution name of the fork's wheel.")
+@click.option("--force", is_flag=True, help="Overwrite an existing series.yaml.")
+@pass_ctx
+def init(c: Ctx, fork_url: str, base_tag: str, fork_name: str | None, distribution: str,
+         force: bool) -> None:
+    """Start a series: write series.yaml and patches/ for the fork at BASE."""
+    from forkpatch.ops import init_project
+
+    project = init_project(c.directory or Path.cwd(), fork_url=fork_url, base_tag=base_tag,
+                           fork_name=fork_name, distribution=distribution,
+                           fork_override=c.fork_repo, force=force)
+    s = project.series
+    log.info(f"wrote {project.series_path} (base {s.base.tag} = {s.base.commit[:12]}) and "
+             f"{project.patches_dir}/")
+    log.info("next: `forkpatch apply`, then `forkpatch new NAME` to start a patch, "
+             "or `forkpatch import FILE...`")
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
+@pass_ctx
+def status(c: Ctx, as_json: bool) -> None:
+    """Show the patches in order and how each applies to the base (alias: series)."""
+    from forkpatch.ops import series_status
+
+    project = c.project()
+    report = series_status(project)
+    if as_json:
+        log.emit_json(report.to_json())
+    else:
+        log.info(f"base {report.base_tag} ({report.base_commit[:12]}), "
+                 f"{len(report.results)} patch(es)"
+                 + (f", work tree {report.worktree}" if report.worktree else ""))
+        _print_results(report.results, report.applied)
+        if report.editing:
+            log.info(f"editing '{report.editing}': `forkpatch refresh` re-applies the patches "
+                     "above it")
+        for o in report.orphans:
+            log.warn(f"patches/{o} is not listed in series.yaml (orphan); "
+                     f"`forkpatch import patches/{o}` adds it")
+    if any(r.status == "conflict" for r in report.results):
+        raise SystemExit(3)
+
+
+@cli.command()
+@click.option("--worktree", type=click.Path(file_okay=False, path_type=Path),
+              help="Where to create the work tree (default: .forkpatch/worktree).")
+@click.option("--force", is_flag=True, help="Discard unsaved changes in an existing work tree.")
+@pass_ctx
+def apply(c: Ctx, worktree: Path | None, force: bool) -> None:
+    """Create the work tree: the fork at the base, one commit per patch."""
+    stack = c.stack()
+    with stack.project.locked("apply"):
+        path, result = stack.apply(worktree, force=force)
+    _print_results(result.results)
+    log.info(f"work tree: {path} (branch forkpatch/stack)")
+
+
+@cli.command()
+@click.argument("name", required=False)
+@click.option("-a", "--all", "all_", is_flag=True, help="Push all unapplied patches.")
+@click.option("--merge", is_flag=True,
+              help="3-way merge a patch that does not apply; leave conflict markers.")
+@pass_ctx
+def push(c: Ctx, name: str | None, all_: bool, merge: bool) -> None:
+    """Apply the next patch (or up to NAME, or --all) in the work tree."""
+    stack = c.stack()
+    with stack.project.locked("push"):
+        results = stack.push(name, all_=all_, merge=merge)
+    for r in results:
+        log.info(f"applied {r.name} ({r.status})")
+    log.info(f"now at {stack.top()}")
+
+
+@cli.command()
+@click.argument("name", required=False)
+@click.option("-a", "--all", "all_", is_flag=True, help="Pop all patches.")
+@click.option("-f", "--force", is_flag=True, help="Discard unsaved changes.")
+@pass_ctx
+def pop(c: Ctx, name: str | None, all_: bool, force: bool) -> None:
+    """Unapply the top patch (or down to NAME, or --all)."""
+    stack = c.stack()
+    with stack.project.locked("pop"):
+        popped = stack.pop(name, all_=all_, force=force)
+    for n in popped:
+        log.info(f"popped {n}")
+    log.info(f"now at {stack.top() or 'the base (no patch applied)'}")
+
+
+@cli.command()
+@pass_ctx
+def top(c: Ctx) -> None:
+    """Print the name of the top applied patch."""
+    name = c.stack().top()
+    if name is None:
+        raise UsageError("no patch is applied")
+    click.echo(name)
+
+
+@cli.command()
+@click.argument("name")
+@click.option("-m", "--summary", help="One-line summary for series.yaml.")
+@pass_ctx
+def new(c: Ctx, name: str, summary: str | None) -> None:
+    """Start a new, empty patch NAME on top of the current one."""
+    stack = c.stack()
+    with stack.project.locked("new"):
+        entry = stack.new(name, summary)
+    log.info(f"created {entry.name} (patches/{entry.file}); edit files in the work tree, "
+             "then `forkpatch refresh`")
+
+
+@cli.command()
+@click.argument("name")
+@pass_ctx
+def edit(c: Ctx, name: str) -> None:
+    """Go to patch NAME so that the next edits amend it."""
+    stack = c.stack()
+    with stack.project.locked("edit"):
+        path = stack.edit(name)
+    log.info(f"editing {name} in {path}; `forkpatch refresh` saves it and re-applies the "
+             "patches above")
+
+
+@cli.command()
+@click.option("-f", "--force", is_flag=True,
+              help="Save even with conflict markers / when patches above no longer apply.")
+@pass_ctx
+def refresh(c: Ctx, force: bool) -> None:
+    """Write the top patch (with the work tree's changes) back to its file."""
+    stack = c.stack()
+    with stack.project.locked("refresh"):
+        changed = stack.refresh(force=force)
+    if changed:
+        for n in changed:
+            log.info(f"wrote patches/{stack.project.series.get(n).file}")
+    else:
+        log.info("nothing changed")
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--keep-file", is_flag=True, help="Leave the patch file in patches/.")
+@pass_ctx
+def delete(c: Ctx, name: str, keep_file: bool) -> None:
+    """Remove patch NAME from the series (popping it if it is the top)."""
+    stack = c.stack()
+    with stack.project.locked("delete"):
+        stack.delete(name, keep_file=keep_file)
+    log.info(f"deleted {name}")
+
+
+@cli.command()
+@click.argument("old")
+@click.argument("new_name", metavar="NEW")
+@pass_ctx
+def rename(c: Ctx, old: str, new_name: str) -> None:
+    """Rename patch OLD to NEW (and its file, when named by slug)."""
+    stack = c.stack()
+    with stack.project.locked("rename"):
+        entry = stack.rename(old, new_name)
+    log.info(f"renamed {old} -> {entry.name} (patches/{entry.file})")
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--before", metavar="OTHER", help="Move before OTHER.")
+@click.option("--after", metavar="OTHER", help="Move after OTHER.")
+@click.option("--to", "position", type=int, metavar="N", help="Move to position N (1-based).")
+@pass_ctx
+def move(c: Ctx, name: str, before: str | None, after: str | None, position: int | None) -> None:
+    """Reorder the series: move NAME (checked to still apply before writing)."""
+    stack = c.stack()
+    with stack.project.locked("move"):
+        order = stack.move(name, before=before, after=after, position=position)
+    log.info("order: " + ", ".join(order))
+
+
+@cli.command()
+@pass_ctx
+def export(c: Ctx) -> None:
+    """Write every applied patch back to its file (only changed files are rewritten)."""
+    stack = c.stack()
+    with stack.project.locked("export"):
+        changed = stack.export()
+    log.info(f"{len(changed)} patch file(s) changed" + (": " + ", ".join(changed)
+                                                         if changed else ""))
+
+
+@cli.command(name="import")
+@click.argument("files", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--quilt", "quilt_dir", type=click.Path(exists=True, file_okay=False,
+                                                      path_type=Path),
+              help="Import a quilt patches/ directory (with its series file).")
+@click.option("--name", help="Name for the patch (one plain diff only).")
+@click.option("--after", metavar="OTHER", help="Insert after OTHER (default: at the end).")
+@pass_ctx
+def import_(c: Ctx, files: tuple[Path, ...], quilt_dir: Path | None, name: str | None,
+            after: str | None) -> None:
+    """Import git format-patch files, mbox, plain diffs, or a quilt series."""
+    from forkpatch.importer import import_patches
+
+    if not files and quilt_dir is None:
+        raise UsageError("nothing to import", tip="give FILES... or --quilt DIR")
+    project = c.project()
+    with project.locked("import"):
+        entries = import_patches(project, files=list(files), quilt_dir=quilt_dir, name=name,
+                                 after=after)
+    for e in entries:
+        log.info(f"imported {e.name} -> patches/{e.file}")
+
+
+@cli.command()
+@click.argument("directory", required=False, type=click.Path(file_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable summary on stdout.")
+@pass_ctx
+def demo(c: Ctx, directory: Path | None, as_json: bool) -> None:
+    """Run the built-in example end to end in DIR (default: a new temporary directory)."""
+    from forkpatch.demo import run_demo
+
+    summary = run_demo(directory)
+    if as_json:
+        log.emit_json(summary)
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def _register_optional() -> None:
+    """Commands from later stages register themselves if their modules are present."""
+    import importlib
+
+    for module in ("forkpatch.cli_rebase", "forkpatch.cli_build", "forkpatch.cli_smoke",
+                   "forkpatch.cli_track"):
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name == module:
+                continue
+            raise
+        mod.register(cli)
+
+
+_register_optional()
+
+
+def main(argv: list[str] | None = None) -> int:
+    debug = "--debug" in (argv if argv is not None else sys.argv[1:]) or \
+        os.environ.get("FORKPATCH_DEBUG") == "1"
+    try:
+        cli.main(args=argv, prog_name="forkpatch", standalone_mode=False)
+    except ForkpatchError as exc:
+        if debug:
+            traceback.print_exc()
+        log.error(exc.message)
+        if exc.tip:
+            print(f"  tip: {exc.tip}", file=sys.stderr)
+        _hint_pending_operation()
+        return exc.exit_code
+    except click.exceptions.Abort:
+        log.error("aborted")
+        return 130
+    except click.ClickException as exc:
+        exc.show()
+        return 2 if isinstance(exc, click.UsageError) else exc.exit_code
+    except SystemExit as exc:
+        return int(exc.code or 0) if not isinstance(exc.code, str) else 1
+    except KeyboardInterrupt:
+        log.error("interrupted")
+        _hint_pending_operation()
+        return 130
+    except Exception:  # noqa: BLE001 - the one place that reports unexpected failures
+        if debug:
+            traceback.print_exc()
+        else:
+            etype, value, _ = sys.exc_info()
+            log.error(f"internal error: {etype.__name__ if etype else '?'}: {value}")
+            print("  tip: run again with --debug for a traceback and report it", file=sys.stderr)
+        return 4
+    return 0
+
+
+def _hint_pending_operation() -> None:
+    try:
+        from forkpatch.rebase import pending_hint  # type: ignore[attr-defined]
+    except ImportError:
+        return
+    hint = pending_hint(Path.cwd())
+    if hint:
+        print(f"  note: {hint}", file=sys.stderr)

@@ -1,0 +1,536 @@
+"""Apply a series in memory: no work tree, no index, one object reader.
+
+The base tree is listed once (``git ls-tree -r``); the files a patch touches
+are read through one ``git cat-file --batch``; hunks are applied in Python
+(:mod:`forkpatch.applier`); the results are written, if wanted, as one
+``git fast-import`` stream that creates one commit per patch. A 3-way merge
+(``git merge-file``) is tried only for a file whose hunks do not apply, with
+the merge base taken from the series' own previous base, which forkpatch can
+always rebuild: this is why patch files need no ``index`` lines.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from forkpatch import applier, binarypatch
+from forkpatch.errors import PathSafetyError
+from forkpatch.git import FastImport, FileChange, Git, ObjectReader, commit_date
+from forkpatch.patchfile import FilePatch, PatchFile, check_paths
+from forkpatch.series import PatchEntry
+
+TRAILER = "Forkpatch-Patch"
+
+# Worst wins when a patch's files end differently.
+STATUS_ORDER = ("clean", "offset", "fuzz", "merged", "upstreamed", "conflict", "blocked")
+
+
+def worst(statuses: Iterable[str]) -> str:
+    ranked = [STATUS_ORDER.index(s) for s in statuses if s in STATUS_ORDER]
+    return STATUS_ORDER[max(ranked)] if ranked else "clean"
+
+
+def commit_message(entry: PatchEntry, header: str) -> str:
+    parts = [f"{entry.name}: {entry.summary}"]
+    if header.strip():
+        parts.append(header.strip())
+    parts.append(f"{TRAILER}: {entry.name}")
+    return "\n\n".join(parts) + "\n"
+
+
+def parse_commit_message(message: str) -> tuple[str | None, str, str]:
+    """Split a forkpatch commit message into (name, summary, header)."""
+    lines = message.rstrip("\n").split("\n")
+    name = None
+    body = lines[1:]
+    while body and not body[-1].strip():
+        body.pop()
+    if body and body[-1].startswith(f"{TRAILER}:"):
+        name = body.pop().split(":", 1)[1].strip()
+    subject = lines[0] if lines else ""
+    summary = subject
+    if name and subject.startswith(f"{name}: "):
+        summary = subject[len(name) + 2:]
+    header = "\n".join(body).strip("\n")
+    return name, summary, header
+
+
+@dataclass
+class Conflict:
+    path: str
+    reason: str
+    hunks: list[int] = field(default_factory=list)  # 1-based hunk numbers
+    line: int | None = None
+    merged: bytes | None = None  # content with conflict markers, when a 3-way ran
+
+
+@dataclass
+class PatchResult:
+    name: str
+    status: str
+    files: list[str] = field(default_factory=list)
+    added: int = 0
+    removed: int = 0
+    detail: list[str] = field(default_factory=list)
+    evidence: str | None = None
+    conflicts: list[Conflict] = field(default_factory=list)
+    commit: str | None = None
+    # For each file the patch touched: content before and after (None = absent).
+    # Used as the 3-way merge base when the same series is applied elsewhere.
+    images: dict[str, tuple[bytes | None, bytes | None]] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = {"name": self.name, "status": self.status,
+                                  "files": self.files, "added": self.added,
+                                  "removed": self.removed}
+        if self.evidence:
+            out["evidence"] = self.evidence
+        if self.detail:
+            out["detail"] = self.detail
+        if self.conflicts:
+            out["conflicts"] = [{"path": c.path, "reason": c.reason, "hunks": c.hunks,
+                                 "line": c.line} for c in self.conflicts]
+        return out
+
+
+@dataclass
+class SeriesResult:
+    base_commit: str
+    results: list[PatchResult]
+    commits: list[str] = field(default_factory=list)  # applied patch commits, in order
+    head: str | None = None  # last commit written (base when nothing applied)
+
+    @property
+    def ok(self) -> bool:
+        return all(r.status not in ("conflict", "blocked") for r in self.results)
+
+    def first_conflict(self) -> PatchResult | None:
+        for r in self.results:
+            if r.status == "conflict":
+                return r
+        return None
+
+
+@dataclass
+class Item:
+    """A patch to apply: its series entry and its parsed file (None: a build step)."""
+
+    entry: PatchEntry
+    patch: PatchFile | None
+
+
+class TreeState:
+    """The files of a tree, with in-memory changes on top."""
+
+    def __init__(self, git: Git, reader: ObjectReader, commit: str) -> None:
+        self.reader = reader
+        self.entries: dict[str, tuple[str, str | None]] = dict(git.ls_tree(commit))
+        self.content: dict[str, bytes] = {}
+        self._dirs: set[str] | None = None
+
+    def get(self, path: str) -> tuple[str, bytes] | None:
+        entry = self.entries.get(path)
+        if entry is None:
+            return None
+        mode, oid = entry
+        if path in self.content:
+            return mode, self.content[path]
+        assert oid is not None
+        data = self.reader.blob(oid)
+        if data is None:
+            raise PathSafetyError(f"object {oid} for {path} is missing from the repository")
+        return mode, data
+
+    def symlink_prefix(self, path: str) -> str | None:
+        """The first leading directory of ``path`` that is a symlink in this tree."""
+        parts = path.split("/")
+        for i in range(1, len(parts)):
+            prefix = "/".join(parts[:i])
+            entry = self.entries.get(prefix)
+            if entry is not None and entry[0] == "120000":
+                return prefix
+        return None
+
+    def set(self, path: str, mode: str, data: bytes) -> None:
+        self.entries[path] = (mode, None)
+        self.content[path] = data
+
+    def delete(self, path: str) -> None:
+        self.entries.pop(path, None)
+        self.content.pop(path, None)
+
+
+@dataclass
+class _FileOutcome:
+    status: str
+    changes: list[tuple[str, str | None, bytes | None]]  # (path, mode or None=delete, data)
+    detail: list[str]
+    conflict: Conflict | None = None
+    images: dict[str, tuple[bytes | None, bytes | None]] = field(default_factory=dict)
+
+
+def _merge_file(ours: bytes, base: bytes, theirs: bytes, labels: tuple[str, str, str]
+                ) -> tuple[bytes, int]:
+    """3-way merge of three contents with ``git merge-file``; returns (result, conflicts)."""
+    with tempfile.TemporaryDirectory(prefix="forkpatch-merge-") as tmp:
+        paths = []
+        for name, data in (("ours", ours), ("base", base), ("theirs", theirs)):
+            p = Path(tmp) / name
+            p.write_bytes(data)
+            paths.append(str(p))
+        proc = subprocess.run(
+            ["git", "merge-file", "-p", "--diff3", "-L", labels[0], "-L", labels[1],
+             "-L", labels[2], *paths], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        if proc.returncode < 0 or proc.returncode > 127:
+            raise RuntimeError(proc.stderr.decode())
+        return proc.stdout, proc.returncode
+
+
+class SeriesApplier:
+    """Applies patches one after another onto an in-memory tree."""
+
+    def __init__(self, git: Git, base_commit: str, *, max_fuzz: int = 0,
+                 three_way: bool = False, detect_upstream: bool = False,
+                 merge_bases: dict[str, dict[str, tuple[bytes | None, bytes | None]]]
+                 | None = None, labels: tuple[str, str] = ("base", "patch")) -> None:
+        self.git = git
+        self.base_commit = base_commit
+        self.max_fuzz = max_fuzz
+        self.three_way = three_way
+        self.detect_upstream = detect_upstream
+        self.merge_bases = merge_bases or {}
+        self.labels = labels
+
+    # ----------------------------------------------------------------- one file
+
+    def _apply_file(self, state: TreeState, fp: FilePatch, name: str, index: int
+                    ) -> _FileOutcome:
+        path = fp.new_path or fp.old_path or "?"
+        where = f"{fp.path}"
+        old = None
+        if fp.old_path is not None:
+            got = state.get(fp.old_path)
+            if got is None:
+                return _FileOutcome("conflict", [], [], Conflict(
+                    fp.old_path, f"{fp.old_path} does not exist in the tree"))
+            old = got
+        elif fp.new_path is not None and state.get(fp.new_path) is not None:
+            if self.detect_upstream:
+                pass  # may be upstream: handled by the caller's reverse check
+            return _FileOutcome("conflict", [], [], Conflict(
+                fp.new_path, f"{fp.new_path} already exists, the patch creates it"))
+        old_mode, old_data = (old if old is not None else (None, None))
+
+        if fp.is_binary:
+            try:
+                new_data = binarypatch.apply_binary(old_data, fp, self.git)
+            except binarypatch.BinaryPatchError as exc:
+                return _FileOutcome("conflict", [], [], Conflict(path, str(exc)))
+            result_status, detail = "clean", []
+        else:
+            try:
+                res = applier.apply_file_patch(old_data, fp, max_fuzz=self.max_fuzz)
+            except applier.HunkFailed as exc:
+                return self._three_way(state, fp, name, old_mode, old_data, exc)
+            new_data = res.content
+            result_status = res.status
+            detail = [
+                f"{where}: hunk {h.index + 1} applied at line {h.line}"
+                + (f" (offset {h.offset:+d} lines)" if h.offset else "")
+                + (f" with fuzz {h.fuzz}" if h.fuzz else "")
+                for h in res.hunks if h.status != "clean"
+            ]
+        return _FileOutcome(result_status, self._changes(fp, old_mode, new_data), detail,
+                            images=self._images(fp, old_data, new_data))
+
+    @staticmethod
+    def _images(fp: FilePatch, old: bytes | None, new: bytes | None
+                ) -> dict[str, tuple[bytes | None, bytes | None]]:
+        images: dict[str, tuple[bytes | None, bytes | None]] = {}
+        if fp.old_path and fp.new_path and fp.old_path != fp.new_path:
+            images[fp.old_path] = (old, None)
+            images[fp.new_path] = (None, new)
+        else:
+            images[fp.path] = (old, new)
+        return images
+
+    @staticmethod
+    def _changes(fp: FilePatch, old_mode: str | None, new_data: bytes | None
+                 ) -> list[tuple[str, str | None, bytes | None]]:
+        changes: list[tuple[str, str | None, bytes | None]] = []
+        if fp.new_path is None:  # deletion
+            changes.append((fp.old_path or "", None, None))
+            return changes
+        if fp.old_path and fp.old_path != fp.new_path and not fp.is_copy:
+            changes.append((fp.old_path, None, None))
+        mode = fp.new_mode or old_mode or "100644"
+        changes.append((fp.new_path, mode, new_data if new_data is not None else b""))
+        return changes
+
+    def _three_way(self, state: TreeState, fp: FilePatch, name: str, old_mode: str | None,
+                   ours: bytes | None, failure: applier.HunkFailed) -> _FileOutcome:
+        conflict = Conflict(fp.path, f"hunk {failure.index + 1} of {fp.path} does not apply at "
+                            f"line {failure.line}: {failure.reason}",
+                            hunks=[failure.index + 1], line=failure.line)
+        if not self.three_way or ours is None:
+            return _FileOutcome("conflict", [], [], conflict)
+        images = self.merge_bases.get(name, {})
+        src = fp.old_path or fp.path
+        if src not in images or images[src][0] is None:
+            conflict.reason += " (no merge base for a 3-way merge)"
+            return _FileOutcome("conflict", [], [], conflict)
+        base = images[src][0] or b""
+        theirs = images.get(fp.new_path or src, (None, None))[1]
+        if theirs is None:
+            return _FileOutcome("conflict", [], [], conflict)
+        merged, n_conflicts = _merge_file(ours, base, theirs,
+                                          (f"{self.labels[0]}", "old base",
+                                           f"{self.labels[1]} {name}"))
+        if n_conflicts:
+            conflict.merged = merged
+            conflict.reason = (f"{fp.path}: {n_conflicts} conflicting region(s) after a 3-way "
+                               f"merge (hunk {failure.index + 1} first failed at line "
+                               f"{failure.line})")
+            return _FileOutcome("conflict", [], [], conflict)
+        return _FileOutcome("merged", self._changes(fp, old_mode, merged),
+                            [f"{fp.path}: merged with a 3-way merge (hunk {failure.index + 1} "
+                             f"did not apply as is)"],
+                            images=self._images(fp, ours, merged))
+
+    # ----------------------------------------------------------------- one patch
+
+    def _reverse_applies(self, state: TreeState, patch: PatchFile) -> bool:
+        """True when every text file of the patch reverse-applies exactly to ``state``."""
+        if not patch.files:
+            return False
+        for fp in patch.files:
+            if fp.is_binary:
+                return False
+            target = fp.new_path
+            if target is None:  # patch deletes: upstreamed if the file is gone
+                if fp.old_path and state.get(fp.old_path) is not None:
+                    return False
+                continue
+            got = state.get(target)
+            if got is None:
+                return False
+            try:
+                applier.apply_file_patch(got[1], applier.reverse(fp), max_fuzz=0)
+            except applier.HunkFailed:
+                return False
+        return True
+
+    def apply_patch(self, state: TreeState, item: Item) -> tuple[PatchResult,
+                                                                   list[FileChange]]:
+        entry, patch = item.entry, item.patch
+        result = PatchResult(name=entry.name, status="clean")
+        if patch is None:
+            result.status = "clean"
+            result.detail.append(f"build step '{entry.build_step}': applied when building")
+            return result, []
+        check_paths(patch)
+        result.files = _unique([p for fp in patch.files for p in (fp.old_path, fp.new_path)
+                                if p])
+        result.added, result.removed = patch.added, patch.removed
+        for path in result.files:
+            link = state.symlink_prefix(path)
+            if link is not None:
+                raise PathSafetyError(
+                    f"{patch.source}: '{path}' goes through the symlink '{link}' in the tree; "
+                    "forkpatch refuses to write through symlinks",
+                    tip="change the patch to write the real path")
+        pending: list[tuple[str, str | None, bytes | None]] = []
+        statuses: list[str] = []
+        images: dict[str, tuple[bytes | None, bytes | None]] = {}
+        # Apply on a scratch overlay so a failing patch leaves ``state`` intact.
+        scratch = _Overlay(state)
+        for i, fp in enumerate(patch.files):
+            out = self._apply_file(scratch, fp, entry.name, i)  # type: ignore[arg-type]
+            statuses.append(out.status)
+            result.detail.extend(out.detail)
+            images.update(out.images)
+            if out.conflict is not None:
+                result.conflicts.append(out.conflict)
+                continue
+            for path, mode, data in out.changes:
+                if mode is None:
+                    scratch.delete(path)
+                else:
+                    scratch.set(path, mode, data or b"")
+            pending.extend(out.changes)
+        result.images = images
+
+        if result.conflicts:
+            if self.detect_upstream and self._reverse_applies(state, patch):
+                result.status = "upstreamed"
+                result.conflicts = []
+                result.evidence = "reverse-applies cleanly: every hunk's result is already there"
+                return result, []
+            result.status = "conflict"
+            return result, []
+
+        # Net effect against the state before the patch.
+        changes: list[FileChange] = []
+        effective = False
+        for path in _unique([p for p, _, _ in pending]):
+            before = state.get(path)
+            after = scratch.get(path)
+            if before == after:
+                continue
+            effective = True
+            if after is None:
+                changes.append(FileChange(path))
+            else:
+                changes.append(FileChange(path, mode=after[0], data=after[1]))
+        status = worst(statuses)
+        if self.detect_upstream and not effective:
+            result.status = "upstreamed"
+            result.evidence = ("content already present: applying it changes nothing"
+                               if status != "merged" else
+                               "content already present: the 3-way merge adds nothing")
+            return result, []
+        if self.detect_upstream and status in ("merged", "fuzz") and \
+                self._reverse_applies(state, patch):
+            result.status = "upstreamed"
+            result.evidence = "reverse-applies cleanly: every hunk's result is already there"
+            return result, []
+        for change in changes:
+            if change.is_delete:
+                state.delete(change.path)
+            else:
+                state.set(change.path, change.mode or "100644", change.data or b"")
+        result.status = status
+        return result, changes
+
+    # ----------------------------------------------------------------- a series
+
+    def run(self, items: Sequence[Item], *, write: bool = False, stop_at_conflict: bool = True,
+            parent: str | None = None) -> SeriesResult:
+        """Apply ``items`` in order on ``parent`` (default: the base commit).
+
+        With ``write`` one commit per applied patch is created (by fast-import);
+        patches recognised as upstream get no commit. After a conflict the rest
+        are ``blocked`` (or, with ``stop_at_conflict=False``, tried anyway on the
+        tree without the conflicting patch and reported with their own status).
+        """
+        start = parent or self.base_commit
+        out = SeriesResult(base_commit=start, results=[])
+        with self.git.reader() as reader:
+            state = TreeState(self.git, reader, start)
+            fi: FastImport | None = self.git.fast_import() if write else None
+            date = commit_date(self.git, self.base_commit) if write else ""
+            marks: list[tuple[int, str]] = []
+            tip = start
+            failed = False
+            for item in items:
+                if failed and stop_at_conflict:
+                    out.results.append(PatchResult(
+                        name=item.entry.name, status="blocked",
+                        detail=["not tried: a patch below it conflicted"]))
+                    continue
+                result, changes = self.apply_patch(state, item)
+                out.results.append(result)
+                if result.status == "conflict":
+                    failed = True
+                    continue
+                if fi is not None and item.patch is not None and result.status != "upstreamed":
+                    tip = fi.commit(parent=tip, changes=changes,
+                                    message=commit_message(item.entry, item.patch.header),
+                                    date=date)
+                    marks.append((len(out.results) - 1, tip))
+            if fi is not None:
+                ids = fi.finish()
+                for idx, mark in marks:
+                    out.results[idx].commit = ids[mark]
+                    out.commits.append(ids[mark])
+                out.head = out.commits[-1] if out.commits else start
+        return out
+
+
+class _Overlay(TreeState):
+    """A copy-on-write view of a TreeState, discarded if a patch fails."""
+
+    def __init__(self, under: TreeState) -> None:  # noqa: D107 - no super().__init__ on purpose
+        self.reader = under.reader
+        self._under = under
+        self.entries = dict(under.entries)
+        self.content = dict(under.content)
+        self._dirs = None
+
+
+def _unique(items: Iterable[str]) -> list[str]:
+    seen: dict[str, None] = {}
+    for x in items:
+        seen.setdefault(x, None)
+    return list(seen)
+
+
+def diffs_of_commits(git: Git, commits: Sequence[str]) -> dict[str, bytes]:
+    """Canonical diff of each commit against its first parent, with one git process."""
+    if not commits:
+        return {}
+    from forkpatch.git import DIFF_OPTIONS
+
+    proc = git.run("diff-tree", "--stdin", "--root", *DIFF_OPTIONS,
+                   input=("\n".join(commits) + "\n").encode())
+    out: dict[str, bytes] = {}
+    current: str | None = None
+    chunks: list[bytes] = []
+    commit_set = set(commits)
+    for line in proc.stdout.splitlines(keepends=True):
+        candidate = line.rstrip(b"\n").decode("latin-1")
+        if len(candidate) == 40 and candidate in commit_set and not chunks_started(line):
+            if current is not None:
+                out[current] = b"".join(chunks)
+            current, chunks = candidate, []
+            continue
+        chunks.append(line)
+    if current is not None:
+        out[current] = b"".join(chunks)
+    for c in commits:
+        out.setdefault(c, b"")
+    return out
+
+
+def chunks_started(line: bytes) -> bool:
+    return line[:1] in (b" ", b"+", b"-", b"@", b"\\")
+
+
+def canonical_diff(raw: bytes) -> bytes:
+    """Drop ``index`` lines of text files: content ids churn whenever the file changes
+    elsewhere, and forkpatch's 3-way merges never need them. Binary sections keep
+    them (git needs full ids to apply a binary patch)."""
+    sections = raw.split(b"\ndiff --git ")
+    out = []
+    for i, sec in enumerate(sections):
+        if i:
+            sec = b"diff --git " + sec
+        if b"\nGIT binary patch\n" in sec or b"\nBinary files " in sec:
+            out.append(sec)
+            continue
+        head, sep, rest = sec.partition(b"\n--- ")
+        if not sep:
+            # No hunks (mode change, rename, empty file): keep the mode from index.
+            lines = [ln for ln in head.split(b"\n") if not _is_index_line(ln)]
+            out.append(b"\n".join(lines))
+            continue
+        lines = [ln for ln in head.split(b"\n") if not _is_index_line(ln)]
+        out.append(b"\n".join(lines) + sep + rest)
+    return b"\n".join(out)
+
+
+def _is_index_line(line: bytes) -> bool:
+    return line.startswith(b"index ") and b".." in line
+
+
+def tree_diff(git: Git, old: str, new: str) -> bytes:
+    return canonical_diff(git.diff_trees(old, new))
+
+
+def env_flag(name: str) -> bool:
+    return os.environ.get(name, "").lower() in ("1", "true", "yes", "on")

@@ -1,0 +1,207 @@
+"""The fork repository, seen through forkpatch's private object store.
+
+forkpatch never moves a branch or touches the work tree of the user's clone of
+the fork. It keeps a bare repository under ``.forkpatch/repo.git`` in the
+project. For a local fork (``--fork-repo PATH``, ``FORKPATCH_FORK_REPO`` or a
+``fork.url`` that is a path) the store borrows the fork's objects through
+``objects/info/alternates`` and copies only its tag refs, which takes
+milliseconds even for a fork of vLLM's size. For a remote URL the tags are
+fetched into the store.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+from forkpatch.errors import ForkRepoError, GitError
+from forkpatch.git import Git, init_bare
+
+ENV_FORK_REPO = "FORKPATCH_FORK_REPO"
+STORE_DIR = ".forkpatch"
+FETCH_TIMEOUT = float(os.environ.get("FORKPATCH_FETCH_TIMEOUT", "300"))
+
+
+def is_local_source(source: str) -> bool:
+    if source.startswith("file://"):
+        return True
+    if re.match(r"^[a-z][a-z0-9+.-]*://", source) or re.match(r"^[^/]+@[^/]+:", source):
+        return False
+    return Path(source).exists()
+
+
+def local_git_dir(source: str) -> Path:
+    path = Path(source[len("file://"):] if source.startswith("file://") else source)
+    path = path.expanduser().resolve()
+    for candidate in (path / ".git", path):
+        if (candidate / "objects").is_dir() and (candidate / "HEAD").exists():
+            return candidate
+        if candidate.is_file():  # a worktree or submodule: ".git" is a file
+            text = candidate.read_text().strip()
+            if text.startswith("gitdir:"):
+                gitdir = (candidate.parent / text.split(":", 1)[1].strip()).resolve()
+                common = gitdir / "commondir"
+                if common.exists():
+                    gitdir = (gitdir / common.read_text().strip()).resolve()
+                return gitdir
+    raise ForkRepoError(f"{path} is not a git repository",
+                        tip=f"point --fork-repo / {ENV_FORK_REPO} at a clone of the fork")
+
+
+@dataclass
+class ForkRepo:
+    """The project's view of the fork: tags, commits and objects."""
+
+    store: Git
+    source: str
+    local: bool
+
+    @classmethod
+    def open(cls, project_dir: Path, url: str, override: str | None = None) -> ForkRepo:
+        source = override or os.environ.get(ENV_FORK_REPO) or url
+        local = is_local_source(source)
+        store_path = project_dir / STORE_DIR / "repo.git"
+        (project_dir / STORE_DIR).mkdir(parents=True, exist_ok=True)
+        ignore = project_dir / STORE_DIR / ".gitignore"
+        if not ignore.exists():
+            ignore.write_text("# forkpatch's private state; never commit it\n*\n")
+        git = Git(store_path) if (store_path / "HEAD").exists() else init_bare(store_path)
+        repo = cls(store=git, source=source, local=local)
+        if local:
+            repo._link_local()
+        return repo
+
+    # ----------------------------------------------------------------- sources
+
+    def _link_local(self) -> None:
+        src = local_git_dir(self.source)
+        objects = (src / "objects").resolve()
+        alt = self.store.git_dir / "objects" / "info" / "alternates"
+        alt.parent.mkdir(parents=True, exist_ok=True)
+        want = f"{objects}\n"
+        if not alt.exists() or alt.read_text() != want:
+            alt.write_text(want)
+        self._source_git = Git(src)
+
+    def source_tags(self) -> dict[str, str]:
+        """Tag name -> commit id, as the source has them now."""
+        if self.local:
+            out = self._source_git.run(
+                "for-each-ref", "--format=%(refname:strip=2) %(objectname) %(*objectname)",
+                "refs/tags").stdout.decode()
+            tags = {}
+            for line in out.splitlines():
+                parts = line.split()
+                if len(parts) >= 2:
+                    tags[parts[0]] = parts[2] if len(parts) == 3 else parts[1]
+            return tags
+        proc = self.store.run("ls-remote", "--tags", self.source, check=False,
+                              timeout=FETCH_TIMEOUT)
+        if proc.returncode != 0:
+            raise ForkRepoError(
+                f"cannot list tags of the fork at {self.source}: "
+                f"{proc.stderr.decode('utf-8', 'replace').strip()[-500:]}",
+                tip=f"check the URL and network, or use --fork-repo PATH / {ENV_FORK_REPO}")
+        tags: dict[str, str] = {}
+        peeled: dict[str, str] = {}
+        for line in proc.stdout.decode().splitlines():
+            oid, ref = line.split("\t")
+            name = ref[len("refs/tags/"):]
+            if name.endswith("^{}"):
+                peeled[name[:-3]] = oid
+            else:
+                tags[name] = oid
+        tags.update(peeled)
+        return tags
+
+    def fetch(self, refspecs: list[str] | None = None) -> None:
+        """Bring the source's tags (and branch heads) into the store."""
+        specs = refspecs or ["+refs/tags/*:refs/tags/*", "+refs/heads/*:refs/fork/heads/*"]
+        proc = self.store.run("fetch", "--quiet", "--no-write-fetch-head", "--prune",
+                              "--no-tags", self._fetch_url(), *specs, check=False,
+                              timeout=FETCH_TIMEOUT)
+        if proc.returncode != 0:
+            raise ForkRepoError(
+                f"cannot fetch from the fork at {self.source}: "
+                f"{proc.stderr.decode('utf-8', 'replace').strip()[-500:]}",
+                tip=f"check the URL and network, or use --fork-repo PATH / {ENV_FORK_REPO}")
+
+    def _fetch_url(self) -> str:
+        if self.local:
+            return str(local_git_dir(self.source))
+        return self.source
+
+    # ----------------------------------------------------------------- tags
+
+    def resolve_tag(self, tag: str, *, refresh: bool = True) -> str:
+        """The commit a tag names in the fork; a clear error listing near tags."""
+        commit = None
+        if not refresh:
+            commit = self.store.commit_of(f"refs/tags/{tag}")
+        if commit is None:
+            tags = self.source_tags()
+            if tag not in tags:
+                raise ForkRepoError(
+                    f"tag '{tag}' is not in the fork ({self.source}); "
+                    f"nearest known tags: {', '.join(nearest_tags(tag, tags)) or 'none'}",
+                    tip="`git ls-remote --tags <fork>` lists them")
+            commit = tags[tag]
+            if self.store.commit_of(commit) is None or \
+                    self.store.commit_of(f"refs/tags/{tag}") != commit:
+                self.fetch([f"+refs/tags/{tag}:refs/tags/{tag}"])
+            resolved = self.store.commit_of(f"refs/tags/{tag}")
+            if resolved is None:
+                raise ForkRepoError(f"tag '{tag}' could not be read from {self.source}")
+            commit = resolved
+        return commit
+
+    def verify_base(self, tag: str, recorded: str) -> str:
+        """Check that ``tag`` still names the commit series.yaml recorded."""
+        try:
+            current = self.resolve_tag(tag, refresh=self.local)
+        except ForkRepoError:
+            if self.store.commit_of(recorded) is not None:
+                raise
+            raise
+        if current != recorded:
+            raise ForkRepoError(
+                f"tag '{tag}' in the fork now points to {current[:12]}, but series.yaml "
+                f"records {recorded[:12]}: the tag was moved (tags can move)",
+                tip=f"if the move is intended, run `forkpatch rebase --onto {tag}` to rebase onto "
+                    f"its new commit; otherwise fix the tag in the fork")
+        if self.store.commit_of(recorded) is None:
+            self.fetch()
+        return current
+
+    def commit_exists(self, oid: str) -> bool:
+        try:
+            return self.store.commit_of(oid) is not None
+        except GitError:
+            return False
+
+
+def nearest_tags(tag: str, tags: dict[str, str] | list[str], n: int = 5) -> list[str]:
+    """Known tags closest to ``tag``: by version distance when both parse, else by name."""
+    names = list(tags)
+    try:
+        want = Version(tag.lstrip("vV"))
+    except InvalidVersion:
+        want = None
+    if want is not None:
+        scored = []
+        for name in names:
+            try:
+                v = Version(name.lstrip("vV"))
+            except InvalidVersion:
+                continue
+            a = (want.release + (0, 0, 0))[:3]
+            b = (v.release + (0, 0, 0))[:3]
+            scored.append((tuple(abs(x - y) for x, y in zip(a, b, strict=True)), name))
+        if scored:
+            return [name for _, name in sorted(scored)[:n]]
+    import difflib
+    return difflib.get_close_matches(tag, names, n=n, cutoff=0.0)

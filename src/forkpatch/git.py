@@ -1,0 +1,323 @@
+"""Git plumbing: one runner, a persistent object reader, a fast-import writer.
+
+forkpatch drives git through its plumbing commands rather than a work tree:
+objects are read with one long-lived ``git cat-file --batch`` and written with
+one ``git fast-import`` stream per operation, so applying or rebasing a series
+costs a handful of processes, not a handful per patch.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from forkpatch.errors import GitError
+
+GIT_IDENTITY = ("forkpatch", "forkpatch@localhost")
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+ZERO_OID = "0" * 40
+
+# Options that make `git diff-tree -p` output independent of the user's git
+# configuration and of the repository's size (full ids never change length).
+DIFF_OPTIONS = (
+    "-p",
+    "--full-index",
+    "--binary",
+    "-M",
+    "--no-color",
+    "--no-ext-diff",
+    "--no-textconv",
+    "--src-prefix=a/",
+    "--dst-prefix=b/",
+    "--diff-algorithm=myers",
+    "--no-relative",
+)
+
+
+def _base_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    # A user's ambient GIT_DIR / GIT_INDEX_FILE must never leak into our calls.
+    for key in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
+                "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_NAMESPACE"):
+        env.pop(key, None)
+    env.setdefault("GIT_TERMINAL_PROMPT", "0")
+    env["LC_ALL"] = "C"
+    if extra:
+        env.update(extra)
+    return env
+
+
+@dataclass
+class Git:
+    """Runs git against one repository (``git_dir``), optionally with a work tree."""
+
+    git_dir: Path
+    work_tree: Path | None = None
+
+    def _argv(self, args: Sequence[str]) -> list[str]:
+        argv = ["git", f"--git-dir={self.git_dir}"]
+        if self.work_tree is not None:
+            argv.append(f"--work-tree={self.work_tree}")
+        argv.extend(args)
+        return argv
+
+    def run(self, *args: str, input: bytes | None = None, env: Mapping[str, str] | None = None,
+            check: bool = True, cwd: Path | None = None, timeout: float | None = None
+            ) -> subprocess.CompletedProcess[bytes]:
+        argv = self._argv(args)
+        try:
+            proc = subprocess.run(argv, input=input, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, env=_base_env(env),
+                                  cwd=cwd or self.work_tree, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise GitError(f"`git {' '.join(args[:3])}` did not finish within {timeout:.0f}s",
+                           tip="check the network or the remote, then run again") from None
+        except FileNotFoundError:
+            raise GitError("git is not installed or not on PATH",
+                           tip="install git 2.38 or newer") from None
+        if check and proc.returncode != 0:
+            raise GitError(
+                f"`git {' '.join(args)}` failed (exit {proc.returncode}): "
+                f"{proc.stderr.decode('utf-8', 'replace').strip()[-2000:]}")
+        return proc
+
+    def out(self, *args: str, **kw: object) -> str:
+        return self.run(*args, **kw).stdout.decode("utf-8", "surrogateescape").strip()  # type: ignore[arg-type]
+
+    def rev_parse(self, rev: str) -> str | None:
+        proc = self.run("rev-parse", "-q", "--verify", "--end-of-options", rev, check=False)
+        if proc.returncode != 0:
+            return None
+        return proc.stdout.decode().strip()
+
+    def commit_of(self, rev: str) -> str | None:
+        return self.rev_parse(f"{rev}^{{commit}}")
+
+    def tree_of(self, rev: str) -> str:
+        oid = self.rev_parse(f"{rev}^{{tree}}")
+        if oid is None:
+            raise GitError(f"no tree for '{rev}'")
+        return oid
+
+    def ls_tree(self, rev: str) -> dict[str, tuple[str, str]]:
+        """Every file of a tree: path -> (mode, oid). Submodules appear as mode 160000."""
+        raw = self.run("ls-tree", "-r", "-z", "--full-tree", rev).stdout
+        entries: dict[str, tuple[str, str]] = {}
+        for item in raw.split(b"\0"):
+            if not item:
+                continue
+            meta, _, path = item.partition(b"\t")
+            mode, _type, oid = meta.decode().split()
+            entries[path.decode("utf-8", "surrogateescape")] = (mode, oid)
+        return entries
+
+    def diff_trees(self, old: str, new: str) -> bytes:
+        """The canonical diff between two trees (see DIFF_OPTIONS)."""
+        return self.run("diff-tree", *DIFF_OPTIONS, old, new).stdout
+
+    def is_ancestor(self, a: str, b: str) -> bool:
+        return self.run("merge-base", "--is-ancestor", a, b, check=False).returncode == 0
+
+    def commit_tree(self, tree: str, parents: Iterable[str], message: str, *,
+                    date: str | None = None) -> str:
+        args = ["commit-tree", tree]
+        for p in parents:
+            args += ["-p", p]
+        env = identity_env(date)
+        return self.run(*args, input=message.encode("utf-8"), env=env).stdout.decode().strip()
+
+    def update_ref(self, ref: str, new: str, old: str | None = None, *,
+                   message: str = "forkpatch") -> None:
+        args = ["update-ref", "-m", message, ref, new]
+        if old is not None:
+            args.append(old)
+        self.run(*args)
+
+    def delete_ref(self, ref: str) -> None:
+        self.run("update-ref", "-d", ref, check=False)
+
+    def objects_exist(self, oids: Iterable[str]) -> set[str]:
+        wanted = [o for o in oids if o]
+        if not wanted:
+            return set()
+        proc = self.run("cat-file", "--batch-check", input=("\n".join(wanted) + "\n").encode())
+        present = set()
+        for line in proc.stdout.decode().splitlines():
+            parts = line.split()
+            if len(parts) == 3:
+                present.add(parts[0])
+        return present
+
+    def hash_blob(self, data: bytes, *, write: bool = True) -> str:
+        args = ["hash-object", "--stdin", "--no-filters"]
+        if write:
+            args.insert(1, "-w")
+        return self.run(*args, input=data).stdout.decode().strip()
+
+    def reader(self) -> ObjectReader:
+        return ObjectReader(self)
+
+    def fast_import(self) -> FastImport:
+        return FastImport(self)
+
+
+def identity_env(date: str | None = None) -> dict[str, str]:
+    """Author/committer for forkpatch's own commits. ``date`` makes ids reproducible."""
+    env = {
+        "GIT_AUTHOR_NAME": GIT_IDENTITY[0], "GIT_AUTHOR_EMAIL": GIT_IDENTITY[1],
+        "GIT_COMMITTER_NAME": GIT_IDENTITY[0], "GIT_COMMITTER_EMAIL": GIT_IDENTITY[1],
+    }
+    if date:
+        env["GIT_AUTHOR_DATE"] = date
+        env["GIT_COMMITTER_DATE"] = date
+    return env
+
+
+class ObjectReader:
+    """A persistent ``git cat-file --batch``: read many objects for one process."""
+
+    def __init__(self, git: Git) -> None:
+        self._proc = subprocess.Popen(
+            git._argv(["cat-file", "--batch"]), stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, env=_base_env())
+        self._cache: dict[str, bytes | None] = {}
+
+    def read(self, spec: str) -> tuple[str, bytes] | None:
+        """Return (type, content) for an object id or ``rev:path``; None when missing."""
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        self._proc.stdin.write(spec.encode("utf-8", "surrogateescape") + b"\n")
+        self._proc.stdin.flush()
+        header = self._proc.stdout.readline()
+        if not header:
+            raise GitError("git cat-file stopped unexpectedly")
+        parts = header.split()
+        if len(parts) != 3:  # "<spec> missing" / "ambiguous"
+            return None
+        size = int(parts[2])
+        data = self._proc.stdout.read(size)
+        self._proc.stdout.read(1)  # the LF after the content
+        return parts[1].decode(), data
+
+    def blob(self, oid: str) -> bytes | None:
+        if oid in self._cache:
+            return self._cache[oid]
+        got = self.read(oid)
+        data = got[1] if got and got[0] == "blob" else None
+        self._cache[oid] = data
+        return data
+
+    def close(self) -> None:
+        if self._proc.stdin:
+            self._proc.stdin.close()
+        self._proc.wait()
+        if self._proc.stdout:
+            self._proc.stdout.close()
+
+    def __enter__(self) -> ObjectReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass(frozen=True)
+class FileChange:
+    """One change in a fast-import commit. ``data`` None with ``oid`` None deletes."""
+
+    path: str
+    mode: str | None = None
+    data: bytes | None = None
+    oid: str | None = None
+
+    @property
+    def is_delete(self) -> bool:
+        return self.mode is None
+
+
+class FastImport:
+    """Collects commits and writes them with one ``git fast-import`` run.
+
+    Commits are referenced by marks until :meth:`finish` returns the real ids.
+    Nothing becomes reachable from a branch: callers move refs afterwards.
+    """
+
+    def __init__(self, git: Git) -> None:
+        self._git = git
+        self._chunks: list[bytes] = []
+        self._mark = 0
+
+    def commit(self, *, parent: str, changes: Iterable[FileChange], message: str,
+               date: str, ref: str = "refs/forkpatch/fast-import") -> str:
+        """Queue a commit on top of ``parent`` (an id or a ``:mark``). Returns its mark."""
+        self._mark += 1
+        mark = f":{self._mark}"
+        name, email = GIT_IDENTITY
+        msg = message.encode("utf-8")
+        who = f"{name} <{email}> {_fast_import_date(date)}".encode()
+        out = [b"commit " + ref.encode() + b"\n", b"mark " + mark.encode() + b"\n",
+               b"author " + who + b"\n", b"committer " + who + b"\n",
+               b"data %d\n" % len(msg), msg, b"\n", b"from " + parent.encode() + b"\n"]
+        for ch in changes:
+            path = _quote_fi_path(ch.path)
+            if ch.is_delete:
+                out.append(b"D " + path + b"\n")
+            elif ch.data is not None:
+                out.append(f"M {ch.mode} inline ".encode() + path + b"\n")
+                out.append(b"data %d\n" % len(ch.data))
+                out.append(ch.data)
+                out.append(b"\n")
+            else:
+                out.append(f"M {ch.mode} {ch.oid} ".encode() + path + b"\n")
+        out.append(b"\n")
+        self._chunks.extend(out)
+        return mark
+
+    def finish(self) -> dict[str, str]:
+        """Run fast-import; return mark -> commit id."""
+        if not self._mark:
+            return {}
+        with tempfile.TemporaryDirectory(prefix="forkpatch-fi-") as tmp:
+            marks = Path(tmp) / "marks"
+            stream = b"".join(self._chunks) + b"done\n"
+            self._git.run("fast-import", "--quiet", "--done", f"--export-marks={marks}",
+                          input=stream)
+            result = {}
+            for line in marks.read_text().splitlines():
+                mark, oid = line.split()
+                result[mark] = oid
+        self._git.delete_ref("refs/forkpatch/fast-import")
+        return result
+
+
+def _fast_import_date(date: str) -> str:
+    # git accepts "@<epoch> <tz>" in env vars; fast-import's raw format is "<epoch> <tz>".
+    return date.lstrip("@")
+
+
+def _quote_fi_path(path: str) -> bytes:
+    raw = path.encode("utf-8", "surrogateescape")
+    if raw.startswith(b'"') or b"\n" in raw or b" " in raw and raw.startswith(b" "):
+        escaped = raw.replace(b"\\", b"\\\\").replace(b'"', b'\\"').replace(b"\n", b"\\n")
+        return b'"' + escaped + b'"'
+    return raw
+
+
+def commit_date(git: Git, commit: str) -> str:
+    """The committer date of ``commit`` as ``@epoch +zone`` (used for reproducible ids)."""
+    return "@" + git.out("show", "-s", "--date=raw", "--format=%cd", commit)
+
+
+def init_bare(path: Path) -> Git:
+    path.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["git", "init", "-q", "--bare", str(path)], check=True,
+                   env=_base_env(), stdout=subprocess.DEVNULL)
+    g = Git(path)
+    # This store is private to forkpatch: never gc away our unreferenced
+    # objects behind our back, never prompt.
+    g.run("config", "gc.auto", "0")
+    g.run("config", "core.logAllRefUpdates", "false")
+    return g

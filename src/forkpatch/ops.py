@@ -1,0 +1,96 @@
+"""Core operations behind the simpler commands (init, status)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from forkpatch.engine import PatchResult, SeriesApplier
+from forkpatch.errors import SeriesError, UsageError
+from forkpatch.forkrepo import ForkRepo
+from forkpatch.fsutil import atomic_write
+from forkpatch.project import Project
+from forkpatch.series import SERIES_FILE, load_series, new_series, save_series
+
+GITIGNORE_LINE = ".forkpatch/"
+
+
+def init_project(root: Path, *, fork_url: str, base_tag: str, fork_name: str | None,
+                 distribution: str, fork_override: str | None, force: bool = False) -> Project:
+    """Write series.yaml and patches/ for a new series on ``base_tag``."""
+    root = root.resolve()
+    series_path = root / SERIES_FILE
+    if series_path.exists() and not force:
+        load_series(series_path)  # still report a broken file precisely
+        raise UsageError(f"{series_path} already exists",
+                         tip="edit it, or pass --force to start over (patches/ is kept)")
+    root.mkdir(parents=True, exist_ok=True)
+    fork = ForkRepo.open(root, fork_url, fork_override)
+    commit = fork.resolve_tag(base_tag)
+    name = fork_name or Path(fork_url.rstrip("/")).name.removesuffix(".git") or "fork"
+    series = new_series(fork_name=name, fork_url=fork_url, distribution=distribution,
+                        tag=base_tag, commit=commit)
+    (root / "patches").mkdir(exist_ok=True)
+    _ensure_gitignore(root)
+    save_series(series, series_path)
+    return Project(root=root, fork_override=fork_override)
+
+
+def _ensure_gitignore(root: Path) -> None:
+    path = root / ".gitignore"
+    text = path.read_text() if path.exists() else ""
+    if GITIGNORE_LINE not in text.splitlines():
+        if text and not text.endswith("\n"):
+            text += "\n"
+        atomic_write(path, (text + GITIGNORE_LINE + "\n").encode())
+
+
+@dataclass
+class StatusReport:
+    base_tag: str
+    base_commit: str
+    results: list[PatchResult]
+    orphans: list[str] = field(default_factory=list)
+    applied: list[str] | None = None  # names applied in the work tree, if there is one
+    worktree: str | None = None
+    editing: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "base": self.base_tag,
+            "base_commit": self.base_commit,
+            "patches": [
+                {**r.to_json(), "applied": (r.name in self.applied) if self.applied is not None
+                 else None}
+                for r in self.results
+            ],
+            "orphans": self.orphans,
+            "worktree": self.worktree,
+            "editing": self.editing,
+        }
+
+
+def series_status(project: Project) -> StatusReport:
+    """How each patch applies to the base, in order (in memory, nothing written)."""
+    series = project.series
+    fork = project.fork()
+    base = fork.verify_base(series.base.tag, series.base.commit)
+    # Fuzz is allowed here only to *report* it; nothing is written.
+    applier = SeriesApplier(fork.store, base, max_fuzz=2)
+    result = applier.run(project.items(), write=False, stop_at_conflict=False)
+    report = StatusReport(base_tag=series.base.tag, base_commit=base, results=result.results,
+                          orphans=project.orphans())
+    state = project.read_state() or {}
+    if state.get("worktree") and Path(state["worktree"], ".git").exists():
+        from forkpatch.stack import Stack
+
+        try:
+            stack = Stack(project)
+            report.applied = [a.name for a in stack.applied()]
+            report.worktree = state["worktree"]
+            report.editing = (state.get("editing") or {}).get("patch")
+        except SeriesError:
+            raise
+        except Exception:  # noqa: BLE001 - the table is still useful without it
+            report.applied = None
+    return report

@@ -1,0 +1,908 @@
+"""Patch files: parse a description header plus a diff, check paths, canonical bytes.
+
+A patch file (``patches/<slug>.patch``) is free-form description text followed by
+a diff. The diff is normally what ``git diff-tree -p --full-index --binary``
+prints, but plain unified diffs (``diff -u``, quilt, ``-p0`` or ``-p1`` paths)
+are accepted too, so that imported patches need no conversion.
+
+Everything works on bytes. Lines are split on ``b"\\n"`` only: a CRLF file's
+``\\r``, form feeds and invalid UTF-8 in file content survive untouched, and each
+file section keeps its exact input bytes (``FilePatch.raw``) so that a patch
+round-trips byte for byte.
+
+The hunk parser is our own rather than unidiff's: unidiff works on decoded text
+(so invalid UTF-8 needs a latin-1 detour), does not report the input line of an
+error, and does not model git's extended headers or binary blocks. Hunk bodies
+are small; validating them against the ``@@`` counts here gives messages that
+name the file, the line and what was expected.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cached_property
+
+from forkpatch.errors import PatchParseError, PathSafetyError
+
+__all__ = [
+    "FilePatch",
+    "Hunk",
+    "HunkLine",
+    "PatchFile",
+    "check_path",
+    "check_paths",
+    "format_patch",
+    "normalise_header",
+    "parse_patch",
+    "quote_path",
+    "render_file_patch",
+]
+
+DEV_NULL = "/dev/null"
+_ZERO_OID = re.compile(r"\A0+\Z")
+_HUNK_HEADER = re.compile(rb"\A@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@ ?(.*)\Z", re.DOTALL)
+_INDEX_LINE = re.compile(rb"\Aindex ([0-9a-fA-F]+)\.\.([0-9a-fA-F]+)(?: ([0-7]+))?\Z")
+_MODE = re.compile(rb"\A[0-7]{6}\Z")
+# Lines a plain (non-git) diff tool prints before a file's ---/+++ pair.
+_PLAIN_PREFIX = re.compile(rb"\A(?:Index: |={10,}\Z|diff |Only in |Binary files )")
+
+_FIX_TIP = (
+    "the patch file was cut short or edited by hand; regenerate it "
+    "(forkpatch refresh) or fix the hunk and its @@ line counts"
+)
+
+
+# --------------------------------------------------------------------------- data
+
+
+@dataclass(frozen=True)
+class HunkLine:
+    """One line of a hunk body.
+
+    ``kind`` is ``' '`` (context), ``'-'`` (removed) or ``'+'`` (added). ``text``
+    is the line content with its original ending (``b"\\n"`` or ``b"\\r\\n"``);
+    without one when a ``\\ No newline at end of file`` marker followed it.
+    """
+
+    kind: str
+    text: bytes
+
+
+@dataclass(frozen=True)
+class Hunk:
+    """One ``@@ -old_start,old_len +new_start,new_len @@ section`` hunk."""
+
+    old_start: int
+    old_len: int
+    new_start: int
+    new_len: int
+    section: str
+    lines: tuple[HunkLine, ...]
+
+    @cached_property
+    def old_lines(self) -> tuple[bytes, ...]:
+        """The pre-image lines: context and removed lines, in order."""
+        return tuple(ln.text for ln in self.lines if ln.kind != "+")
+
+    @cached_property
+    def new_lines(self) -> tuple[bytes, ...]:
+        """The post-image lines: context and added lines, in order."""
+        return tuple(ln.text for ln in self.lines if ln.kind != "-")
+
+    @property
+    def header(self) -> str:
+        """The ``@@ ... @@`` line as git writes it (without the section text)."""
+        return f"@@ -{_range(self.old_start, self.old_len)} +{_range(self.new_start, self.new_len)} @@"
+
+
+@dataclass(frozen=True)
+class FilePatch:
+    """The changes to one file: a ``diff --git`` section or a plain ``---``/``+++`` one."""
+
+    old_path: str | None
+    new_path: str | None
+    old_mode: str | None
+    new_mode: str | None
+    old_oid: str | None
+    new_oid: str | None
+    is_binary: bool
+    is_rename: bool
+    is_copy: bool
+    similarity: int | None
+    hunks: tuple[Hunk, ...]
+    added: int
+    removed: int
+    raw: bytes
+
+    @property
+    def path(self) -> str:
+        """The file's name after the patch (its old name when it is deleted)."""
+        path = self.new_path if self.new_path is not None else self.old_path
+        assert path is not None  # the parser never builds a FilePatch without a name
+        return path
+
+    @property
+    def is_create(self) -> bool:
+        return self.old_path is None
+
+    @property
+    def is_delete(self) -> bool:
+        return self.new_path is None
+
+
+@dataclass(frozen=True)
+class PatchFile:
+    """A parsed patch file: description header plus the file sections of its diff."""
+
+    header: str
+    files: tuple[FilePatch, ...]
+    source: str
+    diff: bytes
+
+    @property
+    def added(self) -> int:
+        return sum(f.added for f in self.files)
+
+    @property
+    def removed(self) -> int:
+        return sum(f.removed for f in self.files)
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        """Every path the patch touches, old and new names, first-seen order, no repeats."""
+        seen: dict[str, None] = {}
+        for f in self.files:
+            for p in (f.old_path, f.new_path):
+                if p is not None:
+                    seen.setdefault(p, None)
+        return tuple(seen)
+
+
+# ---------------------------------------------------------------------- canonical
+
+
+def normalise_header(header: str) -> str:
+    """The header as stored: trailing blank / whitespace-only lines and trailing spaces removed."""
+    return header.rstrip()
+
+
+def format_patch(header: str, diff: bytes) -> bytes:
+    """Canonical bytes of a patch file: header, one blank line, the diff.
+
+    Same inputs give the same bytes, and ``parse_patch(format_patch(h, d))``
+    gives back ``normalise_header(h)`` and ``d``. A header-only patch (empty
+    diff) is the header and one newline.
+    """
+    text = normalise_header(header)
+    if not text:
+        return diff
+    head = text.encode("utf-8", "surrogateescape")
+    if not diff:
+        return head + b"\n"
+    return head + b"\n\n" + diff
+
+
+# ---------------------------------------------------------------------- path safety
+
+# Code points HFS+ ignores when comparing names (git's is_hfs_dotgit list), so
+# ".g\u200cit" is ".git" there.
+_HFS_IGNORABLE = dict.fromkeys(
+    [0x200C, 0x200D, 0x200E, 0x200F, 0x202A, 0x202B, 0x202C, 0x202D, 0x202E]
+    + list(range(0x206A, 0x2070))
+    + [0xFEFF]
+)
+_DRIVE = re.compile(r"\A[A-Za-z]:")
+
+
+def _is_dotgit(component: str) -> bool:
+    """Whether a path component names the ``.git`` directory on some filesystem."""
+    name = component.translate(_HFS_IGNORABLE).lower()
+    name = name.split(":", 1)[0]  # NTFS alternate data streams: ".git::$INDEX_ALLOCATION"
+    name = name.rstrip(" .")  # Windows drops trailing dots and spaces
+    return name in (".git", "git~1")
+
+
+def check_path(path: str, *, source: str) -> None:
+    """Refuse a path that could write outside the fork tree or into ``.git``.
+
+    This is a lexical check of one repository-relative path; symlinks in the
+    tree are checked by the engine. Raises :class:`PathSafetyError` naming
+    ``source``, the path and the reason.
+    """
+    reason = _path_problem(path)
+    if reason is not None:
+        raise PathSafetyError(
+            f"{source}: unsafe path {path!r}: {reason}",
+            tip="a patch may only touch files inside the fork tree; edit or remove this patch",
+        )
+
+
+def _path_problem(path: str) -> str | None:
+    if not path:
+        return "the path is empty"
+    if "\0" in path:
+        return "it contains a NUL byte"
+    if "\\" in path:
+        return "it contains a backslash"
+    if path.startswith("/"):
+        return "it is absolute"
+    if _DRIVE.match(path):
+        return "it starts with a drive letter"
+    for component in path.split("/"):
+        if component == "":
+            return "it has an empty component (// or a trailing /)"
+        if component in (".", ".."):
+            return f"it has a {component!r} component"
+        if _is_dotgit(component):
+            return f"it goes into a .git directory ({component!r})"
+    return None
+
+
+def check_paths(patch: PatchFile) -> None:
+    """Run :func:`check_path` on every old and new path of ``patch``."""
+    for path in patch.paths:
+        check_path(path, source=patch.source)
+
+
+# ---------------------------------------------------------------------- quoting
+
+_C_ESCAPES = {
+    ord("a"): 7,
+    ord("b"): 8,
+    ord("t"): 9,
+    ord("n"): 10,
+    ord("v"): 11,
+    ord("f"): 12,
+    ord("r"): 13,
+    ord('"'): 34,
+    ord("\\"): 92,
+}
+_C_QUOTE = {v: k for k, v in _C_ESCAPES.items()}
+
+
+def _unquote(data: bytes, start: int) -> tuple[bytes, int] | None:
+    """Decode a git C-style quoted name starting at ``data[start] == '"'``.
+
+    Returns the name and the index just after the closing quote, or None when
+    the quoting is broken.
+    """
+    out = bytearray()
+    i = start + 1
+    n = len(data)
+    while i < n:
+        c = data[i]
+        if c == 0x22:  # closing quote
+            return bytes(out), i + 1
+        if c != 0x5C:
+            out.append(c)
+            i += 1
+            continue
+        if i + 1 >= n:
+            return None
+        e = data[i + 1]
+        if e in _C_ESCAPES:
+            out.append(_C_ESCAPES[e])
+            i += 2
+        elif 0x30 <= e <= 0x33 and i + 3 < n and all(0x30 <= d <= 0x37 for d in data[i + 2 : i + 4]):
+            out.append(int(data[i + 1 : i + 4], 8))
+            i += 4
+        else:
+            return None
+    return None
+
+
+def quote_path(path: str) -> str:
+    """Quote a path the way git does (core.quotePath=true) when it needs quoting."""
+    raw = path.encode("utf-8", "surrogateescape")
+    if not any(b < 0x20 or b >= 0x7F or b in (0x22, 0x5C) for b in raw):
+        return path
+    parts = ['"']
+    for b in raw:
+        if b in _C_QUOTE:
+            parts.append("\\" + chr(_C_QUOTE[b]))
+        elif b < 0x20 or b >= 0x7F:
+            parts.append(f"\\{b:03o}")
+        else:
+            parts.append(chr(b))
+    parts.append('"')
+    return "".join(parts)
+
+
+def _decode(data: bytes) -> str:
+    return data.decode("utf-8", "surrogateescape")
+
+
+# ---------------------------------------------------------------------- parsing
+
+
+def _split_lines(data: bytes) -> list[bytes]:
+    """Split on b"\\n" only, keeping the endings; the last line may have none."""
+    parts = data.split(b"\n")
+    lines = [p + b"\n" for p in parts[:-1]]
+    if parts[-1]:
+        lines.append(parts[-1])
+    return lines
+
+
+def _bare(line: bytes) -> bytes:
+    """A structural line without its ending (b"\\n", b"\\r\\n")."""
+    if line.endswith(b"\n"):
+        line = line[:-1]
+    if line.endswith(b"\r"):
+        line = line[:-1]
+    return line
+
+
+@dataclass
+class _Section:
+    """Mutable fields of a file section while its lines are read."""
+
+    old_path: str | None = None
+    new_path: str | None = None
+    old_mode: str | None = None
+    new_mode: str | None = None
+    old_oid: str | None = None
+    new_oid: str | None = None
+    is_binary: bool = False
+    is_rename: bool = False
+    is_copy: bool = False
+    similarity: int | None = None
+    hunks: tuple[Hunk, ...] = ()
+
+    def build(self, raw: bytes) -> FilePatch:
+        added, removed = _counts(self.hunks)
+        return FilePatch(
+            old_path=self.old_path,
+            new_path=self.new_path,
+            old_mode=self.old_mode,
+            new_mode=self.new_mode,
+            old_oid=self.old_oid,
+            new_oid=self.new_oid,
+            is_binary=self.is_binary,
+            is_rename=self.is_rename,
+            is_copy=self.is_copy,
+            similarity=self.similarity,
+            hunks=self.hunks,
+            added=added,
+            removed=removed,
+            raw=raw,
+        )
+
+
+class _Parser:
+    """Single-pass parser over the lines of one patch file."""
+
+    def __init__(self, data: bytes, source: str) -> None:
+        self.data = data
+        self.source = source
+        self.lines = _split_lines(data)
+        self.offsets = [0]
+        for ln in self.lines:
+            self.offsets.append(self.offsets[-1] + len(ln))
+
+    # -- helpers
+
+    def error(self, index: int, what: str, tip: str | None = _FIX_TIP) -> PatchParseError:
+        return PatchParseError(f"{self.source} line {index + 1}: {what}", tip=tip)
+
+    def line(self, i: int) -> bytes:
+        return self.lines[i] if i < len(self.lines) else b""
+
+    def is_plain_start(self, i: int) -> bool:
+        return (
+            self.line(i).startswith(b"--- ")
+            and self.line(i + 1).startswith(b"+++ ")
+        )
+
+    def is_section_start(self, i: int) -> bool:
+        return self.line(i).startswith(b"diff --git ") or self.is_plain_start(i)
+
+    def plain_prefix_start(self, i: int, floor: int) -> int:
+        """Walk back from a ``---`` line over ``Index:``/``====``/``diff -u`` lines."""
+        while i > floor and _PLAIN_PREFIX.match(_bare(self.lines[i - 1])):
+            i -= 1
+        return i
+
+    # -- top level
+
+    def parse(self) -> PatchFile:
+        first = self.find_first_section()
+        header_bytes = self.data[: self.offsets[first]]
+        header = self.decode_header(header_bytes)
+        files: list[FilePatch] = []
+        i = first
+        n = len(self.lines)
+        while i < n:
+            start = i
+            if self.line(i).startswith(b"diff --git "):
+                section, i = self.parse_git_section(i)
+            else:
+                section, i = self.parse_plain_section(i)
+            files.append(section.build(self.data[self.offsets[start] : self.offsets[i]]))
+        return PatchFile(
+            header=normalise_header(header),
+            files=tuple(files),
+            source=self.source,
+            diff=self.data[self.offsets[first] :],
+        )
+
+    def find_first_section(self) -> int:
+        for i, ln in enumerate(self.lines):
+            if ln.startswith(b"diff --git "):
+                return i
+            if ln.startswith(b"--- "):
+                if self.line(i + 1).startswith(b"+++ "):
+                    return self.plain_prefix_start(i, 0)
+                if self.line(i + 1).startswith(b"@@ -"):
+                    raise self.error(i + 1, f"expected a '+++' line after {_show(ln)}")
+        return len(self.lines)
+
+    def decode_header(self, header: bytes) -> str:
+        try:
+            return header.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            bad_line = header.count(b"\n", 0, exc.start)
+            raise self.error(
+                bad_line,
+                "the description header is not valid UTF-8",
+                tip="re-save the description part of the patch as UTF-8",
+            ) from None
+
+    # -- git sections
+
+    def parse_git_section(self, i: int) -> tuple[_Section, int]:
+        diff_line = i
+        names = _parse_git_names(_bare(self.lines[i])[len(b"diff --git ") :])
+        if names is None:
+            raise self.error(i, f"cannot read the file names in {_show(self.lines[i])}")
+        a_raw, b_raw = names
+        strip = _should_strip(a_raw, b_raw)
+        a_name = _strip(a_raw, strip)
+        b_name = _strip(b_raw, strip)
+        f = _Section()
+        created = deleted = False
+        from_name: str | None = None
+        to_name: str | None = None
+        minus: str | None = None
+        plus: str | None = None
+        have_names = False
+        hunks: tuple[Hunk, ...] = ()
+        i += 1
+        n = len(self.lines)
+        while i < n:
+            ln = self.lines[i]
+            bare = _bare(ln)
+            if ln.startswith(b"diff --git "):
+                break
+            if bare.startswith(b"old mode "):
+                f.old_mode = self.mode(i, bare[9:])
+            elif bare.startswith(b"new mode "):
+                f.new_mode = self.mode(i, bare[9:])
+            elif bare.startswith(b"new file mode "):
+                created = True
+                f.new_mode = self.mode(i, bare[14:])
+            elif bare.startswith(b"deleted file mode "):
+                deleted = True
+                f.old_mode = self.mode(i, bare[18:])
+            elif bare.startswith((b"similarity index ", b"dissimilarity index ")):
+                pct = bare.split(b" ")[-1]
+                if not (pct.endswith(b"%") and pct[:-1].isdigit()):
+                    raise self.error(i, f"bad similarity in {_show(ln)}")
+                if bare.startswith(b"similarity"):
+                    f.similarity = int(pct[:-1])
+            elif bare.startswith((b"rename from ", b"copy from ")):
+                f.is_rename = f.is_rename or bare.startswith(b"rename")
+                f.is_copy = f.is_copy or bare.startswith(b"copy")
+                from_name = self.name_after(i, bare, bare.index(b" from ") + 6)
+            elif bare.startswith((b"rename to ", b"copy to ")):
+                f.is_rename = f.is_rename or bare.startswith(b"rename")
+                f.is_copy = f.is_copy or bare.startswith(b"copy")
+                to_name = self.name_after(i, bare, bare.index(b" to ") + 4)
+            elif bare.startswith(b"index "):
+                m = _INDEX_LINE.match(bare)
+                if m is None:
+                    raise self.error(i, f"cannot read {_show(ln)}")
+                f.old_oid = _oid(m.group(1))
+                f.new_oid = _oid(m.group(2))
+                if m.group(3):
+                    mode = m.group(3).decode("ascii")
+                    f.old_mode = f.old_mode or mode
+                    f.new_mode = f.new_mode or mode
+            elif bare == b"GIT binary patch":
+                f.is_binary = True
+                i = self.skip_binary(i + 1)
+                break
+            elif bare.startswith(b"Binary files ") and bare.endswith(b" differ"):
+                f.is_binary = True
+                i += 1
+                break
+            elif ln.startswith(b"--- "):
+                if not self.line(i + 1).startswith(b"+++ "):
+                    raise self.error(i + 1, f"expected a '+++' line after {_show(ln)}")
+                minus = self.header_name(i, strip)
+                plus = self.header_name(i + 1, strip)
+                have_names = True
+                i += 2
+                if self.line(i).startswith(b"GIT binary patch"):
+                    continue
+                hunks, i = self.parse_hunks(i, plus or minus or b_name)
+                break
+            elif ln.startswith(b"@@"):
+                raise self.error(i, "hunk without '---' and '+++' file name lines before it")
+            elif bare == b"" or self.is_trailer(i):
+                i = self.skip_junk(i)
+                break
+            else:
+                raise self.error(
+                    i, f"unexpected line in the git header of {_show(self.lines[diff_line])}: {_show(ln)}"
+                )
+            i += 1
+
+        old_path: str | None = from_name or (minus if have_names else a_name)
+        new_path: str | None = to_name or (plus if have_names else b_name)
+        if created or (have_names and minus is None):
+            old_path = None
+        if deleted or (have_names and plus is None):
+            new_path = None
+        if old_path is None and new_path is None:
+            raise self.error(diff_line, "a file section with neither an old nor a new name")
+        f.old_path, f.new_path, f.hunks = old_path, new_path, hunks
+        if created:
+            f.old_mode = None
+        if deleted:
+            f.new_mode = None
+        return f, i
+
+    def mode(self, i: int, text: bytes) -> str:
+        if not _MODE.match(text):
+            raise self.error(i, f"bad file mode {_show(text)}")
+        return text.decode("ascii")
+
+    def name_after(self, i: int, bare: bytes, pos: int) -> str:
+        """A name at the end of a ``rename from``-style line (no a/ b/ prefix)."""
+        rest = bare[pos:]
+        if rest.startswith(b'"'):
+            got = _unquote(rest, 0)
+            if got is None or got[1] != len(rest):
+                raise self.error(i, f"badly quoted name in {_show(bare)}")
+            rest = got[0]
+        if not rest:
+            raise self.error(i, f"missing file name in {_show(bare)}")
+        return _decode(rest)
+
+    def header_name(self, i: int, strip: bool | None) -> str | None:
+        """The name on a ``---``/``+++`` line; None for /dev/null.
+
+        ``strip`` None means: decide per side (a/ on ---, b/ on +++).
+        """
+        bare = _bare(self.lines[i])
+        rest = bare[4:]
+        if rest.startswith(b'"'):
+            got = _unquote(rest, 0)
+            if got is None:
+                raise self.error(i, f"badly quoted name in {_show(bare)}")
+            name = got[0]
+        else:
+            name = rest.split(b"\t", 1)[0]
+        if not name:
+            raise self.error(i, f"missing file name in {_show(bare)}")
+        text = _decode(name)
+        if text == DEV_NULL:
+            return None
+        if strip is None:
+            strip = text.startswith("a/" if bare.startswith(b"---") else "b/")
+        return _strip(text, strip)
+
+    def skip_binary(self, i: int) -> int:
+        """Skip a ``GIT binary patch`` body (literal/delta blocks, base85 lines)."""
+        n = len(self.lines)
+        while i < n and not self.lines[i].startswith(b"diff --git ") and not self.is_trailer(i):
+            i += 1
+        return i
+
+    def is_trailer(self, i: int) -> bool:
+        """format-patch's ``-- `` signature line: everything after it is not diff."""
+        return _bare(self.line(i)) == b"-- "
+
+    def skip_junk(self, i: int) -> int:
+        """Skip text between sections up to the next section (or the end)."""
+        n = len(self.lines)
+        if self.is_trailer(i):
+            return n
+        first = i
+        while i < n:
+            ln = self.lines[i]
+            if ln.startswith(b"diff --git "):
+                return i
+            if self.is_plain_start(i):
+                return self.plain_prefix_start(i, first)
+            if self.is_trailer(i):
+                return n
+            if ln[:1] in (b" ", b"+", b"-", b"@"):
+                raise self.error(i, f"unexpected diff line between file sections: {_show(ln)}")
+            i += 1
+        return i
+
+    # -- plain sections
+
+    def parse_plain_section(self, i: int) -> tuple[_Section, int]:
+        while not self.line(i).startswith(b"--- "):
+            i += 1  # Index: / ==== / diff -u lines, already recognised by the caller
+        a_raw = self.header_name(i, False)
+        b_raw = self.header_name(i + 1, False)
+        strip: bool | None = None if a_raw is None or b_raw is None else _should_strip(a_raw, b_raw)
+        old_path = self.header_name(i, strip)
+        new_path = self.header_name(i + 1, strip)
+        hunks, end = self.parse_hunks(i + 2, new_path or old_path or "?")
+        # GNU diff -N without /dev/null: an all-empty old (new) side means create (delete).
+        if len(hunks) == 1 and hunks[0].old_start == 0 and hunks[0].old_len == 0:
+            old_path = None
+        if len(hunks) == 1 and hunks[0].new_start == 0 and hunks[0].new_len == 0:
+            new_path = None
+        if old_path is not None and new_path is not None:
+            old_path = new_path  # a plain diff cannot rename; `--- x.orig` names a backup
+        if old_path is None and new_path is None:
+            raise self.error(i, "both '---' and '+++' name /dev/null")
+        return _Section(old_path=old_path, new_path=new_path, hunks=hunks), end
+
+    # -- hunks
+
+    def parse_hunks(self, i: int, path: str) -> tuple[tuple[Hunk, ...], int]:
+        hunks: list[Hunk] = []
+        n = len(self.lines)
+        while i < n:
+            ln = self.lines[i]
+            if ln.startswith(b"@@"):
+                hunk, i = self.parse_hunk(i, path)
+                hunks.append(hunk)
+                continue
+            if self.is_section_start(i):
+                break
+            if ln.startswith(b"--- "):
+                raise self.error(i + 1, f"expected a '+++' line after {_show(ln)}")
+            if not hunks and ln[:1] in (b" ", b"+", b"-"):
+                raise self.error(i, f"diff line before any @@ hunk header: {_show(ln)}")
+            if hunks and ln[:1] in (b" ", b"+", b"-") and not self.is_trailer(i):
+                last = hunks[-1]
+                raise self.error(
+                    i,
+                    f"hunk {last.header} of {path} has more lines than its header counts "
+                    f"({last.old_len} old, {last.new_len} new): {_show(ln)}",
+                )
+            i = self.skip_junk(i)
+            break
+        return tuple(hunks), i
+
+    def parse_hunk(self, i: int, path: str) -> tuple[Hunk, int]:
+        m = _HUNK_HEADER.match(_bare(self.lines[i]))
+        if m is None:
+            raise self.error(i, f"bad hunk header {_show(self.lines[i])} in {path}")
+        old_start = int(m.group(1))
+        old_len = int(m.group(2)) if m.group(2) is not None else 1
+        new_start = int(m.group(3))
+        new_len = int(m.group(4)) if m.group(4) is not None else 1
+        header = f"@@ -{_range(old_start, old_len)} +{_range(new_start, new_len)} @@"
+        if (old_start == 0 and old_len != 0) or (new_start == 0 and new_len != 0):
+            raise self.error(i, f"hunk {header} of {path} starts at line 0 but is not empty")
+        section = _decode(m.group(5))
+        body: list[HunkLine] = []
+        old_seen = new_seen = 0
+        i += 1
+        n = len(self.lines)
+        while old_seen < old_len or new_seen < new_len:
+            if i >= n:
+                raise self.truncated(n - 1 if n else 0, header, path, old_seen, old_len, new_seen, new_len)
+            ln = self.lines[i]
+            kind = ln[:1]
+            if kind == b"\\":
+                self.no_newline(i, body, header, path)
+                i += 1
+                continue
+            if ln in (b"\n", b"\r\n"):
+                # An empty line stands for an empty context line (editors strip the space).
+                kind, ln = b" ", b" " + ln
+            if kind == b" ":
+                if old_seen >= old_len or new_seen >= new_len:
+                    raise self.overflow(i, header, path, ln, old_len, new_len)
+                old_seen += 1
+                new_seen += 1
+            elif kind == b"-":
+                if old_seen >= old_len:
+                    raise self.overflow(i, header, path, ln, old_len, new_len)
+                old_seen += 1
+            elif kind == b"+":
+                if new_seen >= new_len:
+                    raise self.overflow(i, header, path, ln, old_len, new_len)
+                new_seen += 1
+            elif ln.startswith((b"@@", b"diff --git ")) or self.is_plain_start(i):
+                raise self.truncated(i, header, path, old_seen, old_len, new_seen, new_len)
+            else:
+                raise self.error(
+                    i,
+                    f"unexpected line {_show(ln)} in hunk {header} of {path}: every hunk line "
+                    f"must start with ' ', '-' or '+' ({old_seen} of {old_len} old and "
+                    f"{new_seen} of {new_len} new lines read so far)",
+                )
+            body.append(HunkLine(kind.decode("ascii"), ln[1:]))
+            i += 1
+        if i < n and self.lines[i].startswith(b"\\"):
+            self.no_newline(i, body, header, path)
+            i += 1
+        return Hunk(old_start, old_len, new_start, new_len, section, tuple(body)), i
+
+    def no_newline(self, i: int, body: list[HunkLine], header: str, path: str) -> None:
+        """Apply a ``\\ No newline at end of file`` marker to the line before it."""
+        if not body or not body[-1].text.endswith(b"\n"):
+            raise self.error(i, f"misplaced {_show(self.lines[i])} in hunk {header} of {path}")
+        last = body[-1]
+        body[-1] = HunkLine(last.kind, last.text[:-1])
+
+    def truncated(
+        self, i: int, header: str, path: str, old_seen: int, old_len: int, new_seen: int, new_len: int
+    ) -> PatchParseError:
+        if old_seen < old_len:
+            got = f"{old_seen} of {old_len} old lines"
+        else:
+            got = f"{new_seen} of {new_len} new lines"
+        return self.error(i, f"hunk {header} of {path} ends after {got} (truncated patch?)")
+
+    def overflow(
+        self, i: int, header: str, path: str, ln: bytes, old_len: int, new_len: int
+    ) -> PatchParseError:
+        return self.error(
+            i,
+            f"hunk {header} of {path} has more lines than its header counts "
+            f"({old_len} old, {new_len} new): {_show(ln)}",
+        )
+
+
+def _show(line: bytes, limit: int = 80) -> str:
+    """A line for an error message: quoted, undecodable bytes escaped, shortened."""
+    text = _bare(line).decode("utf-8", "backslashreplace")
+    if len(text) > limit:
+        text = text[: limit - 3] + "..."
+    return repr(text)
+
+
+def _range(start: int, length: int) -> str:
+    return str(start) if length == 1 else f"{start},{length}"
+
+
+def _oid(text: bytes) -> str | None:
+    oid = text.decode("ascii").lower()
+    return None if _ZERO_OID.match(oid) else oid
+
+
+def _counts(hunks: Iterable[Hunk]) -> tuple[int, int]:
+    added = removed = 0
+    for h in hunks:
+        for ln in h.lines:
+            if ln.kind == "+":
+                added += 1
+            elif ln.kind == "-":
+                removed += 1
+    return added, removed
+
+
+def _should_strip(a: str, b: str) -> bool:
+    """Strip one leading component (-p1) when both names have one and they differ.
+
+    ``a/x b/x`` and quilt's ``linux.orig/x linux/x`` are -p1; ``vllm/x vllm/x``
+    (``-p0`` or ``git diff --no-prefix``) is kept whole.
+    """
+    if "/" not in a or "/" not in b:
+        return False
+    return a.split("/", 1)[0] != b.split("/", 1)[0]
+
+
+def _strip(name: str, strip: bool) -> str:
+    if strip and "/" in name:
+        return name.split("/", 1)[1]
+    return name
+
+
+def _parse_git_names(rest: bytes) -> tuple[str, str] | None:
+    """The two names of a ``diff --git A B`` line (quoted or not, possibly with spaces)."""
+    if rest.startswith(b'"'):
+        got = _unquote(rest, 0)
+        if got is None or rest[got[1] : got[1] + 1] != b" ":
+            return None
+        first, pos = got
+        second_raw = rest[pos + 1 :]
+        if second_raw.startswith(b'"'):
+            got2 = _unquote(second_raw, 0)
+            if got2 is None or got2[1] != len(second_raw):
+                return None
+            second_raw = got2[0]
+        return (_decode(first), _decode(second_raw)) if second_raw else None
+    if rest.endswith(b'"'):
+        pos = rest.find(b' "')
+        while pos != -1:
+            got = _unquote(rest, pos + 1)
+            if got is not None and got[1] == len(rest):
+                return _decode(rest[:pos]), _decode(got[0])
+            pos = rest.find(b' "', pos + 1)
+        return None
+    # Unquoted, possibly with spaces: git writes the same name twice, so split in
+    # the middle when the two halves agree past their prefixes.
+    if len(rest) % 2 == 1:
+        half = len(rest) // 2
+        a, b = rest[:half], rest[half + 1 :]
+        if rest[half : half + 1] == b" " and a.split(b"/", 1)[-1] == b.split(b"/", 1)[-1]:
+            return _decode(a), _decode(b)
+    pos = rest.find(b" b/")
+    if pos == -1:
+        pos = rest.find(b" ")
+    if pos <= 0:
+        return None
+    return _decode(rest[:pos]), _decode(rest[pos + 1 :])
+
+
+def parse_patch(data: bytes, *, source: str) -> PatchFile:
+    """Parse a patch file (description header + git or plain unified diff).
+
+    ``source`` names the file in error messages. Raises :class:`PatchParseError`
+    (naming ``source`` and the 1-based line) for anything malformed; never any
+    other exception on bad input. Paths are not checked here: call
+    :func:`check_paths` before touching a tree.
+    """
+    try:
+        return _Parser(data, source).parse()
+    except (PatchParseError, PathSafetyError):
+        raise
+    except (ValueError, IndexError, UnicodeError) as exc:  # a parser bug: still a clean error
+        raise PatchParseError(
+            f"{source}: cannot parse the patch ({type(exc).__name__}: {exc})",
+            tip="check the diff part of the patch file; please report this as a forkpatch bug",
+        ) from exc
+
+
+# ---------------------------------------------------------------------- rendering
+
+
+def render_file_patch(fp: FilePatch) -> bytes:
+    """Git-style text of a file section built from its fields (not from ``raw``).
+
+    Used for patches made in memory (e.g. :func:`forkpatch.applier.reverse`).
+    Binary sections come out as a ``Binary files ... differ`` line: the data of
+    a ``GIT binary patch`` block is not kept.
+    """
+    a = fp.old_path if fp.old_path is not None else fp.new_path
+    b = fp.new_path if fp.new_path is not None else fp.old_path
+    out: list[str] = [f"diff --git {quote_path('a/' + str(a))} {quote_path('b/' + str(b))}\n"]
+    if fp.old_path is None:
+        out.append(f"new file mode {fp.new_mode or '100644'}\n")
+    elif fp.new_path is None:
+        out.append(f"deleted file mode {fp.old_mode or '100644'}\n")
+    elif fp.old_mode and fp.new_mode and fp.old_mode != fp.new_mode:
+        out.append(f"old mode {fp.old_mode}\nnew mode {fp.new_mode}\n")
+    if fp.is_rename or fp.is_copy:
+        word = "rename" if fp.is_rename else "copy"
+        if fp.similarity is not None:
+            out.append(f"similarity index {fp.similarity}%\n")
+        out.append(f"{word} from {quote_path(str(fp.old_path))}\n")
+        out.append(f"{word} to {quote_path(str(fp.new_path))}\n")
+    if fp.old_oid or fp.new_oid:
+        zero = "0" * 40
+        index = f"index {fp.old_oid or zero}..{fp.new_oid or zero}"
+        if fp.old_path is not None and fp.new_path is not None and fp.old_mode == fp.new_mode and fp.new_mode:
+            index += f" {fp.new_mode}"
+        out.append(index + "\n")
+    minus = DEV_NULL if fp.old_path is None else quote_path("a/" + fp.old_path)
+    plus = DEV_NULL if fp.new_path is None else quote_path("b/" + fp.new_path)
+    if fp.is_binary:
+        out.append(f"Binary files {minus} and {plus} differ\n")
+        return "".join(out).encode("utf-8", "surrogateescape")
+    if fp.hunks:
+        out.append(f"--- {minus}\n+++ {plus}\n")
+    parts = ["".join(out).encode("utf-8", "surrogateescape")]
+    for h in fp.hunks:
+        section = (" " + h.section) if h.section else ""
+        parts.append(f"{h.header}{section}\n".encode("utf-8", "surrogateescape"))
+        for ln in h.lines:
+            parts.append(ln.kind.encode("ascii") + ln.text)
+            if not ln.text.endswith(b"\n"):
+                parts.append(b"\n\\ No newline at end of file\n")
+    return b"".join(parts)

@@ -1,0 +1,515 @@
+"""series.yaml: the ordered patch series, validated once into frozen dataclasses.
+
+The file is parsed with PyYAML's composer so that every error can name the
+file and line. Anchors and aliases are refused outright (they are never needed
+in a series and are the vehicle of "billion laughs" documents), duplicate keys
+are refused (PyYAML would silently keep the last one), unknown keys get a
+"did you mean" suggestion.
+
+Writing is canonical: :func:`dump_series` always produces the same bytes for
+the same series, keeps the comment block at the top of the file, and
+:func:`save_series` writes atomically, so a rebase or a stack edit rewrites
+only what changed.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from forkpatch.errors import SeriesError
+from forkpatch.fsutil import atomic_write
+
+SERIES_FILE = "series.yaml"
+PATCHES_DIR = "patches"
+FORMAT_VERSION = 1
+
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,79}$")
+COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+
+BUILD_STEPS = ("vllm-dist-info",)
+
+# Optional sections owned by later stages (build, smoke, publish, track): the
+# allowed keys are declared here so that a typo is caught when the file loads,
+# not when a nightly job first reads the section.
+SECTION_KEYS: dict[str, dict[str, type | tuple[type, ...]]] = {
+    "build": {
+        "mode": str,
+        "arch-list": str,
+        "base-wheel": str,
+        "dist-dir": str,
+        "compiled-patterns": list,
+        "base-image": str,
+        "cache": dict,
+        "max-jobs": int,
+    },
+    "smoke": {"required-tiers": list, "index-url": str, "python": str},
+    "publish": {"to": str, "required-tiers": list},
+    "track": {
+        "pattern": str,
+        "prereleases": bool,
+        "min-age-days": (int, float),
+        "branch": str,
+    },
+}
+
+TOP_KEYS = ("version", "fork", "base", "patches", *SECTION_KEYS)
+FORK_KEYS = ("name", "url", "distribution")
+BASE_KEYS = ("tag", "commit")
+PATCH_KEYS = (
+    "name",
+    "file",
+    "build-step",
+    "summary",
+    "why",
+    "upstream",
+    "origin",
+    "smoke",
+    "drop-when",
+)
+
+
+@dataclass(frozen=True)
+class ForkInfo:
+    name: str
+    url: str
+    distribution: str
+
+
+@dataclass(frozen=True)
+class BaseRef:
+    tag: str
+    commit: str
+
+
+@dataclass(frozen=True)
+class PatchEntry:
+    """One patch of the series, in order. Exactly one of ``file``/``build_step``."""
+
+    name: str
+    summary: str
+    file: str | None = None
+    build_step: str | None = None
+    why: str = ""
+    upstream: str = ""
+    origin: str = ""
+    smoke: tuple[str, ...] = ()
+    drop_when: str = ""
+    line: int = 0  # where the entry starts in series.yaml (0: not from a file)
+
+    @property
+    def is_diff(self) -> bool:
+        return self.file is not None
+
+
+@dataclass(frozen=True)
+class Series:
+    fork: ForkInfo
+    base: BaseRef
+    patches: tuple[PatchEntry, ...] = ()
+    sections: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    version: int = FORMAT_VERSION
+    header_comment: str = ""
+
+    def names(self) -> list[str]:
+        return [p.name for p in self.patches]
+
+    def get(self, name: str) -> PatchEntry:
+        for p in self.patches:
+            if p.name == name:
+                return p
+        raise SeriesError(
+            f"no patch named '{name}' in {SERIES_FILE}{_suggest(name, self.names())}",
+            tip="`forkpatch status` lists the patches",
+        )
+
+    def index(self, name: str) -> int:
+        return self.names().index(self.get(name).name)
+
+    def section(self, name: str) -> Mapping[str, Any]:
+        return self.sections.get(name, {})
+
+    def with_patches(self, patches: Iterable[PatchEntry]) -> Series:
+        return replace(self, patches=tuple(patches))
+
+    def with_base(self, base: BaseRef) -> Series:
+        return replace(self, base=base)
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def _suggest(word: str, candidates: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+class _Loc:
+    """Formats error locations as ``series.yaml:LINE``."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def err(self, node: yaml.Node | None, message: str, tip: str | None = None) -> SeriesError:
+        where = self.path
+        if node is not None:
+            where = f"{self.path}:{node.start_mark.line + 1}"
+        return SeriesError(f"{where}: {message}", tip=tip or f"fix {self.path} and run again")
+
+
+def _check_no_aliases(text: str, loc: _Loc) -> None:
+    try:
+        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+            anchor = getattr(event, "anchor", None)
+            if isinstance(event, yaml.AliasEvent) or anchor:
+                raise SeriesError(
+                    f"{loc.path}:{event.start_mark.line + 1}: YAML anchors and aliases "
+                    "are not allowed in a series file",
+                    tip="write the value out in full",
+                )
+    except yaml.YAMLError as exc:
+        raise _yaml_error(exc, loc) from None
+
+
+def _yaml_error(exc: yaml.YAMLError, loc: _Loc) -> SeriesError:
+    mark = getattr(exc, "problem_mark", None)
+    line = f":{mark.line + 1}" if mark is not None else ""
+    problem = getattr(exc, "problem", None) or str(exc)
+    return SeriesError(f"{loc.path}{line}: not valid YAML: {problem}", tip="fix the syntax")
+
+
+def _mapping(node: yaml.Node, loc: _Loc, what: str) -> dict[str, yaml.Node]:
+    if not isinstance(node, yaml.MappingNode):
+        raise loc.err(node, f"{what} must be a mapping")
+    out: dict[str, yaml.Node] = {}
+    for key_node, value_node in node.value:
+        if not isinstance(key_node, yaml.ScalarNode):
+            raise loc.err(key_node, f"{what}: keys must be plain strings")
+        key = key_node.value
+        if key in out:
+            raise loc.err(key_node, f"{what}: duplicate key '{key}'")
+        out[key] = value_node
+    return out
+
+
+def _check_keys(m: dict[str, yaml.Node], allowed: Iterable[str], loc: _Loc, what: str,
+                nodes: yaml.Node) -> None:
+    allowed = list(allowed)
+    for key, value in m.items():
+        if key not in allowed:
+            raise loc.err(value, f"{what}: unknown key '{key}'{_suggest(key, allowed)}",
+                          tip=f"allowed keys: {', '.join(allowed)}")
+
+
+def _scalar(node: yaml.Node, loc: _Loc, what: str, *, allow_empty: bool = False) -> str:
+    if not isinstance(node, yaml.ScalarNode):
+        raise loc.err(node, f"{what} must be a string")
+    value = yaml.safe_load(yaml.serialize(node)) if node.tag != "tag:yaml.org,2002:str" \
+        else node.value
+    if value is None:
+        value = ""
+    if not isinstance(value, str):
+        # Numbers, booleans: a tag such as 1.2 is accepted but must be quoted
+        # to survive, so ask for it instead of guessing.
+        raise loc.err(node, f"{what} must be a string, got {type(value).__name__} "
+                            f"'{node.value}'", tip=f"quote it: \"{node.value}\"")
+    if not allow_empty and not value.strip():
+        raise loc.err(node, f"{what} must not be empty")
+    return value
+
+
+def _native(node: yaml.Node) -> Any:
+    return yaml.safe_load(yaml.serialize(node))
+
+
+def _required(m: dict[str, yaml.Node], key: str, loc: _Loc, what: str,
+              parent: yaml.Node) -> yaml.Node:
+    if key not in m:
+        raise loc.err(parent, f"{what}: missing required key '{key}'")
+    return m[key]
+
+
+def parse_series(text: str, *, path: str = SERIES_FILE) -> Series:
+    """Parse and validate series.yaml text. Raises :class:`SeriesError`."""
+    loc = _Loc(path)
+    _check_no_aliases(text, loc)
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        raise _yaml_error(exc, loc) from None
+    if root is None:
+        raise SeriesError(f"{path}: the file is empty",
+                          tip="run `forkpatch init --fork-url URL --base TAG`")
+    top = _mapping(root, loc, "top level")
+    _check_keys(top, TOP_KEYS, loc, "top level", root)
+
+    version = FORMAT_VERSION
+    if "version" in top:
+        v = _native(top["version"])
+        if v != FORMAT_VERSION:
+            raise loc.err(top["version"], f"unsupported series format version {v!r}; "
+                          f"this forkpatch reads version {FORMAT_VERSION}",
+                          tip="upgrade forkpatch")
+
+    fork_node = _required(top, "fork", loc, "top level", root)
+    fm = _mapping(fork_node, loc, "fork")
+    _check_keys(fm, FORK_KEYS, loc, "fork", fork_node)
+    fork = ForkInfo(
+        name=_scalar(_required(fm, "name", loc, "fork", fork_node), loc, "fork.name"),
+        url=_scalar(_required(fm, "url", loc, "fork", fork_node), loc, "fork.url"),
+        distribution=_scalar(fm["distribution"], loc, "fork.distribution")
+        if "distribution" in fm else "1cat-vllm",
+    )
+
+    base_node = _required(top, "base", loc, "top level", root)
+    bm = _mapping(base_node, loc, "base")
+    _check_keys(bm, BASE_KEYS, loc, "base", base_node)
+    tag = _scalar(_required(bm, "tag", loc, "base", base_node), loc, "base.tag")
+    commit_node = _required(bm, "commit", loc, "base", base_node)
+    commit = _scalar(commit_node, loc, "base.commit")
+    if not COMMIT_RE.match(commit):
+        raise loc.err(commit_node, f"base.commit must be a full 40-hex commit id, got '{commit}'",
+                      tip="`git rev-parse TAG^{commit}` prints it")
+    base = BaseRef(tag=tag, commit=commit)
+
+    patches: list[PatchEntry] = []
+    if "patches" in top and not (isinstance(top["patches"], yaml.ScalarNode)
+                                 and _native(top["patches"]) is None):
+        plist = top["patches"]
+        if not isinstance(plist, yaml.SequenceNode):
+            raise loc.err(plist, "patches must be a list")
+        seen_names: dict[str, int] = {}
+        seen_files: dict[str, int] = {}
+        for item in plist.value:
+            entry = _parse_entry(item, loc)
+            if entry.name in seen_names:
+                raise loc.err(item, f"duplicate patch name '{entry.name}' "
+                              f"(first at line {seen_names[entry.name]})")
+            seen_names[entry.name] = entry.line
+            if entry.file is not None:
+                if entry.file in seen_files:
+                    raise loc.err(item, f"patch '{entry.name}': file '{entry.file}' is already "
+                                  f"used by the entry at line {seen_files[entry.file]}")
+                seen_files[entry.file] = entry.line
+            patches.append(entry)
+
+    sections: dict[str, Mapping[str, Any]] = {}
+    for name, allowed in SECTION_KEYS.items():
+        if name not in top:
+            continue
+        sm = _mapping(top[name], loc, name)
+        _check_keys(sm, allowed, loc, name, top[name])
+        values: dict[str, Any] = {}
+        for key, node in sm.items():
+            value = _native(node)
+            if not isinstance(value, allowed[key]) or isinstance(value, bool) and \
+                    allowed[key] in (int, (int, float)):
+                want = allowed[key]
+                names = "/".join(t.__name__ for t in want) if isinstance(want, tuple) \
+                    else want.__name__
+                raise loc.err(node, f"{name}.{key} must be a {names}, got "
+                              f"{type(value).__name__}")
+            values[key] = value
+        sections[name] = values
+
+    return Series(fork=fork, base=base, patches=tuple(patches), sections=sections,
+                  version=version, header_comment=_header_comment(text))
+
+
+def _parse_entry(item: yaml.Node, loc: _Loc) -> PatchEntry:
+    m = _mapping(item, loc, "patch entry")
+    _check_keys(m, PATCH_KEYS, loc, "patch entry", item)
+    name_node = _required(m, "name", loc, "patch entry", item)
+    name = _scalar(name_node, loc, "patch name")
+    if not NAME_RE.match(name):
+        raise loc.err(name_node, f"patch name '{name}' must be a slug: lower-case letters, "
+                      "digits, '.', '_' and '-', starting with a letter or digit")
+    what = f"patch '{name}'"
+    file = build_step = None
+    if "file" in m:
+        file = _scalar(m["file"], loc, f"{what}: file")
+        check_series_file_path(file, where=f"{loc.path}:{m['file'].start_mark.line + 1}")
+    if "build-step" in m:
+        build_step = _scalar(m["build-step"], loc, f"{what}: build-step")
+        if build_step not in BUILD_STEPS:
+            raise loc.err(m["build-step"], f"{what}: unknown build-step '{build_step}'"
+                          f"{_suggest(build_step, BUILD_STEPS)}",
+                          tip=f"known build steps: {', '.join(BUILD_STEPS)}")
+    if (file is None) == (build_step is None):
+        raise loc.err(item, f"{what}: needs exactly one of 'file' (a patch in patches/) or "
+                      "'build-step'")
+    smoke: tuple[str, ...] = ()
+    if "smoke" in m:
+        node = m["smoke"]
+        if not isinstance(node, yaml.SequenceNode):
+            raise loc.err(node, f"{what}: smoke must be a list of check ids")
+        smoke = tuple(_scalar(n, loc, f"{what}: smoke check") for n in node.value)
+    return PatchEntry(
+        name=name,
+        file=file,
+        build_step=build_step,
+        summary=_scalar(_required(m, "summary", loc, what, item), loc, f"{what}: summary"),
+        why=_scalar(m["why"], loc, f"{what}: why", allow_empty=True) if "why" in m else "",
+        upstream=_scalar(m["upstream"], loc, f"{what}: upstream", allow_empty=True)
+        if "upstream" in m else "",
+        origin=_scalar(m["origin"], loc, f"{what}: origin", allow_empty=True)
+        if "origin" in m else "",
+        smoke=smoke,
+        drop_when=_scalar(m["drop-when"], loc, f"{what}: drop-when", allow_empty=True)
+        if "drop-when" in m else "",
+        line=item.start_mark.line + 1,
+    )
+
+
+def check_series_file_path(file: str, *, where: str) -> None:
+    """A patch file named in series.yaml must stay inside patches/."""
+    bad = (
+        not file
+        or file.startswith(("/", "\\"))
+        or "\\" in file
+        or "\0" in file
+        or any(part in ("", ".", "..") for part in file.split("/"))
+        or re.match(r"^[A-Za-z]:", file) is not None
+    )
+    if bad:
+        raise SeriesError(f"{where}: patch file '{file}' must be a relative path inside "
+                          f"{PATCHES_DIR}/ without '..'",
+                          tip="name the file by its slug, e.g. 'my-fix.patch'")
+
+
+def _header_comment(text: str) -> str:
+    lines = []
+    for line in text.splitlines():
+        if line.startswith("#") or (not line.strip() and lines):
+            lines.append(line)
+        else:
+            break
+    while lines and not lines[-1].strip():
+        lines.pop()
+    return "\n".join(lines)
+
+
+def load_series(path: Path) -> Series:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise SeriesError(f"{path}: not found",
+                          tip="run `forkpatch init --fork-url URL --base TAG` to start a series, "
+                              "or run forkpatch in the project directory (-C DIR)") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise SeriesError(f"{path}:{line}: not valid UTF-8",
+                          tip="save the file as UTF-8") from None
+    return parse_series(text, path=str(path.name if path.name == SERIES_FILE else path))
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def _scalar_yaml(value: str, indent: int) -> str:
+    """Render one string value: block literal for multi-line text, else flow."""
+    if "\n" in value.rstrip("\n"):
+        pad = " " * indent
+        body = value if value.endswith("\n") else value + "\n"
+        chomp = "" if value.endswith("\n") and not value.endswith("\n\n") else \
+            ("+" if value.endswith("\n\n") else "-")
+        lines = "".join((pad + line if line else "") + "\n" for line in body[:-1].split("\n"))
+        return f"|{chomp}\n{lines}".rstrip("\n")
+    dumped = yaml.safe_dump(value, default_style=None, width=10_000, allow_unicode=True)
+    dumped = dumped.rstrip("\n")
+    if dumped.endswith("\n..."):
+        dumped = dumped[: -len("\n...")]
+    return dumped
+
+
+def _emit_value(key: str, value: Any, indent: int) -> list[str]:
+    pad = " " * indent
+    if isinstance(value, str):
+        return [f"{pad}{key}: {_scalar_yaml(value, indent + 2)}"]
+    if isinstance(value, (list, tuple)):
+        if not value:
+            return [f"{pad}{key}: []"]
+        if all(isinstance(v, str) and "\n" not in v for v in value):
+            inner = ", ".join(_scalar_yaml(v, 0) for v in value)
+            line = f"{pad}{key}: [{inner}]"
+            if len(line) <= 100:
+                return [line]
+            return [f"{pad}{key}:"] + [f"{pad}  - {_scalar_yaml(v, 0)}" for v in value]
+    if isinstance(value, Mapping):
+        out = [f"{pad}{key}:"]
+        for k, v in value.items():
+            out.extend(_emit_value(k, v, indent + 2))
+        return out
+    dumped = yaml.safe_dump(value, default_flow_style=True, width=10_000).strip()
+    if dumped.endswith("\n..."):
+        dumped = dumped[: -len("\n...")]
+    return [f"{pad}{key}: {dumped}"]
+
+
+def dump_series(series: Series) -> str:
+    """Canonical text of a series: same series, same bytes."""
+    out: list[str] = []
+    if series.header_comment:
+        out.append(series.header_comment)
+        out.append("")
+    out.append(f"version: {series.version}")
+    out.extend(_emit_value("fork", {"name": series.fork.name, "url": series.fork.url,
+                                    "distribution": series.fork.distribution}, 0))
+    out.extend(_emit_value("base", {"tag": series.base.tag, "commit": series.base.commit}, 0))
+    if not series.patches:
+        out.append("patches: []")
+    else:
+        out.append("patches:")
+        for p in series.patches:
+            fields: list[tuple[str, Any]] = [("name", p.name)]
+            if p.file is not None:
+                fields.append(("file", p.file))
+            if p.build_step is not None:
+                fields.append(("build-step", p.build_step))
+            fields.append(("summary", p.summary))
+            for key, value in (("why", p.why), ("upstream", p.upstream),
+                               ("origin", p.origin)):
+                if value:
+                    fields.append((key, value))
+            if p.smoke:
+                fields.append(("smoke", list(p.smoke)))
+            if p.drop_when:
+                fields.append(("drop-when", p.drop_when))
+            first = True
+            for key, value in fields:
+                lines = _emit_value(key, value, 4)
+                if first:
+                    lines[0] = "  - " + lines[0][4:]
+                    first = False
+                out.extend(lines)
+    for name in SECTION_KEYS:
+        if series.sections.get(name):
+            out.extend(_emit_value(name, dict(series.sections[name]), 0))
+    return "\n".join(out) + "\n"
+
+
+def save_series(series: Series, path: Path) -> bool:
+    """Write series.yaml atomically; returns False when the bytes are unchanged."""
+    text = dump_series(series)
+    # Never write something we could not read back.
+    parse_series(text, path=str(path))
+    return atomic_write(path, text.encode("utf-8"))
+
+
+def new_series(*, fork_name: str, fork_url: str, distribution: str, tag: str,
+               commit: str) -> Series:
+    header = (
+        "# forkpatch series: the private patches carried on top of the fork.\n"
+        "# Order matters: patches apply top to bottom. Edit with `forkpatch` commands\n"
+        "# (or by hand; `forkpatch status` validates it)."
+    )
+    return Series(fork=ForkInfo(fork_name, fork_url, distribution), base=BaseRef(tag, commit),
+                  header_comment=header)

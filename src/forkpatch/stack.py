@@ -1,0 +1,644 @@
+"""The editable stack: a work tree with one commit per applied patch.
+
+The work tree is a ``git worktree`` of forkpatch's private store (never of the
+user's clone of the fork), on the branch ``forkpatch/stack``. The commits from
+the base to HEAD are the applied patches, each carrying its name in a
+``Forkpatch-Patch:`` trailer; commits a developer makes by hand on top belong
+to the patch below them until the next ``refresh`` folds them in.
+
+``patches/`` stays the source of truth: commands that change it (refresh,
+export, new, delete, rename, move, import) first compute everything in memory
+and write patch files and series.yaml last, each atomically.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from forkpatch import log
+from forkpatch.engine import (
+    Item,
+    PatchResult,
+    SeriesApplier,
+    SeriesResult,
+    commit_message,
+    diffs_of_commits,
+    parse_commit_message,
+    canonical_diff,
+)
+from forkpatch.errors import (
+    ConflictError,
+    PatchApplyError,
+    SeriesError,
+    StateError,
+    UsageError,
+)
+from forkpatch.git import Git, commit_date, identity_env
+from forkpatch.patchfile import format_patch
+from forkpatch.project import Project
+from forkpatch.series import NAME_RE, PatchEntry
+
+BRANCH = "forkpatch/stack"
+DEFAULT_WORKTREE = "worktree"
+CONFLICT_MARKER = re.compile(rb"^(<{7} |>{7} |\|{7} )", re.M)
+
+
+@dataclass(frozen=True)
+class AppliedPatch:
+    name: str
+    commits: tuple[str, ...]  # the trailer commit first, then hand-made commits on top
+
+    @property
+    def commit(self) -> str:
+        return self.commits[-1]
+
+    @property
+    def first(self) -> str:
+        return self.commits[0]
+
+
+def describe_failure(result: PatchResult, onto: str) -> str:
+    lines = [f"patch '{result.name}' does not apply on {onto}:"]
+    for c in result.conflicts:
+        lines.append(f"  - {c.reason}")
+    return "\n".join(lines)
+
+
+class Stack:
+    def __init__(self, project: Project) -> None:
+        self.project = project
+        self.fork = project.fork()
+        self.store = self.fork.store
+
+    # ----------------------------------------------------------------- locating
+
+    @property
+    def state(self) -> dict:
+        return self.project.read_state() or {}
+
+    def worktree_path(self) -> Path | None:
+        path = self.state.get("worktree")
+        return Path(path) if path else None
+
+    def wt(self) -> Git:
+        path = self.worktree_path()
+        if path is None or not (path / ".git").exists():
+            raise StateError("no work tree: the series is not applied",
+                             tip="run `forkpatch apply` to create one")
+        text = (path / ".git").read_text().strip()
+        admin = Path(text.split(":", 1)[1].strip())
+        return Git(admin if admin.is_absolute() else (path / admin).resolve(), work_tree=path)
+
+    def base_commit(self) -> str:
+        return self.state.get("base") or self.project.series.base.commit
+
+    def head(self, wt: Git) -> str:
+        head = wt.rev_parse("HEAD")
+        assert head is not None
+        return head
+
+    def applied(self, wt: Git | None = None) -> list[AppliedPatch]:
+        wt = wt or self.wt()
+        base = self.base_commit()
+        raw = wt.run("log", "--first-parent", "--reverse", "--format=%H%x00%B%x1e",
+                     f"{base}..HEAD").stdout.decode("utf-8", "surrogateescape")
+        patches: list[AppliedPatch] = []
+        for record in raw.split("\x1e"):
+            record = record.strip("\n")
+            if not record:
+                continue
+            commit, _, message = record.partition("\x00")
+            name, _summary, _header = parse_commit_message(message)
+            if name:
+                patches.append(AppliedPatch(name, (commit,)))
+            elif patches:
+                last = patches[-1]
+                patches[-1] = AppliedPatch(last.name, last.commits + (commit,))
+            else:
+                raise StateError(
+                    f"commit {commit[:12]} in the work tree sits on the base without a patch",
+                    tip="run `forkpatch new NAME` to start a patch, then move the change into it")
+        return patches
+
+    def is_dirty(self, wt: Git) -> bool:
+        return bool(wt.run("status", "--porcelain", "--untracked-files=all").stdout.strip())
+
+    def require_clean(self, wt: Git, what: str) -> None:
+        if self.is_dirty(wt):
+            raise StateError(f"the work tree {wt.work_tree} has changes that are not in a patch; "
+                             f"{what} would lose them",
+                             tip="run `forkpatch refresh` to write them into the top patch, "
+                                 "or discard them with `git -C <worktree> checkout -- .`")
+
+    # ----------------------------------------------------------------- apply
+
+    def _checkout(self, head: str, worktree: Path | None) -> Path:
+        path = worktree or self.worktree_path() or \
+            self.project.state_dir / DEFAULT_WORKTREE
+        path = path.resolve()
+        if (path / ".git").exists():
+            wt = Git(self._admin_of(path), work_tree=path)
+            wt.run("checkout", "-q", "-f", "-B", BRANCH, head)
+            wt.run("clean", "-q", "-fdx")
+        else:
+            if path.exists() and any(path.iterdir()):
+                raise UsageError(f"{path} exists and is not empty",
+                                 tip="choose another --worktree DIR or remove it")
+            self.store.run("worktree", "prune")
+            self.store.run("worktree", "add", "-q", "-f", "-B", BRANCH, str(path), head)
+        state = self.state
+        state.update({"worktree": str(path), "base": self.project.series.base.commit})
+        state.pop("editing", None)
+        self.project.write_state(state)
+        return path
+
+    @staticmethod
+    def _admin_of(path: Path) -> Path:
+        text = (path / ".git").read_text().strip()
+        admin = Path(text.split(":", 1)[1].strip())
+        return admin if admin.is_absolute() else (path / admin).resolve()
+
+    def apply(self, worktree: Path | None = None, force: bool = False,
+              upto: str | None = None) -> tuple[Path, SeriesResult]:
+        series = self.project.series
+        base = self.fork.verify_base(series.base.tag, series.base.commit)
+        existing = self.worktree_path()
+        if existing is not None and (existing / ".git").exists() and \
+                (worktree is None or worktree.resolve() == existing):
+            wt = self.wt()
+            if not force:
+                self.require_clean(wt, "re-applying the series")
+                self._require_refreshed(wt)
+        entries = list(series.patches)
+        if upto is not None:
+            entries = entries[: series.index(upto) + 1]
+        result = SeriesApplier(self.store, base).run(self.project.items(entries), write=True)
+        path = self._checkout(result.head or base, worktree)
+        bad = result.first_conflict()
+        if bad is not None:
+            raise PatchApplyError(
+                describe_failure(bad, f"{series.base.tag} with the patches below it") +
+                f"\nthe work tree {path} holds the patches below it",
+                tip=f"fix patches/{series.get(bad.name).file}, or run `forkpatch push --merge` "
+                    "to bring it in with conflict markers and resolve them")
+        return path, result
+
+    # ----------------------------------------------------------------- queries
+
+    def top(self) -> str | None:
+        applied = self.applied()
+        return applied[-1].name if applied else None
+
+    def unapplied(self, applied: list[AppliedPatch]) -> list[PatchEntry]:
+        names = {a.name for a in applied}
+        return [p for p in self.project.series.patches if p.name not in names]
+
+    def _require_refreshed(self, wt: Git, patches: list[AppliedPatch] | None = None) -> None:
+        """Refuse when an applied patch's commit differs from its file (unsaved work)."""
+        applied = patches if patches is not None else self.applied(wt)
+        pending = self._unsaved(wt, applied)
+        if pending:
+            raise StateError(
+                f"patch(es) {', '.join(pending)} have changes in the work tree that are not "
+                "written to patches/",
+                tip="run `forkpatch export` (or `forkpatch refresh` on the top patch) first, or "
+                    "pass --force to discard them")
+
+    def _unsaved(self, wt: Git, applied: list[AppliedPatch]) -> list[str]:
+        if not applied:
+            return []
+        parents = [self._parent(wt, a) for a in applied]
+        out = []
+        for a, parent in zip(applied, parents, strict=True):
+            entry = self.project.series.get(a.name) if a.name in self.project.series.names() \
+                else None
+            if entry is None or entry.file is None:
+                continue
+            diff = canonical_diff(wt.diff_trees(parent, a.commit))
+            path = self.project.patch_path(entry)
+            current = path.read_bytes() if path.exists() else b""
+            header = parse_commit_message(wt.out("show", "-s", "--format=%B", a.first))[2]
+            if format_patch(header, diff) != current and \
+                    self._diff_part(current) != diff:
+                out.append(a.name)
+        return out
+
+    @staticmethod
+    def _diff_part(data: bytes) -> bytes:
+        idx = data.find(b"diff --git ")
+        return data[idx:] if idx >= 0 else b""
+
+    def _parent(self, wt: Git, a: AppliedPatch) -> str:
+        parent = wt.rev_parse(f"{a.first}^")
+        assert parent is not None
+        return parent
+
+    # ----------------------------------------------------------------- push / pop
+
+    def _merge_bases(self) -> dict[str, dict[str, tuple[bytes | None, bytes | None]]]:
+        """Each patch's pre/post file images on the series' own base: the 3-way base."""
+        base = self.project.series.base.commit
+        res = SeriesApplier(self.store, base).run(self.project.items(), write=False,
+                                                  stop_at_conflict=False)
+        return {r.name: r.images for r in res.results if r.images}
+
+    def push(self, name: str | None = None, all_: bool = False, merge: bool = False
+             ) -> list[PatchResult]:
+        wt = self.wt()
+        self.require_clean(wt, "pushing")
+        applied = self.applied(wt)
+        todo = self.unapplied(applied)
+        series = self.project.series
+        applied_names = [a.name for a in applied]
+        # Only patches that come after the applied prefix in series order can be pushed.
+        order = series.names()
+        if applied_names and applied_names != order[: len(applied_names)]:
+            raise StateError("the applied patches are not a prefix of series.yaml's order",
+                             tip="run `forkpatch apply --force` to rebuild the stack")
+        if not todo:
+            raise UsageError("all patches are applied", tip="`forkpatch top` shows the top")
+        if name is not None:
+            idx = [p.name for p in todo].index(series.get(name).name) \
+                if name in [p.name for p in todo] else None
+            if idx is None:
+                raise UsageError(f"patch '{name}' is already applied")
+            todo = todo[: idx + 1]
+        elif not all_:
+            todo = todo[:1]
+        head = self.head(wt)
+        applier = SeriesApplier(self.store, self.base_commit(), three_way=merge,
+                                merge_bases=self._merge_bases() if merge else None,
+                                labels=("stack", "patch"))
+        result = applier.run(self.project.items(todo), write=True, parent=head)
+        new_head = result.head or head
+        if new_head != head:
+            wt.run("reset", "-q", "--hard", new_head)
+        bad = result.first_conflict()
+        if bad is not None:
+            if merge and any(c.merged is not None for c in bad.conflicts):
+                self._materialise_conflict(wt, bad)
+                raise ConflictError(
+                    f"patch '{bad.name}' is in the work tree with conflict markers in: "
+                    + ", ".join(c.path for c in bad.conflicts),
+                    tip=f"resolve them in {wt.work_tree}, then run `forkpatch refresh`")
+            raise PatchApplyError(
+                describe_failure(bad, f"the top of the stack ({applied_names[-1] if applied_names else 'base'})"),
+                tip="run `forkpatch push --merge` to bring it in with conflict markers, or fix "
+                    "the patch file")
+        state = self.state
+        if "editing" in state:
+            above = [n for n in state["editing"].get("above", [])
+                     if n not in {r.name for r in result.results}]
+            if above:
+                state["editing"]["above"] = above
+            else:
+                state.pop("editing")
+            self.project.write_state(state)
+        return result.results
+
+    def _materialise_conflict(self, wt: Git, bad: PatchResult) -> None:
+        """Commit the conflicting patch with its markers so refresh can amend it."""
+        entry = self.project.series.get(bad.name)
+        patch = self.project.load_patch(entry)
+        assert patch is not None and wt.work_tree is not None
+        # Apply what applies, then write the merged files with their markers.
+        for c in bad.conflicts:
+            if c.merged is not None:
+                target = wt.work_tree / c.path
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(c.merged)
+        clean_files = {fp.path for fp in patch.files} - {c.path for c in bad.conflicts}
+        if clean_files:
+            partial = replace(patch, files=tuple(fp for fp in patch.files
+                                                 if fp.path in clean_files))
+            res = SeriesApplier(self.store, self.base_commit()).apply_patch(
+                _WorkTreeState.of(self.store, self.head(wt)),
+                Item(entry=entry, patch=partial))[1]
+            for ch in res:
+                target = wt.work_tree / ch.path
+                if ch.is_delete:
+                    target.unlink(missing_ok=True)
+                else:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_bytes(ch.data or b"")
+        self._commit_worktree(wt, parent=self.head(wt),
+                              message=commit_message(entry, patch.header))
+
+    def pop(self, name: str | None = None, all_: bool = False, force: bool = False
+            ) -> list[str]:
+        wt = self.wt()
+        applied = self.applied(wt)
+        if not applied:
+            raise UsageError("no patch is applied", tip="`forkpatch push` applies the next one")
+        if all_:
+            keep = 0
+        elif name is not None:
+            names = [a.name for a in applied]
+            if name not in names:
+                raise UsageError(f"patch '{name}' is not applied")
+            keep = names.index(name) + 1
+            if keep == len(applied):
+                return []
+        else:
+            keep = len(applied) - 1
+        popped = applied[keep:]
+        if not force:
+            self.require_clean(wt, "popping")
+            self._require_refreshed(wt, popped)
+        target = applied[keep - 1].commit if keep else self.base_commit()
+        wt.run("reset", "-q", "--hard", target)
+        wt.run("clean", "-q", "-fd")
+        state = self.state
+        state.pop("editing", None)
+        self.project.write_state(state)
+        return [p.name for p in popped]
+
+    # ----------------------------------------------------------------- refresh
+
+    def _commit_worktree(self, wt: Git, *, parent: str, message: str) -> str:
+        wt.run("add", "-A")
+        tree = wt.out("write-tree")
+        commit = wt.commit_tree(tree, [parent], message,
+                                date=commit_date(self.store, self.base_commit()))
+        wt.run("update-ref", "-m", "forkpatch refresh", "HEAD", commit)
+        return commit
+
+    def refresh(self, force: bool = False) -> list[str]:
+        """Write the top patch (with work-tree changes folded in) back to its file.
+
+        When the patch was opened with ``edit`` and patches above it were popped,
+        they are re-applied on top of the new version first; if one no longer
+        applies nothing in patches/ changes and the user is told where.
+        """
+        wt = self.wt()
+        applied = self.applied(wt)
+        if not applied:
+            raise UsageError("no patch is applied", tip="`forkpatch push` or `forkpatch new NAME`")
+        top = applied[-1]
+        entry = self.project.series.get(top.name)
+        if entry.file is None:
+            raise UsageError(f"'{top.name}' is a build step, not a diff")
+        parent = self._parent(wt, top)
+        message = wt.out("show", "-s", "--format=%B", top.first) + "\n"
+        if not force:
+            self._refuse_markers(wt, top.commit)
+        new = self._commit_worktree(wt, parent=parent, message=message)
+        name, summary, header = parse_commit_message(message)
+        diff = canonical_diff(wt.diff_trees(parent, new))
+        if not force and CONFLICT_MARKER.search(diff):
+            raise ConflictError(f"patch '{top.name}' still contains conflict markers",
+                                tip="resolve them, or pass --force to keep them")
+        state = self.state
+        above_names = state.get("editing", {}).get("above", []) \
+            if state.get("editing", {}).get("patch") == top.name else []
+        writes: list[tuple[PatchEntry, str, bytes]] = [(entry, header, diff)]
+        if above_names:
+            above_entries = [self.project.series.get(n) for n in above_names]
+            applier = SeriesApplier(self.store, self.base_commit(), three_way=True,
+                                    merge_bases=self._merge_bases(),
+                                    labels=("your edit", "patch"))
+            result = applier.run(self.project.items(above_entries), write=True, parent=new)
+            bad = result.first_conflict()
+            if bad is not None:
+                raise PatchApplyError(
+                    f"your change to '{top.name}' breaks the patch above it:\n"
+                    + describe_failure(bad, f"the new '{top.name}'")
+                    + "\nnothing in patches/ was changed; your edit is kept in the work tree",
+                    tip=f"adjust the edit and run `forkpatch refresh` again, or run `forkpatch "
+                        f"refresh --force` to save '{top.name}' alone and then `forkpatch push "
+                        "--merge` to resolve the patches above")
+            diffs = diffs_of_commits(self.store, result.commits)
+            for r, e in zip(result.results, above_entries, strict=True):
+                if r.commit is not None:
+                    p = self.project.load_patch(e)
+                    writes.append((e, p.header if p else "", canonical_diff(diffs[r.commit])))
+            wt.run("reset", "-q", "--hard", result.head or new)
+            state.pop("editing", None)
+            self.project.write_state(state)
+        elif force and state.get("editing"):
+            state.pop("editing", None)
+            self.project.write_state(state)
+        changed = []
+        for e, h, d in writes:
+            if self.project.write_patch(e, h, d):
+                changed.append(e.name)
+        if summary and summary != entry.summary:
+            series = self.project.series
+            self.project.save_series(series.with_patches(
+                replace(p, summary=summary) if p.name == entry.name else p
+                for p in series.patches))
+        return changed
+
+    def _refuse_markers(self, wt: Git, commit: str) -> None:
+        changed = wt.run("diff", "--name-only", "-z", commit).stdout.split(b"\0")
+        for raw in changed:
+            if not raw:
+                continue
+            path = wt.work_tree / raw.decode("utf-8", "surrogateescape")  # type: ignore[operator]
+            if path.is_file() and CONFLICT_MARKER.search(path.read_bytes()):
+                raise ConflictError(f"{path} still contains conflict markers",
+                                    tip="resolve them, or pass --force to keep them")
+
+    # ----------------------------------------------------------------- edit
+
+    def edit(self, name: str) -> Path:
+        wt = self.wt()
+        entry = self.project.series.get(name)
+        applied = self.applied(wt)
+        names = [a.name for a in applied]
+        if entry.name not in names:
+            self.push(entry.name)
+            return wt.work_tree  # type: ignore[return-value]
+        self.require_clean(wt, f"going to '{name}'")
+        idx = names.index(entry.name)
+        above = applied[idx + 1:]
+        self._require_refreshed(wt, above)
+        if above:
+            wt.run("reset", "-q", "--hard", applied[idx].commit)
+            state = self.state
+            state["editing"] = {"patch": entry.name, "above": [a.name for a in above]}
+            self.project.write_state(state)
+        return wt.work_tree  # type: ignore[return-value]
+
+    # ----------------------------------------------------------------- series edits
+
+    def new(self, name: str, summary: str | None = None) -> PatchEntry:
+        if not NAME_RE.match(name):
+            raise UsageError(f"'{name}' is not a valid patch name: use lower-case letters, "
+                             "digits, '.', '_' and '-'")
+        series = self.project.series
+        if name in series.names():
+            raise UsageError(f"a patch named '{name}' already exists")
+        file = f"{name}.patch"
+        if (self.project.patches_dir / file).exists():
+            raise UsageError(f"patches/{file} already exists (an orphan?)",
+                             tip="import it with `forkpatch import` or remove it")
+        wt = self.wt()
+        applied = self.applied(wt)
+        position = series.index(applied[-1].name) + 1 if applied else 0
+        entry = PatchEntry(name=name, file=file, summary=summary or f"{name}")
+        head = self.head(wt)
+        commit = wt.commit_tree(wt.tree_of(head), [head], commit_message(entry, ""),
+                                date=commit_date(self.store, self.base_commit()))
+        patches = list(series.patches)
+        patches.insert(position, entry)
+        self.project.write_patch(entry, "", b"")
+        self.project.save_series(series.with_patches(patches))
+        wt.run("update-ref", "HEAD", commit)
+        return entry
+
+    def delete(self, name: str, keep_file: bool = False) -> None:
+        series = self.project.series
+        entry = series.get(name)
+        applied: list[AppliedPatch] = []
+        if self.worktree_path() is not None:
+            wt = self.wt()
+            applied = self.applied(wt)
+            names = [a.name for a in applied]
+            if entry.name in names:
+                if names[-1] != entry.name:
+                    raise StateError(f"patch '{name}' is applied below other patches",
+                                     tip=f"pop to it first: `forkpatch pop {names[names.index(name) - 1] if names.index(name) else '--all'}`")
+                self.pop(force=False)
+        self.project.save_series(series.with_patches(p for p in series.patches
+                                                     if p.name != entry.name))
+        if entry.file and not keep_file:
+            self.project.patch_path(entry).unlink(missing_ok=True)
+
+    def _rebuild_applied(self, count: int) -> None:
+        """Re-create the work tree's stack from the files: the first ``count`` patches."""
+        if self.worktree_path() is None:
+            return
+        wt = self.wt()
+        series = self.project.series
+        entries = list(series.patches[:count])
+        result = SeriesApplier(self.store, self.base_commit()).run(
+            self.project.items(entries), write=True)
+        if not result.ok:
+            bad = result.first_conflict()
+            assert bad is not None
+            raise PatchApplyError(describe_failure(bad, "the rebuilt stack"))
+        wt.run("reset", "-q", "--hard", result.head or self.base_commit())
+
+    def rename(self, old: str, new: str) -> PatchEntry:
+        if not NAME_RE.match(new):
+            raise UsageError(f"'{new}' is not a valid patch name")
+        series = self.project.series
+        entry = series.get(old)
+        if new in series.names():
+            raise UsageError(f"a patch named '{new}' already exists")
+        count = 0
+        if self.worktree_path() is not None:
+            wt = self.wt()
+            applied = self.applied(wt)
+            self.require_clean(wt, "renaming")
+            self._require_refreshed(wt, applied)
+            count = len(applied)
+        new_file = entry.file
+        if entry.file is not None and entry.file == f"{entry.name}.patch":
+            new_file = f"{new}.patch"
+            if (self.project.patches_dir / new_file).exists():
+                raise UsageError(f"patches/{new_file} already exists")
+        renamed = replace(entry, name=new, file=new_file)
+        if entry.file and new_file != entry.file:
+            src = self.project.patch_path(entry)
+            self.project.write_patch(renamed, *_split(src.read_bytes()))
+        self.project.save_series(series.with_patches(renamed if p.name == entry.name else p
+                                                     for p in series.patches))
+        if entry.file and new_file != entry.file:
+            self.project.patch_path(entry).unlink(missing_ok=True)
+        self._rebuild_applied(count)
+        return renamed
+
+    def move(self, name: str, *, before: str | None = None, after: str | None = None,
+             position: int | None = None) -> list[str]:
+        series = self.project.series
+        entry = series.get(name)
+        others = [p for p in series.patches if p.name != entry.name]
+        if before is not None:
+            idx = [p.name for p in others].index(series.get(before).name)
+        elif after is not None:
+            idx = [p.name for p in others].index(series.get(after).name) + 1
+        elif position is not None:
+            if not 1 <= position <= len(series.patches):
+                raise UsageError(f"position must be between 1 and {len(series.patches)}")
+            idx = position - 1
+        else:
+            raise UsageError("say where: --before NAME, --after NAME or --to N")
+        others.insert(idx, entry)
+        new_series = series.with_patches(others)
+        count = 0
+        if self.worktree_path() is not None:
+            wt = self.wt()
+            applied = self.applied(wt)
+            self.require_clean(wt, "reordering")
+            self._require_refreshed(wt, applied)
+            count = len(applied)
+        # The new order must apply before anything is written.
+        items = [Item(e, self.project.load_patch(e)) for e in new_series.patches]
+        result = SeriesApplier(self.store, self.project.series.base.commit).run(items)
+        bad = result.first_conflict()
+        if bad is not None:
+            raise PatchApplyError(
+                describe_failure(bad, "the reordered series") + "\nnothing was changed",
+                tip="patches that depend on each other must keep their order")
+        self.project.save_series(new_series)
+        self._rebuild_applied(count)
+        return new_series.names()
+
+    # ----------------------------------------------------------------- export
+
+    def export(self) -> list[str]:
+        """Write every applied patch's commit back to its file; returns the changed names."""
+        wt = self.wt()
+        applied = self.applied(wt)
+        if self.is_dirty(wt):
+            log.warn("the work tree has uncommitted changes; they are not exported "
+                     "(`forkpatch refresh` folds them into the top patch)")
+        changed: list[str] = []
+        series = self.project.series
+        new_entries = list(series.patches)
+        for a in applied:
+            entry = series.get(a.name)
+            if entry.file is None:
+                continue
+            parent = self._parent(wt, a)
+            diff = canonical_diff(wt.diff_trees(parent, a.commit))
+            _name, summary, header = parse_commit_message(
+                wt.out("show", "-s", "--format=%B", a.first))
+            if self.project.write_patch(entry, header, diff):
+                changed.append(entry.name)
+            if summary and summary != entry.summary:
+                new_entries = [replace(p, summary=summary) if p.name == entry.name else p
+                               for p in new_entries]
+        if tuple(new_entries) != series.patches:
+            self.project.save_series(series.with_patches(new_entries))
+        return changed
+
+    def remove_worktree(self) -> None:
+        path = self.worktree_path()
+        if path is not None and path.exists():
+            self.store.run("worktree", "remove", "--force", str(path), check=False)
+            shutil.rmtree(path, ignore_errors=True)
+        state = self.state
+        state.pop("worktree", None)
+        state.pop("editing", None)
+        self.project.write_state(state or None)
+
+
+def _split(data: bytes) -> tuple[str, bytes]:
+    idx = data.find(b"diff --git ")
+    if idx < 0:
+        idx = len(data)
+    return data[:idx].decode("utf-8").strip(), data[idx:]
+
+
+class _WorkTreeState:
+    @staticmethod
+    def of(git: Git, commit: str):  # type: ignore[no-untyped-def]
+        from forkpatch.engine import TreeState
+
+        return TreeState(git, git.reader(), commit)
