@@ -366,3 +366,53 @@ def write_example_patches(fork: Path, tag: str, out_dir: Path) -> list[Path]:
     paths = sorted(out_dir.glob("*.patch"))
     del out
     return paths
+
+
+def build_release_wheel(fork: Path, tag: str, out_dir: Path) -> Path:
+    """The fork's "released wheel" for ``tag``, built without network or setuptools.
+
+    It holds what the fork's setup.py would put in a Python-only wheel: the
+    ``vllm`` package at ``tag``, ``vllm/_version.py`` as setuptools-scm writes
+    it, and the dist-info (METADATA, WHEEL, entry_points.txt, RECORD). Used as
+    ``--base-wheel`` for overlay builds in the demo and the tests.
+    """
+    import base64
+    import hashlib
+    import zipfile
+
+    version = tag.lstrip("v")
+    listing = _git(fork, "ls-tree", "-r", "--name-only", "-z", tag)
+    members: list[tuple[str, bytes]] = []
+    for rel in sorted(p for p in listing.split("\0") if p):
+        if rel.startswith("vllm/") and rel.endswith(".py"):
+            data = subprocess.run(["git", "-C", str(fork), "cat-file", "blob", f"{tag}:{rel}"],
+                                  check=True, stdout=subprocess.PIPE).stdout
+            members.append((rel, data))
+    parts = tuple(int(p) for p in version.split("."))
+    members.append(("vllm/_version.py",
+                    f"__version__ = version = {version!r}\n"
+                    f"__version_tuple__ = version_tuple = {parts!r}\n".encode()))
+    di = f"1cat_vllm-{version}.dist-info"
+    members.append((f"{di}/METADATA", (
+        "Metadata-Version: 2.1\nName: 1cat-vllm\n"
+        f"Version: {version}\nSummary: 1Cat-vLLM (example)\n").encode()))
+    members.append((f"{di}/WHEEL", b"Wheel-Version: 1.0\nGenerator: forkpatch-example\n"
+                                   b"Root-Is-Purelib: true\nTag: py3-none-any\n"))
+    members.append((f"{di}/entry_points.txt",
+                    b"[console_scripts]\nvllm = vllm.entrypoints.cli.main:main\n"))
+    members.append((f"{di}/top_level.txt", b"vllm\n"))
+    record = []
+    for name, data in members:
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{name},sha256={digest},{len(data)}")
+    record.append(f"{di}/RECORD,,")
+    members.append((f"{di}/RECORD", ("\n".join(record) + "\n").encode()))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"1cat_vllm-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for name, data in members:
+            info = zipfile.ZipInfo(name, date_time=(2026, 6, 23, 0, 0, 0))
+            info.external_attr = 0o644 << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(info, data)
+    return path

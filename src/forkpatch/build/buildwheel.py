@@ -1,0 +1,295 @@
+"""`forkpatch build-wheel`: from the series to a wheel with a version and provenance.
+
+Two builders sit behind one entry point (:func:`build_wheel`):
+
+- ``overlay``: the fork's released wheel for the base tag, with the patched
+  Python files replaced (seconds; only when no compiled source is touched);
+- ``container``: the patched tree built from source in the SM70 builder image
+  through the Docker engine (minutes to hours, cached by ccache/sccache).
+
+``auto`` picks overlay when it is valid and a base wheel is configured, and
+says which it picked and why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from forkpatch import __version__, log
+from forkpatch.build.identity import (
+    BuilderInfo,
+    PatchRecord,
+    Provenance,
+    build_version,
+    patchset_label,
+    sha256_hex,
+)
+from forkpatch.build.overlay import (
+    DEFAULT_COMPILED_PATTERNS,
+    compiled_paths_touched,
+    overlay_wheel,
+    tree_path_to_wheel_path,
+)
+from forkpatch.engine import SeriesApplier
+from forkpatch.errors import BuildError, PatchApplyError
+from forkpatch.project import Project
+from forkpatch.series import Series
+from forkpatch.stack import describe_failure
+
+MODES = ("auto", "overlay", "container")
+DEFAULT_BASE_IMAGE = "nvidia/cuda:12.8.1-devel-ubuntu22.04"
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    mode: str = "auto"
+    base_wheel: Path | None = None
+    out_dir: Path | None = None
+    arch_list: str | None = None
+    base_image: str | None = None
+    install_toolchain: bool = True
+    max_jobs: int | None = None
+    keep_container: bool | None = None
+
+
+@dataclass
+class BuildResult:
+    mode: str
+    reason: str
+    version: str
+    wheels: list[Path]
+    provenance: Provenance
+    log_path: Path | None = None
+    seconds: float = 0.0
+    sha256: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "reason": self.reason,
+            "version": self.version,
+            "wheels": [str(w) for w in self.wheels],
+            "sha256": self.sha256,
+            "log": str(self.log_path) if self.log_path else None,
+            "seconds": round(self.seconds, 3),
+            "provenance": self.provenance.to_dict(),
+        }
+
+
+def fork_version(tag: str) -> str:
+    text = tag[1:] if tag[:1] in ("v", "V") else tag
+    try:
+        return str(Version(text))
+    except InvalidVersion:
+        raise BuildError(f"the base tag '{tag}' is not a version; cannot name the wheel",
+                         tip="base the series on a release tag such as v1.2.1") from None
+
+
+def patch_items(project: Project, series: Series) -> list[tuple[str, bytes]]:
+    items = []
+    for e in series.patches:
+        if e.file is not None:
+            items.append((e.name, project.patch_path(e).read_bytes()))
+        else:
+            items.append((e.name, f"build-step:{e.build_step}".encode()))
+    return items
+
+
+def expected_provenance(project: Project, builder: BuilderInfo) -> Provenance:
+    series = project.series
+    records = []
+    for e in series.patches:
+        if e.file is not None:
+            records.append(PatchRecord(e.name, sha256=sha256_hex(
+                project.patch_path(e).read_bytes())))
+        else:
+            records.append(PatchRecord(e.name, build_step=e.build_step))
+    return Provenance(fork_url=series.fork.url, tag=series.base.tag, commit=series.base.commit,
+                      patches=tuple(records), forkpatch_version=__version__, builder=builder)
+
+
+def build_steps(series: Series) -> list[Any]:
+    steps = []
+    for e in series.patches:
+        if e.build_step == "vllm-dist-info":
+            from forkpatch.build.dist_alias import make_dist_alias_step
+
+            steps.append(make_dist_alias_step())
+    return steps
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def build_wheel(project: Project, opts: BuildOptions) -> BuildResult:
+    started = time.monotonic()
+    series = project.series
+    cfg = series.section("build")
+    fork = project.fork()
+    base = fork.verify_base(series.base.tag, series.base.commit)
+    out_dir = (opts.out_dir or project.root / cfg.get("dist-dir", "dist")).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    with log.step(f"apply {len(series.patches)} patch(es) to {series.base.tag} in memory"):
+        result = SeriesApplier(fork.store, base).run(project.items(), write=True)
+        bad = result.first_conflict()
+        if bad is not None:
+            raise PatchApplyError(describe_failure(bad, series.base.tag),
+                                  tip="fix the series first (`forkpatch status`)")
+    head = result.head or base
+    touched = sorted({f for r in result.results for f in r.files})
+    version = build_version(fork_version(series.base.tag),
+                            patchset_label(base, patch_items(project, series)))
+    patterns = tuple(cfg.get("compiled-patterns", DEFAULT_COMPILED_PATTERNS))
+    compiled = compiled_paths_touched(touched, patterns)
+    base_wheel = opts.base_wheel or (Path(cfg["base-wheel"]) if cfg.get("base-wheel") else None)
+    if base_wheel is not None and not base_wheel.is_absolute():
+        base_wheel = (project.root / base_wheel)
+
+    mode = opts.mode if opts.mode != "auto" else cfg.get("mode", "auto")
+    if mode not in MODES:
+        raise BuildError(f"unknown build mode '{mode}'", tip=f"use one of {', '.join(MODES)}")
+    if mode == "overlay" and compiled:
+        raise BuildError(
+            "an overlay build cannot include changes to compiled code; the series touches: "
+            + ", ".join(compiled[:10]) + (" ..." if len(compiled) > 10 else ""),
+            tip="build with --mode container")
+    if mode == "overlay" and base_wheel is None:
+        raise BuildError("an overlay build needs the fork's released wheel for "
+                         f"{series.base.tag}",
+                         tip="pass --base-wheel PATH or set build.base-wheel in series.yaml")
+    if mode == "auto":
+        if compiled:
+            mode, reason = "container", ("the series touches compiled code (" +
+                                         ", ".join(compiled[:3]) + ")")
+        elif base_wheel is None:
+            mode, reason = "container", "no base wheel is configured (--base-wheel)"
+        else:
+            mode, reason = "overlay", ("the series touches only Python files and a base wheel "
+                                       "is configured")
+    else:
+        reason = "requested"
+    log.info(f"build mode: {mode} ({reason}); version {version}")
+
+    if mode == "overlay":
+        assert base_wheel is not None
+        wheels, prov = _overlay(project, fork.store, head, touched, version, base_wheel,
+                                out_dir, series)
+        log_path = None
+    else:
+        wheels, prov, log_path = _container(project, fork.store, head, version, out_dir,
+                                            series, opts)
+    from forkpatch.build.container import write_sha256sums
+
+    write_sha256sums(out_dir)
+    res = BuildResult(mode=mode, reason=reason, version=version, wheels=wheels,
+                      provenance=prov, log_path=log_path,
+                      seconds=time.monotonic() - started,
+                      sha256={w.name: _file_sha256(w) for w in wheels})
+    return res
+
+
+def _overlay(project: Project, store: Any, head: str, touched: list[str], version: str,
+             base_wheel: Path, out_dir: Path, series: Series) -> tuple[list[Path], Provenance]:
+    if not base_wheel.is_file():
+        raise BuildError(f"base wheel {base_wheel} does not exist",
+                         tip="download the fork's release wheel for the base tag")
+    replacements: dict[str, bytes | None] = {}
+    with store.reader() as reader:
+        for path in touched:
+            wheel_path = tree_path_to_wheel_path(path)
+            if wheel_path is None:
+                continue
+            got = reader.read(f"{head}:{path}")
+            replacements[wheel_path] = got[1] if got and got[0] == "blob" else None
+    builder = BuilderInfo(mode="overlay", base_wheel_sha256=_file_sha256(base_wheel))
+    prov = expected_provenance(project, builder)
+    with log.step(f"overlay {len(replacements)} file(s) onto {base_wheel.name}"):
+        wheel = overlay_wheel(base_wheel, replacements=replacements, new_version=version,
+                              provenance=prov, out_dir=out_dir, extra_steps=build_steps(series),
+                              expected_fork_version=fork_version(series.base.tag))
+    return [wheel], prov
+
+
+def _container(project: Project, store: Any, head: str, version: str, out_dir: Path,
+               series: Series, opts: BuildOptions) -> tuple[list[Path], Provenance, Path]:
+    from forkpatch.build.container import CacheConfig, build_in_container
+
+    cfg = series.section("build")
+    arch = opts.arch_list or cfg.get("arch-list", "7.0")
+    base_image = opts.base_image or cfg.get("base-image", DEFAULT_BASE_IMAGE)
+    logs = project.state_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    log_path = logs / f"build-{version}-{time.strftime('%Y%m%dT%H%M%S')}.log"
+    entries = []
+    with store.reader() as reader:
+        for path, (mode, oid) in store.ls_tree(head).items():
+            if mode == "160000":
+                continue  # submodules are not part of the source archive
+            data = reader.blob(oid)
+            if data is None:
+                raise BuildError(f"{path} ({oid}) is missing from the fork's objects",
+                                 tip="fetch the fork again (`forkpatch status` refreshes it)")
+            entries.append((path, int(mode, 8), data))
+    cache_cfg = cfg.get("cache") or {}
+    cache = CacheConfig.from_env()
+    if cache_cfg:
+        cache = CacheConfig.from_mapping(cache_cfg) if hasattr(CacheConfig, "from_mapping") \
+            else cache
+    with tempfile.TemporaryDirectory(prefix="forkpatch-build-", dir=out_dir) as tmp:
+        tmp_dir = Path(tmp)
+        raw_dir = tmp_dir / "raw"
+        raw_dir.mkdir()
+        wheels = build_in_container(entries, out_dir=raw_dir, version=version, arch_list=arch,
+                                    max_jobs=opts.max_jobs or cfg.get("max-jobs"), cache=cache,
+                                    base_image=base_image,
+                                    install_toolchain=opts.install_toolchain,
+                                    log_path=log_path, keep_container=opts.keep_container)
+        builder = BuilderInfo(mode="container", image_id=_image_id(log_path),
+                              build_args={"TORCH_CUDA_ARCH_LIST": arch,
+                                          "BASE_IMAGE": base_image,
+                                          "FLASH_ATTN_V100_CUDA_ARCH_LIST": "7.0"})
+        prov = expected_provenance(project, builder)
+        dist = series.fork.distribution.replace("-", "_").lower()
+        final: list[Path] = []
+        stage = tmp_dir / "final"
+        stage.mkdir()
+        for w in wheels:
+            if w.name.lower().startswith(dist + "-"):
+                final.append(overlay_wheel(w, replacements={}, new_version=version,
+                                           provenance=prov, out_dir=stage,
+                                           extra_steps=build_steps(series)))
+            else:
+                target = stage / w.name
+                shutil.copy2(w, target)
+                final.append(target)
+        moved = []
+        for w in final:
+            dest = out_dir / w.name
+            os.replace(w, dest)
+            moved.append(dest)
+    return moved, prov, log_path
+
+
+def _image_id(log_path: Path) -> str | None:
+    try:
+        for line in reversed(log_path.read_text(errors="replace").splitlines()[-400:]):
+            if "builder image" in line and "sha256:" in line:
+                return "sha256:" + line.split("sha256:", 1)[1].split()[0].rstrip(").,")
+    except OSError:
+        return None
+    return None
