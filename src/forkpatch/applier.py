@@ -230,7 +230,7 @@ def _search(
         # Without context there is nothing to search for: only the given place counts.
         candidates = [expected]
     else:
-        candidates = _outward(expected, floor, top)
+        candidates = _Everywhere(expected, floor, top)
     if (at_start or at_end) and not allow_offset:
         candidates = [c for c in candidates if c == expected]
     if n == 0:
@@ -239,10 +239,41 @@ def _search(
                 return pos
         return None
     first = want[0]
+    if isinstance(candidates, _Everywhere):
+        # Only lines equal to the hunk's first line can start it: find those with
+        # list.index (C speed), nearest first, the line before winning a tie, which is
+        # the order _outward gives, without a Python loop over the whole file.
+        candidates = _nearest_matches(lines, first, expected, floor, top)
     for pos in candidates:
         if floor <= pos <= top and lines[pos] == first and lines[pos : pos + n] == want:
             return pos
     return None
+
+
+class _Everywhere(list):  # type: ignore[type-arg]
+    """Marks "every position from floor to top, nearest first" (see _nearest_matches)."""
+
+    def __init__(self, expected: int, floor: int, top: int) -> None:
+        super().__init__()
+        self.expected, self.floor, self.top = expected, floor, top
+
+
+def _nearest_matches(lines: list[bytes], first: bytes, expected: int, floor: int,
+                     top: int) -> list[int]:
+    if top < floor:
+        return []
+    expected = min(max(expected, floor), top)
+    found = []
+    pos = floor
+    while True:
+        try:
+            pos = lines.index(first, pos, top + 1)
+        except ValueError:
+            break
+        found.append(pos)
+        pos += 1
+    found.sort(key=lambda p: (abs(p - expected), p > expected))
+    return found
 
 
 def _outward(expected: int, floor: int, top: int) -> list[int] | range:

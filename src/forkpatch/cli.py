@@ -365,6 +365,9 @@ _register_optional()
 def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in (argv if argv is not None else sys.argv[1:]) or \
         os.environ.get("FORKPATCH_DEBUG") == "1"
+    command, directory = _command_of(argv if argv is not None else sys.argv[1:])
+    # `rebase` reports its own state; any other command mentions a rebase in progress.
+    hint = command not in (None, "rebase", "init", "demo")
     try:
         cli.main(args=argv, prog_name="forkpatch", standalone_mode=False)
     except ForkpatchError as exc:
@@ -373,7 +376,8 @@ def main(argv: list[str] | None = None) -> int:
         log.error(exc.message)
         if exc.tip:
             print(f"  tip: {exc.tip}", file=sys.stderr)
-        _hint_pending_operation()
+        if hint:
+            _hint_pending_operation(directory)
         return exc.exit_code
     except click.exceptions.Abort:
         log.error("aborted")
@@ -382,10 +386,13 @@ def main(argv: list[str] | None = None) -> int:
         exc.show()
         return 2 if isinstance(exc, click.UsageError) else exc.exit_code
     except SystemExit as exc:
+        if hint:
+            _hint_pending_operation(directory)
         return int(exc.code or 0) if not isinstance(exc.code, str) else 1
     except KeyboardInterrupt:
         log.error("interrupted")
-        _hint_pending_operation()
+        if hint:
+            _hint_pending_operation(directory)
         return 130
     except Exception:  # noqa: BLE001 - the one place that reports unexpected failures
         if debug:
@@ -395,14 +402,39 @@ def main(argv: list[str] | None = None) -> int:
             log.error(f"internal error: {etype.__name__ if etype else '?'}: {value}")
             print("  tip: run again with --debug for a traceback and report it", file=sys.stderr)
         return 4
+    if hint:
+        _hint_pending_operation(directory)
     return 0
 
 
-def _hint_pending_operation() -> None:
+def _hint_pending_operation(directory: Path | None = None) -> bool:
     try:
         from forkpatch.rebase import pending_hint  # type: ignore[attr-defined]
     except ImportError:
-        return
-    hint = pending_hint(Path.cwd())
+        return False
+    try:
+        hint = pending_hint(directory or Path.cwd())
+    except Exception:  # noqa: BLE001 - a hint must never break a command
+        return False
     if hint:
         print(f"  note: {hint}", file=sys.stderr)
+    return bool(hint)
+
+
+def _command_of(args: list[str]) -> tuple[str | None, Path | None]:
+    """The subcommand and the -C directory of a command line, for the pending-rebase note."""
+    directory: Path | None = None
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg in ("-C", "--fork-repo"):
+            if arg == "-C" and i + 1 < len(args):
+                directory = Path(args[i + 1])
+            i += 2
+            continue
+        if arg.startswith("-C") and len(arg) > 2:
+            directory = Path(arg[2:])
+        elif not arg.startswith("-"):
+            return arg, directory
+        i += 1
+    return None, directory

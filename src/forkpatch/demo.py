@@ -63,7 +63,52 @@ def _stage_status_apply(ctx: DemoContext) -> None:
     ctx.summary["worktree"] = str(path)
 
 
-DEMO_STAGES: list[Callable[[DemoContext], None]] = [_stage_setup, _stage_status_apply]
+def _stage_build(ctx: DemoContext) -> None:
+    from dataclasses import replace
+
+    from forkpatch.build.buildwheel import BuildOptions, build_wheel
+    from forkpatch.build.verify import verify_wheel
+    from forkpatch.example import build_release_wheel
+    from forkpatch.project import Project
+    from forkpatch.series import PatchEntry
+
+    project = Project(ctx.project_dir)
+    series = project.series
+    if "vllm-dist-info" not in series.names():
+        # The dist-info fix is a build step, not a diff: series.yaml lists it so the
+        # wheel provides importlib.metadata.version("vllm") properly.
+        project.save_series(series.with_patches([*series.patches, PatchEntry(
+            name="vllm-dist-info", build_step="vllm-dist-info",
+            summary="Answer importlib.metadata.version('vllm') with the wheel's version")]))
+        series = project.series
+    tag = series.base.tag
+    with log.step(f"the fork's released wheel for {tag} (built offline for the demo)"):
+        base_wheel = build_release_wheel(ctx.fork, tag, ctx.root / "release")
+        log.info(f"    {base_wheel}")
+    with log.step("forkpatch build-wheel --mode overlay --base-wheel <released wheel>"):
+        result = build_wheel(project, BuildOptions(mode="overlay", base_wheel=base_wheel))
+    with log.step("forkpatch verify <built wheel>"):
+        report = verify_wheel(result.wheels[0])
+        log.info(f"    RECORD {'ok' if report.ok else 'FAILED'}; version {report.version}")
+    ctx.summary["build"] = {"wheel": str(result.wheels[0]), "version": result.version,
+                            "mode": result.mode, "base_wheel": str(base_wheel)}
+    del replace
+
+
+def _stage_rebase(ctx: DemoContext) -> None:
+    from forkpatch.rebase import demo_stage
+
+    demo_stage(ctx)
+
+
+# The order a user would follow: set up, apply, rebase onto the newer tag, build,
+# then smoke and publish (appended by those stages' modules below).
+DEMO_STAGES: list[Callable[[DemoContext], None]] = [
+    _stage_setup, _stage_status_apply, _stage_rebase, _stage_build]
+
+from forkpatch.smoke.demo_stage import stage_smoke_publish  # noqa: E402
+
+DEMO_STAGES.append(stage_smoke_publish)
 
 
 def run_demo(directory: Path | None) -> dict[str, Any]:

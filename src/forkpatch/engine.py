@@ -240,7 +240,7 @@ class SeriesApplier:
             new_data = res.content
             result_status = res.status
             detail = [
-                f"{where}: hunk {h.index + 1} applied at line {h.line}"
+                f"{where}: hunk {h.index} applied at line {h.line}"
                 + (f" (offset {h.offset:+d} lines)" if h.offset else "")
                 + (f" with fuzz {h.fuzz}" if h.fuzz else "")
                 for h in res.hunks if h.status != "clean"
@@ -274,9 +274,11 @@ class SeriesApplier:
 
     def _three_way(self, state: TreeState, fp: FilePatch, name: str, old_mode: str | None,
                    ours: bytes | None, failure: applier.HunkFailed) -> _FileOutcome:
-        conflict = Conflict(fp.path, f"hunk {failure.index + 1} of {fp.path} does not apply at "
-                            f"line {failure.line}: {failure.reason}",
-                            hunks=[failure.index + 1], line=failure.line)
+        # HunkFailed.index is 1-based; 0 means the file as a whole.
+        conflict = Conflict(fp.path, f"hunk {failure.index} of {fp.path} does not apply at "
+                            f"line {failure.line}: {failure.reason}" if failure.index else
+                            f"{fp.path}: {failure.reason}",
+                            hunks=[failure.index] if failure.index else [], line=failure.line)
         if not self.three_way or ours is None:
             return _FileOutcome("conflict", [], [], conflict)
         images = self.merge_bases.get(name, {})
@@ -294,11 +296,11 @@ class SeriesApplier:
         if n_conflicts:
             conflict.merged = merged
             conflict.reason = (f"{fp.path}: {n_conflicts} conflicting region(s) after a 3-way "
-                               f"merge (hunk {failure.index + 1} first failed at line "
+                               f"merge (hunk {failure.index} first failed at line "
                                f"{failure.line})")
             return _FileOutcome("conflict", [], [], conflict)
         return _FileOutcome("merged", self._changes(fp, old_mode, merged),
-                            [f"{fp.path}: merged with a 3-way merge (hunk {failure.index + 1} "
+                            [f"{fp.path}: merged with a 3-way merge (hunk {failure.index} "
                              f"did not apply as is)"],
                             images=self._images(fp, ours, merged))
 

@@ -169,8 +169,8 @@ class ForkRepo:
             raise
         if current != recorded:
             raise ForkRepoError(
-                f"tag '{tag}' in the fork now points to {current[:12]}, but series.yaml "
-                f"records {recorded[:12]}: the tag was moved (tags can move)",
+                f"tag '{tag}' in the fork ({self.source}) now points to {current}, but "
+                f"series.yaml records {recorded}: the tag was moved; nothing was changed",
                 tip=f"if the move is intended, run `forkpatch rebase --onto {tag}` to rebase onto "
                     f"its new commit; otherwise fix the tag in the fork")
         if self.store.commit_of(recorded) is None:

@@ -107,8 +107,11 @@ def read_mail(path: Path) -> list[Incoming]:
     if data.startswith(b"From "):
         box = mailbox.mbox(str(path), create=False)
         try:
-            messages = [email.message_from_bytes(m.as_bytes(), policy=email.policy.compat32)
-                        for m in box]
+            # get_bytes() is the message as stored; Message.as_bytes() would run it
+            # through email's generator, which rewrites CRLF line ends in the diff.
+            messages = [email.message_from_bytes(box.get_bytes(key),
+                                                 policy=email.policy.compat32)
+                        for key in box.keys()]
         finally:
             box.close()
     else:

@@ -130,6 +130,11 @@ class Project:
     @contextlib.contextmanager
     def locked(self, command: str) -> Iterator[None]:
         with project_lock(self.state_dir / "lock", command=command):
+            # While a rebase is in progress patches/ belongs to it: only `rebase`
+            # (--continue / --skip / --abort) may change the project.
+            from forkpatch.rebase import refuse_during_rebase
+
+            refuse_during_rebase(self, command)
             yield
 
     def read_state(self, name: str = STATE_FILE) -> dict[str, Any] | None:

@@ -56,6 +56,7 @@ SECTION_KEYS: dict[str, dict[str, type | tuple[type, ...]]] = {
         "prereleases": bool,
         "min-age-days": (int, float),
         "branch": str,
+        "bot-branch": str,
     },
 }
 

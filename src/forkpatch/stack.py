@@ -152,6 +152,7 @@ class Stack:
         state = self.state
         state.update({"worktree": str(path), "base": self.project.series.base.commit})
         state.pop("editing", None)
+        state.pop("merge_bases", None)
         self.project.write_state(state)
         return path
 
@@ -243,7 +244,27 @@ class Stack:
         base = self.project.series.base.commit
         res = SeriesApplier(self.store, base).run(self.project.items(), write=False,
                                                   stop_at_conflict=False)
-        return {r.name: r.images for r in res.results if r.images}
+        bases = {r.name: r.images for r in res.results if r.images}
+        # Patches left unapplied by `refresh --force` keep the images they had
+        # on the old version of the patch below them: their true merge base.
+        saved = self.state.get("merge_bases") or {}
+        if saved:
+            with self.store.reader() as reader:
+                for name, files in saved.items():
+                    bases[name] = {path: tuple(None if oid is None else reader.blob(oid)
+                                               for oid in pair)  # type: ignore[misc]
+                                   for path, pair in files.items()}
+        return bases
+
+    def _save_merge_bases(self, state: dict, names: list[str]) -> None:
+        """Remember ``names``' current images (as blobs in the store) for `push --merge`."""
+        bases = self._merge_bases()
+        saved = state.setdefault("merge_bases", {})
+        for name in names:
+            if name in bases:
+                saved[name] = {path: [None if data is None else self.store.hash_blob(data)
+                                      for data in pair]
+                               for path, pair in bases[name].items()}
 
     def push(self, name: str | None = None, all_: bool = False, merge: bool = False
              ) -> list[PatchResult]:
@@ -261,7 +282,8 @@ class Stack:
         if not todo:
             raise UsageError("all patches are applied", tip="`forkpatch top` shows the top")
         if name is not None:
-            idx = [p.name for p in todo].index(series.get(name).name) \
+            series.get(name)  # an unknown name is an error of its own
+            idx = [p.name for p in todo].index(name) \
                 if name in [p.name for p in todo] else None
             if idx is None:
                 raise UsageError(f"patch '{name}' is already applied")
@@ -276,6 +298,14 @@ class Stack:
         new_head = result.head or head
         if new_head != head:
             wt.run("reset", "-q", "--hard", new_head)
+        saved = self.state
+        if saved.get("merge_bases"):
+            for r in result.results:
+                if r.status not in ("conflict", "blocked"):
+                    saved["merge_bases"].pop(r.name, None)
+            if not saved["merge_bases"]:
+                saved.pop("merge_bases")
+            self.project.write_state(saved)
         bad = result.first_conflict()
         if bad is not None:
             if merge and any(c.merged is not None for c in bad.conflicts):
@@ -395,7 +425,15 @@ class Stack:
         above_names = state.get("editing", {}).get("above", []) \
             if state.get("editing", {}).get("patch") == top.name else []
         writes: list[tuple[PatchEntry, str, bytes]] = [(entry, header, diff)]
-        if above_names:
+        if above_names and force:
+            # --force saves this patch alone; the patches above stay unapplied
+            # (their files untouched) until `push --merge` brings them back.
+            log.warn(f"saved '{top.name}' alone; not re-applied: {', '.join(above_names)} "
+                     "(`forkpatch push --merge --all` brings them back to resolve)")
+            self._save_merge_bases(state, above_names)
+            state.pop("editing", None)
+            self.project.write_state(state)
+        elif above_names:
             above_entries = [self.project.series.get(n) for n in above_names]
             applier = SeriesApplier(self.store, self.base_commit(), three_way=True,
                                     merge_bases=self._merge_bases(),
@@ -416,9 +454,6 @@ class Stack:
                     p = self.project.load_patch(e)
                     writes.append((e, p.header if p else "", canonical_diff(diffs[r.commit])))
             wt.run("reset", "-q", "--hard", result.head or new)
-            state.pop("editing", None)
-            self.project.write_state(state)
-        elif force and state.get("editing"):
             state.pop("editing", None)
             self.project.write_state(state)
         changed = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import snapshot
+from fptest import snapshot
 
 
 def test_status_json_lists_patches_in_order(example_project):

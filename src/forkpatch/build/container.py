@@ -38,7 +38,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import IO, TYPE_CHECKING, Any, Literal, Union
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 from forkpatch import log
 from forkpatch.build.runner import redact
@@ -53,7 +53,6 @@ if TYPE_CHECKING:
 #: ``mode`` is a git/stat mode (0o100644, 0o100755, 0o120000 = symlink whose
 #: target is the bytes).
 TreeEntry = tuple[str, int, bytes]
-Source = Union[Path, Iterable[TreeEntry]]
 
 IMAGE_REPO = "forkpatch-builder"
 LABEL_BUILDER_KEY = "org.forkpatch.builder.key"
@@ -66,7 +65,11 @@ LOG_TAIL_LINES = 30
 
 #: The fork's build inputs baked into the builder image (plus whatever they
 #: include with -r / -c).
-REQUIREMENT_FILES = ("requirements/build/cuda.txt", "requirements/cuda.txt", "requirements/common.txt")
+REQUIREMENT_FILES = (
+    "requirements/build/cuda.txt",
+    "requirements/cuda.txt",
+    "requirements/common.txt",
+)
 
 #: Memory one compile job may take: nvcc on vLLM's CUTLASS/Marlin kernels
 #: peaks at 3-5 GiB per process; more jobs than memory allows ends in the OOM killer.
@@ -124,7 +127,9 @@ class CacheConfig:
             )
         return cls(kind=kind, volume=env.get("FORKPATCH_CCACHE_VOLUME") or cls.volume)  # type: ignore[arg-type]
 
-    def container_env(self, environ: Mapping[str, str] | None = None) -> tuple[dict[str, str], list[str]]:
+    def container_env(
+        self, environ: Mapping[str, str] | None = None
+    ) -> tuple[dict[str, str], list[str]]:
         """Environment for the build container, and the values that must never be shown."""
         env = os.environ if environ is None else environ
         out: dict[str, str] = {"FORKPATCH_CACHE": self.kind}
@@ -402,8 +407,8 @@ def write_source_tar(source: Path | Iterable[TreeEntry], fh: IO[bytes]) -> int:
                 info.uid = info.gid = 0
                 info.uname = info.gname = "root"
                 if info.isreg():
-                    with open(path, "rb") as data:
-                        tar.addfile(info, data)
+                    with open(path, "rb") as fobj:
+                        tar.addfile(info, fobj)
                 else:
                     tar.addfile(info)
                 count += 1
@@ -539,7 +544,7 @@ class BuildContainer:
         if self.keep is None:
             self.keep = os.environ.get(KEEP_ENV, "") not in ("", "0")
 
-    def __enter__(self) -> BuildContainer:
+    def __enter__(self) -> BuildContainer:  # noqa: PYI034 (py3.10: no typing.Self)
         import docker
 
         name = f"forkpatch-build-{uuid.uuid4().hex[:10]}"
@@ -589,7 +594,9 @@ class BuildContainer:
         except docker.errors.NotFound:
             pass
         except docker.errors.APIError as err:
-            log.warn(f"could not remove build container {self.container.name}: {_short_reason(err)}")
+            log.warn(
+                f"could not remove build container {self.container.name}: {_short_reason(err)}"
+            )
 
     def _need(self) -> Container:
         if self.container is None:
@@ -638,7 +645,11 @@ class BuildContainer:
                     name = os.path.basename(member.name)
                     # Only plain files directly under /out, and only by basename:
                     # nothing in the archive can write outside dest_dir.
-                    if not member.isreg() or not name.endswith(".whl") or name != member.name.split("/")[-1]:
+                    if (
+                        not member.isreg()
+                        or not name.endswith(".whl")
+                        or name != member.name.split("/")[-1]
+                    ):
                         continue
                     if member.name.count("/") != 1:
                         continue
@@ -746,6 +757,9 @@ def build_in_container(
             network_mode=network_mode,
             keep=keep_container,
         ) as box:
+            assert box.container is not None
+            log_file.write(f"# container {box.container.name} ({box.container.id})\n")
+            log_file.flush()
             with log.step(f"copy the source into the container ({box.container.name})"):  # type: ignore[union-attr]
                 box.copy_in(source_dir)
             with log.step(
@@ -772,7 +786,9 @@ def _publish(box: BuildContainer, out_dir: Path) -> list[Path]:
     """Wheels -> a staging directory -> ``out_dir``; then SHA256SUMS, atomically."""
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".partial", dir=out_dir.parent))
+    staging = Path(
+        tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".partial", dir=out_dir.parent)
+    )
     try:
         staged = box.fetch_wheels(staging)
         if not staged:

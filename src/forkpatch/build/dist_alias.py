@@ -65,7 +65,13 @@ from forkpatch.errors import BuildError
 if TYPE_CHECKING:
     from forkpatch.build.overlay import WheelMembers
 
-__all__ = ["STEP_NAME", "add_vllm_dist_alias", "alias_module_name", "alias_pth_name", "make_dist_alias_step"]
+__all__ = [
+    "STEP_NAME",
+    "add_vllm_dist_alias",
+    "alias_module_name",
+    "alias_pth_name",
+    "make_dist_alias_step",
+]
 
 STEP_NAME = "vllm-dist-info"
 
@@ -186,4 +192,3 @@ def make_dist_alias_step(alias: str = "vllm") -> Callable[[WheelMembers], None]:
 
     step.__name__ = STEP_NAME
     return step
-

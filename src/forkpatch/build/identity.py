@@ -142,7 +142,9 @@ class BuilderInfo:
             raise BuildError(f"builder mode {self.mode!r} is neither 'overlay' nor 'container'")
         # Read-only and key-sorted: the record is a value, and its JSON is stable.
         object.__setattr__(
-            self, "build_args", MappingProxyType({k: self.build_args[k] for k in sorted(self.build_args)})
+            self,
+            "build_args",
+            MappingProxyType({k: self.build_args[k] for k in sorted(self.build_args)}),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -189,8 +191,11 @@ class Provenance:
         except (ValueError, UnicodeDecodeError) as exc:
             raise BuildError(f"{source}: not valid JSON ({exc})") from None
         try:
-            _check_keys(d, {"schema", "fork_url", "tag", "commit", "patches",
-                            "forkpatch_version", "builder"}, source)
+            _check_keys(
+                d,
+                {"schema", "fork_url", "tag", "commit", "patches", "forkpatch_version", "builder"},
+                source,
+            )
             if d["schema"] != _SCHEMA:
                 raise BuildError(
                     f"{source}: provenance schema {d['schema']!r} is not {_SCHEMA}",
@@ -198,12 +203,20 @@ class Provenance:
                 )
             patches = []
             for i, p in enumerate(d["patches"]):
-                _check_keys(p, {"name", "sha256", "build_step"}, f"{source}: patches[{i}]",
-                            required={"name"})
+                _check_keys(
+                    p,
+                    {"name", "sha256", "build_step"},
+                    f"{source}: patches[{i}]",
+                    required={"name"},
+                )
                 patches.append(PatchRecord(p["name"], p.get("sha256"), p.get("build_step")))
             b = d["builder"]
-            _check_keys(b, {"mode", "image_id", "base_wheel_sha256", "build_args"},
-                        f"{source}: builder", required={"mode"})
+            _check_keys(
+                b,
+                {"mode", "image_id", "base_wheel_sha256", "build_args"},
+                f"{source}: builder",
+                required={"mode"},
+            )
             builder = BuilderInfo(
                 mode=b["mode"],
                 image_id=b.get("image_id"),

@@ -123,8 +123,7 @@ def compiled_paths_touched(
     hits: list[str] = []
     for path in paths:
         p = path.lstrip("/")
-        if p.startswith("./"):
-            p = p[2:]
+        p = p.removeprefix("./")
         if any(r.match(p) for r in regexes) and path not in hits:
             hits.append(path)
     return hits
@@ -231,7 +230,7 @@ def rewrite_version_file(source: bytes, new_version: str, *, path: str) -> bytes
     def pos(lineno: int, col: int) -> int:
         # ast columns are utf-8 byte offsets
         start = line_starts[lineno - 1]
-        line_bytes = text[start:line_starts[lineno]].encode("utf-8")
+        line_bytes = text[start : line_starts[lineno]].encode("utf-8")
         return start + len(line_bytes[:col].decode("utf-8"))
 
     edits: list[tuple[int, int, str]] = []
@@ -244,8 +243,10 @@ def rewrite_version_file(source: bytes, new_version: str, *, path: str) -> bytes
             isinstance(node, (ast.Assign, ast.AnnAssign))
             and isinstance(node.value, ast.Constant)
             and isinstance(node.value.value, str)
-            and any(isinstance(t, ast.Name) and t.id in _VERSION_NAMES
-                    for t in (node.targets if isinstance(node, ast.Assign) else [node.target]))
+            and any(
+                isinstance(t, ast.Name) and t.id in _VERSION_NAMES
+                for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+            )
         ):
             first = text[pos(node.value.lineno, node.value.col_offset)]
             if first in "'\"":
@@ -267,7 +268,11 @@ def rewrite_version_file(source: bytes, new_version: str, *, path: str) -> bytes
         end = pos(value.end_lineno or value.lineno, value.end_col_offset or 0)
         old = text[start:end]
         quote = '"' if old.lstrip("rbuRBU").startswith('"') else "'"
-        if names <= _VERSION_NAMES and isinstance(value, ast.Constant) and isinstance(value.value, str):
+        if (
+            names <= _VERSION_NAMES
+            and isinstance(value, ast.Constant)
+            and isinstance(value.value, str)
+        ):
             edits.append((start, end, _str_literal(new_version, quote)))
         elif names <= _TUPLE_NAMES and isinstance(value, ast.Tuple):
             first_str = next(
@@ -384,13 +389,17 @@ def _record_lines(record: bytes, source: str) -> dict[str, tuple[str, str]]:
     try:
         rows = list(csv.reader(io.StringIO(record.decode("utf-8"))))
     except (UnicodeDecodeError, csv.Error) as exc:
-        raise BuildError(f"{source}: unreadable RECORD ({exc})", tip="rebuild the base wheel") from None
+        raise BuildError(
+            f"{source}: unreadable RECORD ({exc})", tip="rebuild the base wheel"
+        ) from None
     out: dict[str, tuple[str, str]] = {}
     for row in rows:
         if not row:
             continue
         if len(row) != 3:
-            raise BuildError(f"{source}: malformed RECORD line {row!r}", tip="rebuild the base wheel")
+            raise BuildError(
+                f"{source}: malformed RECORD line {row!r}", tip="rebuild the base wheel"
+            )
         out[row[0]] = (row[1], row[2])
     return out
 
@@ -428,7 +437,9 @@ def overlay_wheel(
     try:
         normal = str(Version(new_version))
     except InvalidVersion:
-        raise BuildError(f"new version {new_version!r} is not PEP 440", tip="use build_version()") from None
+        raise BuildError(
+            f"new version {new_version!r} is not PEP 440", tip="use build_version()"
+        ) from None
     if normal != new_version:
         raise BuildError(
             f"new version {new_version!r} is not in PEP 440 normal form (that would be {normal!r})",
@@ -440,8 +451,13 @@ def overlay_wheel(
         raise BuildError(f"output directory {out_dir} does not exist", tip="create it first")
 
     with WheelZip(base_wheel) as src:
-        dist_infos = sorted({e.name.split("/", 1)[0] for e in src.entries
-                             if e.name.split("/", 1)[0].endswith(".dist-info") and "/" in e.name})
+        dist_infos = sorted(
+            {
+                e.name.split("/", 1)[0]
+                for e in src.entries
+                if e.name.split("/", 1)[0].endswith(".dist-info") and "/" in e.name
+            }
+        )
         if len(dist_infos) != 1:
             raise BuildError(
                 f"{base_wheel}: expected exactly one .dist-info directory, found "
@@ -462,8 +478,9 @@ def overlay_wheel(
         base_version = metadata_field(metadata, "Version")
         meta_name = metadata_field(metadata, "Name")
         if base_version is None or meta_name is None:
-            raise BuildError(f"{base_wheel}: {metadata_name} lacks Name or Version",
-                             tip="rebuild the base wheel")
+            raise BuildError(
+                f"{base_wheel}: {metadata_name} lacks Name or Version", tip="rebuild the base wheel"
+            )
         if canonicalize_name(meta_name) != name:
             raise BuildError(
                 f"{base_wheel}: METADATA names {meta_name!r}, the file name {name!r}",
@@ -472,17 +489,20 @@ def overlay_wheel(
         if Version(base_version) != base_file_version:
             raise BuildError(
                 f"{base_wheel}: METADATA says version {base_version}, the file name "
-                f"{base_file_version}", tip="the wheel was renamed by hand; use the original file",
+                f"{base_file_version}",
+                tip="the wheel was renamed by hand; use the original file",
             )
-        if expected_fork_version is not None and Version(base_version) != Version(expected_fork_version):
+        if expected_fork_version is not None and Version(base_version) != Version(
+            expected_fork_version
+        ):
             raise BuildError(
                 f"base wheel {base_wheel.name} is version {base_version}, but the series is based "
                 f"on {expected_fork_version}",
                 tip=f"download the fork's {expected_fork_version} wheel, or rebase the series "
                 f"onto the tag of {base_version}",
             )
-        for path, data in replacements.items():
-            if data is None and path not in src.by_name:
+        for path, new_bytes in replacements.items():
+            if new_bytes is None and path not in src.by_name:
                 raise BuildError(
                     f"a patch deletes {path}, which is not in {base_wheel.name}",
                     tip="check that the base wheel was built from the series base commit",
@@ -503,8 +523,12 @@ def overlay_wheel(
                     continue
                 target = f"{new_di}/{rest}"
                 if e.name == metadata_name:
-                    members.put(target, rewrite_metadata_version(metadata, new_version,
-                                                                 source=f"{base_wheel.name}:{e.name}"))
+                    members.put(
+                        target,
+                        rewrite_metadata_version(
+                            metadata, new_version, source=f"{base_wheel.name}:{e.name}"
+                        ),
+                    )
                     continue
                 members.copy(e, target)
                 continue
@@ -524,9 +548,9 @@ def overlay_wheel(
             else:
                 members.copy(e)
         for path in sorted(p for p in replacements if p not in src.by_name):
-            data = replacements[path]
-            assert data is not None
-            members.put(path, data)
+            added = replacements[path]
+            assert added is not None
+            members.put(path, added)
         for step in extra_steps:
             step(members)
         members.put(f"{new_di}/{PROVENANCE_FILENAME}", provenance.to_json().encode("utf-8"))
@@ -536,8 +560,9 @@ def overlay_wheel(
         new_record_name = f"{new_di}/RECORD"
         ordered.append(NewMember(new_record_name, record, DEFAULT_FILE_ATTR))
 
-        out_name = wheel_filename(str(name), new_version, "-".join(tag_part),
-                                  "".join(str(x) for x in build_tag) or None)
+        out_name = wheel_filename(
+            str(name), new_version, "-".join(tag_part), "".join(str(x) for x in build_tag) or None
+        )
         dest = out_dir / out_name
         write_zip(dest, src, ordered)
     return dest

@@ -82,10 +82,10 @@ def run(
     argv = [os.fspath(c) for c in cmd]
     try:
         if not capture:
-            proc = subprocess.run(argv, cwd=cwd, env=full_env, check=False)
-            result = subprocess.CompletedProcess(argv, proc.returncode, "", "")
+            code = subprocess.run(argv, cwd=cwd, env=full_env, check=False).returncode
+            result = subprocess.CompletedProcess(argv, code, "", "")
         elif stream is None:
-            proc = subprocess.run(
+            done = subprocess.run(
                 argv,
                 cwd=cwd,
                 env=full_env,
@@ -95,7 +95,7 @@ def run(
                 errors="replace",
                 check=False,
             )
-            result = subprocess.CompletedProcess(argv, proc.returncode, proc.stdout, "")
+            result = subprocess.CompletedProcess(argv, done.returncode, done.stdout, "")
         else:
             result = _run_streaming(argv, cwd, full_env, stream, secrets)
     except OSError as exc:

@@ -8,7 +8,9 @@ wheel's provenance to what a series says it should be.
 
 from __future__ import annotations
 
+import base64
 import csv
+import hashlib
 import io
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,8 +67,13 @@ def verify_wheel(path: Path) -> VerifyReport:
     report = VerifyReport(path=path)
     with WheelZip(path) as wz:
         report.members = len(wz.entries)
-        tops = sorted({e.name.split("/", 1)[0] for e in wz.entries
-                       if "/" in e.name and e.name.split("/", 1)[0].endswith(".dist-info")})
+        tops = sorted(
+            {
+                e.name.split("/", 1)[0]
+                for e in wz.entries
+                if "/" in e.name and e.name.split("/", 1)[0].endswith(".dist-info")
+            }
+        )
         if len(tops) != 1:
             report.errors.append(f"expected one .dist-info directory, found {tops or 'none'}")
             return report
@@ -109,9 +116,6 @@ def verify_wheel(path: Path) -> VerifyReport:
             algo = want_hash.partition("=")[0]
             if algo != "sha256":
                 # RECORD may use any hashlib algorithm >= sha256; recompute with it.
-                import base64
-                import hashlib
-
                 try:
                     digest = hashlib.new(algo, data).digest()
                     got_hash = f"{algo}=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
@@ -193,7 +197,9 @@ def matches_series(report: VerifyReport, expected: Provenance) -> list[str]:
         if w is None:
             continue
         if p.sha256 != w.sha256:
-            diffs.append(f"patches[{i}] {p.name}: wheel has sha256 {p.sha256}, series has {w.sha256}")
+            diffs.append(
+                f"patches[{i}] {p.name}: wheel has sha256 {p.sha256}, series has {w.sha256}"
+            )
         if p.build_step != w.build_step:
             diffs.append(
                 f"patches[{i}] {p.name}: wheel has build step {p.build_step}, series has {w.build_step}"

@@ -35,8 +35,8 @@ __all__ = [
     "CopyMember",
     "NewMember",
     "OutMember",
-    "ZipEntry",
     "WheelZip",
+    "ZipEntry",
     "fixed_date_time",
     "write_zip",
 ]
@@ -183,7 +183,7 @@ class WheelZip:
             raise
         self.by_name: dict[str, ZipEntry] = {e.name: e for e in self.entries}
 
-    def __enter__(self) -> WheelZip:
+    def __enter__(self) -> WheelZip:  # noqa: PYI034 - final in practice
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -210,10 +210,16 @@ class WheelZip:
             tail, pos
         )
         eocd_offset = self.size - tail_len + pos
-        if pos >= 20 and tail[pos - 20 : pos - 16] == _ZIP64_LOCATOR_SIG or _U32_MAX in (
-            cd_size,
-            cd_offset,
-        ) or n_total == _U16_MAX:
+        if (
+            pos >= 20
+            and tail[pos - 20 : pos - 16] == _ZIP64_LOCATOR_SIG
+            or _U32_MAX
+            in (
+                cd_size,
+                cd_offset,
+            )
+            or n_total == _U16_MAX
+        ):
             raise BuildError(
                 f"{self.path}: is a zip64 archive, which the overlay builder does not handle",
                 tip="wheels of this size need the container build (`forkpatch build --mode container`)",
@@ -313,9 +319,7 @@ class WheelZip:
 
     def read(self, name_or_entry: str | ZipEntry) -> bytes:
         """Decompress one member and check its size and CRC."""
-        entry = (
-            self.by_name[name_or_entry] if isinstance(name_or_entry, str) else name_or_entry
-        )
+        entry = self.by_name[name_or_entry] if isinstance(name_or_entry, str) else name_or_entry
         raw = self.raw_data(entry)
         if entry.compress_type == _STORED:
             data = raw
@@ -442,7 +446,9 @@ def _write_members(out: _Out, members: Sequence[OutMember]) -> list[bytes]:
             out.copy(e.header_offset, e.record_end)
             rec = e.central_record
             central.append(
-                rec[:_CENTRAL_OFFSET_FIELD] + struct.pack("<L", offset) + rec[_CENTRAL_OFFSET_FIELD + 4 :]
+                rec[:_CENTRAL_OFFSET_FIELD]
+                + struct.pack("<L", offset)
+                + rec[_CENTRAL_OFFSET_FIELD + 4 :]
             )
             continue
         if isinstance(m, CopyMember):
@@ -469,8 +475,18 @@ def _write_members(out: _Out, members: Sequence[OutMember]) -> list[bytes]:
                 raise BuildError(f"member {m.name} is over 4 GiB (zip64 is not supported)")
         out.write(
             _LOCAL.pack(
-                _LOCAL_SIG, _EXTRACT_VERSION, 0, flags, method, mtime, mdate, crc, csize, usize,
-                len(name_b), 0,
+                _LOCAL_SIG,
+                _EXTRACT_VERSION,
+                0,
+                flags,
+                method,
+                mtime,
+                mdate,
+                crc,
+                csize,
+                usize,
+                len(name_b),
+                0,
             )
             + name_b
         )
@@ -481,9 +497,25 @@ def _write_members(out: _Out, members: Sequence[OutMember]) -> list[bytes]:
             out.write(payload)
         central.append(
             _CENTRAL.pack(
-                _CENTRAL_SIG, made_by[0], made_by[1], _EXTRACT_VERSION, 0, flags, method, mtime,
-                mdate, crc, csize, usize, len(name_b), len(extra), len(comment), 0, internal,
-                attr, offset,
+                _CENTRAL_SIG,
+                made_by[0],
+                made_by[1],
+                _EXTRACT_VERSION,
+                0,
+                flags,
+                method,
+                mtime,
+                mdate,
+                crc,
+                csize,
+                usize,
+                len(name_b),
+                len(extra),
+                len(comment),
+                0,
+                internal,
+                attr,
+                offset,
             )
             + name_b
             + extra

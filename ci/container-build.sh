@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# In-container wheel build for 1Cat-vLLM (SM70). Runs inside the builder image
+# (ci/builder.Dockerfile) with the fork source copied to /src (no bind mount);
+# wheels go to /out. forkpatch's container build sets the environment below;
+# the defaults are what a V100 release build uses.
+#
+#   VLLM_VERSION_OVERRIDE          exact version of the wheel (required)
+#   TORCH_CUDA_ARCH_LIST           default "7.0"
+#   FLASH_ATTN_V100_CUDA_ARCH_LIST default "7.0"
+#   MAX_JOBS / NVCC_THREADS        default nproc / 1
+#   FORKPATCH_CACHE                ccache | sccache | none   (default ccache)
+#   CCACHE_DIR                     default /root/.ccache (a named volume)
+#   SCCACHE_*, AWS_*               sccache S3 settings, passed from the host
+set -euo pipefail
+
+SRC=${FORKPATCH_SRC:-/src}
+OUT=${FORKPATCH_OUT:-/out}
+
+: "${VLLM_VERSION_OVERRIDE:?VLLM_VERSION_OVERRIDE must be set (the exact wheel version)}"
+export VLLM_VERSION_OVERRIDE
+export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-7.0}"
+export FLASH_ATTN_V100_CUDA_ARCH_LIST="${FLASH_ATTN_V100_CUDA_ARCH_LIST:-7.0}"
+export MAX_JOBS="${MAX_JOBS:-$(nproc)}"
+export NVCC_THREADS="${NVCC_THREADS:-1}"
+export FORKPATCH_CACHE="${FORKPATCH_CACHE:-ccache}"
+# The fork's CMake picks the CUDA target; keep it explicit.
+export VLLM_TARGET_DEVICE="${VLLM_TARGET_DEVICE:-cuda}"
+
+say() { echo "[container-build +${SECONDS}s] $*"; }
+
+case "$FORKPATCH_CACHE" in
+  ccache)
+    export CCACHE_DIR="${CCACHE_DIR:-/root/.ccache}"
+    export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-20G}"
+    # Source lives at the same path (/src) in every container, but keep hits
+    # independent of the directory anyway.
+    export CCACHE_BASEDIR="$SRC"
+    export CCACHE_NOHASHDIR=1
+    mkdir -p "$CCACHE_DIR"
+    LAUNCHER=ccache
+    ;;
+  sccache)
+    : "${SCCACHE_BUCKET:?FORKPATCH_CACHE=sccache needs SCCACHE_BUCKET}"
+    export SCCACHE_IDLE_TIMEOUT=0
+    LAUNCHER=sccache
+    sccache --stop-server >/dev/null 2>&1 || true
+    sccache --start-server
+    ;;
+  none) LAUNCHER= ;;
+  *) echo "unknown FORKPATCH_CACHE=$FORKPATCH_CACHE (ccache|sccache|none)" >&2; exit 2 ;;
+esac
+
+if [ -n "$LAUNCHER" ]; then
+    command -v "$LAUNCHER" >/dev/null || { echo "$LAUNCHER is not installed in this image" >&2; exit 2; }
+    # CMake builds (the fork's csrc/ and flash-attention-v100) ...
+    export CMAKE_C_COMPILER_LAUNCHER="$LAUNCHER" CMAKE_CXX_COMPILER_LAUNCHER="$LAUNCHER" \
+           CMAKE_CUDA_COMPILER_LAUNCHER="$LAUNCHER"
+    # ... and plain setuptools extensions (distutils honours CC/CXX).
+    export CC="$LAUNCHER ${CC_REAL:-gcc}" CXX="$LAUNCHER ${CXX_REAL:-g++}"
+    [ "$LAUNCHER" = ccache ] && ccache --zero-stats >/dev/null
+    [ "$LAUNCHER" = sccache ] && sccache --zero-stats >/dev/null
+fi
+
+cache_stats() {
+    case "$FORKPATCH_CACHE" in
+      ccache) say "ccache statistics:"; ccache -s || true ;;
+      sccache) say "sccache statistics:"; sccache --show-stats || true ;;
+    esac
+}
+trap cache_stats EXIT
+
+# One wheel build: python -m build when available, else pip wheel; both
+# without isolation, against the toolchain installed in the image.
+build_wheel() {  # build_wheel <project dir> <out dir>
+    if python -c "import build" 2>/dev/null; then
+        python -m build --wheel --no-isolation --outdir "$2" "$1"
+    else
+        python -m pip wheel --no-deps --no-build-isolation --wheel-dir "$2" "$1"
+    fi
+}
+
+say "python $(python -c 'import sys; print(sys.version.split()[0])'), version $VLLM_VERSION_OVERRIDE," \
+    "arch $TORCH_CUDA_ARCH_LIST, MAX_JOBS=$MAX_JOBS NVCC_THREADS=$NVCC_THREADS cache=$FORKPATCH_CACHE"
+mkdir -p "$OUT"
+STAGE="$(mktemp -d /tmp/wheels.XXXXXX)"
+
+# 1. The bundled flash-attention-v100 first: it is a separate project with
+#    its own setup.py, and the main build may import it.
+if [ -d "$SRC/flash-attention-v100" ]; then
+    say "building flash-attention-v100 (arch $FLASH_ATTN_V100_CUDA_ARCH_LIST)"
+    mkdir -p "$STAGE/fa"
+    # Its version is its own: no VLLM_VERSION_OVERRIDE here.
+    env -u VLLM_VERSION_OVERRIDE bash -c "$(declare -f build_wheel); build_wheel '$SRC/flash-attention-v100' '$STAGE/fa'"
+    python -m pip install --no-deps --no-index "$STAGE"/fa/*.whl
+fi
+
+# 2. The main wheel.
+say "building 1cat-vllm $VLLM_VERSION_OVERRIDE"
+mkdir -p "$STAGE/main"
+SETUPTOOLS_SCM_PRETEND_VERSION_FOR_1CAT_VLLM="$VLLM_VERSION_OVERRIDE" build_wheel "$SRC" "$STAGE/main"
+
+# Publish to /out only once everything built.
+mv "$STAGE"/*/*.whl "$OUT"/
+say "wheels:"
+ls -l "$OUT"/*.whl

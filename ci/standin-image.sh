@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Build the local stand-in for the CUDA base image (no registry is reachable
+# from CI, so `FROM nvidia/cuda:...` cannot be pulled; see DOCKER-NOTES.md).
+#
+# A minbase Debian bookworm root file system, made with debootstrap and
+# imported as a docker image. It carries what a *container* build of the
+# synthetic fork needs, because containers have no network: Python 3.11 with
+# pip/setuptools/wheel/build, gcc + Python headers (a real C extension) and
+# ccache (a real compiler cache), git.
+#
+# Idempotent: skipped when the image exists and was made from the same
+# package list (a label records it), so the ~1 minute is paid once per machine.
+#
+# usage: ci/standin-image.sh [TAG]      (default forkpatch-standin:bookworm)
+# env:   FORKPATCH_STANDIN_FORCE=1      rebuild even if the image exists
+#        DEBIAN_MIRROR                  default http://deb.debian.org/debian
+set -euo pipefail
+
+TAG="${1:-forkpatch-standin:bookworm}"
+SUITE=bookworm
+MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+# Keep in step with tests/docker/conftest.py (it checks for ccache/gcc).
+PACKAGES="python3,python3-venv,python3-pip,python3-setuptools,python3-wheel,python3-build,python3-dev,gcc,libc6-dev,ccache,git,ca-certificates"
+LABEL_KEY=org.forkpatch.standin.packages
+LABEL_VALUE="$(printf '%s %s' "$SUITE" "$PACKAGES" | sha256sum | cut -c1-16)"
+
+if [ "${FORKPATCH_STANDIN_FORCE:-0}" != 1 ]; then
+    have="$(docker image inspect --format "{{ index .Config.Labels \"$LABEL_KEY\" }}" "$TAG" 2>/dev/null || true)"
+    if [ "$have" = "$LABEL_VALUE" ]; then
+        echo "standin-image: $TAG is present (packages $LABEL_VALUE); nothing to do" >&2
+        exit 0
+    fi
+fi
+
+command -v debootstrap >/dev/null || {
+    echo "standin-image: debootstrap is not installed (apt-get install -y debootstrap)" >&2
+    exit 3
+}
+[ "$(id -u)" = 0 ] || { echo "standin-image: debootstrap needs root" >&2; exit 3; }
+
+ROOTFS="$(mktemp -d /tmp/forkpatch-standin.XXXXXX)"
+trap 'rm -rf "$ROOTFS"' EXIT
+
+start=$(date +%s)
+echo "standin-image: debootstrap $SUITE into $ROOTFS" >&2
+debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$ROOTFS" "$MIRROR" >&2
+# No apt lists or caches in the image: nothing inside may reach a package index anyway.
+rm -rf "$ROOTFS"/var/cache/apt/archives/*.deb "$ROOTFS"/var/lib/apt/lists/*
+echo "standin-image: importing as $TAG" >&2
+tar -C "$ROOTFS" -c . | docker import \
+    --change "LABEL $LABEL_KEY=$LABEL_VALUE" \
+    --change 'ENV LANG=C.UTF-8' \
+    --change 'CMD ["/bin/bash"]' \
+    - "$TAG" >&2
+echo "standin-image: $TAG built in $(( $(date +%s) - start )) s" >&2

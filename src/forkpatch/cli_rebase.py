@@ -1,0 +1,118 @@
+"""``forkpatch check`` and ``forkpatch rebase``: thin click commands over forkpatch.rebase."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from forkpatch import log
+from forkpatch.errors import UsageError
+
+
+def _options(onto: str, no_three_way: bool, fuzz: int, report_dir: Path | None = None) -> Any:
+    from forkpatch.rebase import RebaseOptions
+
+    if no_three_way and fuzz:
+        raise UsageError("--no-3way means exact context only: it cannot be combined with --fuzz")
+    return RebaseOptions(onto=onto, three_way=not no_three_way, fuzz=fuzz,
+                         report_dir=report_dir.resolve() if report_dir else None)
+
+
+def _summary(plan: Any) -> None:
+    counts: dict[str, int] = {}
+    for o in plan.outcomes:
+        counts[o.status] = counts.get(o.status, 0) + 1
+    log.info(f"{plan.base} ({plan.base_commit[:12]}) -> {plan.onto} ({plan.onto_commit[:12]}): "
+             + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    limit = 8  # per patch; --json has everything
+    for o in plan.outcomes:
+        lines = [c["reason"] for c in o.conflicts]
+        if o.status not in ("clean", "blocked"):
+            lines += o.detail
+        for line in lines[:limit]:
+            log.info(f"  {o.name}: {line}")
+        if len(lines) > limit:
+            log.info(f"  {o.name}: ... {len(lines) - limit} more (see --json)")
+
+
+def register(cli: click.Group) -> None:
+    from forkpatch.cli import Ctx
+
+    pass_ctx = click.make_pass_decorator(Ctx)
+    three_way_opt = click.option(
+        "--no-3way", "no_three_way", is_flag=True,
+        help="Exact context only, zero fuzz: a hunk that does not apply as is conflicts.")
+    fuzz_opt = click.option(
+        "--fuzz", type=click.IntRange(0, 3), default=0, show_default=True,
+        help="Let hunks apply with up to N context lines ignored (reported as 'fuzz'; the "
+             "refreshed file no longer needs it).")
+
+    @cli.command()
+    @click.option("--onto", required=True, metavar="TAG", help="Tag of the fork to check against.")
+    @three_way_opt
+    @fuzz_opt
+    @click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
+    @pass_ctx
+    def check(c: Ctx, onto: str, no_three_way: bool, fuzz: int, as_json: bool) -> None:
+        """Dry run of `rebase --onto TAG`: how each patch would fare. Changes nothing.
+
+        Exit status 0 when nothing conflicts, 3 when a patch conflicts.
+        """
+        from forkpatch.rebase import check as run_check
+
+        plan = run_check(c.project(), _options(onto, no_three_way, fuzz))
+        if as_json:
+            log.emit_json(plan.to_json())
+        _summary(plan)
+        if not plan.ok:
+            raise SystemExit(3)
+
+    @cli.command()
+    @click.option("--onto", metavar="TAG", help="Tag of the fork to move the series to.")
+    @click.option("--continue", "continue_", is_flag=True,
+                  help="Go on after resolving a conflict (or finish an interrupted rebase).")
+    @click.option("--skip", is_flag=True, help="Drop the conflicting patch and go on.")
+    @click.option("--abort", is_flag=True, help="Restore everything as before the rebase.")
+    @three_way_opt
+    @fuzz_opt
+    @click.option("--report", "report_dir", type=click.Path(file_okay=False, path_type=Path),
+                  help="Also write the report (.md and .json) into DIR.")
+    @click.option("--json", "as_json", is_flag=True, help="The report as JSON on stdout.")
+    @pass_ctx
+    def rebase(c: Ctx, onto: str | None, continue_: bool, skip: bool, abort: bool,
+               no_three_way: bool, fuzz: int, report_dir: Path | None, as_json: bool) -> None:
+        """Move the series onto TAG: refresh the patches, drop the upstreamed ones.
+
+        Stops at a conflict with a work tree to resolve it in; then `--continue`,
+        `--skip` or `--abort`.
+        """
+        from forkpatch import rebase as core
+        from forkpatch import report as report_mod
+
+        chosen = [n for n, v in (("--onto", onto), ("--continue", continue_), ("--skip", skip),
+                                 ("--abort", abort)) if v]
+        if len(chosen) != 1:
+            raise UsageError("give exactly one of --onto TAG, --continue, --skip, --abort")
+        project = c.project()
+        with project.locked("rebase"):
+            if abort:
+                changed = core.abort(project)
+                log.info("rebase aborted; " + (f"restored {', '.join(changed)}" if changed
+                                               else "patches/ and series.yaml were unchanged"))
+                return
+            if onto:
+                result = core.rebase(project, _options(onto, no_three_way, fuzz, report_dir))
+            elif continue_:
+                result = core.continue_(project)
+            else:
+                result = core.skip(project)
+        if as_json:
+            log.emit_json(result.report)
+        else:
+            log.info(report_mod.markdown(result.report))
+        log.info(f"rebased onto {result.plan.onto}: " + (
+            f"{len(result.written)} file(s) changed" if result.written else "nothing changed"))
+        for p in result.report_paths:
+            log.info(f"report: {p}")

@@ -1,0 +1,174 @@
+"""``forkpatch track``: a thin click command over :mod:`forkpatch.track`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from forkpatch import log
+from forkpatch.errors import UsageError
+
+HELP = """Compare the series' base with the fork's release tags; act on the newest.
+
+\b
+Without --run: list the tags newer than the base (series.yaml `track:`
+selects and filters them), the one forkpatch would act on, and a forecast:
+how the series fares on the head of the fork's default branch.
+\b
+  exit 0   up to date: no newer release to act on
+  exit 10  a newer release can be acted on (the `target` in --json)
+  exit 1   error (cannot list the tags, bad track.pattern, ...)
+
+\b
+With --run: for that release (or --tag), in OUT/<tag>/ (never in the project
+itself): check + rebase, build, smoke (the tiers this machine has) and, when a
+target is configured (publish.to or --publish-to), publish. Writes result.json
+and summary.md (a pull request body) there. A stage already done for the same
+tag commit and the same series is not done again.
+\b
+  exit 0   done (or up to date); result.json `status` says how far it got
+  exit 3   the rebase conflicts: summary.md names the patch, files and hunks
+  exit 1   a stage failed (build, smoke, publish refused): see summary.md
+
+\b
+With --make-branch: commit the rebased series of the last run on the bot
+branch (track.bot-branch, default forkpatch/rebase-<tag>) of the project's
+repository, deterministically; print what the pull request (or, on a
+conflict, the issue) should be. Nothing is pushed.
+"""
+
+
+def _steps(value: str | None) -> tuple[str, ...]:
+    from forkpatch.track import STEPS
+
+    if not value:
+        return STEPS
+    steps = tuple(s.strip() for s in value.split(",") if s.strip())
+    bad = [s for s in steps if s not in STEPS]
+    if bad:
+        raise UsageError(f"unknown step(s) {', '.join(bad)}", tip=f"steps: {', '.join(STEPS)}")
+    return steps
+
+
+def register(cli: click.Group) -> None:
+    from forkpatch.cli import Ctx, pass_ctx
+
+    @cli.command(help=HELP)
+    @click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
+    @click.option("--no-forecast", is_flag=True,
+                  help="Skip the check against the fork's default branch.")
+    @click.option("--run", "do_run", is_flag=True, help="Act on the release (see above).")
+    @click.option("--make-branch", is_flag=True,
+                  help="Commit the last run's series on the bot branch (see above).")
+    @click.option("--tag", metavar="TAG",
+                  help="Act on TAG instead of the newest release (even a held-back one).")
+    @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+                  envvar="FORKPATCH_OUT", show_envvar=True,
+                  help="Output directory (default: .forkpatch/track in the project).")
+    @click.option("--steps", metavar="LIST",
+                  help="Comma-separated stages to run: rebase,build,smoke,publish (default: "
+                       "all). A pipeline runs one per job, passing --out along.")
+    @click.option("--no-publish", is_flag=True, help="Do everything but publish.")
+    @click.option("--publish-to", metavar="URL|DIR", envvar="FORKPATCH_PUBLISH_TO",
+                  show_envvar=True, help="Publish target (default: publish.to).")
+    @click.option("--allow-missing-tier", "allow_missing", multiple=True,
+                  type=click.Choice(["static", "gpu", "sm70"]),
+                  help="Publish although this required tier did not run (recorded).")
+    @click.option("--base-wheel", metavar="PATH|URL", envvar="FORKPATCH_BASE_WHEEL",
+                  show_envvar=True,
+                  help="The fork's released wheel for the tag, for an overlay build; "
+                       "{tag} and {version} are filled in (default: build.base-wheel).")
+    @click.option("--build-mode", type=click.Choice(["auto", "overlay", "container"]),
+                  help="Build mode (default: build.mode, else auto).")
+    @click.option("--smoke-tier", type=click.Choice(["static", "gpu", "sm70"]), default="sm70",
+                  show_default=True,
+                  help="Highest smoke tier; tiers this machine lacks are reported as not run.")
+    @click.option("--smoke-deps", type=click.Choice(["system", "index", "none"]),
+                  help="Where the smoke environment's dependencies come from (default system).")
+    @click.option("--smoke-python", metavar="PYTHON",
+                  help="Interpreter for the smoke environment (default: smoke.python).")
+    @click.option("--smoke-with", "smoke_with", multiple=True,
+                  type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                  help="Another wheel to install in the smoke environment (e.g. a pinned "
+                       "torch); repeatable.")
+    @click.option("--repo", type=click.Path(file_okay=False, path_type=Path),
+                  help="--make-branch: the project's git repository (default: around it).")
+    @pass_ctx
+    def track(c: Ctx, as_json: bool, no_forecast: bool, do_run: bool, make_branch: bool,
+              tag: str | None, out_dir: Path | None, steps: str | None, no_publish: bool,
+              publish_to: str | None, allow_missing: tuple[str, ...], base_wheel: str | None,
+              build_mode: str | None, smoke_tier: str, smoke_deps: str | None,
+              smoke_python: str | None, smoke_with: tuple[Path, ...],
+              repo: Path | None) -> None:
+        from forkpatch import track as core
+
+        if do_run and make_branch:
+            raise UsageError("give --run or --make-branch, not both",
+                             tip="run them one after the other")
+        project = c.project()
+        if make_branch:
+            change = core.prepare_change(project, out_dir=out_dir, tag=tag, repo=repo)
+            _print_change(change)
+            if as_json:
+                log.emit_json(change.to_json())
+            return
+        if not do_run:
+            if tag or steps or no_publish or publish_to or base_wheel or smoke_with:
+                raise UsageError("--tag, --steps, --publish-to, --base-wheel and the smoke "
+                                 "options go with --run")
+            report = core.list_releases(project)
+            if not no_forecast:
+                report.forecast = core.forecast(project)
+            if as_json:
+                log.emit_json(report.to_json())
+            _print_report(report)
+            raise SystemExit(report.exit_code)
+        opts = core.RunOptions(
+            out_dir=out_dir, tag=tag, steps=_steps(steps), publish=not no_publish,
+            publish_to=publish_to, allow_missing_tiers=allow_missing, base_wheel=base_wheel,
+            build_mode=build_mode, smoke_tier=smoke_tier, smoke_deps=smoke_deps,
+            smoke_python=smoke_python, smoke_with=smoke_with, forecast=not no_forecast)
+        result = core.run(project, opts)
+        if as_json:
+            log.emit_json(result.data)
+        if result.work_dir is not None:
+            log.info(f"{result.data['tag']}: {result.status}; summary: "
+                     f"{result.work_dir / core.SUMMARY_FILE}")
+        if result.error is not None:
+            raise result.error
+
+
+def _print_report(report: Any) -> None:
+    log.info(f"base {report.base}; {len(report.newer)} newer release tag(s)")
+    for t in report.newer:
+        mark = "->" if report.target is t else "  "
+        log.info(f" {mark} {t.tag:<16} {t.commit[:12]}"
+                 + (f"  held back: {t.held_back}" if t.held_back else ""))
+    for tag in report.unparsable:
+        log.warn(f"tag '{tag}' matches track.pattern but is not a PEP 440 version; ignored")
+    fc = report.forecast
+    if fc:
+        where = f"{fc['branch']} ({fc['commit'][:12]})"
+        if fc["ok"]:
+            log.info(f"forecast: the series applies to {where}")
+        for conflict in fc["conflicts"]:
+            files = ", ".join(x["path"] for x in conflict["conflicts"]) or \
+                ", ".join(conflict["files"])
+            log.warn(f"forecast: patch '{conflict['patch']}' conflicts on {where}: {files}")
+    if report.target:
+        log.info(f"new release: {report.target.tag}; `forkpatch track --run` acts on it")
+    else:
+        log.info("up to date")
+
+
+def _print_change(change: Any) -> None:
+    if change.kind == "pull":
+        log.info(f"branch {change.branch} -> {change.commit[:12]} "
+                 f"({'updated' if change.updated else 'unchanged'}); title: {change.title}")
+    elif change.kind == "issue":
+        log.info(f"the rebase conflicts: open an issue '{change.title}'")
+    else:
+        log.info(f"nothing to propose: {change.title}")
+    log.info(f"body: {change.body_file}")

@@ -1,0 +1,567 @@
+"""``forkpatch publish``: the smoke gate, then a package index or a static directory index.
+
+The gate (:func:`check_gate`): a wheel is published only when a smoke report
+exists for its exact sha256, no check in it failed, and every tier the series
+requires (``publish.required-tiers``, else ``smoke.required-tiers``, else
+static + sm70) passed. ``--allow-missing-tier sm70`` accepts a tier that was
+*not run* (never one that failed); the override is logged and written into the
+report that is published with the wheel.
+
+Every wheel is gated and every target conflict is checked before anything is
+uploaded, so a refusal leaves the target untouched.
+
+Targets (:class:`Target`):
+
+- :class:`IndexTarget`: a PEP 503 index that accepts uploads (pypiserver,
+  devpi, a registry's PyPI endpoint). Existing files are read from its simple
+  page; the upload is ``twine upload``. Credentials come from
+  ``TWINE_USERNAME`` / ``TWINE_PASSWORD`` or the keyring (as twine does),
+  never from the command line, and are redacted from every message.
+- :class:`DirTarget`: a plain directory made into a static PEP 503 index
+  (``simple/index.html``, ``simple/<name>/index.html`` with ``#sha256=``
+  links, files under ``packages/``), written atomically under a lock;
+  ``pip install --index-url file:///DIR/simple`` installs from it.
+
+Publishing the same file again is a no-op; a different file under the same
+name (or the same version and tags) is refused.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import getpass
+import hashlib
+import html
+import os
+import re
+import shutil
+import tempfile
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import quote, unquote, urljoin, urlsplit
+
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+
+from forkpatch import log
+from forkpatch.build.runner import redact
+from forkpatch.build.runner import run as run_tool
+from forkpatch.build.runner import tail
+from forkpatch.errors import PublishError, SmokeError
+from forkpatch.fsutil import atomic_write, project_lock
+from forkpatch.smoke.incheck import TIERS
+from forkpatch.smoke.report import (
+    REPORT_SUFFIX,
+    beside_wheel,
+    dumps,
+    load_report,
+    now_iso,
+    store_path,
+)
+from forkpatch.smoke.wheelinfo import WheelInfo, read_wheel, sha256_file
+
+DEFAULT_REQUIRED_TIERS = ("static", "sm70")
+SUMS_FILE = "SHA256SUMS"
+
+
+@dataclass(frozen=True)
+class PublishOptions:
+    wheels: tuple[Path, ...]
+    to: str
+    allow_missing_tiers: tuple[str, ...] = ()
+    required_tiers: tuple[str, ...] | None = None  # None: from the series, else the default
+    reports: tuple[Path, ...] = ()  # explicit report files to consider
+    simple_url: str | None = None  # index targets: where its PEP 503 pages are
+    timeout_s: float = 60.0
+
+
+@dataclass
+class Gate:
+    """Why a wheel may be published."""
+
+    wheel: WheelInfo
+    report_path: Path
+    report: dict[str, Any]
+    overrides: dict[str, str] = field(default_factory=dict)  # tier -> why it did not run
+
+    def published_report(self, target: str) -> dict[str, Any]:
+        data = dict(self.report)
+        data["publish"] = {
+            "target": target,
+            "file": self.wheel.path.name,
+            "sha256": self.wheel.sha256,
+            "at": now_iso(),
+            "by": _user(),
+            "required_tiers_passed": [t for t in self.report["tiers"]["status"]
+                                      if self.report["tiers"]["status"][t] == "passed"],
+            "allowed_missing_tiers": {t: f"not run: {why}" for t, why in self.overrides.items()},
+        }
+        return data
+
+
+def _user() -> str:
+    with contextlib.suppress(Exception):
+        return getpass.getuser()
+    return "unknown"
+
+
+# --------------------------------------------------------------------------- gate
+
+
+def required_tiers(project: Any) -> tuple[str, ...]:
+    if project is not None:
+        s = project.series
+        for section in ("publish", "smoke"):
+            tiers = s.section(section).get("required-tiers")
+            if tiers:
+                return tuple(str(t) for t in tiers)
+    return DEFAULT_REQUIRED_TIERS
+
+
+def _candidates(wheel: WheelInfo, project: Any, explicit: Sequence[Path]) -> list[Path]:
+    out = list(explicit)
+    if project is not None:
+        out.append(store_path(Path(project.root), wheel.sha256))
+    out.append(beside_wheel(wheel.path))
+    return out
+
+
+def find_report(wheel: WheelInfo, project: Any, explicit: Sequence[Path] = ()
+                ) -> tuple[Path, dict[str, Any]]:
+    """The smoke report for exactly this file (by sha256); PublishError when there is none."""
+    wrong: list[str] = []
+    for path in _candidates(wheel, project, explicit):
+        if not path.is_file():
+            continue
+        try:
+            data = load_report(path)
+        except SmokeError as exc:
+            wrong.append(exc.message)
+            continue
+        shas = {w.get("sha256") for w in data.get("wheels", [])}
+        if wheel.sha256 in shas:
+            return path, data
+        wrong.append(f"{path} is a report for {data.get('wheel', {}).get('sha256', '?')[:16]}…, "
+                     f"not this file")
+    msg = f"no smoke report for {wheel.path.name} (sha256 {wheel.sha256})"
+    if wrong:
+        msg += ": " + "; ".join(wrong)
+    raise PublishError(msg, tip=f"run `forkpatch smoke {wheel.path}` first (publish only takes "
+                                "a wheel whose exact bytes passed the smoke suite)")
+
+
+def check_gate(wheel: WheelInfo, project: Any, *, required: Sequence[str],
+               allow_missing: Sequence[str] = (), explicit: Sequence[Path] = ()) -> Gate:
+    """Refuse (PublishError) unless a passing report covers ``required`` for this file."""
+    for t in (*required, *allow_missing):
+        if t not in TIERS:
+            raise PublishError(f"unknown tier '{t}'", tip=f"tiers: {', '.join(TIERS)}")
+    path, data = find_report(wheel, project, explicit)
+    failed = [c for c in data.get("checks", []) if c.get("outcome") in ("failed", "error")]
+    if failed or not data.get("passed", False):
+        names = ", ".join(f"{c['id']} ({c['outcome']})" for c in failed) or "see the report"
+        raise PublishError(f"the smoke report for {wheel.path.name} ({path}) did not pass: "
+                           f"{names}", tip="fix the wheel (or its patches), build and smoke it "
+                                           "again; `forkpatch smoke --bisect` finds the patch")
+    status = data.get("tiers", {}).get("status", {})
+    not_run = data.get("tiers", {}).get("not_run", {})
+    detail = data.get("tiers", {}).get("detail", {})
+    gate = Gate(wheel=wheel, report_path=path, report=data)
+    for tier in required:
+        st = status.get(tier, "not-run")
+        if st == "passed":
+            continue
+        why = not_run.get(tier) or detail.get(tier, {}).get("reason", "") or st
+        if tier in allow_missing and st == "not-run":
+            gate.overrides[tier] = why
+            log.warn(f"publishing {wheel.path.name} without tier {tier} (not run: {why}): "
+                     f"--allow-missing-tier {tier}; recorded in the published report")
+            continue
+        if tier in allow_missing:
+            raise PublishError(f"tier {tier} is {st} in the smoke report for {wheel.path.name} "
+                               f"({why}); --allow-missing-tier only covers a tier that did not "
+                               "run", tip="fix the failing checks; an override never hides a "
+                                          "failure")
+        if st == "incomplete":
+            tip = ("some of its checks could not run (a dependency is missing): smoke again "
+                   "with --deps system on a machine that has torch, or --deps index")
+        else:
+            tip = (f"run `forkpatch smoke --tier {tier}` where the hardware is (a V100 for "
+                   f"sm70), or pass --allow-missing-tier {tier} to publish anyway (logged and "
+                   "recorded)")
+        raise PublishError(
+            f"tier {tier} is required but {st} in the smoke report for {wheel.path.name}"
+            + (f" ({why})" if why and why != st else ""), tip=tip)
+    return gate
+
+
+# --------------------------------------------------------------------------- targets
+
+
+class Target(Protocol):
+    """Where wheels go."""
+
+    def describe(self) -> str: ...
+
+    def existing(self, project_name: str) -> dict[str, str]:
+        """filename -> sha256 of the files already published for ``project_name``."""
+        ...
+
+    def publish(self, gate: Gate, report: dict[str, Any]) -> None: ...
+
+
+def _conflicts(wheel: WheelInfo, existing: Mapping[str, str]) -> tuple[bool, str | None]:
+    """(already there, refusal message)."""
+    name = wheel.path.name
+    if name in existing:
+        if existing[name] == wheel.sha256:
+            return True, None
+        return False, (f"{name} is already published with different content (sha256 "
+                       f"{existing[name][:16]}…, this file {wheel.sha256[:16]}…)")
+    key = _identity(name)
+    for other, sha in existing.items():
+        if key is not None and _identity(other) == key and sha != wheel.sha256:
+            return False, (f"{other} is already published for version {wheel.version} and tags "
+                           f"{wheel.tags}, with different content")
+    return False, None
+
+
+def _identity(filename: str) -> tuple[str, str, str] | None:
+    try:
+        name, version, _build, _tags = parse_wheel_filename(filename)
+    except InvalidWheelFilename:
+        return None
+    tags = "-".join(filename[: -len(".whl")].split("-")[-3:])
+    return str(name), str(version), tags
+
+
+# ---- a static directory index
+
+
+_PAGE = """<!DOCTYPE html>
+<html>
+  <head>
+    <meta name="pypi:repository-version" content="1.0">
+    <title>{title}</title>
+  </head>
+  <body>
+    <h1>{title}</h1>
+{links}
+  </body>
+</html>
+"""
+
+
+class DirTarget:
+    """``DIR/packages/<file>`` + ``DIR/simple/`` (PEP 503), updated atomically."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root.resolve()
+        self.packages = self.root / "packages"
+        self.simple = self.root / "simple"
+
+    def describe(self) -> str:
+        return f"{self.root} (static index: --index-url {self.simple.as_uri()}/)"
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        with project_lock(self.root / ".forkpatch-publish.lock", command="publish"):
+            yield
+
+    def existing(self, project_name: str) -> dict[str, str]:
+        out = {}
+        norm = canonicalize_name(project_name)
+        if self.packages.is_dir():
+            for p in self.packages.glob("*.whl"):
+                ident = _identity(p.name)
+                if ident is not None and ident[0] == norm:
+                    out[p.name] = sha256_file(p)
+        return out
+
+    def publish(self, gate: Gate, report: dict[str, Any]) -> None:
+        wheel = gate.wheel
+        self.packages.mkdir(parents=True, exist_ok=True)
+        dest = self.packages / wheel.path.name
+        if not dest.exists():
+            fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=self.packages)
+            os.close(fd)
+            try:
+                shutil.copyfile(wheel.path, tmp)
+                if sha256_file(Path(tmp)) != wheel.sha256:
+                    raise PublishError(f"{wheel.path.name} changed while it was being copied",
+                                       tip="publish the final file again")
+                os.chmod(tmp, 0o644)
+                os.replace(tmp, dest)
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+        atomic_write(self.packages / (dest.name + REPORT_SUFFIX), dumps(report))
+        write_sums(self.packages)
+        self.write_indexes()
+
+    def write_indexes(self) -> None:
+        """Regenerate simple/ from packages/ (written last: no link to a missing file)."""
+        projects: dict[str, list[Path]] = {}
+        for p in sorted(self.packages.glob("*.whl")):
+            ident = _identity(p.name)
+            if ident is not None:
+                projects.setdefault(ident[0], []).append(p)
+        for name, files in projects.items():
+            links = "\n".join(
+                f'    <a href="../../packages/{quote(p.name)}#sha256={sha256_file(p)}">'
+                f"{html.escape(p.name)}</a><br>" for p in files)
+            atomic_write(self.simple / name / "index.html",
+                         _PAGE.format(title=f"Links for {html.escape(name)}",
+                                      links=links).encode())
+        links = "\n".join(f'    <a href="{quote(n)}/">{html.escape(n)}</a><br>'
+                          for n in sorted(projects))
+        atomic_write(self.simple / "index.html",
+                     _PAGE.format(title="Simple index", links=links).encode())
+
+
+def write_sums(directory: Path) -> Path:
+    """SHA256SUMS (``sha256sum -c`` format) for the wheels and reports in ``directory``."""
+    lines = []
+    for p in sorted(directory.iterdir()):
+        if p.is_file() and (p.name.endswith(".whl") or p.name.endswith(REPORT_SUFFIX)):
+            lines.append(f"{sha256_file(p)}  {p.name}\n")
+    path = directory / SUMS_FILE
+    atomic_write(path, "".join(lines).encode())
+    return path
+
+
+# ---- an upload index
+
+
+class _Links(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            for k, v in attrs:
+                if k == "href" and v:
+                    self.links.append(v)
+
+
+@dataclass(frozen=True)
+class Credentials:
+    username: str | None
+    password: str | None = field(repr=False)
+
+    @property
+    def secrets(self) -> list[str | None]:
+        return [self.password]
+
+
+def credentials_for(url: str) -> Credentials:
+    """TWINE_USERNAME / TWINE_PASSWORD, else the keyring entry for ``url`` (as twine does)."""
+    user = os.environ.get("TWINE_USERNAME") or None
+    password = os.environ.get("TWINE_PASSWORD") or None
+    if password is None and user is not None:
+        with contextlib.suppress(Exception):
+            import keyring
+
+            password = keyring.get_password(url, user)
+    return Credentials(user, password)
+
+
+class IndexTarget:
+    """A PEP 503 index that accepts twine uploads (e.g. pypiserver)."""
+
+    def __init__(self, upload_url: str, simple_url: str | None, *, timeout_s: float = 60.0
+                 ) -> None:
+        parts = urlsplit(upload_url)
+        if parts.username or parts.password or "@" in parts.netloc:
+            raise PublishError("the index URL carries credentials; they would land in logs and "
+                               "shell history",
+                               tip="pass the plain URL and set TWINE_USERNAME / TWINE_PASSWORD "
+                                   "(or store the password in the keyring)")
+        path = parts.path.rstrip("/")
+        if simple_url is None:
+            if path.endswith("/simple"):
+                simple_url = upload_url.rstrip("/") + "/"
+                upload_url = upload_url.rstrip("/")[: -len("simple")]
+            else:
+                simple_url = upload_url.rstrip("/") + "/simple/"
+        self.upload_url = upload_url if upload_url.endswith("/") else upload_url + "/"
+        self.simple_url = simple_url if simple_url.endswith("/") else simple_url + "/"
+        self.creds = credentials_for(self.upload_url)
+        self.timeout_s = timeout_s
+
+    def describe(self) -> str:
+        return f"{self.upload_url} (simple: {self.simple_url})"
+
+    def _redact(self, text: str) -> str:
+        return redact(text, self.creds.secrets)
+
+    def _open(self, url: str) -> bytes | None:
+        req = urllib.request.Request(url, headers={"Accept": "text/html"})
+        if self.creds.username is not None and self.creds.password is not None:
+            token = base64.b64encode(f"{self.creds.username}:{self.creds.password}".encode())
+            req.add_header("Authorization", "Basic " + token.decode("ascii"))
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                return bytes(resp.read())
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return None
+            if exc.code in (401, 403):
+                who = f"user '{self.creds.username}'" if self.creds.username else "no credentials"
+                raise PublishError(
+                    f"the index at {self.simple_url} refused access (HTTP {exc.code}) with {who}",
+                    tip="check TWINE_USERNAME / TWINE_PASSWORD (or the keyring entry for "
+                        f"{self.upload_url}); nothing was uploaded") from None
+            raise PublishError(f"the index at {self.simple_url} answered HTTP {exc.code} for "
+                               f"{self._redact(url)}", tip="nothing was uploaded; check the "
+                                                           "index's logs") from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise PublishError(f"cannot reach the index at {self.simple_url}: "
+                               f"{self._redact(str(reason))}",
+                               tip="is the index up and the URL right? nothing was uploaded"
+                               ) from None
+
+    def existing(self, project_name: str) -> dict[str, str]:
+        page_url = urljoin(self.simple_url, canonicalize_name(project_name) + "/")
+        page = self._open(page_url)
+        if page is None:
+            # 404 for an unknown project; make sure the index itself answers.
+            self._open(self.simple_url)
+            return {}
+        parser = _Links()
+        parser.feed(page.decode("utf-8", "replace"))
+        out = {}
+        for href in parser.links:
+            url, _, frag = href.partition("#")
+            name = unquote(url.rstrip("/").rsplit("/", 1)[-1])
+            if not name.endswith(".whl"):
+                continue
+            m = re.search(r"sha256=([0-9a-f]{64})", frag)
+            if m:
+                out[name] = m.group(1)
+            else:
+                data = self._open(urljoin(page_url, url))
+                out[name] = hashlib.sha256(data or b"").hexdigest()
+        return out
+
+    def publish(self, gate: Gate, report: dict[str, Any]) -> None:
+        import sys
+
+        cmd = [sys.executable, "-m", "twine", "upload", "--repository-url", self.upload_url,
+               "--non-interactive", "--disable-progress-bar", str(gate.wheel.path)]
+        if gate.overrides:
+            tiers = ", ".join(gate.overrides)
+            cmd[4:4] = ["--comment", f"forkpatch: published without smoke tier(s) {tiers} "
+                                     "(--allow-missing-tier)"]
+        # Credentials reach twine only through its environment variables.
+        env = {"TWINE_NON_INTERACTIVE": "1"}
+        result = run_tool(cmd, what=f"upload {gate.wheel.path.name}", env=env,
+                          secrets=self.creds.secrets, check=False)
+        if result.returncode != 0:
+            out = self._redact(result.stdout or "")
+            hint = "check the index's logs"
+            if re.search(r"\b(401|403)\b", out):
+                hint = "the index refused the credentials: check TWINE_USERNAME / TWINE_PASSWORD"
+            elif re.search(r"\b(409|400)\b", out):
+                hint = "the index already has a file of that name (it does not allow overwrites)"
+            raise PublishError(f"the upload of {gate.wheel.path.name} to {self.upload_url} "
+                               f"failed (twine exited {result.returncode}):\n{tail(out, 12)}",
+                               tip=hint)
+        after = self.existing(gate.wheel.name)
+        if after.get(gate.wheel.path.name) != gate.wheel.sha256:
+            raise PublishError(f"{gate.wheel.path.name} was uploaded but the index does not "
+                               "list it with the right sha256",
+                               tip=f"check {self.simple_url}{canonicalize_name(gate.wheel.name)}/")
+
+
+def open_target(to: str, *, simple_url: str | None = None, timeout_s: float = 60.0) -> Target:
+    parts = urlsplit(to)
+    if parts.scheme in ("http", "https"):
+        return IndexTarget(to, simple_url, timeout_s=timeout_s)
+    if parts.scheme == "file":
+        return DirTarget(Path(unquote(parts.path)))
+    if parts.scheme and len(parts.scheme) > 1:
+        raise PublishError(f"cannot publish to a '{parts.scheme}:' URL",
+                           tip="use an http(s):// index URL or a directory (path or file://)")
+    return DirTarget(Path(to))
+
+
+# --------------------------------------------------------------------------- publish
+
+
+@dataclass
+class Published:
+    file: str
+    sha256: str
+    action: str  # "uploaded" | "already-published"
+    report: str
+    overrides: dict[str, str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"file": self.file, "sha256": self.sha256, "action": self.action,
+                "report": self.report, "allowed_missing_tiers": self.overrides}
+
+
+def publish(opts: PublishOptions, project: Any = None) -> list[Published]:
+    """Gate every wheel, check the target for conflicts, then publish (or refuse all)."""
+    if not opts.wheels:
+        raise PublishError("no wheel given", tip="forkpatch publish dist/*.whl --to URL|DIR")
+    required = opts.required_tiers or required_tiers(project)
+    try:
+        infos = [read_wheel(w) for w in opts.wheels]
+    except SmokeError as exc:
+        raise PublishError(exc.message, tip=exc.tip) from None
+    gates = [check_gate(w, project, required=required, allow_missing=opts.allow_missing_tiers,
+                        explicit=opts.reports) for w in infos]
+    target = open_target(opts.to, simple_url=opts.simple_url, timeout_s=opts.timeout_s)
+    lock = target.locked() if isinstance(target, DirTarget) else contextlib.nullcontext()
+    out: list[Published] = []
+    with lock:
+        plan: list[tuple[Gate, bool]] = []
+        for g in gates:
+            there, refusal = _conflicts(g.wheel, target.existing(g.wheel.name))
+            if refusal:
+                raise PublishError(refusal + f" at {target.describe()}",
+                                   tip="a published version is immutable: bump the build (change "
+                                       "the series) instead of replacing a file; nothing was "
+                                       "published")
+            plan.append((g, there))
+        for g, there in plan:
+            report = g.published_report(target.describe())
+            if there:
+                log.info(f"{g.wheel.path.name} is already published at {target.describe()} "
+                         "(same sha256): nothing to do")
+            else:
+                with log.step(f"publish {g.wheel.path.name} to {target.describe()}"):
+                    target.publish(g, report)
+            if isinstance(target, IndexTarget):
+                # An index takes only distributions: the report and sums go beside the wheel.
+                atomic_write(beside_wheel(g.wheel.path), dumps(report))
+                _merge_sums(g.wheel.path.parent,
+                            [g.wheel.path, beside_wheel(g.wheel.path)])
+            out.append(Published(g.wheel.path.name, g.wheel.sha256,
+                                 "already-published" if there else "uploaded",
+                                 str(g.report_path), dict(g.overrides)))
+    return out
+
+
+def _merge_sums(directory: Path, files: Sequence[Path]) -> None:
+    """Update the lines for ``files`` in directory/SHA256SUMS, keeping the others."""
+    path = directory / SUMS_FILE
+    lines: dict[str, str] = {}
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            sha, _, name = line.partition("  ")
+            if name:
+                lines[name] = sha
+    for f in files:
+        lines[f.name] = sha256_file(f)
+    atomic_write(path, "".join(f"{sha}  {name}\n" for name, sha in sorted(lines.items()))
+                 .encode())

@@ -1,0 +1,98 @@
+"""The registry of smoke checks, as forkpatch sees it: ids, tiers, needs, summaries.
+
+The checks themselves live in :mod:`forkpatch.smoke.incheck` (they run inside
+the smoke environment); this module reads that file's registry so there is one
+list, and validates the check ids a series names under ``smoke:``.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from forkpatch.errors import SeriesError, SmokeError
+from forkpatch.series import SERIES_FILE, PatchEntry, Series
+from forkpatch.smoke import incheck
+
+TIERS: tuple[str, ...] = incheck.TIERS
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    """One check: ``id`` is ``<tier>.<name>``; ``baseline`` checks run for every wheel."""
+
+    id: str
+    tier: str
+    needs: tuple[str, ...]
+    baseline: bool
+    summary: str
+
+
+def registry() -> dict[str, CheckSpec]:
+    """Every known check, by id, in registration order."""
+    return {d.id: CheckSpec(d.id, d.tier, d.needs, d.baseline, d.summary)
+            for d in incheck.REGISTRY.values()}
+
+
+def tiers_up_to(tier: str) -> tuple[str, ...]:
+    """Tiers are cumulative: ``gpu`` runs static and gpu; ``sm70`` runs all three."""
+    if tier not in TIERS:
+        raise SmokeError(f"unknown tier {tier!r}{_suggest(tier, TIERS)}",
+                         tip=f"tiers: {', '.join(TIERS)}")
+    return TIERS[: TIERS.index(tier) + 1]
+
+
+def _suggest(word: str, candidates: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def get(check_id: str) -> CheckSpec:
+    reg = registry()
+    if check_id not in reg:
+        raise SmokeError(f"unknown smoke check '{check_id}'{_suggest(check_id, reg)}",
+                         tip="`forkpatch smoke --list-checks` lists them")
+    return reg[check_id]
+
+
+def validate_series(series: Series, *, path: str = SERIES_FILE) -> None:
+    """Every ``smoke:`` id in the series must be a known check (SeriesError otherwise)."""
+    reg = registry()
+    problems = []
+    for entry in series.patches:
+        for cid in entry.smoke:
+            if cid not in reg:
+                problems.append(f"{path}:{entry.line}: patch '{entry.name}' names unknown smoke "
+                                f"check '{cid}'{_suggest(cid, reg)}")
+    if problems:
+        raise SeriesError("\n".join(problems),
+                          tip="`forkpatch smoke --list-checks` lists the known checks")
+
+
+def baseline(tiers: Sequence[str]) -> list[str]:
+    return [c.id for c in registry().values() if c.baseline and c.tier in tiers]
+
+
+def plan(patches: Sequence[PatchEntry]) -> dict[str, list[str]]:
+    """check id -> the patches that asked for it ([] for baseline checks), in run order.
+
+    Every check of every tier appears (so the report can say "not run" for
+    tiers not selected); baseline first, then the patches' checks in series
+    order.
+    """
+    reg = registry()
+    out: dict[str, list[str]] = {}
+    for cid in baseline(TIERS):
+        out[cid] = []
+    for entry in patches:
+        for cid in entry.smoke:
+            if cid not in reg:
+                raise SmokeError(f"patch '{entry.name}' names unknown smoke check '{cid}'"
+                                 f"{_suggest(cid, reg)}",
+                                 tip="fix series.yaml; `forkpatch smoke --list-checks` lists them")
+            out.setdefault(cid, [])
+            if entry.name not in out[cid]:
+                out[cid].append(entry.name)
+    order = {t: i for i, t in enumerate(TIERS)}
+    return dict(sorted(out.items(), key=lambda kv: order[reg[kv[0]].tier]))

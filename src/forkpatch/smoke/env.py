@@ -1,0 +1,232 @@
+"""The isolated smoke environment: a fresh venv holding exactly the given wheels.
+
+Three ways to satisfy the wheels' dependencies, chosen by the operator and
+written into the report:
+
+- ``system`` (the default): ``python -m venv --system-site-packages``; the
+  wheels are installed with ``--no-deps`` and their dependencies are whatever
+  the chosen interpreter already has. On a V100 box that is the torch/CUDA
+  stack the service runs with, which is what the GPU tiers must exercise.
+- ``index``: a plain venv; pip resolves the dependencies from the configured
+  index (``--index-url`` or series ``smoke.index-url``, else pip's own config).
+- ``none``: a plain venv, ``--no-deps``, nothing else. Checks that need a
+  missing dependency (torch) are reported *not run* with the reason.
+
+Whatever the mode, the venv's site-packages comes first on ``sys.path``, the
+checks run with ``python -I`` from a directory outside the source tree, and a
+check asserts that ``vllm`` was imported from the venv.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from forkpatch import log
+from forkpatch.build.runner import redact
+from forkpatch.build.runner import tail as _tail
+from forkpatch.errors import SmokeError
+
+DEPS_MODES = ("system", "index", "none")
+KEEP_ENV_VAR = "FORKPATCH_KEEP_SMOKE_ENV"
+
+
+@dataclass
+class SmokeEnv:
+    """A created smoke venv."""
+
+    path: Path
+    python: Path
+    deps: str
+    base_python: str
+    system_site_packages: bool
+    index_url: str | None
+    installed: list[str] = field(default_factory=list)
+    #: Requires-Dist entries of the installed wheels not satisfied in the venv.
+    missing_requirements: list[str] = field(default_factory=list)
+
+    @property
+    def bin_dir(self) -> Path:
+        return self.python.parent
+
+    def to_json(self) -> dict[str, object]:
+        return {"deps": self.deps, "base_python": self.base_python,
+                "system_site_packages": self.system_site_packages,
+                "index_url": _public_url(self.index_url), "installed": self.installed,
+                "missing_requirements": self.missing_requirements}
+
+
+def _public_url(url: str | None) -> str | None:
+    """An index URL without user:password (it goes into reports and logs)."""
+    if not url:
+        return url
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.username or parts.password:
+        netloc = parts.hostname or ""
+        if parts.port:
+            netloc += f":{parts.port}"
+        return urlunsplit((parts.scheme, "****@" + netloc, parts.path, parts.query,
+                           parts.fragment))
+    return url
+
+
+def clean_env() -> dict[str, str]:
+    """The environment for commands in the venv: no PYTHON* variables, no user site."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("PYTHON") and k not in ("VIRTUAL_ENV", "PIP_REQUIRE_VIRTUALENV")}
+    env["PYTHONNOUSERSITE"] = "1"
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    return env
+
+
+def _run(cmd: Sequence[str], *, what: str, cwd: Path, env: dict[str, str],
+         secrets: Sequence[str | None] = (), timeout: float = 1800) -> str:
+    shown = redact(" ".join(str(c) for c in cmd), secrets)
+    log.info(f"+ {shown}")
+    try:
+        proc = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, errors="replace",
+                              timeout=timeout, check=False)
+    except FileNotFoundError as exc:
+        raise SmokeError(f"cannot {what}: {exc}", tip="check --python / the PATH") from None
+    except subprocess.TimeoutExpired:
+        raise SmokeError(f"cannot {what}: `{shown}` did not finish in {timeout:.0f} s") from None
+    if proc.returncode != 0:
+        out = redact(proc.stdout or "", secrets)
+        raise SmokeError(f"cannot {what}: `{shown}` exited with code {proc.returncode}; "
+                         f"last lines:\n{_tail(out, 20)}")
+    return proc.stdout
+
+
+def _pip_cmd(python: Path) -> list[str]:
+    """pip for the venv: this interpreter's pip with --python when it has one (fast:
+    the venv needs no pip of its own), else the venv's ensurepip'ed pip."""
+    return [sys.executable, "-m", "pip", "--python", str(python)]
+
+
+def _host_pip_ok() -> bool:
+    try:
+        import pip  # noqa: F401
+    except ImportError:
+        return False
+    from packaging.version import Version
+
+    import pip as _pip
+
+    return Version(_pip.__version__) >= Version("22.3")
+
+
+@contextlib.contextmanager
+def smoke_env(wheels: Sequence[Path], *, deps: str = "system", python: str | None = None,
+              index_url: str | None = None, keep: bool = False) -> Iterator[SmokeEnv]:
+    """Create the venv, install exactly ``wheels``, yield it, remove it afterwards.
+
+    ``keep`` (or FORKPATCH_KEEP_SMOKE_ENV=1) leaves it in place for debugging.
+    """
+    if deps not in DEPS_MODES:
+        raise SmokeError(f"unknown deps mode {deps!r}", tip=f"use one of {', '.join(DEPS_MODES)}")
+    keep = keep or os.environ.get(KEEP_ENV_VAR) == "1"
+    base_python = python or sys.executable
+    root = Path(tempfile.mkdtemp(prefix="forkpatch-smoke-"))
+    venv = root / "venv"
+    env = clean_env()
+    use_host_pip = _host_pip_ok()
+    try:
+        with log.step(f"create the smoke environment ({deps} deps) in {venv}"):
+            cmd = [base_python, "-m", "venv"]
+            if deps == "system":
+                cmd.append("--system-site-packages")
+            if use_host_pip:
+                cmd.append("--without-pip")
+            cmd.append(str(venv))
+            _run(cmd, what="create the smoke venv", cwd=root, env=env)
+        vpython = venv / "bin" / "python"
+        pip = _pip_cmd(vpython) if use_host_pip else [str(vpython), "-m", "pip"]
+        install = [*pip, "install", "--no-input", "--no-compile", "--force-reinstall"]
+        secrets: list[str | None] = [index_url]
+        if deps == "index":
+            if index_url:
+                install += ["--index-url", index_url]
+        else:
+            install.append("--no-deps")
+        install += [str(Path(w).resolve()) for w in wheels]
+        with log.step(f"install {len(wheels)} wheel(s) into the smoke environment"):
+            _run(install, what="install the wheel(s) into the smoke venv", cwd=root, env=env,
+                 secrets=secrets)
+        senv = SmokeEnv(path=venv, python=vpython, deps=deps, base_python=base_python,
+                        system_site_packages=deps == "system", index_url=index_url,
+                        installed=[Path(w).name for w in wheels])
+        senv.missing_requirements = _missing_requirements(senv, wheels, root)
+        if senv.missing_requirements:
+            log.info(f"    not installed in the smoke environment: "
+                     f"{', '.join(senv.missing_requirements)}")
+        yield senv
+    finally:
+        if keep:
+            log.info(f"kept the smoke environment: {venv}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+_VERSIONS_SCRIPT = r"""
+import importlib.metadata as md, json, sys
+out = {}
+for name in json.loads(sys.argv[1]):
+    try:
+        out[name] = md.version(name)
+    except md.PackageNotFoundError:
+        out[name] = None
+print(json.dumps(out))
+"""
+
+
+def installed_versions(python: Path, names: Sequence[str], *, cwd: Path | None = None
+                       ) -> dict[str, str | None]:
+    """Distribution name -> installed version (None: absent) as ``python`` sees it."""
+    import json
+
+    try:
+        proc = subprocess.run([str(python), "-I", "-c", _VERSIONS_SCRIPT, json.dumps(list(names))],
+                              cwd=cwd or tempfile.gettempdir(), env=clean_env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              timeout=120, check=False)
+        return dict(json.loads(proc.stdout)) if proc.returncode == 0 else {}
+    except (subprocess.TimeoutExpired, ValueError):
+        return {}
+
+
+def _missing_requirements(senv: SmokeEnv, wheels: Sequence[Path], cwd: Path) -> list[str]:
+    """Requires-Dist entries of the installed wheels (markers evaluated for this
+    machine, extras ignored) that the venv does not satisfy."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    from forkpatch.smoke.wheelinfo import read_wheel
+
+    reqs: list[Requirement] = []
+    for w in wheels:
+        for text in read_wheel(w).requires:
+            try:
+                req = Requirement(text)
+            except InvalidRequirement:
+                continue
+            if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+                continue
+            reqs.append(req)
+    if not reqs:
+        return []
+    have = installed_versions(senv.python, sorted({r.name for r in reqs}), cwd=cwd)
+    missing = []
+    for req in reqs:
+        got = have.get(req.name)
+        if got is None or (req.specifier and not req.specifier.contains(got, prereleases=True)):
+            missing.append(str(req) + ("" if got is None else f" (have {got})"))
+    return sorted(set(missing))

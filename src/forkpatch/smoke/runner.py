@@ -1,0 +1,317 @@
+"""The smoke suite: one wheel (plus companions) through a fresh environment and the checks.
+
+:func:`run_smoke` is the one core call behind ``forkpatch smoke``:
+
+1. read the wheels on the host (sha256, version, provenance);
+2. plan the checks: the baseline of each tier plus the ``smoke:`` checks of
+   every patch in the wheel's provenance (looked up in series.yaml);
+3. create the isolated venv (:mod:`forkpatch.smoke.env`) and install exactly
+   the given wheels;
+4. run :mod:`forkpatch.smoke.incheck` there with the venv's interpreter;
+5. build the report and store it by sha256 (``.forkpatch/smoke/<sha256>.json``
+   in the project, else ``<wheel>.smoke.json`` beside the wheel).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from forkpatch import log
+from forkpatch.build.runner import tail
+from forkpatch.errors import SmokeError
+from forkpatch.series import PatchEntry
+from forkpatch.smoke import checks as registry
+from forkpatch.smoke import incheck
+from forkpatch.smoke.env import clean_env, smoke_env
+from forkpatch.smoke.report import (
+    CheckResult,
+    SmokeReport,
+    beside_wheel,
+    junit_xml,
+    now_iso,
+    store_path,
+    write_report,
+)
+from forkpatch.smoke.wheelinfo import WheelInfo, read_wheel, sha256_file
+
+DEFAULT_DISTRIBUTION = "1cat-vllm"
+
+
+@dataclass(frozen=True)
+class SmokeOptions:
+    """What ``forkpatch smoke`` was asked to do."""
+
+    wheels: tuple[Path, ...]
+    tier: str = "sm70"  # cumulative: static < gpu < sm70
+    deps: str = "system"
+    python: str | None = None
+    index_url: str | None = None
+    keep_env: bool = False
+    timeout_s: float = 3600.0
+    report_path: Path | None = None  # an extra copy of the JSON report
+    junit_path: Path | None = None
+
+
+@dataclass
+class SmokeOutcome:
+    report: dict[str, Any]
+    written: list[Path] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.report["passed"])
+
+
+def _pick_primary(infos: Sequence[WheelInfo], distribution: str) -> WheelInfo:
+    mine = [w for w in infos if w.name == distribution]
+    if not mine:
+        raise SmokeError(
+            f"none of the wheels is the fork's distribution '{distribution}' "
+            f"(got {', '.join(w.name for w in infos)})",
+            tip="pass the fork wheel (1cat_vllm-*.whl) first; other wheels may accompany it")
+    if len(mine) > 1:
+        raise SmokeError(f"{len(mine)} wheels of '{distribution}' given "
+                         f"({', '.join(w.path.name for w in mine)}); smoke one at a time",
+                         tip="a smoke environment holds exactly one build of the fork")
+    return mine[0]
+
+
+def _modules_for(project: Any, entries: Sequence[PatchEntry]) -> list[str]:
+    """Python modules under vllm/ that the patches create or change."""
+    mods = ["vllm"]
+    if project is None:
+        return mods
+    for entry in entries:
+        patch = project.load_patch(entry)
+        if patch is None:
+            continue
+        for fp in patch.files:
+            if fp.is_delete or not fp.new_path:
+                continue
+            path = fp.new_path
+            if not (path.startswith("vllm/") and path.endswith(".py")):
+                continue
+            mod = path[: -len(".py")].replace("/", ".")
+            if mod.endswith(".__init__"):
+                mod = mod[: -len(".__init__")]
+            if mod not in mods:
+                mods.append(mod)
+    return mods
+
+
+def provenance_vs_series(primary: WheelInfo, project: Any) -> list[str]:
+    """Integrity of the wheel (RECORD) and where its provenance disagrees with the
+    project's series (empty: all is well). Uses the build's own comparison."""
+    from forkpatch.build.verify import matches_series, verify_wheel
+
+    vr = verify_wheel(primary.path)
+    problems = []
+    if not vr.ok:
+        problems.append("the wheel fails RECORD verification: " + "; ".join(vr.problems()[:5]))
+    if project is None or vr.provenance is None:
+        return problems
+    from forkpatch.build.buildwheel import expected_provenance
+    from forkpatch.build.identity import BuilderInfo
+
+    expected = expected_provenance(project, BuilderInfo(mode=vr.provenance.builder.mode))
+    diffs = [d for d in matches_series(vr, expected) if "fails verification" not in d]
+    return problems + [f"provenance vs {project.rel(project.series_path)}: {d}" for d in diffs]
+
+
+def _forbidden_paths(project: Any, venv: Path) -> list[str]:
+    cands: list[Path] = []
+    if project is not None:
+        cands.append(Path(project.root))
+    cwd = Path.cwd()
+    if (cwd / "vllm").is_dir():
+        cands.append(cwd)  # running from inside a fork checkout
+    out = []
+    for c in cands:
+        c = c.resolve()
+        if c == Path("/") or venv.resolve().is_relative_to(c):
+            continue
+        out.append(str(c))
+    return out
+
+
+def run_smoke(opts: SmokeOptions, project: Any = None) -> SmokeOutcome:
+    """Smoke ``opts.wheels``; write the report; return it (SmokeError when it cannot run).
+
+    A failing check does not raise: the caller decides (the CLI exits 1).
+    """
+    started, t0 = now_iso(), time.monotonic()
+    tiers = registry.tiers_up_to(opts.tier)
+    if not opts.wheels:
+        raise SmokeError("no wheel given", tip="forkpatch smoke dist/1cat_vllm-*.whl")
+    distribution = project.series.fork.distribution if project is not None \
+        else DEFAULT_DISTRIBUTION
+    infos = [read_wheel(w) for w in opts.wheels]
+    primary = _pick_primary(infos, distribution)
+    prov = primary.provenance()
+    notes: list[str] = []
+
+    # ---- plan
+    patch_names = [str(p.get("name")) for p in (prov or {}).get("patches", [])]
+    entries: list[PatchEntry] = []
+    if project is not None:
+        registry.validate_series(project.series, path=project.rel(project.series_path))
+        by_name = {e.name: e for e in project.series.patches}
+        for name in patch_names:
+            if name in by_name:
+                entries.append(by_name[name])
+            else:
+                notes.append(f"patch '{name}' (in the wheel) is not in series.yaml: its checks "
+                             "are unknown and were not run")
+    elif patch_names:
+        notes.append("no series.yaml (run with -C PROJECT): only the baseline checks ran; the "
+                     "patches' own checks are listed in series.yaml")
+    if prov is None:
+        notes.append("the wheel has no forkpatch provenance: no patch checks can be chosen")
+    plan = registry.plan(entries)
+    reg = registry.registry()
+    to_run = [cid for cid in plan if reg[cid].tier in tiers]
+
+    problems = provenance_vs_series(primary, project)
+
+    results: dict[str, CheckResult] = {}
+    for cid, pats in plan.items():
+        if reg[cid].tier not in tiers:
+            results[cid] = CheckResult(cid, reg[cid].tier, incheck.NOT_RUN, 0.0,
+                                       f"tier {reg[cid].tier} not requested (--tier {opts.tier})",
+                                       pats)
+
+    env_info: dict[str, Any] = {}
+    device: dict[str, Any] = {}
+    with smoke_env([w.path for w in infos], deps=opts.deps, python=opts.python,
+                   index_url=opts.index_url, keep=opts.keep_env) as senv:
+        spec = {
+            "checks": to_run, "dist": primary.name, "version": primary.version,
+            "prefix": str(senv.path), "deps": senv.deps,
+            "forbidden_paths": _forbidden_paths(project, senv.path),
+            "modules": _modules_for(project, entries),
+            "provenance_sha256": primary.provenance_sha256,
+            "provenance_problems": problems,
+            "series_compared": project is not None and prov is not None,
+        }
+        with log.step(f"run {len(to_run)} check(s) in the smoke environment "
+                      f"(tiers {', '.join(tiers)})"):
+            records, proc_note = _run_incheck(senv.python, senv.path.parent, spec, opts.timeout_s)
+        env_info = senv.to_json()
+        for rec in records:
+            if rec.get("kind") == "env":
+                device = rec.get("device", {})
+                env_info.update({"python": rec.get("python"), "executable": rec.get("executable"),
+                                 "sys_path": rec.get("sys_path")})
+        running = None
+        for rec in records:
+            if rec.get("kind") == "start":
+                running = rec["id"]
+            elif rec.get("kind") == "check":
+                running = None
+                cid = rec["id"]
+                results[cid] = CheckResult(cid, reg[cid].tier if cid in reg else "?",
+                                           rec["outcome"], float(rec.get("duration_s", 0.0)),
+                                           str(rec.get("detail", "")), plan.get(cid, []))
+        for cid in to_run:
+            if cid not in results:
+                why = f"the check process ended while running it: {proc_note}" \
+                    if cid == running else f"the check process ended before it ran: {proc_note}"
+                results[cid] = CheckResult(cid, reg[cid].tier, incheck.ERROR, 0.0, why,
+                                           plan.get(cid, []))
+    if not device.get("devices"):
+        device.setdefault("devices", [])
+    ordered = [results[cid] for cid in plan]
+    report = SmokeReport(
+        wheels=[w.to_json() for w in infos], primary_sha256=primary.sha256,
+        version=primary.version, requested_tiers=list(tiers), checks=ordered,
+        environment=env_info, device=device, patches=patch_names, provenance=prov,
+        series_compared=project is not None and prov is not None, started=started,
+        duration_s=time.monotonic() - t0, notes=notes)
+    data = report.to_json()
+    written = _store(data, primary, infos, project, opts)
+    return SmokeOutcome(report=data, written=written)
+
+
+def _store(data: dict[str, Any], primary: WheelInfo, infos: Sequence[WheelInfo], project: Any,
+           opts: SmokeOptions) -> list[Path]:
+    # The wheel must not have changed while it was smoked: the report is for a sha256.
+    if sha256_file(primary.path) != primary.sha256:
+        raise SmokeError(f"{primary.path.name} changed while it was being smoked; "
+                         "no report written", tip="run the smoke again on the final file")
+    written = []
+    if project is not None:
+        for w in infos:
+            written.append(write_report(data, store_path(Path(project.root), w.sha256)))
+    else:
+        written.append(write_report(data, beside_wheel(primary.path)))
+    if opts.report_path is not None:
+        written.append(write_report(data, opts.report_path))
+    if opts.junit_path is not None:
+        from forkpatch.fsutil import atomic_write
+
+        atomic_write(opts.junit_path, junit_xml(data))
+        written.append(opts.junit_path)
+    return written
+
+
+def _run_incheck(python: Path, workdir: Path, spec: dict[str, Any], timeout_s: float
+                 ) -> tuple[list[dict[str, Any]], str]:
+    """Run the checks in the venv; the records it wrote, and how the process ended."""
+    script = workdir / "forkpatch_incheck.py"
+    shutil.copyfile(incheck.__file__, script)
+    spec_path = workdir / "spec.json"
+    spec_path.write_text(json.dumps(spec, indent=2))
+    out_path = workdir / "results.jsonl"
+    out_path.write_text("")
+    cmd = [str(python), "-I", str(script), "--spec", str(spec_path), "--out", str(out_path)]
+    log.info("+ " + " ".join(cmd))
+    note = "exited normally"
+    try:
+        proc = subprocess.run(cmd, cwd=workdir, env=clean_env(), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, errors="replace",
+                              timeout=timeout_s, check=False)
+        if proc.returncode != 0:
+            note = f"exit code {proc.returncode}; last output:\n{tail(proc.stdout or '', 15)}"
+            log.warn(f"the check process {note}")
+    except subprocess.TimeoutExpired:
+        note = f"timed out after {timeout_s:.0f} s"
+        log.warn(f"the check process {note}")
+    records = []
+    for line in out_path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            continue
+    return records, note
+
+
+def print_summary(data: dict[str, Any]) -> None:
+    """The human summary on stderr."""
+    wheel = data["wheel"]
+    log.info(f"smoke {wheel['version']} (sha256 {wheel['sha256'][:16]}…), deps "
+             f"{data['environment'].get('deps')}, {data['duration_s']:.1f}s")
+    dev = data.get("device", {})
+    if dev.get("devices"):
+        for d in dev["devices"]:
+            log.info(f"  device cuda:{d['index']}: {d['name']}, capability "
+                     f"{tuple(d['capability'])}, driver {dev.get('driver') or '?'}")
+    else:
+        log.info(f"  device: none ({dev.get('reason') or 'no CUDA device'})")
+    width = max((len(c["id"]) for c in data["checks"]), default=10)
+    for c in data["checks"]:
+        first = (c["detail"].splitlines() or [""])[0]
+        log.info(f"  {c['outcome']:<8} {c['id']:<{width}} {c['duration_s']:6.2f}s  {first}")
+    for tier, status in data["tiers"]["status"].items():
+        reason = data["tiers"]["not_run"].get(tier, "")
+        log.info(f"  tier {tier}: {status}" + (f" ({reason})" if reason else ""))
+    for p in data["patches"]:
+        log.info(f"  patch {p['name']}: {p['status']}")
+    for n in data.get("notes", []):
+        log.warn(n)

@@ -1,0 +1,101 @@
+"""The publish gate: refusals are clear and nothing is published."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from forkpatch.errors import PublishError
+from forkpatch.publish import PublishOptions, publish
+from forkpatch.smoke.report import REPORT_SUFFIX
+
+
+def _wheel(d: Path) -> Path:
+    return next(d.glob("*.whl"))
+
+
+def _report_path(d: Path) -> Path:
+    w = _wheel(d)
+    return w.with_name(w.name + REPORT_SUFFIX)
+
+
+def _publish(d: Path, target: Path, **kw) -> list:
+    return publish(PublishOptions(wheels=(_wheel(d),), to=str(target), **kw))
+
+
+def _edit_report(d: Path, fn) -> None:
+    p = _report_path(d)
+    data = json.loads(p.read_text())
+    fn(data)
+    p.write_text(json.dumps(data))
+
+
+def _nothing_published(target: Path) -> bool:
+    return not (target / "packages").exists() or not list((target / "packages").glob("*.whl"))
+
+
+def test_no_report(wheel_dir, tmp_path):
+    _report_path(wheel_dir).unlink()
+    with pytest.raises(PublishError) as exc:
+        _publish(wheel_dir, tmp_path / "idx", allow_missing_tiers=("sm70",))
+    assert "no smoke report for " in exc.value.message
+    assert "forkpatch smoke" in exc.value.tip
+    assert _nothing_published(tmp_path / "idx")
+
+
+def test_failing_report(wheel_dir, tmp_path):
+    def fail(data):
+        data["checks"][1]["outcome"] = "failed"
+        data["passed"] = False
+    _edit_report(wheel_dir, fail)
+    with pytest.raises(PublishError, match="did not pass: static.version-metadata"):
+        _publish(wheel_dir, tmp_path / "idx", allow_missing_tiers=("sm70",))
+    assert _nothing_published(tmp_path / "idx")
+
+
+def test_report_for_a_different_file(wheel_dir, tmp_path):
+    w = _wheel(wheel_dir)
+    w.write_bytes(w.read_bytes() + b"\0")  # same name, other bytes
+    with pytest.raises(PublishError) as exc:
+        _publish(wheel_dir, tmp_path / "idx", allow_missing_tiers=("sm70",))
+    assert "no smoke report for" in exc.value.message
+    assert "not this file" in exc.value.message
+    assert _nothing_published(tmp_path / "idx")
+
+
+def test_missing_tier_refused_then_override_is_recorded(wheel_dir, tmp_path):
+    target = tmp_path / "idx"
+    with pytest.raises(PublishError) as exc:
+        _publish(wheel_dir, target)
+    assert "tier sm70 is required but not-run" in exc.value.message
+    assert "--allow-missing-tier sm70" in exc.value.tip
+    assert _nothing_published(target)
+    done = _publish(wheel_dir, target, allow_missing_tiers=("sm70",))
+    assert done[0].action == "uploaded" and "sm70" in done[0].overrides
+    published = json.loads((target / "packages" / (_wheel(wheel_dir).name + REPORT_SUFFIX))
+                           .read_text())
+    assert "sm70" in published["publish"]["allowed_missing_tiers"]
+    assert published["wheel"]["sha256"] == done[0].sha256
+
+
+def test_override_never_covers_a_failed_tier(wheel_dir, tmp_path):
+    def sm70_incomplete(data):
+        data["tiers"]["status"]["sm70"] = "incomplete"
+        data["tiers"]["not_run"].pop("sm70", None)
+    _edit_report(wheel_dir, sm70_incomplete)
+    with pytest.raises(PublishError, match="only covers a tier that did not run"):
+        _publish(wheel_dir, tmp_path / "idx", allow_missing_tiers=("sm70",))
+
+
+def test_required_tiers_from_the_series(wheel_dir, tmp_path, example_build):
+    import smokekit
+
+    project = smokekit.copy_project(example_build, tmp_path / "project")
+    smokekit.set_smoke(project, {}, sections={"publish": {"required-tiers": ["static"]}})
+    from forkpatch.project import Project
+
+    done = publish(PublishOptions(wheels=(_wheel(wheel_dir),), to=str(tmp_path / "idx")),
+                   Project(project))
+    assert done[0].overrides == {}

@@ -1,0 +1,234 @@
+"""The real patch set (series.yaml + patches/) against a clone of 1Cat-vLLM.
+
+Opt-in: set FORKPATCH_FORK_REPO to a local clone of the fork that has the tags
+v1.2.1 (the base), and optionally v1.2.2 / v1.3.0. The tests do not use
+forkpatch's engine: they apply the patch files with plain `git apply` to a
+scratch clone, then run `patched_checks.py` in a subprocess whose sys.path
+starts with the patched checkout. Those checks need torch (CPU build is
+enough) and the fork's Python dependencies; they stand in float reference
+implementations for the SM70 FP8 ops and mock the device capability.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+FORK_REPO = os.environ.get("FORKPATCH_FORK_REPO", "")
+
+pytestmark = [
+    pytest.mark.real_fork,
+    pytest.mark.skipif(
+        not FORK_REPO or not Path(FORK_REPO).is_dir(),
+        reason="set FORKPATCH_FORK_REPO to a local clone of the 1Cat-vLLM fork",
+    ),
+]
+
+PROJECT = Path(__file__).resolve().parents[2]
+CHECKS = Path(__file__).with_name("patched_checks.py")
+BASE_TAG = "v1.2.1"
+# Patches 1-4 stay in files that are byte-identical from v1.2.1 to v1.3.0.
+QUANT_PATCHES = ["capability-floor", "odd-width-padding", "eager-block-cast", "packed-repack"]
+
+
+def _git(repo: Path | str, *args: str, env: dict[str, str] | None = None) -> str:
+    result = subprocess.run(
+        ["git", "-C", str(repo), *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+    if result.returncode != 0:
+        raise AssertionError(f"git {' '.join(args)} failed:\n{result.stderr}")
+    return result.stdout
+
+
+def _series_patch_files() -> list[tuple[str, Path]]:
+    """(name, patch file) in series order; build steps have no file."""
+    series = yaml.safe_load((PROJECT / "series.yaml").read_text())
+    return [
+        (entry["name"], PROJECT / "patches" / entry["file"])
+        for entry in series["patches"]
+        if "file" in entry
+    ]
+
+
+def _has_tag(tag: str) -> bool:
+    return (
+        subprocess.run(
+            ["git", "-C", FORK_REPO, "rev-parse", "-q", "--verify", f"refs/tags/{tag}"],
+            check=False,
+            capture_output=True,
+        ).returncode
+        == 0
+    )
+
+
+def _check_in_index(tmp_path: Path, tag: str, patches: list[Path], reverse: bool = False) -> None:
+    """git apply --check each patch in order onto `tag`, through a temporary
+    index (no work tree, so the fork's missing docs blobs never matter)."""
+    if not _has_tag(tag):
+        pytest.skip(f"{FORK_REPO} has no tag {tag}")
+    env = {"GIT_INDEX_FILE": str(tmp_path / f"index-{tag}")}
+    _git(FORK_REPO, "read-tree", tag, env=env)
+    for patch in patches:
+        flags = ["--cached", "-R"] if reverse else ["--cached"]
+        _git(FORK_REPO, "apply", "--check", *flags, str(patch), env=env)
+        _git(FORK_REPO, "apply", *flags, str(patch), env=env)
+
+
+@pytest.fixture(scope="module")
+def patched_tree(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A scratch clone of the fork at v1.2.1 (vllm/ and tests/ checked out)
+    with every patch file of the series applied in order by `git apply`."""
+    if not _has_tag(BASE_TAG):
+        pytest.skip(f"{FORK_REPO} has no tag {BASE_TAG}")
+    tree = tmp_path_factory.mktemp("fork") / "1cat-vllm"
+    subprocess.run(
+        ["git", "clone", "-q", "--shared", "--no-checkout", FORK_REPO, str(tree)], check=True
+    )
+    # Cone sparse checkout: root files, vllm/ and tests/ (some snapshots of the
+    # fork lack large blobs under docs/).
+    _git(tree, "sparse-checkout", "set", "vllm", "tests", "requirements")
+    _git(tree, "checkout", "-q", "--detach", BASE_TAG)
+    for name, patch in _series_patch_files():
+        result = subprocess.run(
+            ["git", "-C", str(tree), "apply", str(patch)],
+            check=False,
+            capture_output=True,
+            text=True,
+        )
+        assert result.returncode == 0, f"{name} does not apply:\n{result.stderr}"
+    yield tree
+
+
+def _run_checks(tree: Path, *names: str) -> str:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(tree),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "VLLM_LOGGING_LEVEL": "ERROR",
+    }
+    result = subprocess.run(
+        [sys.executable, str(CHECKS), "reference", *names],
+        cwd=tree,
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert result.returncode == 0, (
+        f"patched checks failed:\n{result.stdout}\n{result.stderr[-6000:]}"
+    )
+    return result.stdout
+
+
+# ---------------------------------------------------------------------------
+# Applying
+# ---------------------------------------------------------------------------
+
+
+def test_series_lists_the_six_patches_in_order() -> None:
+    series = yaml.safe_load((PROJECT / "series.yaml").read_text())
+    names = [p["name"] for p in series["patches"]]
+    assert names == [*QUANT_PATCHES, "vllm-dist-info", "cli-version"]
+    assert (
+        series["base"]["commit"] == _git(FORK_REPO, "rev-parse", f"{BASE_TAG}^{{commit}}").strip()
+    )
+
+
+def test_patches_apply_in_order_on_base(tmp_path: Path) -> None:
+    _check_in_index(tmp_path, BASE_TAG, [p for _, p in _series_patch_files()])
+
+
+def test_patches_apply_on_v1_2_2(tmp_path: Path) -> None:
+    _check_in_index(tmp_path, "v1.2.2", [p for _, p in _series_patch_files()])
+
+
+def test_quantization_patches_apply_on_v1_3_0(tmp_path: Path) -> None:
+    files = dict(_series_patch_files())
+    _check_in_index(tmp_path, "v1.3.0", [files[n] for n in QUANT_PATCHES])
+
+
+def test_cli_version_is_upstream_in_v1_3_0(tmp_path: Path) -> None:
+    """The backport reverse-applies on v1.3.0: its result is already there."""
+    _check_in_index(tmp_path, "v1.3.0", [dict(_series_patch_files())["cli-version"]], reverse=True)
+
+
+# ---------------------------------------------------------------------------
+# Patched code on CPU (float reference SM70 ops, mocked capability)
+# ---------------------------------------------------------------------------
+
+
+def test_patched_quantization_code(patched_tree: Path) -> None:
+    """capability floor, padding helpers, eager block cast, and the SM70
+    linear path (4,120 and 128-multiple widths, with and without bias)."""
+    pytest.importorskip("torch")
+    out = _run_checks(patched_tree)
+    for name in [
+        "capability-floor",
+        "padding-helpers",
+        "eager-block-cast",
+        "sm70-linear-odd-width",
+        "sm70-linear-block-width",
+        "sm70-linear-odd-width-bias",
+    ]:
+        assert f"PASS {name}" in out
+
+
+def test_patched_cli_version(patched_tree: Path) -> None:
+    pytest.importorskip("torch")
+    assert "PASS cli-version" in _run_checks(patched_tree, "cli-version")
+
+
+def test_fork_own_cpu_tests(patched_tree: Path, tmp_path: Path) -> None:
+    """The fork's own CPU-runnable tests touching the patched files:
+    tests/entrypoints/test_cli.py (added by cli-version), the online
+    quantization tests (GPU cases skip on a CPU) and the config-args tests.
+
+    The checkout is not installed, so a metadata-only `1cat-vllm` dist-info
+    with a `+cpu` version (what a CPU wheel carries) lets vLLM's platform
+    detection pick the CPU platform, as an installed wheel would."""
+    pytest.importorskip("torch")
+    dist_info = tmp_path / "meta" / "1cat_vllm-1.2.1+cpu.dist-info"
+    dist_info.mkdir(parents=True)
+    (dist_info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: 1cat-vllm\nVersion: 1.2.1+cpu\n"
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(patched_tree), str(dist_info.parent)]),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        # vLLM logs to stdout; test_cli.py compares stdout with the version.
+        "VLLM_LOGGING_LEVEL": "ERROR",
+    }
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--noconftest",
+            "tests/entrypoints/test_cli.py",
+            "tests/quantization/test_quantization_config_args.py",
+            "tests/quantization/test_online.py",
+        ],
+        cwd=patched_tree,
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+    assert " failed" not in result.stdout.splitlines()[-1]

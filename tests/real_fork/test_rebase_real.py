@@ -1,0 +1,86 @@
+"""Opt-in: the rebase engine against the real 1Cat-vLLM fork (FORKPATCH_FORK_REPO).
+
+A series made from the fork's own commits v1.2.1..v1.2.2 (`git format-patch`, then
+`forkpatch import`) must come out entirely `upstreamed` on v1.3.0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+
+def _root_conftest():  # type: ignore[no-untyped-def]
+    # tests/conftest.py by path: `import conftest` may find tests/docker's or tests/build's.
+    import importlib.util
+    import sys
+
+    name = "forkpatch_tests_root_conftest"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            name, Path(__file__).resolve().parents[1] / "conftest.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+Runner = _root_conftest().Runner
+snapshot = _root_conftest().snapshot
+
+pytestmark = pytest.mark.real_fork
+
+FORK = os.environ.get("FORKPATCH_FORK_REPO")
+
+
+@pytest.fixture
+def real_series(tmp_path: Path, capsys) -> tuple[Path, Runner]:
+    if not FORK or not Path(FORK).exists():
+        pytest.skip("set FORKPATCH_FORK_REPO to a clone of the 1Cat-vLLM fork")
+    tags = subprocess.run(["git", "-C", FORK, "tag", "--list"], check=True,
+                          capture_output=True, text=True).stdout.split()
+    missing = {"v1.2.1", "v1.2.2", "v1.3.0"} - set(tags)
+    if missing:
+        pytest.skip(f"the fork clone lacks tags {sorted(missing)}")
+    incoming = tmp_path / "incoming"
+    subprocess.run(["git", "-C", FORK, "format-patch", "-q", "--zero-commit", "--no-signature",
+                    "-o", str(incoming), "v1.2.1..v1.2.2"], check=True)
+    project = tmp_path / "project"
+    project.mkdir()
+    run = Runner(project, capsys)
+    run("init", "--fork-url", FORK, "--base", "v1.2.1")
+    run("import", *sorted(str(p) for p in incoming.glob("*.patch")))
+    return project, run
+
+
+def test_real_fork_series_is_entirely_upstreamed_on_v130(real_series):
+    project, run = real_series
+    before = snapshot(project)
+    start = time.monotonic()
+    _, out, _ = run("check", "--onto", "v1.3.0", "--json")
+    elapsed = time.monotonic() - start
+    data = json.loads(out)
+    assert data["base"] == "v1.2.1" and data["onto"] == "v1.3.0"
+    assert data["patches"], "the series is empty"
+    for p in data["patches"]:
+        assert p["status"] == "upstreamed", p
+        assert p["evidence"]
+    assert snapshot(project) == before
+    print(f"check --onto v1.3.0 of {len(data['patches'])} real patches: {elapsed:.1f}s")
+
+
+def test_real_fork_rebase_drops_every_patch(real_series):
+    project, run = real_series
+    _, out, _ = run("rebase", "--onto", "v1.3.0", "--json")
+    report = json.loads(out)
+    assert {p["status"] for p in report["patches"]} == {"upstreamed"}
+    assert len(report["dropped"]) == len(report["patches"])
+    text = (project / "series.yaml").read_text()
+    assert "tag: v1.3.0" in text and "patches: []" in text
+    assert not any((project / "patches").iterdir())

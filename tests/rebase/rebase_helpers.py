@@ -1,0 +1,89 @@
+"""Helpers for the rebase tests: a scratch fork with a series of patches on a tag."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+
+def _root_conftest():  # type: ignore[no-untyped-def]
+    """tests/conftest.py by path: `import conftest` may find another directory's conftest
+    (tests/docker, tests/build) when the whole suite runs."""
+    import importlib.util
+    import sys
+
+    name = "forkpatch_tests_root_conftest"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            name, Path(__file__).resolve().parents[1] / "conftest.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+_root = _root_conftest()
+Runner = _root.Runner
+ScratchRepo = _root.ScratchRepo
+snapshot = _root.snapshot
+
+LINES = "".join(f"line {i}\n" for i in range(1, 41))
+
+
+@dataclass
+class Scenario:
+    fork: ScratchRepo
+    project: Path
+    run: Runner
+
+    def check(self, onto: str, *extra: str, expect: int | None = 0) -> dict:
+        _, out, _ = self.run("check", "--onto", onto, "--json", *extra, expect=expect)
+        return json.loads(out)
+
+    def statuses(self, onto: str, *extra: str, expect: int | None = 0) -> dict[str, str]:
+        return {p["name"]: p["status"] for p in self.check(onto, *extra, expect=expect)["patches"]}
+
+    def patch(self, name: str) -> str:
+        return (self.project / "patches" / f"{name}.patch").read_text()
+
+
+def scenario_factory(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                     ) -> Callable[..., Scenario]:
+    """Build a fork at tag v1, a project on v1 with ``patches`` (name -> {path: text}),
+    then let ``upstream`` (a callable on the ScratchRepo) make and tag later versions."""
+
+    def make(files: Mapping[str, str], patches: list[tuple[str, Mapping[str, str | None]]],
+             upstream: Callable[[ScratchRepo], None] | None = None) -> Scenario:
+        fork = ScratchRepo(tmp_path / "fork")
+        for rel, text in files.items():
+            fork.add_file(rel, text)
+        fork.commit("initial")
+        fork.tag("v1")
+        fork.git("checkout", "-q", "-b", "series")
+        for name, edits in patches:
+            for rel, text in edits.items():
+                if text is None:
+                    fork.remove_file(rel)
+                else:
+                    fork.add_file(rel, text)
+            fork.commit(f"{name}: {name} summary\n\nWhy {name}.")
+        incoming = tmp_path / "incoming"
+        fork.git("format-patch", "-q", "--zero-commit", "--no-signature", "-o", str(incoming),
+                 "v1..series")
+        fork.git("checkout", "-q", "main")
+        if upstream is not None:
+            upstream(fork)
+        project = tmp_path / "project"
+        project.mkdir()
+        run = Runner(project, capsys)
+        run("init", "--fork-url", str(fork.path), "--base", "v1")
+        if patches:
+            run("import", *sorted(str(p) for p in incoming.glob("*.patch")))
+        return Scenario(fork, project, run)
+
+    return make

@@ -1,0 +1,87 @@
+"""A rebase killed (SIGKILL) in the middle of writing is recovered by --continue or --abort.
+
+The process is stopped at a named point by the documented test hook
+FORKPATCH_TEST_PAUSE_AFTER (it SIGSTOPs itself there), then SIGKILLed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rebase_helpers import snapshot
+
+
+def _killed_at(project: Path, point: str, *args: str) -> None:
+    env = {**os.environ, "FORKPATCH_TEST_PAUSE_AFTER": point}
+    env.pop("FORKPATCH_FORK_REPO", None)
+    proc = subprocess.Popen([sys.executable, "-m", "forkpatch", *args], cwd=project, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        _, status = os.waitpid(proc.pid, os.WUNTRACED)
+        assert os.WIFSTOPPED(status), f"forkpatch ended before {point}: " + \
+            (proc.stderr.read().decode() if proc.stderr else "")
+        os.kill(proc.pid, signal.SIGKILL)
+        os.waitpid(proc.pid, 0)
+    finally:
+        proc.returncode = -9
+        if proc.stderr:
+            proc.stderr.close()
+
+
+@pytest.fixture
+def reference(example_project, tmp_path):
+    """The bytes of series.yaml and patches/ after an uninterrupted rebase to v1.3.0."""
+    project, run = example_project
+    copy = tmp_path / "reference"
+    shutil.copytree(project, copy, ignore=shutil.ignore_patterns(".forkpatch"))
+    before = snapshot(project)
+    run("rebase", "--onto", "v1.3.0")
+    after = snapshot(project)
+    # Put the project back as it was for the test itself.
+    shutil.rmtree(project)
+    shutil.copytree(copy, project)
+    assert snapshot(project) == before
+    return before, after
+
+
+@pytest.mark.parametrize("point", ["journal", "write-patch-1", "write-series"])
+@pytest.mark.parametrize("how", ["--continue", "--abort"])
+def test_killed_rebase_recovers(example_project, reference, point, how):
+    project, run = example_project
+    before, after = reference
+    _killed_at(project, point, "rebase", "--onto", "v1.3.0")
+    assert (project / ".forkpatch" / "rebase" / "state.json").exists()
+    if point == "write-patch-1":
+        # Killed between file writes: a mix of old and new, but never a torn file.
+        now = snapshot(project)
+        assert now != before and now != after
+        for rel, data in now.items():
+            assert data in (before.get(rel), after.get(rel))
+    # The next command says how to go on; mutating commands refuse.
+    _, _, err = run("status")
+    assert "a rebase onto v1.3.0 was interrupted" in err
+    assert "forkpatch rebase --continue" in err and "forkpatch rebase --abort" in err
+    _, _, err = run("apply", expect=1)
+    assert "refused while a rebase onto v1.3.0 is in progress" in err
+    run("rebase", how)
+    assert snapshot(project) == (after if how == "--continue" else before)
+    assert not (project / ".forkpatch" / "rebase").exists()
+    _, _, err = run("status")
+    assert "in progress" not in err and "interrupted" not in err
+
+
+def test_killed_at_a_conflict_can_be_aborted(example_project):
+    project, run = example_project
+    before = snapshot(project)
+    _killed_at(project, "journal", "rebase", "--onto", "v1.3.0", "--no-3way")
+    _, _, err = run("status")
+    assert "stopped at patch 'odd-width-padding'" in err
+    run("rebase", "--abort")
+    assert snapshot(project) == before

@@ -1,0 +1,139 @@
+"""Integration: a real wheel from the example fork through the smoke suite (CLI, real venvs)."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+import smokekit
+from smokekit import Runner
+
+from forkpatch.smoke.wheelinfo import sha256_file
+
+pytestmark = pytest.mark.slow
+
+
+def _cuda() -> tuple[bool, list[tuple[int, int]]]:
+    try:
+        import torch
+    except ImportError:
+        return False, []
+    if not torch.cuda.is_available():
+        return False, []
+    return True, [tuple(torch.cuda.get_device_capability(i))
+                  for i in range(torch.cuda.device_count())]
+
+
+def test_static_tier_passes_and_missing_hardware_is_not_run(example_build, tmp_path, capsys):
+    project = smokekit.copy_project(example_build, tmp_path / "project")
+    smokekit.set_smoke(project, {"cli-version": ["static.cli-version"],
+                                 "capability-floor": ["sm70.capability",
+                                                      "sm70.fp8-per-block-config"]})
+    run = Runner(project, capsys)
+    junit = tmp_path / "smoke.xml"
+    code, out, err = run("smoke", str(example_build.wheel), "--json", "--junit", str(junit))
+    data = json.loads(out)
+    sha = sha256_file(example_build.wheel)
+
+    assert data["wheel"]["sha256"] == sha and data["passed"] is True
+    assert data["environment"]["deps"] == "system"
+    assert data["environment"]["system_site_packages"] is True
+    status = data["tiers"]["status"]
+    assert status["static"] == "passed"
+    by_id = {c["id"]: c for c in data["checks"]}
+    # vllm came from the venv, never from the project or the fork's tree.
+    venv_site = by_id["static.installed-from-wheel"]["detail"]
+    assert "site-packages" in venv_site and str(project) not in venv_site
+    assert by_id["static.cli-version"]["patches"] == ["cli-version"]
+    assert by_id["static.provenance"]["detail"].endswith("matches the series")
+    assert "vllm.utils.deep_gemm" in by_id["static.import-patched-modules"]["detail"]
+    cuda, caps = _cuda()
+    if not cuda:
+        assert status["gpu"] == status["sm70"] == "not-run"
+        assert "no CUDA device" in data["tiers"]["not_run"]["sm70"]
+        assert data["device"]["devices"] == []
+    elif any(c != (7, 0) for c in caps):
+        assert status["gpu"] == "passed" and status["sm70"] == "not-run"
+        assert "not (7, 0)" in data["tiers"]["not_run"]["sm70"]
+    for c in data["checks"]:
+        if c["tier"] != "static" and status[c["tier"]] == "not-run":
+            assert c["outcome"] == "not-run" and c["detail"]
+    patches = {p["name"]: p for p in data["patches"]}
+    assert patches["cli-version"]["status"] == "passed"
+    assert patches["capability-floor"]["status"] in ("not-run", "passed", "failed")
+    assert [p["name"] for p in data["patches"]] == [
+        "capability-floor", "odd-width-padding", "eager-block-cast", "cli-version",
+        "vllm-dist-info"]
+
+    stored = project / ".forkpatch" / "smoke" / f"{sha}.json"
+    assert json.loads(stored.read_text()) == data
+    root = ET.fromstring(junit.read_bytes())
+    cases = {c.get("name"): c for c in root.iter("testcase")}
+    if not cuda:
+        assert cases["sm70.capability"].find("skipped") is not None
+    assert cases["static.version-metadata"].find("failure") is None
+    assert "smoke 1.2.1+fp." in err
+
+
+def test_deps_none_reports_torch_checks_as_not_run(example_build, tmp_path, capsys):
+    project = smokekit.copy_project(example_build, tmp_path / "project")
+    smokekit.set_smoke(project, {"odd-width-padding": ["static.odd-width-padding-cpu"]})
+    run = Runner(project, capsys)
+    _, out, _ = run("smoke", str(example_build.wheel), "--tier", "static", "--deps", "none",
+                    "--json")
+    data = json.loads(out)
+    by_id = {c["id"]: c for c in data["checks"]}
+    assert by_id["static.odd-width-padding-cpu"]["outcome"] == "not-run"
+    assert "torch" in by_id["static.odd-width-padding-cpu"]["detail"]
+    # The patched modules that import torch cannot be proven either: not run, not passed.
+    assert by_id["static.import-patched-modules"]["outcome"] == "not-run"
+    assert "deps mode none" in by_id["static.import-patched-modules"]["detail"]
+    assert data["tiers"]["status"]["static"] == "incomplete"
+    assert data["tiers"]["status"]["sm70"] == "not-run"
+    assert "not requested" in data["tiers"]["not_run"]["sm70"]
+    assert data["environment"]["system_site_packages"] is False
+    assert {p["name"]: p["status"] for p in data["patches"]}["odd-width-padding"] == "not-run"
+
+
+def test_failing_check_exits_1_and_names_the_patch(example_build, tmp_path, capsys):
+    """The example fork has no vllm.platforms.interface: the real patch set's CPU check errors."""
+    project = smokekit.copy_project(example_build, tmp_path / "project")
+    smokekit.set_smoke(project, {"capability-floor": ["static.capability-floor-cpu"]})
+    run = Runner(project, capsys)
+    code, out, err = run("smoke", str(example_build.wheel), "--tier", "static", "--json",
+                         expect=1)
+    data = json.loads(out)
+    assert data["passed"] is False and data["tiers"]["status"]["static"] == "failed"
+    assert {p["name"]: p["status"] for p in data["patches"]}["capability-floor"] == "failed"
+    assert "1 smoke check(s) failed: static.capability-floor-cpu" in err
+
+
+def test_edited_patch_fails_the_provenance_check(example_build, tmp_path, capsys):
+    project = smokekit.copy_project(example_build, tmp_path / "project")
+    patch = project / "patches" / "cli-version.patch"
+    patch.write_bytes(b"An edited description.\n\n" + patch.read_bytes())
+    run = Runner(project, capsys)
+    _, out, _ = run("smoke", str(example_build.wheel), "--tier", "static", "--deps", "none",
+                    "--json", expect=1)
+    prov = {c["id"]: c for c in json.loads(out)["checks"]}["static.provenance"]
+    assert prov["outcome"] == "failed"
+    assert "cli-version" in prov["detail"] and "sha256" in prov["detail"]
+
+
+def test_refusals_before_any_environment_is_made(example_build, tmp_path, capsys):
+    project = smokekit.copy_project(example_build, tmp_path / "project")
+    smokekit.set_smoke(project, {"cli-version": ["static.cli-verison"]})
+    run = Runner(project, capsys)
+    _, _, err = run("smoke", str(example_build.wheel), expect=1)
+    assert "unknown smoke check 'static.cli-verison'" in err
+    assert "did you mean 'static.cli-version'" in err
+    not_a_wheel = tmp_path / "x.whl"
+    not_a_wheel.write_text("nope")
+    _, _, err = Runner(tmp_path, capsys)("smoke", str(not_a_wheel), expect=1)
+    assert "not a wheel file name" in err
+    _, _, err = Runner(tmp_path, capsys)("smoke", str(example_build.base_wheel), "--tier",
+                                         "bogus", expect=2)
+    _, _, err = Runner(tmp_path, capsys)("smoke", expect=2)
+    assert "no wheel given" in err
