@@ -45,8 +45,10 @@ from common import (  # noqa: E402
     load_manifest,
     machine_info,
     print_machine,
+    profile_forkpatch,
     repeat,
     rmtree,
+    run,
     table,
     timed,
     upstream_tree,
@@ -87,7 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-n", type=int, default=300, help="number of patches (a generated size)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--skip", default="", help="comma list of tools to skip: fp,status,engine,"
-                                                 "am,quilt")
+                                                 "am,am-co,quilt")
+    ap.add_argument("--profile", type=int, metavar="N",
+                    help="instead of timing: profile forkpatch on the N-patch series (cProfile)")
     ap.add_argument("--probe", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--probe-write", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -96,6 +100,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     workdir: Path = a.workdir
+    if a.profile:
+        proj = fresh_project(workdir, a.profile, workdir / "run" / "profile")
+        profile_forkpatch(["apply"], proj, workdir / "run" / "forkpatch.prof")
+        return 0
     n = a.n
     manifest = load_manifest(workdir)
     if n not in manifest["sizes"]:  # type: ignore[operator]
@@ -185,6 +193,24 @@ def main(argv: list[str] | None = None) -> int:
             "git am", cmdline(am), a.reps,
             prepare=lambda i: fresh_clone(workdir, clone, "v1.0.0"),
             measure=lambda ctx: timed(am, cwd=clone, env=env),
+            verify=verify_tree_clone))
+
+    # -- git checkout + git am: the same work forkpatch apply does (it creates its work
+    #    tree), for an apples-to-apples view; the clone itself stays untimed.
+    co_am = ["sh", "-c", f"git checkout -q -b work v1.0.0 && git am -q {mbox}"]
+    if "am-co" not in skip:
+        print(f"  git checkout + git am: git clone -q --shared --no-checkout upstream.git C && "
+              f"cd C && {cmdline(co_am)}")
+
+        def prepare_bare(_i: int) -> Path:
+            rmtree(clone)
+            run(["git", "clone", "-q", "--shared", "--no-checkout",
+                 str(data / "upstream.git"), str(clone)])
+            return clone
+
+        results.append(repeat(
+            "git checkout + git am", cmdline(co_am), a.reps, prepare=prepare_bare,
+            measure=lambda ctx: timed(co_am, cwd=clone, env=env),
             verify=verify_tree_clone))
 
     # -- quilt push -a

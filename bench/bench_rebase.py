@@ -62,6 +62,7 @@ from common import (  # noqa: E402
     load_manifest,
     machine_info,
     print_machine,
+    profile_forkpatch,
     repeat,
     rmtree,
     table,
@@ -349,12 +350,18 @@ def main(argv: list[str] | None = None) -> int:
                     help="give up a quilt run after this many seconds")
     ap.add_argument("--skip", default="",
                     help="comma list: rebase,fp,check,proxy,am,quilt")
+    ap.add_argument("--profile", type=int, metavar="N",
+                    help="instead of timing: profile forkpatch on the N-patch series (cProfile)")
     ap.add_argument("--probe", type=Path, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.probe:
         probe(a.probe)
         return 0
     workdir: Path = a.workdir
+    if a.profile:
+        proj = fresh_project(workdir, a.profile, workdir / "run" / "profile")
+        profile_forkpatch(["rebase", "--onto", ONTO], proj, workdir / "run" / "forkpatch.prof")
+        return 0
     manifest = load_manifest(workdir)
     sizes = sorted(int(x) for x in a.sizes.split(","))
     missing = [n for n in sizes if n not in manifest["sizes"]]  # type: ignore[operator]

@@ -306,3 +306,17 @@ def dir_matches_tree(workdir: Path, directory: Path, rev: str,
 
 def cmdline(argv: Sequence[str]) -> str:
     return shlex.join(str(a) for a in argv)
+
+
+def profile_forkpatch(args: Sequence[str], cwd: Path, out: Path, top: int = 30) -> None:
+    """Run ``python -m forkpatch ARGS`` under cProfile; print the top forkpatch functions
+    by cumulative time, then the top functions overall by own time."""
+    import pstats
+
+    t = timed([sys.executable, "-m", "cProfile", "-o", str(out), "-m", "forkpatch", *args],
+              cwd=cwd)
+    print(f"profile of `forkpatch {' '.join(args)}`: {t.seconds:.2f}s wall under cProfile "
+          f"(exit {t.rc}); stats in {out}")
+    stats = pstats.Stats(str(out))
+    stats.sort_stats("cumulative").print_stats(r"forkpatch/(?!cli)", top)
+    stats.sort_stats("tottime").print_stats(15)

@@ -41,7 +41,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import DEFAULT_WORKDIR, bench_env, forkpatch_argv, git, rmtree, run  # noqa: E402
 
-GENERATOR_VERSION = 1  # bump when the output changes; cached data is rebuilt
+GENERATOR_VERSION = 2  # bump when the output changes; cached data is rebuilt
 
 # --------------------------------------------------------------------------- vocabulary
 
@@ -520,7 +520,7 @@ def plan_drift(rng: random.Random, gen: Gen, base: dict[str, list[str]], patches
     deleted = {p: rng.randrange(n_commits) for p in others[1300:1340]}
     renames = [(p, p.replace(".py", "_v2.py") if p.endswith(".py") else p + ".v2",
                 rng.randrange(n_commits)) for p in others[1340:1352]]
-    offset_files = sorted(p for p in patched if rng.random() < 0.5)
+    offset_files = [p for p in sorted(patched) if rng.random() < 0.5]
     for path in offset_files + touched_unpatched:
         lines = base[path]
         protected = prot.get(path, {})

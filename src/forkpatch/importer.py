@@ -135,6 +135,10 @@ def read_mail(path: Path) -> list[Incoming]:
 def read_plain(path: Path, name: str | None) -> Incoming:
     data = _QUILT_INDEX.sub(b"", path.read_bytes())
     patch = parse_patch(data, source=str(path))
+    if not patch.files:
+        raise PatchParseError(f"{path}: contains no diff (no 'diff --git' or '--- / +++' lines)",
+                              tip="import a file made by `git diff`, `git format-patch`, "
+                                  "`diff -u` or quilt")
     header = patch.header.strip()
     summary = header.splitlines()[0].strip() if header else path.stem
     return Incoming(name=name or slugify(path.stem), summary=summary[:200],

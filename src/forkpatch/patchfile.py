@@ -399,6 +399,14 @@ class _Parser:
     def is_section_start(self, i: int) -> bool:
         return self.line(i).startswith(b"diff --git ") or self.is_plain_start(i)
 
+    def at_section(self, i: int) -> bool:
+        """Whether a file section starts at line ``i`` (its plain prefix lines included)."""
+        if self.line(i).startswith(b"diff --git "):
+            return True
+        while i < len(self.lines) and _PLAIN_PREFIX.match(_bare(self.lines[i])):
+            i += 1
+        return self.is_plain_start(i)
+
     def plain_prefix_start(self, i: int, floor: int) -> int:
         """Walk back from a ``---`` line over ``Index:``/``====``/``diff -u`` lines."""
         while i > floor and _PLAIN_PREFIX.match(_bare(self.lines[i - 1])):
@@ -420,6 +428,8 @@ class _Parser:
                 section, i = self.parse_git_section(i)
             else:
                 section, i = self.parse_plain_section(i)
+            if i < n and not self.at_section(i):
+                i = self.skip_junk(i)  # text after a section belongs to it
             files.append(section.build(self.data[self.offsets[start] : self.offsets[i]]))
         return PatchFile(
             header=normalise_header(header),
@@ -595,6 +605,11 @@ class _Parser:
             strip = text.startswith("a/" if bare.startswith(b"---") else "b/")
         return _strip(text, strip)
 
+    def epoch_stamp(self, i: int) -> bool:
+        """Whether a ``---``/``+++`` line carries the 1970 timestamp of a missing file."""
+        _, tab, stamp = _bare(self.lines[i]).partition(b"\t")
+        return bool(tab) and stamp.startswith((b"1970-01-01 ", b"1969-12-31 ", b"Thu Jan  1 "))
+
     def skip_binary(self, i: int) -> int:
         """Skip a ``GIT binary patch`` body (literal/delta blocks, base85 lines)."""
         n = len(self.lines)
@@ -628,18 +643,19 @@ class _Parser:
     # -- plain sections
 
     def parse_plain_section(self, i: int) -> tuple[_Section, int]:
-        while not self.line(i).startswith(b"--- "):
-            i += 1  # Index: / ==== / diff -u lines, already recognised by the caller
+        while i < len(self.lines) and not self.line(i).startswith(b"--- "):
+            i += 1  # Index: / ==== / diff -u lines, already recognised by at_section()
         a_raw = self.header_name(i, False)
         b_raw = self.header_name(i + 1, False)
         strip: bool | None = None if a_raw is None or b_raw is None else _should_strip(a_raw, b_raw)
         old_path = self.header_name(i, strip)
         new_path = self.header_name(i + 1, strip)
         hunks, end = self.parse_hunks(i + 2, new_path or old_path or "?")
-        # GNU diff -N without /dev/null: an all-empty old (new) side means create (delete).
-        if len(hunks) == 1 and hunks[0].old_start == 0 and hunks[0].old_len == 0:
+        # `diff -N` (quilt) names a missing file with an epoch timestamp, not /dev/null.
+        # An empty side alone is no proof: a -U0 hunk "-0,0" inserts at the top.
+        if self.epoch_stamp(i) and all(h.old_len == 0 for h in hunks):
             old_path = None
-        if len(hunks) == 1 and hunks[0].new_start == 0 and hunks[0].new_len == 0:
+        if self.epoch_stamp(i + 1) and all(h.new_len == 0 for h in hunks):
             new_path = None
         if old_path is not None and new_path is not None:
             old_path = new_path  # a plain diff cannot rename; `--- x.orig` names a backup

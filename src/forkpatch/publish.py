@@ -49,9 +49,8 @@ from urllib.parse import quote, unquote, urljoin, urlsplit
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from forkpatch import log
-from forkpatch.build.runner import redact
+from forkpatch.build.runner import redact, tail
 from forkpatch.build.runner import run as run_tool
-from forkpatch.build.runner import tail
 from forkpatch.errors import PublishError, SmokeError
 from forkpatch.fsutil import atomic_write, project_lock
 from forkpatch.smoke.incheck import TIERS
@@ -458,8 +457,8 @@ class IndexTarget:
                "--non-interactive", "--disable-progress-bar", str(gate.wheel.path)]
         if gate.overrides:
             tiers = ", ".join(gate.overrides)
-            cmd[4:4] = ["--comment", f"forkpatch: published without smoke tier(s) {tiers} "
-                                     "(--allow-missing-tier)"]
+            cmd[4:4] = ["--comment", (f"forkpatch: published without smoke tier(s) {tiers} "
+                                     "(--allow-missing-tier)")]
         # Credentials reach twine only through its environment variables.
         env = {"TWINE_NON_INTERACTIVE": "1"}
         result = run_tool(cmd, what=f"upload {gate.wheel.path.name}", env=env,

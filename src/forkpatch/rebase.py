@@ -13,7 +13,7 @@ clean reverse-apply.
 The rebase is a transaction (STYLE points 5 and 6). Before anything in
 ``patches/`` or series.yaml changes, a journal is written to
 ``.forkpatch/rebase/``: ``state.json`` (where the rebase stands) and
-``original/`` (byte copies of series.yaml and every file in patches/). Then the
+``original.json`` (byte copies of series.yaml and every file in patches/). Then the
 changed patch files are written, series.yaml last but one and the dropped
 patch files removed last, each atomically. A process killed at any point
 leaves the journal behind; ``--continue`` redoes the (idempotent) writes from
@@ -29,6 +29,8 @@ n-th patch file write), ``write-series`` (after series.yaml).
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import shutil
 import signal
@@ -57,7 +59,7 @@ from forkpatch.series import PATCHES_DIR, SERIES_FILE, BaseRef, PatchEntry, Seri
 
 JOURNAL_DIR = "rebase"
 JOURNAL_FILE = "state.json"
-ORIGINAL_DIR = "original"
+ORIGINAL_FILE = "original.json"
 WORKTREE_DIR = "rebase-worktree"
 REPORTS_DIR = "reports"
 HEAD_REF = "refs/forkpatch/rebase/head"
@@ -438,8 +440,7 @@ class _Walker:
             for n, item in enumerate(items, number):
                 if conflict is not None:
                     outcome = Outcome(item.entry.name, "blocked",
-                                      detail=[f"not tried: '{conflict.name}' below it "
-                                              "conflicted"])
+                                      detail=[f"not tried: '{conflict.name}' below it conflicted"])
                     outcomes.append(outcome)
                     _progress(n, total, outcome)
                     continue
@@ -549,7 +550,8 @@ class Journal:
         self.project = project
         self.dir = project.state_dir / JOURNAL_DIR
         self.path = self.dir / JOURNAL_FILE
-        self.original = self.dir / ORIGINAL_DIR
+        self._bundle: dict[str, bytes] | None = None
+        self._series: Series | None = None
 
     def exists(self) -> bool:
         return self.path.is_file()
@@ -569,25 +571,39 @@ class Journal:
         self.project.write_state(data, f"{JOURNAL_DIR}/{JOURNAL_FILE}")
 
     def start(self, data: dict[str, Any]) -> None:
-        """Copy series.yaml and patches/ aside, then write state.json (last: it is the commit)."""
+        """Save series.yaml and patches/ aside, then write state.json (last: it is the commit).
+
+        The copies go into one file (``original.json``), written atomically: one
+        fsync instead of two per patch file.
+        """
         if self.dir.exists():
             shutil.rmtree(self.dir)  # a start killed before state.json: nothing to keep
         files = [self.project.series_path]
         if self.project.patches_dir.is_dir():
             files += sorted(p for p in self.project.patches_dir.rglob("*") if p.is_file())
-        listing = []
-        for path in files:
-            rel = path.relative_to(self.project.root).as_posix()
-            atomic_write(self.original / rel, path.read_bytes())
-            listing.append(rel)
-        data["original"] = listing
+        bundle = {p.relative_to(self.project.root).as_posix():
+                  base64.b64encode(p.read_bytes()).decode("ascii") for p in files}
+        atomic_write(self.bundle, (json.dumps(bundle) + "\n").encode())
+        self._bundle = {k: base64.b64decode(v) for k, v in bundle.items()}
+        self._series = self.project.series  # parsed from the same bytes
+        data["original"] = list(bundle)
         self.save(data)
 
+    @property
+    def bundle(self) -> Path:
+        return self.dir / ORIGINAL_FILE
+
     def original_bytes(self, rel: str) -> bytes:
-        return (self.original / rel).read_bytes()
+        if self._bundle is None:
+            self._bundle = {k: base64.b64decode(v)
+                            for k, v in json.loads(self.bundle.read_text()).items()}
+        return self._bundle[rel]
 
     def original_series(self) -> Series:
-        return parse_series(self.original_bytes(SERIES_FILE).decode("utf-8"), path=SERIES_FILE)
+        if self._series is None:
+            self._series = parse_series(self.original_bytes(SERIES_FILE).decode("utf-8"),
+                                        path=SERIES_FILE)
+        return self._series
 
     def original_patch(self, entry: PatchEntry) -> PatchFile | None:
         if entry.file is None:
@@ -600,16 +616,67 @@ class Journal:
 
     def restore(self, data: Mapping[str, Any]) -> list[str]:
         """Put every original file back byte for byte; returns the paths that changed."""
-        changed = []
-        for rel in data.get("original", []):
-            if atomic_write(self.project.root / rel, self.original_bytes(rel)):
-                changed.append(rel)
+        rels = list(data.get("original", []))
+        changed = write_files({self.project.root / rel: self.original_bytes(rel)
+                               for rel in rels})
         self.project.reload()
-        return changed
+        return [p.relative_to(self.project.root).as_posix() for p in changed]
 
     def clear(self) -> None:
         self.path.unlink(missing_ok=True)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def write_files(files: Mapping[Path, bytes], *, pause: str | None = None) -> list[Path]:
+    """Replace each file whose bytes differ, in order, each by an atomic rename.
+
+    Like :func:`forkpatch.fsutil.atomic_write` for many files at once: the new
+    contents are written to temporary files and flushed with one ``os.sync()``
+    before the first rename (instead of two fsyncs per file); a killed process
+    leaves each file either old or new, never torn. ``pause`` names the test
+    hook point ``<pause>-<n>`` after the n-th rename.
+    """
+    todo: list[tuple[Path, Path]] = []
+    try:
+        for path, data in files.items():
+            try:
+                if path.read_bytes() == data:
+                    continue
+                mode = path.stat().st_mode & 0o7777
+            except FileNotFoundError:
+                mode = 0o644
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.forkpatch-{os.getpid()}.tmp")
+            tmp.write_bytes(data)
+            os.chmod(tmp, mode)
+            todo.append((tmp, path))
+        if todo:
+            os.sync()
+        done = []
+        for n, (tmp, path) in enumerate(todo, 1):
+            os.replace(tmp, path)
+            done.append(path)
+            if pause:
+                _pause(f"{pause}-{n}")
+    finally:
+        for tmp, _path in todo:
+            tmp.unlink(missing_ok=True)
+    for d in {p.parent for _t, p in todo}:
+        _fsync_dir(d)
+    return done
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def pending_hint(cwd: Path) -> str | None:
@@ -621,8 +688,6 @@ def pending_hint(cwd: Path) -> str | None:
     path = root / ".forkpatch" / JOURNAL_DIR / JOURNAL_FILE
     if not path.is_file():
         return None
-    import json
-
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -951,9 +1016,8 @@ def _finish(project: Project, journal: Journal, data: dict[str, Any]) -> RebaseR
         if o.refresh and o.commit:
             header = parse_patch(old, source=entry.file).header
             new_texts[o.name] = format_patch(header, canonical_diff(diffs[o.commit]))
-    for n, (name, text) in enumerate(new_texts.items(), 1):
-        atomic_write(project.patch_path(by_name[name]), text)
-        _pause(f"write-patch-{n}")
+    write_files({project.patch_path(by_name[name]): text for name, text in new_texts.items()},
+                pause="write-patch")
     project.save_series(_new_series(journal, data, outcomes))
     _pause("write-series")
     for o in outcomes:

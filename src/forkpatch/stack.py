@@ -32,11 +32,10 @@ from forkpatch.engine import (
 from forkpatch.errors import (
     ConflictError,
     PatchApplyError,
-    SeriesError,
     StateError,
     UsageError,
 )
-from forkpatch.git import Git, commit_date, identity_env
+from forkpatch.git import Git, commit_date
 from forkpatch.patchfile import format_patch
 from forkpatch.project import Project
 from forkpatch.series import NAME_RE, PatchEntry
@@ -44,6 +43,8 @@ from forkpatch.series import NAME_RE, PatchEntry
 BRANCH = "forkpatch/stack"
 DEFAULT_WORKTREE = "worktree"
 CONFLICT_MARKER = re.compile(rb"^(<{7} |>{7} |\|{7} )", re.M)
+# The same markers on an added line of a diff.
+DIFF_CONFLICT_MARKER = re.compile(rb"^\+(<{7} |>{7} |\|{7} )", re.M)
 
 
 @dataclass(frozen=True)
@@ -315,7 +316,8 @@ class Stack:
                     + ", ".join(c.path for c in bad.conflicts),
                     tip=f"resolve them in {wt.work_tree}, then run `forkpatch refresh`")
             raise PatchApplyError(
-                describe_failure(bad, f"the top of the stack ({applied_names[-1] if applied_names else 'base'})"),
+                describe_failure(bad, "the top of the stack "
+                                 f"({applied_names[-1] if applied_names else 'base'})"),
                 tip="run `forkpatch push --merge` to bring it in with conflict markers, or fix "
                     "the patch file")
         state = self.state
@@ -418,7 +420,7 @@ class Stack:
         new = self._commit_worktree(wt, parent=parent, message=message)
         name, summary, header = parse_commit_message(message)
         diff = canonical_diff(wt.diff_trees(parent, new))
-        if not force and CONFLICT_MARKER.search(diff):
+        if not force and DIFF_CONFLICT_MARKER.search(diff):
             raise ConflictError(f"patch '{top.name}' still contains conflict markers",
                                 tip="resolve them, or pass --force to keep them")
         state = self.state
@@ -536,7 +538,7 @@ class Stack:
             if entry.name in names:
                 if names[-1] != entry.name:
                     raise StateError(f"patch '{name}' is applied below other patches",
-                                     tip=f"pop to it first: `forkpatch pop {names[names.index(name) - 1] if names.index(name) else '--all'}`")
+                                     tip=f"make it the top first: `forkpatch pop {name}`")
                 self.pop(force=False)
         self.project.save_series(series.with_patches(p for p in series.patches
                                                      if p.name != entry.name))

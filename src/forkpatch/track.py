@@ -38,7 +38,7 @@ import subprocess
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,7 +52,6 @@ from forkpatch.errors import (
     ForkpatchError,
     ForkRepoError,
     GitError,
-    PublishError,
     SeriesError,
     SmokeError,
     UsageError,
@@ -239,16 +238,15 @@ def fork_branch_head(project: Project) -> tuple[str, str]:
         for ref in names:
             commit = src.commit_of(ref)
             if commit is not None:
-                branch = re.sub(r"^refs/(remotes/origin|heads)/", "", ref)
-                return branch, commit
+                return re.sub(r"^refs/(remotes/origin|heads)/", "", ref), commit
         raise ForkRepoError(f"cannot find the default branch of the fork at {fork.source}"
                             + (f" (track.branch: {wanted})" if wanted else ""),
                             tip="set track.branch in series.yaml")
-    branch = wanted
+    branch: str | None = wanted
     if not branch:
         proc = fork.store.run("ls-remote", "--symref", fork.source, "HEAD", check=False,
                               timeout=300)
-        m = re.search(r"^ref: refs/heads/(\S+)\tHEAD$", proc.stdout.decode(), re.M)
+        m = re.search(r"^ref: refs/heads/(\S+)\tHEAD$", proc.stdout.decode(), re.MULTILINE)
         branch = m.group(1) if m else "main"
     fork.fetch([f"+refs/heads/{branch}:refs/fork/heads/{branch}"])
     commit = fork.store.commit_of(f"refs/fork/heads/{branch}")
@@ -371,10 +369,10 @@ def run(project: Project, opts: RunOptions) -> RunResult:
     if opts.tag:
         target = _pick_tag(project, report, opts.tag)
     if target is None:
-        data = {"version": RESULT_VERSION, "status": "up-to-date", "base": report.base,
-                "track": report.to_json()}
         log.info(f"up to date: no release newer than {report.base} to act on")
-        return RunResult(data=data, work_dir=None)
+        return RunResult(data={"version": RESULT_VERSION, "status": "up-to-date",
+                               "base": report.base, "track": report.to_json()},
+                         work_dir=None)
     root = out_root(project, opts)
     work = root / safe_name(target.tag)
     key = {"tag": target.tag, "commit": target.commit, "series_sha256": series_digest(project)}
@@ -579,10 +577,9 @@ class _RunCtx:
                     tip=f"the summary in {self.work / SUMMARY_FILE} says what to run locally")
                 return True
             report_dir = self.work / "rebase"
-            with log.step(f"forkpatch rebase --onto {self.tag}"):
-                with copy.locked("rebase"):
-                    result = rb.rebase(copy, rb.RebaseOptions(onto=self.tag,
-                                                              report_dir=report_dir))
+            with log.step(f"forkpatch rebase --onto {self.tag}"), copy.locked("rebase"):
+                result = rb.rebase(copy, rb.RebaseOptions(onto=self.tag,
+                                                          report_dir=report_dir))
         except ConflictError as exc:  # check said clean but the rebase stopped: undo it
             with contextlib.suppress(ForkpatchError):
                 rb.abort(self.copy())
@@ -608,15 +605,15 @@ class _RunCtx:
         """The rebased copy, or None (recorded) when the rebase has not succeeded here."""
         rebase = self.stages.get("rebase", {})
         if rebase.get("status") != "done":
-            why = ("the rebase conflicts" if rebase.get("status") == "conflict"
-                   else "the rebase has not run" if not rebase
-                   else "the rebase failed")
-            self.stages[stage] = {"status": "skipped", "reason": why}
-            if not rebase:
+            if not rebase:  # asked out of order: say so, record nothing
                 self.error = UsageError(
                     f"cannot {stage}: no rebase onto {self.tag} in {self.work}",
                     tip="run the rebase step first (`forkpatch track --run --steps rebase`) "
                         "and pass its output directory along (--out)")
+                return None
+            why = ("the rebase conflicts" if rebase.get("status") == "conflict"
+                   else "the rebase failed")
+            self.stages[stage] = {"status": "skipped", "reason": why}
             return None
         copy = self.copy()
         if series_digest(copy) != rebase.get("series_sha256"):
@@ -681,12 +678,13 @@ class _RunCtx:
 
     def stage_smoke(self) -> bool:
         build = self.stages.get("build", {})
+        if not build:
+            self.error = UsageError(f"cannot smoke: no build for {self.tag} in {self.work}",
+                                    tip="run the build step first and pass its output "
+                                        "directory along (--out)")
+            return True
         if build.get("status") != "done":
             self.stages["smoke"] = {"status": "skipped", "reason": "nothing was built"}
-            if not build:
-                self.error = UsageError(f"cannot smoke: no build for {self.tag} in {self.work}",
-                                        tip="run the build step first and pass its output "
-                                            "directory along (--out)")
             return True
         copy = self.copy()
         dist = self.work / "dist"
@@ -746,12 +744,14 @@ class _RunCtx:
                 "no target (publish.to in series.yaml, or --publish-to)"
             self.stages["publish"] = {"status": "skipped", "reason": why}
             return False
+        if not smoke:
+            self.error = UsageError(f"cannot publish: no smoke result for {self.tag} in "
+                                    f"{self.work}", tip="run the smoke step first and pass "
+                                                        "its output directory along (--out)")
+            return True
         if smoke.get("status") != "done":
-            self.stages["publish"] = {"status": "skipped", "reason": "the smoke suite did not "
-                                      "pass" if smoke else "the smoke suite has not run"}
-            if not smoke:
-                self.error = UsageError(f"cannot publish: no smoke result for {self.tag} in "
-                                        f"{self.work}", tip="run the smoke step first")
+            self.stages["publish"] = {"status": "skipped",
+                                      "reason": "the smoke suite did not pass"}
             return True
         build = self.stages["build"]
         target_text = _public_target(str(target))
@@ -925,13 +925,13 @@ def _rebase_section(data: Mapping[str, Any], st: Mapping[str, Any] | None,
             out += ["", "Before it: " + ", ".join(f"{_code(n)} {s}" for n, s in others.items())]
         out += ["", "### Resolve it locally", "", "```sh",
                 "git switch -c " + data["branch"],
-                f"forkpatch rebase --onto {tag}"
-                "            # stops at the conflict, with a work tree",
+                f"forkpatch rebase --onto {tag}      # stops at the conflict (a work tree)",
                 f"$EDITOR .forkpatch/rebase-worktree/{c['conflicts'][0]['path']}"
                 if c["conflicts"] else "$EDITOR .forkpatch/rebase-worktree/...",
                 "forkpatch rebase --continue        # or --skip to drop the patch, --abort",
                 f"forkpatch track --run --tag {tag} --no-publish   # build + smoke it",
-                "git commit -am 'Rebase the series onto " + tag + "' && git push",
+                "git add -A series.yaml patches",
+                f"git commit -m 'Rebase the series onto {tag}' && git push",
                 "```", ""]
         return out
     if st["status"] in ("failed", "skipped"):
@@ -1097,8 +1097,9 @@ def prepare_change(project: Project, *, out_dir: Path | None = None, tag: str | 
         raise GitError(f"{git.git_dir}: the repository has no commit yet",
                        tip="commit the project first")
     copy_root = work / "project"
+    # The message does not depend on how far the stages got: same series, same commit.
     commit = _commit_series(git, head, prefix, copy_root,
-                            f"{title}\n\n{_commit_body(data)}")
+                            f"forkpatch: rebase the series onto {tag}\n\n{_commit_body(data)}")
     branch = data["branch"]
     ref = f"refs/heads/{branch}"
     old = git.commit_of(ref)
@@ -1121,8 +1122,8 @@ def _bounded(text: str) -> str:
 def _commit_body(data: Mapping[str, Any]) -> str:
     st = data["stages"]["rebase"]
     counts = ", ".join(f"{n} {s}" for s, n in st["summary"].items())
-    lines = [f"From {data['base']['tag']} to {data['tag']} "
-             f"({data['tag_commit'][:12]}): {counts}.", ""]
+    lines = [(f"From {data['base']['tag']} to {data['tag']} "
+              f"({data['tag_commit'][:12]}): {counts}."), ""]
     lines.append(f"Forkpatch-Track: {data['tag']} {data['tag_commit']}")
     return "\n".join(lines) + "\n"
 
@@ -1131,8 +1132,8 @@ def _project_repo(repo: Path, project_root: Path) -> tuple[Git, str]:
     """The repository's git dir and the project's path inside its work tree."""
     try:
         out = subprocess.run(["git", "-C", str(repo), "rev-parse", "--absolute-git-dir",
-                              "--show-toplevel"], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, check=True).stdout.split("\n")
+                              "--show-toplevel"], capture_output=True, text=True,
+                             check=True).stdout.split("\n")
     except (subprocess.CalledProcessError, OSError):
         raise UsageError(f"{repo} is not inside a git repository",
                          tip="run from a clone of the project's repository, or pass --repo") \

@@ -86,6 +86,9 @@ def test_cold_build_then_cache_hit(
     assert "stale build dir present: False" in log_text
     assert "git dir present: False" in log_text
     assert _ccache_hits(log_text) == 0
+    # The last line names the image that built the wheels (provenance reads it).
+    last = log_text.rstrip("\n").splitlines()[-1]
+    assert re.fullmatch(r"# builder image forkpatch-builder:[0-9a-f]{16} sha256:[0-9a-f]{64}", last)
     err = capfd.readouterr().err
     assert "synthetic fork: version" in err  # streamed live, not only saved
     assert "Successfully built 1cat_vllm" in err

@@ -168,6 +168,14 @@ def test_cache_config_from_env_and_secrets() -> None:
     assert "shh" not in repr(cache)
     with pytest.raises(BuildError, match="not a cache kind"):
         CacheConfig.from_env({"FORKPATCH_CACHE": "distcc"})
+    from_yaml = CacheConfig.from_mapping({"volume": "team-ccache", "max-size": "50G"}, environ={})
+    assert (from_yaml.kind, from_yaml.volume, from_yaml.ccache_max_size) == (
+        "ccache",
+        "team-ccache",
+        "50G",
+    )
+    with pytest.raises(BuildError, match="did you mean 'volume'"):
+        CacheConfig.from_mapping({"volumes": "x"}, environ={})
     with pytest.raises(BuildError, match="needs SCCACHE_BUCKET"):
         CacheConfig(kind="sccache").container_env({})
 

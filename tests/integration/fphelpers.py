@@ -111,6 +111,8 @@ def tree_files(root: Path) -> dict[str, tuple[str, bytes]]:
             if p.is_symlink():
                 out[str(p.relative_to(root))] = ("link", os.readlink(p).encode())
         for f in sorted(filenames):
+            if f == ".git":  # a linked work tree's pointer file
+                continue
             p = Path(dirpath, f)
             rel = str(p.relative_to(root))
             if p.is_symlink():

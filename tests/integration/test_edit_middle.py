@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from fphelpers import git, mtimes, numbered, scratch_project
-
 from fptest import snapshot
 
 

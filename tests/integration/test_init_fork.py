@@ -9,7 +9,6 @@ import sys
 import pytest
 import yaml
 from fphelpers import EXAMPLE_NAMES, copy_example, git
-
 from fptest import Runner, snapshot
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 from fphelpers import EXAMPLE_NAMES, copy_example, git, load, mtimes
-
 from fptest import snapshot
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 from fphelpers import numbered, scratch_project, write_diff
-
 from fptest import snapshot
 
 BASE_TEXT = numbered(40)

@@ -13,7 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "smoke"))
 
-import smokekit  # noqa: E402
+import smokekit
 
 
 @pytest.fixture(scope="session")

@@ -65,7 +65,7 @@ def test_bad_credentials_are_refused_and_never_shown(pypiserver, wheel_dir, tmp_
     monkeypatch.setenv("TWINE_PASSWORD", canary)
     wheel = next(wheel_dir.glob("*.whl"))
     run = smokekit.Runner(tmp_path, capsys)
-    code, out, err = run("--debug", "publish", str(wheel), "--to", pypiserver.url,
+    _code, out, err = run("--debug", "publish", str(wheel), "--to", pypiserver.url,
                          "--allow-missing-tier", "sm70", expect=1)
     assert "refused access (HTTP 401)" in err or "refused access (HTTP 403)" in err
     assert pypiserver.files() == []

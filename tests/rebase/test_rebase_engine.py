@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from rebase_helpers import LINES, scenario_factory, snapshot
 
 
@@ -41,8 +40,8 @@ def test_check_example_reports_each_status_and_changes_nothing(example_project):
 
 
 def test_check_no_3way_conflicts_and_blocks(example_project):
-    project, run = example_project
-    code, out, _ = run("check", "--onto", "v1.3.0", "--no-3way", "--json", expect=3)
+    _project, run = example_project
+    _code, out, _ = run("check", "--onto", "v1.3.0", "--no-3way", "--json", expect=3)
     st = {p["name"]: p for p in json.loads(out)["patches"]}
     assert st["odd-width-padding"]["status"] == "conflict"
     conflict = st["odd-width-padding"]["conflicts"][0]
@@ -90,19 +89,19 @@ def test_no_op_rebase_changes_zero_bytes(example_project):
 
 
 def test_unknown_tag_lists_nearest(example_project):
-    project, run = example_project
+    _project, run = example_project
     _, _, err = run("check", "--onto", "v1.3.1", expect=1)
     assert "tag 'v1.3.1' is not in the fork" in err and "v1.3.0" in err
 
 
 def test_backwards_rebase_is_allowed_but_said(example_project):
-    project, run = example_project
+    _project, run = example_project
     _, _, err = run("check", "--onto", "v1.2.0")
     assert "goes backwards" in err
 
 
 def test_rebase_moves_the_stack_work_tree(example_project):
-    project, run = example_project
+    _project, run = example_project
     run("apply")
     run("rebase", "--onto", "v1.3.0")
     _, out, _ = run("status", "--json")

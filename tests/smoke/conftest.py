@@ -7,7 +7,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import smokekit  # noqa: E402
+import smokekit
 
 
 @pytest.fixture(scope="session")

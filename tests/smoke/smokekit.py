@@ -99,7 +99,7 @@ def pip_into(python: Path, *args: str, env: dict[str, str] | None = None
     return subprocess.run([sys.executable, "-m", "pip", "--python", str(python),
                            "--disable-pip-version-check", *args],
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          env={**os.environ, **(env or {})})
+                          env={**os.environ, **(env or {})}, check=False)
 
 
 def venv_version(python: Path) -> dict[str, str]:

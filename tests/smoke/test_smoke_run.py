@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import pytest
 import smokekit
@@ -33,7 +32,7 @@ def test_static_tier_passes_and_missing_hardware_is_not_run(example_build, tmp_p
                                                       "sm70.fp8-per-block-config"]})
     run = Runner(project, capsys)
     junit = tmp_path / "smoke.xml"
-    code, out, err = run("smoke", str(example_build.wheel), "--json", "--junit", str(junit))
+    _code, out, err = run("smoke", str(example_build.wheel), "--json", "--junit", str(junit))
     data = json.loads(out)
     sha = sha256_file(example_build.wheel)
 
@@ -102,7 +101,7 @@ def test_failing_check_exits_1_and_names_the_patch(example_build, tmp_path, caps
     project = smokekit.copy_project(example_build, tmp_path / "project")
     smokekit.set_smoke(project, {"capability-floor": ["static.capability-floor-cpu"]})
     run = Runner(project, capsys)
-    code, out, err = run("smoke", str(example_build.wheel), "--tier", "static", "--json",
+    _code, out, err = run("smoke", str(example_build.wheel), "--tier", "static", "--json",
                          expect=1)
     data = json.loads(out)
     assert data["passed"] is False and data["tiers"]["status"]["static"] == "failed"

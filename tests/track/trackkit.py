@@ -39,7 +39,7 @@ def git(repo: Path, *args: str, date: str | None = None) -> str:
     if date:
         env["GIT_AUTHOR_DATE"] = env["GIT_COMMITTER_DATE"] = date
     return subprocess.run(["git", "-C", str(repo), *args], check=True, env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE).stdout.decode().strip()
+                          capture_output=True).stdout.decode().strip()
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,8 @@ def make_setup(root: Path, *, tag_v130: bool, sections: dict[str, dict] | None =
                            fork_override=None)
     import_patches(project, files=incoming, quilt_dir=None)
     release = root / "release"
-    build_release_wheel(fork, "v1.2.1", release)
+    for tag in ("v1.2.1", "v1.3.0") if tag_v130 else ("v1.2.1",):
+        build_release_wheel(fork, tag, release)
     path = project.series_path
     s = load_series(path)
     s = s.with_patches([*s.patches, PatchEntry(
@@ -189,8 +190,7 @@ def run_ci(step: str, setup: Setup, **env: str) -> CiRun:
         **env,
     })
     proc = subprocess.run(["bash", str(CI_SCRIPT), step], env=full, cwd=setup.project,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          timeout=600)
+                          capture_output=True, text=True, timeout=600, check=False)
     return CiRun(proc.returncode, proc.stdout, proc.stderr)
 
 

@@ -268,6 +268,19 @@ def test_plain_unified_diff_p0_and_dev_null() -> None:
     assert b"".join(f.raw for f in (x, new, gone)) == text
 
 
+def test_plain_diff_epoch_timestamp_means_missing_file() -> None:
+    text = (
+        b"--- a/new.c\t1970-01-01 00:00:00.000000000 +0000\n"
+        b"+++ b/new.c\t2024-01-02 00:00:00.000000000 +0000\n@@ -0,0 +1 @@\n+x\n"
+        b"--- a/top.c\t2024-01-01 00:00:00.000000000 +0000\n"
+        b"+++ b/top.c\t2024-01-02 00:00:00.000000000 +0000\n@@ -0,0 +1 @@\n+x\n"
+    )
+    new, top = parse_patch(text, source=SRC).files
+    assert new.old_path is None and new.new_path == "new.c"
+    # -U0 insertion at the top of an existing file: not a creation.
+    assert top.old_path == top.new_path == "top.c"
+
+
 def test_plain_diff_from_diff_u_with_diff_line() -> None:
     text = b"diff -u a/x b/x\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n"
     p = parse_patch(b"hdr\n" + text, source=SRC)

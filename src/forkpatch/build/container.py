@@ -23,6 +23,7 @@ Nothing here shells out to the docker CLI.
 from __future__ import annotations
 
 import codecs
+import dataclasses
 import hashlib
 import io
 import os
@@ -126,6 +127,38 @@ class CacheConfig:
                 tip="use ccache, sccache or none",
             )
         return cls(kind=kind, volume=env.get("FORKPATCH_CCACHE_VOLUME") or cls.volume)  # type: ignore[arg-type]
+
+    @classmethod
+    def from_mapping(
+        cls, data: Mapping[str, Any], *, environ: Mapping[str, str] | None = None
+    ) -> CacheConfig:
+        """From series.yaml's ``build: cache:`` table (keys ``kind``, ``volume``,
+        ``ccache-dir``, ``max-size``); unset keys fall back to :meth:`from_env`.
+        """
+        import difflib
+
+        keys = {
+            "kind": "kind",
+            "volume": "volume",
+            "ccache-dir": "ccache_dir",
+            "max-size": "ccache_max_size",
+        }
+        for key in data:
+            if key not in keys:
+                near = difflib.get_close_matches(str(key), keys, n=1)
+                raise BuildError(
+                    f"unknown key {key!r} in build.cache"
+                    + (f" (did you mean {near[0]!r}?)" if near else ""),
+                    tip="build.cache takes " + ", ".join(keys),
+                )
+        base = cls.from_env(environ)
+        values = {keys[k]: str(v) for k, v in data.items()}
+        if values.get("kind", base.kind) not in ("ccache", "sccache", "none"):
+            raise BuildError(
+                f"build.cache.kind {values['kind']!r} is not a cache kind",
+                tip="use ccache, sccache or none",
+            )
+        return dataclasses.replace(base, **values)  # type: ignore[arg-type]
 
     def container_env(
         self, environ: Mapping[str, str] | None = None
@@ -737,7 +770,7 @@ def build_in_container(
             context = builder_context(
                 source_dir, dockerfile=dockerfile, install_toolchain=install_toolchain, tools=tools
             )
-            tag, _image_id = ensure_builder_image(
+            tag, image_id = ensure_builder_image(
                 client,
                 dockerfile=dockerfile,
                 context_files=context,
@@ -767,6 +800,7 @@ def build_in_container(
             ):
                 code = box.run(log_file)
             if code != 0:
+                log_file.write(f"# builder image {tag} {image_id}\n")
                 raise BuildError(
                     f"the container build of 1cat-vllm {version} failed (exit code {code}); "
                     f"last {len(box.log_tail)} lines of the log:\n{_indent(chr(10).join(box.log_tail))}\n"
@@ -779,7 +813,10 @@ def build_in_container(
                     ),
                 )
             with log.step("fetch the wheels"):
-                return _publish(box, out_dir)
+                wheels = _publish(box, out_dir)
+        # Last line of the log, for provenance readers: which image built these wheels.
+        log_file.write(f"# builder image {tag} {image_id}\n")
+    return wheels
 
 
 def _publish(box: BuildContainer, out_dir: Path) -> list[Path]:

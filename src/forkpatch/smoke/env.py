@@ -118,9 +118,8 @@ def _host_pip_ok() -> bool:
         import pip  # noqa: F401
     except ImportError:
         return False
-    from packaging.version import Version
-
     import pip as _pip
+    from packaging.version import Version
 
     return Version(_pip.__version__) >= Version("22.3")
 
@@ -197,7 +196,7 @@ def installed_versions(python: Path, names: Sequence[str], *, cwd: Path | None =
     try:
         proc = subprocess.run([str(python), "-I", "-c", _VERSIONS_SCRIPT, json.dumps(list(names))],
                               cwd=cwd or tempfile.gettempdir(), env=clean_env(),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              capture_output=True, text=True,
                               timeout=120, check=False)
         return dict(json.loads(proc.stdout)) if proc.returncode == 0 else {}
     except (subprocess.TimeoutExpired, ValueError):

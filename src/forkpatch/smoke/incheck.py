@@ -290,7 +290,6 @@ def _online_fp8() -> Any:
 def _reference_linear(weight: Any, x: Any) -> Any:
     """x @ dequant(block-cast weight).T with fp16-rounded scales, in float64."""
     import torch
-
     from vllm.utils.deep_gemm import _per_block_cast_to_fp8_eager
 
     q, s = _per_block_cast_to_fp8_eager(weight, [BLOCK, BLOCK], False)
@@ -303,10 +302,9 @@ def _reference_linear(weight: Any, x: Any) -> Any:
 
 def _make_layer(method: Any, n: int, k: int, device: str, bias: bool) -> Any:
     import torch
+    from vllm.model_executor import parameter
 
-    import vllm.model_executor.parameter as parameter
-
-    layer = torch.nn.Module()
+    layer: Any = torch.nn.Module()
     with patched(parameter, "get_tensor_model_parallel_rank", lambda: 0), \
             patched(parameter, "get_tensor_model_parallel_world_size", lambda: 1):
         method.create_weights(layer, input_size_per_partition=k, output_partition_sizes=[n],
@@ -370,7 +368,7 @@ def _eager_block_cast(ops: Ops) -> str:
     def spy(*args: Any, **kwargs: Any) -> Any:
         compiled_calls.append(1)
         if isinstance(ops, RealSm70Ops):
-            raise AssertionError("compiled block cast called on SM70")
+            raise AssertionError("compiled block cast called on SM70")  # noqa: TRY004
         return dg._per_block_cast_to_fp8_eager(*args, **kwargs)
 
     assert dg._per_block_cast_to_fp8_eager is not dg._per_block_cast_to_fp8_compiled
@@ -502,7 +500,7 @@ def cli_version(ctx: Ctx) -> str:
     try:
         proc = subprocess.run([script, "--version"], stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, env=env, timeout=300,
-                              cwd=tempfile.gettempdir())
+                              cwd=tempfile.gettempdir(), check=False)
     except subprocess.TimeoutExpired:
         raise AssertionError("`vllm --version` did not finish in 300 s") from None
     text = proc.stdout.decode("utf-8", "replace")
@@ -721,7 +719,8 @@ def probe_device() -> dict[str, Any]:
     if smi:
         with contextlib.suppress(Exception):
             out = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"],
-                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=30)
+                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=30,
+                                 check=False)
             versions = sorted({ln.strip() for ln in out.stdout.decode().splitlines() if ln.strip()})
             info["driver"] = ", ".join(versions) or None
     return info

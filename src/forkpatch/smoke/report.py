@@ -209,10 +209,10 @@ def junit_xml(data: Mapping[str, Any]) -> bytes:
                   "skipped": sum(c["outcome"] == NOT_RUN for c in checks)}
         for k in total:
             total[k] += counts[k]
-        suite = ET.SubElement(suites, "testsuite", name=f"smoke.{tier}",
-                              time=f"{sum(c['duration_s'] for c in checks):.3f}",
-                              timestamp=str(data.get("started", "")),
-                              **{k: str(v) for k, v in counts.items()})
+        attrs = {"name": f"smoke.{tier}", "time": f"{sum(c['duration_s'] for c in checks):.3f}",
+                 "timestamp": str(data.get("started", "")),
+                 **{k: str(v) for k, v in counts.items()}}
+        suite = ET.SubElement(suites, "testsuite", attrs)
         props = ET.SubElement(suite, "properties")
         for key, value in (("wheel.sha256", data.get("wheel", {}).get("sha256", "")),
                            ("wheel.version", version),

@@ -99,8 +99,7 @@ def _modules_for(project: Any, entries: Sequence[PatchEntry]) -> list[str]:
             if not (path.startswith("vllm/") and path.endswith(".py")):
                 continue
             mod = path[: -len(".py")].replace("/", ".")
-            if mod.endswith(".__init__"):
-                mod = mod[: -len(".__init__")]
+            mod = mod.removesuffix(".__init__")
             if mod not in mods:
                 mods.append(mod)
     return mods

@@ -1,0 +1,128 @@
+"""`forkpatch track --run` stages on the example fork (no smoke): the work directory,
+resuming by steps, base-wheel templates and URLs, the bot branch, the summary."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import http.server
+import json
+import shutil
+import threading
+
+from trackkit import git, make_setup, tag_release
+
+from forkpatch.cli import main
+from forkpatch.track import MAX_BODY, _bounded, overall_status
+
+
+def _run(setup, *args: str) -> int:
+    return main(["-C", str(setup.project), "track", "--run", "--no-forecast", "--out",
+                 str(setup.out), *args])
+
+
+def test_stages_resume_across_invocations_and_inputs_change_starts_over(tmp_path, capsys):
+    setup = make_setup(tmp_path, tag_v130=True)
+    # build before rebase: a usage error that says what to run first
+    assert _run(setup, "--steps", "build") == 2
+    assert "run the rebase step first" in capsys.readouterr().err
+    assert _run(setup, "--steps", "rebase") == 0
+    data = json.loads((setup.out / "v1.3.0" / "result.json").read_text())
+    assert data["status"] == "rebased" and "build" not in data["stages"]
+    assert (setup.out / "latest").read_text().strip() == "v1.3.0"
+    assert _run(setup, "--steps", "build") == 0
+    data = json.loads((setup.out / "v1.3.0" / "result.json").read_text())
+    assert data["status"] == "built"
+    summary = (setup.out / "v1.3.0" / "summary.md").read_text()
+    assert "overlay build" in summary and "## Smoke\n\n- not run yet" in summary
+    # The project itself was never touched by the run.
+    assert git(setup.project, "status", "--porcelain") == ""
+    # A change to the series is new input: the run starts over.
+    (setup.project / "patches" / "cli-version.patch").write_bytes(
+        (setup.project / "patches" / "cli-version.patch").read_bytes().replace(
+            b"The wheel", b"The 1cat wheel", 1))
+    capsys.readouterr()
+    assert _run(setup, "--steps", "rebase") == 0
+    assert "starting over" in capsys.readouterr().err
+    data = json.loads((setup.out / "v1.3.0" / "result.json").read_text())
+    assert set(data["stages"]) == {"rebase"}
+
+
+def test_base_wheel_from_a_url_template(tmp_path):
+    setup = make_setup(tmp_path, tag_v130=True)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler,
+                                directory=str(setup.release))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/1cat_vllm-{{version}}-py3-none-any.whl"
+        assert _run(setup, "--steps", "rebase,build", "--base-wheel", url) == 0
+    finally:
+        server.shutdown()
+    data = json.loads((setup.out / "v1.3.0" / "result.json").read_text())
+    assert data["stages"]["build"]["base_wheel"] == "1cat_vllm-1.3.0-py3-none-any.whl"
+    assert (setup.out / "v1.3.0" / "base-wheel" / "1cat_vllm-1.3.0-py3-none-any.whl").is_file()
+
+
+def test_missing_base_wheel_fails_the_build_with_a_tip(tmp_path, capsys):
+    setup = make_setup(tmp_path, tag_v130=True)
+    for whl in setup.release.glob("*1.3.0*"):
+        whl.unlink()
+    assert _run(setup, "--steps", "rebase,build,smoke,publish") == 1
+    err = capsys.readouterr().err
+    assert "the base wheel for v1.3.0 is not there" in err
+    data = json.loads((setup.out / "v1.3.0" / "result.json").read_text())
+    assert data["status"] == "failed"
+    assert data["stages"]["smoke"] == {"status": "skipped",
+                                       "reason": "the build stage did not succeed"}
+
+
+def test_make_branch_for_a_project_in_a_subdirectory(tmp_path, capsys):
+    setup = make_setup(tmp_path, tag_v130=True)
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "README.md").write_text("team repo\n")
+    sub = repo / "deploy" / "forkpatch"
+    sub.parent.mkdir(parents=True)
+    shutil.copytree(setup.project, sub, ignore=shutil.ignore_patterns(".git", ".forkpatch"))
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "team repo")
+    out = tmp_path / "out2"
+    args = ["-C", str(sub), "track", "--no-forecast", "--out", str(out)]
+    assert main([*args, "--run", "--steps", "rebase"]) == 0
+    capsys.readouterr()
+    assert main([*args, "--make-branch", "--json"]) == 0
+    change = json.loads(capsys.readouterr().out)
+    assert change["kind"] == "pull" and change["updated"] is True
+    names = git(repo, "diff", "--name-only", "main", change["branch"]).splitlines()
+    assert sorted(names) == ["deploy/forkpatch/patches/cli-version.patch",
+                             "deploy/forkpatch/patches/odd-width-padding.patch",
+                             "deploy/forkpatch/series.yaml"]
+    assert main([*args, "--make-branch", "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["commit"] == change["commit"] and again["updated"] is False
+
+
+def test_pre_release_tags_are_ignored_by_run(tmp_path, capsys):
+    setup = make_setup(tmp_path, tag_v130=False)
+    tag_release(setup, "v1.3.0rc1")
+    assert _run(setup, "--json") == 0
+    assert json.loads(capsys.readouterr().out)["status"] == "up-to-date"
+    assert not (setup.out / "v1.3.0rc1").exists()
+
+
+def test_overall_status_and_body_bound():
+    assert overall_status({"stages": {}}) == "pending"
+    assert overall_status({"stages": {"rebase": {"status": "conflict"}}}) == "conflict"
+    assert overall_status({"stages": {"rebase": {"status": "done"},
+                                      "build": {"status": "done"},
+                                      "smoke": {"status": "failed", "passed": False}}}) \
+        == "failed"
+    assert overall_status({"stages": {"rebase": {"status": "done"},
+                                      "publish": {"status": "skipped"}}}) == "rebased"
+    text = "line\n" * (MAX_BODY // 4)
+    cut = _bounded(text)
+    assert len(cut) <= MAX_BODY and "cut at" in cut
+    with contextlib.suppress(Exception):
+        assert _bounded("short") == "short"
