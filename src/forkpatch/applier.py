@@ -186,7 +186,7 @@ def _locate(
     context = max(lead_ctx, trail_ctx)
     old = list(hunk.old_lines)
     new = hunk.new_lines
-    for fuzz in range(0, max(max_fuzz, 0) + 1):
+    for fuzz in range(max(max_fuzz, 0) + 1):
         if fuzz > context:
             break
         # GNU patch: a side with less context than the diff's context size is at
@@ -218,54 +218,39 @@ def _search(
     at_end: bool,
     allow_offset: bool,
 ) -> int | None:
+    """Index where ``want`` occurs in ``lines`` (at or after ``floor``), or None."""
     n = len(want)
     top = len(lines) - n  # last index where `want` fits
-    if at_start and at_end:
-        candidates: Sequence[int] = [0] if top == 0 else []
-    elif at_start:
-        candidates = [0]
+    if at_start:
+        candidates = [0] if not at_end or top == 0 else []
     elif at_end:
         candidates = [top]
-    elif not allow_offset or n == 0:
-        # Without context there is nothing to search for: only the given place counts.
-        candidates = [expected]
     else:
-        candidates = _Everywhere(expected, floor, top)
+        # Without context (n == 0) there is nothing to search for: only the given place.
+        candidates = [expected]
     if (at_start or at_end) and not allow_offset:
         candidates = [c for c in candidates if c == expected]
-    if n == 0:
-        for pos in candidates:
-            if floor <= pos <= top:
-                return pos
-        return None
-    first = want[0]
-    if isinstance(candidates, _Everywhere):
-        # Only lines equal to the hunk's first line can start it: find those with
-        # list.index (C speed), nearest first, the line before winning a tie, which is
-        # the order _outward gives, without a Python loop over the whole file.
-        candidates = _nearest_matches(lines, first, expected, floor, top)
     for pos in candidates:
-        if floor <= pos <= top and lines[pos] == first and lines[pos : pos + n] == want:
+        if floor <= pos <= top and lines[pos : pos + n] == want:
+            return pos
+    if at_start or at_end or not allow_offset or n == 0:
+        return None
+    for pos in _nearest_matches(lines, want[0], expected, floor, top):
+        if lines[pos : pos + n] == want:
             return pos
     return None
 
 
-class _Everywhere(list):  # type: ignore[type-arg]
-    """Marks "every position from floor to top, nearest first" (see _nearest_matches)."""
+def _nearest_matches(lines: list[bytes], first: bytes, expected: int, floor: int, top: int) -> list[int]:
+    """Positions in [floor, top] whose line is ``first``, nearest ``expected`` first.
 
-    def __init__(self, expected: int, floor: int, top: int) -> None:
-        super().__init__()
-        self.expected, self.floor, self.top = expected, floor, top
-
-
-def _nearest_matches(lines: list[bytes], first: bytes, expected: int, floor: int,
-                     top: int) -> list[int]:
-    if top < floor:
-        return []
-    expected = min(max(expected, floor), top)
-    found = []
+    On a tie the line before wins (GNU patch order). ``list.index`` does the
+    scanning at C speed, so a file of thousands of lines costs no Python loop
+    per line.
+    """
+    found: list[int] = []
     pos = floor
-    while True:
+    while pos <= top:
         try:
             pos = lines.index(first, pos, top + 1)
         except ValueError:
@@ -274,23 +259,6 @@ def _nearest_matches(lines: list[bytes], first: bytes, expected: int, floor: int
         pos += 1
     found.sort(key=lambda p: (abs(p - expected), p > expected))
     return found
-
-
-def _outward(expected: int, floor: int, top: int) -> list[int] | range:
-    """Candidate positions nearest ``expected`` first: e, e-1, e+1, e-2, e+2, ..."""
-    if top < floor:
-        return []
-    expected = min(max(expected, floor), top)
-    order = [expected]
-    below, above = expected - 1, expected + 1
-    while below >= floor or above <= top:
-        if below >= floor:
-            order.append(below)
-            below -= 1
-        if above <= top:
-            order.append(above)
-            above += 1
-    return order
 
 
 def _why(lines: list[bytes], hunk: Hunk, floor: int, expected: int, max_fuzz: int) -> str:

@@ -35,6 +35,9 @@ COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 
 BUILD_STEPS = ("vllm-dist-info",)
 
+# libyaml's loader when PyYAML was built with it (5-10x faster on large series).
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 # Optional sections owned by later stages (build, smoke, publish, track): the
 # allowed keys are declared here so that a typo is caught when the file loads,
 # not when a nightly job first reads the section.
@@ -166,7 +169,7 @@ class _Loc:
 
 def _check_no_aliases(text: str, loc: _Loc) -> None:
     try:
-        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        for event in yaml.parse(text, Loader=_Loader):
             anchor = getattr(event, "anchor", None)
             if isinstance(event, yaml.AliasEvent) or anchor:
                 raise SeriesError(
@@ -241,7 +244,7 @@ def parse_series(text: str, *, path: str = SERIES_FILE) -> Series:
     loc = _Loc(path)
     _check_no_aliases(text, loc)
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = yaml.compose(text, Loader=_Loader)
     except yaml.YAMLError as exc:
         raise _yaml_error(exc, loc) from None
     if root is None:
