@@ -149,6 +149,8 @@ def smoke_env(wheels: Sequence[Path], *, deps: str = "system", python: str | Non
             cmd.append(str(venv))
             _run(cmd, what="create the smoke venv", cwd=root, env=env)
         vpython = venv / "bin" / "python"
+        if deps == "system":
+            _inherit_parent_venv(base_python, vpython, root, env)
         pip = _pip_cmd(vpython) if use_host_pip else [str(vpython), "-m", "pip"]
         install = [*pip, "install", "--no-input", "--no-compile", "--force-reinstall"]
         secrets: list[str | None] = [index_url]
@@ -174,6 +176,38 @@ def smoke_env(wheels: Sequence[Path], *, deps: str = "system", python: str | Non
             log.info(f"kept the smoke environment: {venv}")
         else:
             shutil.rmtree(root, ignore_errors=True)
+
+
+_PATHS_SCRIPT = r"""
+import json, site, sys, sysconfig
+paths = []
+if sys.prefix != sys.base_prefix:  # the interpreter is itself a virtual environment
+    for key in ("purelib", "platlib"):
+        p = sysconfig.get_paths()[key]
+        if p not in paths:
+            paths.append(p)
+print(json.dumps({"paths": paths, "site": sysconfig.get_paths()["purelib"]}))
+"""
+
+
+def _inherit_parent_venv(base_python: str, vpython: Path, cwd: Path,
+                         env: dict[str, str]) -> None:
+    """``--system-site-packages`` from a python that is itself a venv (a common way
+    to install torch on a GPU box) reaches only the *base* interpreter's packages.
+    Make the parent venv's site-packages visible too, after the smoke venv's own, so
+    the wheel under test still wins."""
+    import json
+
+    parent = json.loads(subprocess.run([base_python, "-I", "-c", _PATHS_SCRIPT], cwd=cwd,
+                                       env=env, check=True, capture_output=True,
+                                       text=True).stdout)
+    if not parent["paths"]:
+        return
+    own = json.loads(subprocess.run([str(vpython), "-I", "-c", _PATHS_SCRIPT], cwd=cwd,
+                                    env=env, check=True, capture_output=True,
+                                    text=True).stdout)["site"]
+    Path(own, "_forkpatch_parent_venv.pth").write_text("\n".join(parent["paths"]) + "\n")
+    log.info(f"    {base_python} is a virtual environment: its packages are visible too")
 
 
 _VERSIONS_SCRIPT = r"""
