@@ -67,7 +67,8 @@ def run(argv: Sequence[str], cwd: Path | None = None, *, check: bool = True,
         capture: bool = True) -> subprocess.CompletedProcess[bytes]:
     proc = subprocess.run(list(argv), cwd=cwd, input=input, env=dict(env or bench_env()),
                           stdout=subprocess.PIPE if capture else subprocess.DEVNULL,
-                          stderr=subprocess.PIPE if capture else subprocess.DEVNULL)
+                          stderr=subprocess.PIPE if capture else subprocess.DEVNULL,
+                          check=False)
     if check and proc.returncode != 0:
         raise RuntimeError(f"command failed ({proc.returncode}): {shlex.join(argv)} in {cwd}\n"
                            f"{(proc.stderr or b'').decode(errors='replace')[-3000:]}"
@@ -95,8 +96,7 @@ def timed(argv: Sequence[str], cwd: Path | None = None, env: Mapping[str, str] |
     e = dict(env or bench_env())
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    proc = subprocess.run(list(argv), cwd=cwd, env=e, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE)
+    proc = subprocess.run(list(argv), cwd=cwd, env=e, capture_output=True, check=False)
     dt = time.perf_counter() - t0
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
@@ -187,7 +187,7 @@ def machine_info() -> dict[str, str]:
     def version(argv: list[str]) -> str:
         try:
             return subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  env=bench_env()).stdout.decode().splitlines()[0].strip()
+                                  env=bench_env(), check=False).stdout.decode().splitlines()[0].strip()
         except (OSError, IndexError):
             return "absent"
 
@@ -232,8 +232,8 @@ def forkpatch_argv() -> list[str]:
 
 
 def forkpatch_has(command: str) -> bool:
-    proc = subprocess.run([*forkpatch_argv(), command, "--help"], stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, env=bench_env())
+    proc = subprocess.run([*forkpatch_argv(), command, "--help"], capture_output=True,
+                          env=bench_env(), check=False)
     return proc.returncode == 0
 
 

@@ -72,6 +72,10 @@ class HunkFailed(Exception):
 
 def split_lines(content: bytes) -> list[bytes]:
     """Lines of ``content`` with their endings, split on b"\\n" only."""
+    if b"\r" not in content:
+        # bytes.splitlines() breaks only at \n, \r and \r\n: without \r it is
+        # exactly a split on \n, done in C.
+        return content.splitlines(keepends=True)
     parts = content.split(b"\n")
     lines = [p + b"\n" for p in parts[:-1]]
     if parts[-1]:
@@ -241,7 +245,9 @@ def _search(
     return None
 
 
-def _nearest_matches(lines: list[bytes], first: bytes, expected: int, floor: int, top: int) -> list[int]:
+def _nearest_matches(
+    lines: list[bytes], first: bytes, expected: int, floor: int, top: int
+) -> list[int]:
     """Positions in [floor, top] whose line is ``first``, nearest ``expected`` first.
 
     On a tie the line before wins (GNU patch order). ``list.index`` does the

@@ -21,6 +21,27 @@ def _project_or_none(c: Any) -> Any:
         raise
 
 
+def _bisect(c: Any, target: Path, wheels: tuple[Path, ...], *, base_wheel: Path | None,
+            tier: str, deps: str | None, python: str | None, index_url: str | None,
+            keep_env: bool, timeout_s: float, as_json: bool) -> None:
+    from forkpatch.smoke.bisect import BisectOptions, bisect, print_result
+
+    if wheels:
+        raise UsageError("--bisect takes one WHEEL or series, not more arguments",
+                         tip="forkpatch smoke --bisect dist/1cat_vllm-*.whl")
+    project = _project_or_none(c)
+    section = project.series.section("smoke") if project is not None else {}
+    opts = BisectOptions(target=None if str(target) == "." and project is not None else target,
+                         base_wheel=base_wheel, tier=tier, deps=deps or "system",
+                         python=python or section.get("python"),
+                         index_url=index_url or section.get("index-url"),
+                         keep_env=keep_env, timeout_s=timeout_s)
+    result = bisect(opts, project, fork_override=c.fork_repo)
+    print_result(result)
+    if as_json:
+        log.emit_json(result.to_json())
+
+
 def register(cli: click.Group) -> None:
     from forkpatch.cli import pass_ctx
 
@@ -49,13 +70,20 @@ def register(cli: click.Group) -> None:
     @click.option("--timeout", "timeout_s", type=float, default=3600.0, show_default=True,
                   help="Seconds the checks may take in all.")
     @click.option("--list-checks", is_flag=True, help="List the known checks and exit.")
-    @click.option("--bisect", "bisect", is_flag=True,
-                  help="Find the first patch whose addition makes a check fail (needs the "
-                       "overlay build).")
+    @click.option("--bisect", "bisect", metavar="WHEEL|SERIES", is_flag=False, flag_value=".",
+                  default=None, type=click.Path(path_type=Path),
+                  help="Find the first patch whose addition makes a check fail: smoke WHEEL "
+                       "(built from this series) or the series (series.yaml or its project "
+                       "directory; default: this project), then build (overlay path) and "
+                       "smoke prefixes of the series.")
+    @click.option("--base-wheel", type=click.Path(dir_okay=False, path_type=Path),
+                  help="With --bisect: the fork's released wheel the prefixes are overlaid on "
+                       "(default: series build.base-wheel).")
     @pass_ctx
     def smoke(c: Any, wheels: tuple[Path, ...], tier: str, deps: str | None, python: str | None,
               index_url: str | None, as_json: bool, junit: Path | None, report_path: Path | None,
-              keep_env: bool, timeout_s: float, list_checks: bool, bisect: bool) -> None:
+              keep_env: bool, timeout_s: float, list_checks: bool, bisect: Path | None,
+              base_wheel: Path | None) -> None:
         """Install WHEEL(s) in a fresh environment and run the smoke checks there.
 
         The report is stored by the wheel's sha256 (.forkpatch/smoke/<sha256>.json in
@@ -71,9 +99,17 @@ def register(cli: click.Group) -> None:
 
             click.echo(_table(rows, ["check", "tier", "baseline", "needs", "what it proves"]))
             return
-        if bisect:
-            raise UsageError("`forkpatch smoke --bisect` is not available yet",
-                             tip="smoke the prefixes' wheels by hand for now")
+        if bisect is not None:
+            if junit is not None or report_path is not None:
+                raise UsageError("--junit and --report describe one smoke run, not a bisect",
+                                 tip="use --json for the bisect's result")
+            _bisect(c, bisect, wheels, base_wheel=base_wheel, tier=tier, deps=deps,
+                    python=python, index_url=index_url, keep_env=keep_env, timeout_s=timeout_s,
+                    as_json=as_json)
+            return
+        if base_wheel is not None:
+            raise UsageError("--base-wheel goes with --bisect",
+                             tip="forkpatch smoke --bisect WHEEL|series.yaml --base-wheel PATH")
         if not wheels:
             raise UsageError("no wheel given", tip="forkpatch smoke dist/1cat_vllm-*.whl")
         from forkpatch.smoke import SmokeOptions, run_smoke

@@ -132,6 +132,7 @@ class TreeState:
         self.entries: dict[str, tuple[str, str | None]] = dict(git.ls_tree(commit))
         self.content: dict[str, bytes] = {}
         self._dirs: set[str] | None = None
+        self._links: dict[str, str] | None = None  # casefolded symlink path -> path
 
     def get(self, path: str) -> tuple[str, bytes] | None:
         entry = self.entries.get(path)
@@ -147,20 +148,34 @@ class TreeState:
         return mode, data
 
     def symlink_prefix(self, path: str) -> str | None:
-        """The first leading directory of ``path`` that is a symlink in this tree."""
+        """The first leading directory of ``path`` that is a symlink in this tree.
+
+        Compared case-insensitively: on a case-folding file system (macOS,
+        Windows) ``Link/x`` goes through a symlink named ``link``.
+        """
         parts = path.split("/")
+        if len(parts) < 2:
+            return None
+        links = {p.casefold(): p for p, (mode, _oid) in self.entries.items()
+                 if mode == "120000"} if self._links is None else self._links
+        self._links = links
+        if not links:
+            return None
         for i in range(1, len(parts)):
-            prefix = "/".join(parts[:i])
-            entry = self.entries.get(prefix)
-            if entry is not None and entry[0] == "120000":
-                return prefix
+            found = links.get("/".join(parts[:i]).casefold())
+            if found is not None:
+                return found
         return None
 
     def set(self, path: str, mode: str, data: bytes) -> None:
+        if mode == "120000" or (self.entries.get(path, ("",))[0] == "120000"):
+            self._links = None
         self.entries[path] = (mode, None)
         self.content[path] = data
 
     def delete(self, path: str) -> None:
+        if self.entries.get(path, ("",))[0] == "120000":
+            self._links = None
         self.entries.pop(path, None)
         self.content.pop(path, None)
 
@@ -366,6 +381,14 @@ class SeriesApplier:
                     scratch.set(path, mode, data or b"")
             pending.extend(out.changes)
         result.images = images
+        # A symlink the patch itself creates may not lead the patch's other paths either.
+        for path in result.files:
+            link = scratch.symlink_prefix(path)
+            if link is not None and link != path:
+                raise PathSafetyError(
+                    f"{patch.source}: '{path}' goes through the symlink '{link}' that the "
+                    "patch creates; forkpatch refuses to write through symlinks",
+                    tip="change the patch to write the real path")
 
         if result.conflicts:
             if self.detect_upstream and self._reverse_applies(state, patch):
@@ -463,6 +486,7 @@ class _Overlay(TreeState):
         self.entries = dict(under.entries)
         self.content = dict(under.content)
         self._dirs = None
+        self._links = under._links
 
 
 def _unique(items: Iterable[str]) -> list[str]:

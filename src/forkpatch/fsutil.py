@@ -1,16 +1,53 @@
-"""Small filesystem primitives: atomic writes and the project lock."""
+"""Small filesystem primitives: atomic writes, multi-file commits and the project lock.
+
+Test hook (documented, zero-cost when unset: the environment is read once at
+import): every rename or unlink that changes a user-visible file is a *write
+event* (:func:`write_event`). ``FORKPATCH_TEST_COUNT_WRITES=<file>`` appends one
+line per event to ``<file>``; ``FORKPATCH_TEST_KILL_AT=<n>`` makes the process
+SIGKILL itself at its n-th event. The hardening suite uses them to kill
+forkpatch deterministically at every write point of a command.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import errno
 import fcntl
+import json
 import os
+import re
+import signal
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from forkpatch.errors import LockError
+from forkpatch.errors import LockError, StateError
+
+# Temporary files forkpatch leaves only when it is killed mid-write; swept by
+# :func:`sweep_temps` under the project lock.
+TMP_SUFFIX = ".forkpatch-tmp"
+_TMP_NAME = re.compile(r"\A\..+(?:\.forkpatch-tmp|\.forkpatch-\d+\.tmp)\Z")
+
+_KILL_AT = int(os.environ.get("FORKPATCH_TEST_KILL_AT") or 0)
+_COUNT_TO = os.environ.get("FORKPATCH_TEST_COUNT_WRITES") or None
+_HOOKED = bool(_KILL_AT or _COUNT_TO)
+_events = 0
+
+
+def write_event(label: str) -> None:
+    """Test hook point (see the module docstring); does nothing unless a test asked."""
+    if _HOOKED:
+        _fire(label)
+
+
+def _fire(label: str) -> None:
+    global _events
+    _events += 1
+    if _COUNT_TO:
+        with open(_COUNT_TO, "a", encoding="utf-8") as fh:
+            fh.write(f"{_events} {label}\n")
+    if _events == _KILL_AT:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def atomic_write(path: Path, data: bytes, *, mode: int | None = None) -> bool:
@@ -29,7 +66,7 @@ def atomic_write(path: Path, data: bytes, *, mode: int | None = None) -> bool:
     except IsADirectoryError:
         raise
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TMP_SUFFIX, dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -41,13 +78,131 @@ def atomic_write(path: Path, data: bytes, *, mode: int | None = None) -> bool:
             os.chmod(tmp, path.stat().st_mode & 0o7777)
         else:
             os.chmod(tmp, 0o644)
+        write_event(f"before-rename {path.name}")
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
     _fsync_dir(path.parent)
+    write_event(f"after-rename {path.name}")
     return True
+
+
+def commit_files(changes: Mapping[Path, bytes | Path | None], *, journal: Path) -> list[Path]:
+    """Create, replace or delete several files as one unit; returns the paths that changed.
+
+    A value is the new bytes, a ``Path`` to an already written file to move into
+    place (same file system), or None to delete. Unchanged files are skipped.
+    The new contents go to fsynced temporary files beside their targets; then
+    ``journal`` (the list of renames and deletions) is written atomically: that
+    is the commit point. A process killed before it leaves every target as it
+    was; killed after it, :func:`recover_files` (run by the next forkpatch
+    command on the project) finishes the renames. Either way the set of files
+    ends exactly old or exactly new, never a mix.
+    """
+    ops: list[list[str]] = []
+    temps: list[str] = []
+    try:
+        for path, data in changes.items():
+            path = Path(path)
+            if data is None:
+                if path.exists() or path.is_symlink():
+                    ops.append(["delete", str(path)])
+                continue
+            if isinstance(data, Path):
+                ops.append(["rename", str(data), str(path)])
+                continue
+            try:
+                if path.read_bytes() == data:
+                    continue
+                mode = path.stat().st_mode & 0o7777
+            except FileNotFoundError:
+                mode = 0o644
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TMP_SUFFIX,
+                                       dir=path.parent)
+            temps.append(tmp)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.chmod(tmp, mode)
+            ops.append(["rename", tmp, str(path)])
+        if not ops:
+            return []
+        for d in {Path(op[-1]).parent for op in ops}:
+            _fsync_dir(d)
+        atomic_write(journal, (json.dumps({"ops": ops}, indent=1) + "\n").encode())
+    except BaseException:
+        for tmp in temps:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        raise
+    _roll_forward(ops)
+    journal.unlink()
+    _fsync_dir(journal.parent)
+    return [Path(op[-1]) for op in ops]
+
+
+def _roll_forward(ops: list[list[str]]) -> None:
+    """Do a journal's renames and deletions; idempotent (a done step is skipped)."""
+    for op in ops:
+        if op[0] == "rename":
+            src, dst = op[1], op[2]
+            if os.path.lexists(src):
+                write_event(f"before-rename {Path(dst).name}")
+                os.replace(src, dst)
+                write_event(f"after-rename {Path(dst).name}")
+        elif op[0] == "delete":
+            if os.path.lexists(op[1]):
+                write_event(f"before-unlink {Path(op[1]).name}")
+                os.unlink(op[1])
+                write_event(f"after-unlink {Path(op[1]).name}")
+    for d in {Path(op[-1]).parent for op in ops}:
+        _fsync_dir(d)
+
+
+def recover_files(journal: Path) -> list[str]:
+    """Finish the commit an interrupted :func:`commit_files` left in ``journal``.
+
+    Returns the target paths of the journal (empty when there was none). Call
+    it only while holding the project lock.
+    """
+    try:
+        text = journal.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    try:
+        ops = json.loads(text)["ops"]
+        targets = [str(op[-1]) for op in ops]
+    except (ValueError, KeyError, TypeError, IndexError):
+        raise StateError(f"{journal} is corrupt",
+                         tip=f"check patches/ and series.yaml by hand (`git status`), then "
+                             f"delete {journal}") from None
+    _roll_forward(ops)
+    journal.unlink(missing_ok=True)
+    return targets
+
+
+def sweep_temps(directory: Path, *, recursive: bool = False) -> list[Path]:
+    """Remove temporary files a killed forkpatch left in ``directory``.
+
+    Only under the project lock: a running forkpatch's temporary files look the same.
+    """
+    if not directory.is_dir():
+        return []
+    found = []
+    for p in (directory.rglob(".*") if recursive else directory.glob(".*")):
+        if _TMP_NAME.match(p.name) and (p.is_file() or p.is_symlink()):
+            p.unlink(missing_ok=True)
+            found.append(p)
+        elif p.is_dir() and p.name.startswith(".forkpatch-stage-"):
+            import shutil
+
+            shutil.rmtree(p, ignore_errors=True)
+            found.append(p)
+    return found
 
 
 def atomic_write_text(path: Path, text: str) -> bool:

@@ -229,9 +229,10 @@ def import_patches(project: Project, *, files: list[Path], quilt_dir: Path | Non
             tip="import it against the right base, or fix it and import again")
     diffs = diffs_of_commits(fork.store, [r.commit for r in result.results if r.commit])
     by_name = {r.name: r for r in result.results}
+    writes: dict[PatchEntry, tuple[str, bytes]] = {}
     for inc, entry in zip(incoming, new_entries, strict=True):
         r = by_name[entry.name]
-        diff = canonical_diff(diffs[r.commit]) if r.commit else b""
-        project.write_patch(entry, inc.header, diff)
-    project.save_series(series.with_patches(entries))
+        writes[entry] = (inc.header, canonical_diff(diffs[r.commit]) if r.commit else b"")
+    # The new files and series.yaml as one unit: a kill never leaves orphan patch files.
+    project.commit(writes, series.with_patches(entries))
     return new_entries

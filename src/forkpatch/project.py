@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,18 +13,31 @@ from typing import Any
 from forkpatch.engine import Item
 from forkpatch.errors import SeriesError, StateError
 from forkpatch.forkrepo import STORE_DIR, ForkRepo
-from forkpatch.fsutil import atomic_write, project_lock
+from forkpatch import log
+from forkpatch.errors import LockError
+from forkpatch.fsutil import (
+    _TMP_NAME,
+    atomic_write,
+    commit_files,
+    project_lock,
+    recover_files,
+    sweep_temps,
+)
 from forkpatch.patchfile import PatchFile, format_patch, parse_patch
 from forkpatch.series import (
     PATCHES_DIR,
     SERIES_FILE,
     PatchEntry,
     Series,
+    dump_series,
     load_series,
+    parse_series,
     save_series,
 )
 
 STATE_FILE = "state.json"
+# The journal of a multi-file write (fsutil.commit_files) in progress.
+COMMIT_JOURNAL = "commit.json"
 
 
 def find_root(start: Path) -> Path:
@@ -125,11 +138,61 @@ class Project:
         self._series = series
         return changed
 
+    def commit(self, patches: Mapping[PatchEntry, tuple[str, bytes] | None] | None = None,
+               series: Series | None = None, *,
+               extra: Mapping[Path, bytes | Path | None] | None = None) -> list[str]:
+        """Write patch files (entry -> (header, diff), None deletes) and series.yaml as one
+        unit (see :func:`forkpatch.fsutil.commit_files`); returns the changed relative paths.
+
+        series.yaml is rendered and parsed back first: nothing is written that could
+        not be read again.
+        """
+        changes: dict[Path, bytes | Path | None] = {}
+        for entry, content in (patches or {}).items():
+            path = self.patch_path(entry)
+            changes[path] = None if content is None else format_patch(*content)
+        if series is not None:
+            text = dump_series(series)
+            parse_series(text, path=str(self.series_path))
+            changes[self.series_path] = text.encode("utf-8")
+        changes.update(extra or {})
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        changed = commit_files(changes, journal=self.state_dir / COMMIT_JOURNAL)
+        if series is not None:
+            self._series = series
+        return [self.rel(p) for p in changed]
+
+    def recover(self) -> list[str]:
+        """Finish a multi-file write that a killed forkpatch left half done, and remove its
+        temporary files. Must hold the lock. Returns the paths completed."""
+        done = recover_files(self.state_dir / COMMIT_JOURNAL)
+        if done:
+            self._series = None
+            log.warn("finished writing " + ", ".join(self.rel(Path(p)) for p in done)
+                     + " (an earlier forkpatch was interrupted after deciding to write them)")
+        for d, recursive in ((self.root, False), (self.patches_dir, True),
+                             (self.root / "dist", False)):
+            sweep_temps(d, recursive=recursive)
+        return done
+
+    def recover_if_needed(self) -> None:
+        """For read-only commands: finish an interrupted write when nobody holds the lock."""
+        if not (self.state_dir / COMMIT_JOURNAL).exists() and not any(
+                _TMP_NAME.match(p.name) for d in (self.root, self.patches_dir, self.root / "dist")
+                if d.is_dir() for p in d.iterdir()):
+            return
+        try:
+            with project_lock(self.state_dir / "lock", command="recover"):
+                self.recover()
+        except LockError:
+            pass  # the holder will (or is about to) finish it
+
     # ----------------------------------------------------------------- state
 
     @contextlib.contextmanager
     def locked(self, command: str) -> Iterator[None]:
         with project_lock(self.state_dir / "lock", command=command):
+            self.recover()
             # While a rebase is in progress patches/ belongs to it: only `rebase`
             # (--continue / --skip / --abort) may change the project.
             from forkpatch.rebase import refuse_during_rebase
@@ -157,4 +220,6 @@ class Project:
 
 
 def open_project(directory: Path | None = None, fork_override: str | None = None) -> Project:
-    return Project(root=find_root(directory or Path.cwd()), fork_override=fork_override)
+    project = Project(root=find_root(directory or Path.cwd()), fork_override=fork_override)
+    project.recover_if_needed()
+    return project

@@ -51,7 +51,7 @@ from forkpatch.engine import (
     diffs_of_commits,
 )
 from forkpatch.errors import ConflictError, ForkRepoError, StateError, UsageError
-from forkpatch.fsutil import atomic_write
+from forkpatch.fsutil import atomic_write, write_event
 from forkpatch.git import DIFF_OPTIONS, Git, commit_date
 from forkpatch.patchfile import PatchFile, format_patch, parse_patch
 from forkpatch.project import Project, find_root
@@ -654,7 +654,9 @@ def write_files(files: Mapping[Path, bytes], *, pause: str | None = None) -> lis
             os.sync()
         done = []
         for n, (tmp, path) in enumerate(todo, 1):
+            write_event(f"before-rename {path.name}")
             os.replace(tmp, path)
+            write_event(f"after-rename {path.name}")
             done.append(path)
             if pause:
                 _pause(f"{pause}-{n}")
@@ -1022,8 +1024,10 @@ def _finish(project: Project, journal: Journal, data: dict[str, Any]) -> RebaseR
     _pause("write-series")
     for o in outcomes:
         entry = by_name[o.name]
-        if o.status in DROPPED and entry.file:
+        if o.status in DROPPED and entry.file and project.patch_path(entry).exists():
+            write_event(f"before-unlink {entry.file}")
             project.patch_path(entry).unlink(missing_ok=True)
+            write_event(f"after-unlink {entry.file}")
     plan = Plan(base=data["base"], base_commit=data["base_commit"], onto=data["onto"],
                 onto_commit=data["onto_commit"], relation=data["relation"],
                 outcomes=outcomes, head=data["head"])

@@ -214,8 +214,7 @@ def _check_keys(m: dict[str, yaml.Node], allowed: Iterable[str], loc: _Loc, what
 def _scalar(node: yaml.Node, loc: _Loc, what: str, *, allow_empty: bool = False) -> str:
     if not isinstance(node, yaml.ScalarNode):
         raise loc.err(node, f"{what} must be a string")
-    value = yaml.safe_load(yaml.serialize(node)) if node.tag != "tag:yaml.org,2002:str" \
-        else node.value
+    value = _native(node, loc) if node.tag != "tag:yaml.org,2002:str" else node.value
     if value is None:
         value = ""
     if not isinstance(value, str):
@@ -228,8 +227,22 @@ def _scalar(node: yaml.Node, loc: _Loc, what: str, *, allow_empty: bool = False)
     return value
 
 
-def _native(node: yaml.Node) -> Any:
-    return yaml.safe_load(yaml.serialize(node))
+def _native(node: yaml.Node, loc: _Loc) -> Any:
+    """The Python value of a composed node (SafeLoader rules), errors with the node's line.
+
+    Constructed from the node itself: re-serialising it (the obvious shortcut) turns an
+    empty value such as ``version:`` into an empty document that PyYAML cannot read.
+    """
+    loader = yaml.SafeLoader("")
+    try:
+        return loader.construct_document(node)
+    except (yaml.YAMLError, ValueError, TypeError, OverflowError) as exc:
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise loc.err(node, f"cannot read the value {node.value!r}: {problem}"
+                      if isinstance(node, yaml.ScalarNode) else f"cannot read this value: "
+                      f"{problem}") from None
+    finally:
+        loader.dispose()
 
 
 def _required(m: dict[str, yaml.Node], key: str, loc: _Loc, what: str,
@@ -255,7 +268,7 @@ def parse_series(text: str, *, path: str = SERIES_FILE) -> Series:
 
     version = FORMAT_VERSION
     if "version" in top:
-        v = _native(top["version"])
+        v = _native(top["version"], loc)
         if v != FORMAT_VERSION:
             raise loc.err(top["version"], f"unsupported series format version {v!r}; "
                           f"this forkpatch reads version {FORMAT_VERSION}",
@@ -284,7 +297,7 @@ def parse_series(text: str, *, path: str = SERIES_FILE) -> Series:
 
     patches: list[PatchEntry] = []
     if "patches" in top and not (isinstance(top["patches"], yaml.ScalarNode)
-                                 and _native(top["patches"]) is None):
+                                 and _native(top["patches"], loc) is None):
         plist = top["patches"]
         if not isinstance(plist, yaml.SequenceNode):
             raise loc.err(plist, "patches must be a list")
@@ -311,7 +324,7 @@ def parse_series(text: str, *, path: str = SERIES_FILE) -> Series:
         _check_keys(sm, allowed, loc, name, top[name])
         values: dict[str, Any] = {}
         for key, node in sm.items():
-            value = _native(node)
+            value = _native(node, loc)
             if not isinstance(value, allowed[key]) or isinstance(value, bool) and \
                     allowed[key] in (int, (int, float)):
                 want = allowed[key]

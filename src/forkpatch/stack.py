@@ -427,14 +427,13 @@ class Stack:
         above_names = state.get("editing", {}).get("above", []) \
             if state.get("editing", {}).get("patch") == top.name else []
         writes: list[tuple[PatchEntry, str, bytes]] = [(entry, header, diff)]
+        new_head: str | None = None  # where the work tree goes once the files are written
         if above_names and force:
             # --force saves this patch alone; the patches above stay unapplied
             # (their files untouched) until `push --merge` brings them back.
             log.warn(f"saved '{top.name}' alone; not re-applied: {', '.join(above_names)} "
                      "(`forkpatch push --merge --all` brings them back to resolve)")
             self._save_merge_bases(state, above_names)
-            state.pop("editing", None)
-            self.project.write_state(state)
         elif above_names:
             above_entries = [self.project.series.get(n) for n in above_names]
             applier = SeriesApplier(self.store, self.base_commit(), three_way=True,
@@ -455,19 +454,24 @@ class Stack:
                 if r.commit is not None:
                     p = self.project.load_patch(e)
                     writes.append((e, p.header if p else "", canonical_diff(diffs[r.commit])))
-            wt.run("reset", "-q", "--hard", result.head or new)
-            state.pop("editing", None)
-            self.project.write_state(state)
-        changed = []
-        for e, h, d in writes:
-            if self.project.write_patch(e, h, d):
-                changed.append(e.name)
+            new_head = result.head or new
+        new_series = None
         if summary and summary != entry.summary:
             series = self.project.series
-            self.project.save_series(series.with_patches(
+            new_series = series.with_patches(
                 replace(p, summary=summary) if p.name == entry.name else p
-                for p in series.patches))
-        return changed
+                for p in series.patches)
+        # All patch files and series.yaml as one unit: a kill leaves all old or all new.
+        # The work tree and state.json move only afterwards, so that a refresh killed
+        # before the files were written is finished by running `forkpatch refresh` again.
+        written = set(self.project.commit({e: (h, d) for e, h, d in writes}, new_series))
+        if above_names:
+            if new_head is not None:
+                wt.run("reset", "-q", "--hard", new_head)
+            state.pop("editing", None)
+            self.project.write_state(state)
+        return [e.name for e, _h, _d in writes
+                if self.project.rel(self.project.patch_path(e)) in written]
 
     def _refuse_markers(self, wt: Git, commit: str) -> None:
         changed = wt.run("diff", "--name-only", "-z", commit).stdout.split(b"\0")
@@ -522,8 +526,7 @@ class Stack:
                                 date=commit_date(self.store, self.base_commit()))
         patches = list(series.patches)
         patches.insert(position, entry)
-        self.project.write_patch(entry, "", b"")
-        self.project.save_series(series.with_patches(patches))
+        self.project.commit({entry: ("", b"")}, series.with_patches(patches))
         wt.run("update-ref", "HEAD", commit)
         return entry
 
@@ -540,10 +543,9 @@ class Stack:
                     raise StateError(f"patch '{name}' is applied below other patches",
                                      tip=f"make it the top first: `forkpatch pop {name}`")
                 self.pop(force=False)
-        self.project.save_series(series.with_patches(p for p in series.patches
-                                                     if p.name != entry.name))
-        if entry.file and not keep_file:
-            self.project.patch_path(entry).unlink(missing_ok=True)
+        self.project.commit({entry: None} if entry.file and not keep_file else None,
+                            series.with_patches(p for p in series.patches
+                                                if p.name != entry.name))
 
     def _rebuild_applied(self, count: int) -> None:
         """Re-create the work tree's stack from the files: the first ``count`` patches."""
@@ -580,13 +582,13 @@ class Stack:
             if (self.project.patches_dir / new_file).exists():
                 raise UsageError(f"patches/{new_file} already exists")
         renamed = replace(entry, name=new, file=new_file)
+        files: dict[Path, bytes | Path | None] = {}
         if entry.file and new_file != entry.file:
+            # The bytes move as they are: the file is renamed, not re-rendered.
             src = self.project.patch_path(entry)
-            self.project.write_patch(renamed, *_split(src.read_bytes()))
-        self.project.save_series(series.with_patches(renamed if p.name == entry.name else p
-                                                     for p in series.patches))
-        if entry.file and new_file != entry.file:
-            self.project.patch_path(entry).unlink(missing_ok=True)
+            files = {self.project.patch_path(renamed): src.read_bytes(), src: None}
+        self.project.commit(series=series.with_patches(renamed if p.name == entry.name else p
+                                                       for p in series.patches), extra=files)
         self._rebuild_applied(count)
         return renamed
 
@@ -635,9 +637,9 @@ class Stack:
         if self.is_dirty(wt):
             log.warn("the work tree has uncommitted changes; they are not exported "
                      "(`forkpatch refresh` folds them into the top patch)")
-        changed: list[str] = []
         series = self.project.series
         new_entries = list(series.patches)
+        writes: dict[PatchEntry, tuple[str, bytes]] = {}
         for a in applied:
             entry = series.get(a.name)
             if entry.file is None:
@@ -646,14 +648,15 @@ class Stack:
             diff = canonical_diff(wt.diff_trees(parent, a.commit))
             _name, summary, header = parse_commit_message(
                 wt.out("show", "-s", "--format=%B", a.first))
-            if self.project.write_patch(entry, header, diff):
-                changed.append(entry.name)
+            writes[entry] = (header, diff)
             if summary and summary != entry.summary:
                 new_entries = [replace(p, summary=summary) if p.name == entry.name else p
                                for p in new_entries]
-        if tuple(new_entries) != series.patches:
-            self.project.save_series(series.with_patches(new_entries))
-        return changed
+        new_series = series.with_patches(new_entries) \
+            if tuple(new_entries) != series.patches else None
+        # Every file and series.yaml as one unit: a kill leaves all old or all new.
+        written = set(self.project.commit(writes, new_series))
+        return [e.name for e in writes if self.project.rel(self.project.patch_path(e)) in written]
 
     def remove_worktree(self) -> None:
         path = self.worktree_path()

@@ -4,9 +4,11 @@ Opt-in: set FORKPATCH_FORK_REPO to a local clone of the fork that has the tags
 v1.2.1 (the base), and optionally v1.2.2 / v1.3.0. The tests do not use
 forkpatch's engine: they apply the patch files with plain `git apply` to a
 scratch clone, then run `patched_checks.py` in a subprocess whose sys.path
-starts with the patched checkout. Those checks need torch (CPU build is
-enough) and the fork's Python dependencies; they stand in float reference
-implementations for the SM70 FP8 ops and mock the device capability.
+starts with the patched checkout. That runner uses the smoke suite's check
+logic (forkpatch.smoke.incheck), so these tests and `forkpatch smoke` share one
+implementation. Those checks need torch (CPU build is enough) and the fork's
+Python dependencies; they stand in float reference implementations for the
+SM70 FP8 ops and mock the device capability.
 """
 
 from __future__ import annotations

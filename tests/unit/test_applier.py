@@ -11,7 +11,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from forkpatch.applier import FileApplyResult, HunkFailed, apply_file_patch, reverse
+from forkpatch.applier import (
+    FileApplyResult,
+    HunkFailed,
+    apply_file_patch,
+    reverse,
+    split_lines,
+)
 from forkpatch.patchfile import FilePatch, parse_patch, render_file_patch
 
 SRC = "patches/t.patch"
@@ -29,7 +35,10 @@ def _git(repo: Path, *args: str) -> bytes:
 
 
 def git_diff(
-    tmp: Path, before: dict[str, bytes], after: dict[str, bytes], modes: dict[str, int] | None = None
+    tmp: Path,
+    before: dict[str, bytes],
+    after: dict[str, bytes],
+    modes: dict[str, int] | None = None,
 ) -> bytes:
     """The forkpatch-canonical diff (diff-tree, full index, binary, -M) between two trees."""
     repo = tmp / "repo"
@@ -52,8 +61,19 @@ def git_diff(
     a = commit(before, {})
     b = commit(after, modes or {})
     return _git(
-        repo, "diff-tree", "-p", "--full-index", "--binary", "-M", "--no-color", "--no-ext-diff",
-        "--src-prefix=a/", "--dst-prefix=b/", "--diff-algorithm=myers", a, b,
+        repo,
+        "diff-tree",
+        "-p",
+        "--full-index",
+        "--binary",
+        "-M",
+        "--no-color",
+        "--no-ext-diff",
+        "--src-prefix=a/",
+        "--dst-prefix=b/",
+        "--diff-algorithm=myers",
+        a,
+        b,
     )
 
 
@@ -171,7 +191,7 @@ def test_invalid_utf8_content(tmp_path: Path) -> None:
 
 
 def test_quoted_non_ascii_path(tmp_path: Path) -> None:
-    roundtrip(tmp_path, {"dir é/ü \"q\".py": b"1\n2\n"}, {"dir é/ü \"q\".py": b"1\n3\n"})
+    roundtrip(tmp_path, {'dir é/ü "q".py': b"1\n2\n"}, {'dir é/ü "q".py': b"1\n3\n"})
 
 
 def test_many_hunks(tmp_path: Path) -> None:
@@ -189,9 +209,9 @@ def test_offset_when_lines_inserted_above() -> None:
     fp = _patch_for(BASE, BASE.replace(b"line 15\n", b"fifteen\n").replace(b"line 25\n", b"x\n"))
     moved = b"new 1\nnew 2\nnew 3\n" + BASE
     res = apply_file_patch(moved, fp)
-    assert res.content == b"new 1\nnew 2\nnew 3\n" + BASE.replace(b"line 15\n", b"fifteen\n").replace(
-        b"line 25\n", b"x\n"
-    )
+    assert res.content == b"new 1\nnew 2\nnew 3\n" + BASE.replace(
+        b"line 15\n", b"fifteen\n"
+    ).replace(b"line 25\n", b"x\n")
     assert res.status == "offset"
     assert [(h.status, h.offset) for h in res.hunks] == [("offset", 3), ("offset", 3)]
     assert res.hunks[0].line == 12 + 3
@@ -269,11 +289,7 @@ def test_second_hunk_failure_reports_its_index() -> None:
 
 def test_hunks_do_not_overlap() -> None:
     text = b"a\nb\nc\nd\ne\n"
-    raw = (
-        b"--- a/f\n+++ b/f\n"
-        b"@@ -2,3 +2,3 @@\n b\n-c\n+C\n d\n"
-        b"@@ -1,3 +1,3 @@\n a\n-b\n+B\n c\n"
-    )
+    raw = b"--- a/f\n+++ b/f\n@@ -2,3 +2,3 @@\n b\n-c\n+C\n d\n@@ -1,3 +1,3 @@\n a\n-b\n+B\n c\n"
     with pytest.raises(HunkFailed) as exc:
         apply_file_patch(text, single(raw))
     assert exc.value.index == 2
@@ -321,7 +337,9 @@ def test_render_of_parsed_git_patch_is_identical(tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------------- properties
 
-lines_st = st.lists(st.sampled_from([b"a\n", b"b\n", b"c\n", b"d\n", b"\n", b"e\r\n", b"\xff\n"]), max_size=40)
+lines_st = st.lists(
+    st.sampled_from([b"a\n", b"b\n", b"c\n", b"d\n", b"\n", b"e\r\n", b"\xff\n"]), max_size=40
+)
 
 
 @st.composite
@@ -356,7 +374,9 @@ def _unified(old: bytes, new: bytes, n: int) -> bytes:
     b_lines = [x + b"\n" for x in b[:-1]] + ([b[-1]] if b[-1] else [])
     if a_lines == b_lines:
         return b""
-    for group in difflib.SequenceMatcher(None, a_lines, b_lines, autojunk=False).get_grouped_opcodes(n):
+    for group in difflib.SequenceMatcher(
+        None, a_lines, b_lines, autojunk=False
+    ).get_grouped_opcodes(n):
         i1, i2, j1, j2 = group[0][1], group[-1][2], group[0][3], group[-1][4]
         old_start = i1 + 1 if i2 > i1 else i1
         new_start = j1 + 1 if j2 > j1 else j1
@@ -426,3 +446,11 @@ def test_property_offset(pair: tuple[bytes, bytes], k: int) -> None:
         return
     assert res.content == prefix + new
     assert res.status == "offset" and all(h.offset == k for h in res.hunks)
+
+
+@given(st.binary(max_size=200))
+def test_split_lines_splits_on_newline_only(data: bytes) -> None:
+    parts = data.split(b"\n")
+    want = [p + b"\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+    assert split_lines(data) == want
+    assert split_lines(data.replace(b"\r", b"\x0b")) == [x.replace(b"\r", b"\x0b") for x in want]

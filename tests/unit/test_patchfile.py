@@ -36,7 +36,10 @@ def _git(repo: Path, *args: str, data: bytes | None = None) -> bytes:
 
 
 def git_diff(
-    tmp: Path, before: dict[str, bytes], after: dict[str, bytes], modes: dict[str, int] | None = None
+    tmp: Path,
+    before: dict[str, bytes],
+    after: dict[str, bytes],
+    modes: dict[str, int] | None = None,
 ) -> bytes:
     """The forkpatch-canonical diff between two trees given as {path: bytes}."""
     repo = tmp / "repo"
@@ -59,8 +62,19 @@ def git_diff(
     a = commit(before, {})
     b = commit(after, modes or {})
     return _git(
-        repo, "diff-tree", "-p", "--full-index", "--binary", "-M", "--no-color", "--no-ext-diff",
-        "--src-prefix=a/", "--dst-prefix=b/", "--diff-algorithm=myers", a, b,
+        repo,
+        "diff-tree",
+        "-p",
+        "--full-index",
+        "--binary",
+        "-M",
+        "--no-color",
+        "--no-ext-diff",
+        "--src-prefix=a/",
+        "--dst-prefix=b/",
+        "--diff-algorithm=myers",
+        a,
+        b,
     )
 
 
@@ -357,19 +371,41 @@ def test_arbitrary_bytes_only_raise_parse_errors(data: bytes) -> None:
         assert SRC in str(exc)
 
 
-@given(st.lists(st.sampled_from([
-    b"diff --git a/x b/x\n", b"--- a/x\n", b"+++ b/x\n", b"@@ -1,2 +1,2 @@\n", b"@@ -0,0 +1 @@\n",
-    b" ctx\n", b"-old\n", b"+new\n", b"\\ No newline at end of file\n", b"\n", b"new file mode 100644\n",
-    b"index 0000000..1234567\n", b"GIT binary patch\n", b"rename from \"q\\303\"\n", b"-- \n",
-    b"diff --git \"a/b\n", b"Binary files a/x and b/x differ\n", b"old mode 1\n", b"@@ -1 +1 @@",
-]), max_size=25))
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                b"diff --git a/x b/x\n",
+                b"--- a/x\n",
+                b"+++ b/x\n",
+                b"@@ -1,2 +1,2 @@\n",
+                b"@@ -0,0 +1 @@\n",
+                b" ctx\n",
+                b"-old\n",
+                b"+new\n",
+                b"\\ No newline at end of file\n",
+                b"\n",
+                b"new file mode 100644\n",
+                b"index 0000000..1234567\n",
+                b"GIT binary patch\n",
+                b'rename from "q\\303"\n',
+                b"-- \n",
+                b'diff --git "a/b\n',
+                b"Binary files a/x and b/x differ\n",
+                b"old mode 1\n",
+                b"@@ -1 +1 @@",
+            ]
+        ),
+        max_size=25,
+    )
+)
 def test_shuffled_diff_lines_only_raise_parse_errors(chunks: list[bytes]) -> None:
     try:
         p = parse_patch(b"".join(chunks), source=SRC)
     except PatchParseError as exc:
         assert SRC in str(exc)
     else:
-        assert p.diff == b"".join(chunks)[len(b"".join(chunks)) - len(p.diff):]
+        assert p.diff == b"".join(chunks)[len(b"".join(chunks)) - len(p.diff) :]
         assert b"".join(f.raw for f in p.files) == p.diff
 
 
@@ -405,14 +441,25 @@ def test_check_path_refuses(path: str) -> None:
     assert SRC in str(exc.value) and repr(path) in str(exc.value)
 
 
-@pytest.mark.parametrize("path", ["vllm/x.py", ".github/workflows/ci.yml", "a/.gitignore", "..x/y", "a.git/b", "x..y"])
+@pytest.mark.parametrize(
+    "path", ["vllm/x.py", ".github/workflows/ci.yml", "a/.gitignore", "..x/y", "a.git/b", "x..y"]
+)
 def test_check_path_accepts(path: str) -> None:
     check_path(path, source=SRC)
 
 
 @pytest.mark.parametrize(
     "diff_path",
-    [b"/etc/passwd", b"../x", b"a/../../x", b".git/config", b".GIT/hooks/x", b"sub/.git/x", b"x\\y", b".git./x"],
+    [
+        b"/etc/passwd",
+        b"../x",
+        b"a/../../x",
+        b".git/config",
+        b".GIT/hooks/x",
+        b"sub/.git/x",
+        b"x\\y",
+        b".git./x",
+    ],
 )
 def test_check_paths_on_parsed_patch(diff_path: bytes) -> None:
     # Names as a hostile patch would write them, after the a/ b/ prefixes.
@@ -427,6 +474,83 @@ def test_check_paths_on_parsed_patch(diff_path: bytes) -> None:
 
 
 def test_check_paths_sees_rename_source() -> None:
-    text = b"diff --git a/ok b/ok\nsimilarity index 100%\nrename from ../../etc/shadow\nrename to ok\n"
+    text = (
+        b"diff --git a/ok b/ok\nsimilarity index 100%\nrename from ../../etc/shadow\nrename to ok\n"
+    )
     with pytest.raises(PathSafetyError, match="etc/shadow"):
         check_paths(parse_patch(text, source=SRC))
+
+
+# --------------------------------------------------------------------------- unidiff
+
+
+def test_hunk_bytes_survive_the_latin1_detour_through_unidiff() -> None:
+    # Invalid UTF-8, CR, form feed and the bytes str.splitlines() would break at
+    # (\x1c-\x1e, \x85 once decoded as latin-1) must come back byte for byte.
+    odd = b"\xff\xfe bad utf-8 \x0c feed \x1c\x1d\x1e \x85 \xe2\x80\xa8 end\r\n"
+    text = b"--- a/x\n+++ b/x\n@@ -1,2 +1,2 @@\n " + odd + b"-old\r\n+" + odd
+    (h,) = parse_patch(text, source=SRC).files[0].hunks
+    assert h.old_lines == (odd, b"old\r\n")
+    assert h.new_lines == (odd, odd)
+    assert [ln.kind for ln in h.lines] == [" ", "-", "+"]
+
+
+def test_any_trailing_backslash_line_is_a_no_newline_marker() -> None:
+    # unidiff recognises a marker after the last counted line only in English.
+    text = (
+        b"--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n\\ Kein Zeilenumbruch am Dateiende.\n"
+        b"+b\n\\ No newline at end of file\n@@ -5 +5 @@\n-c\n+d\n"
+    )
+    h1, h2 = parse_patch(text, source=SRC).files[0].hunks
+    assert h1.old_lines == (b"a",) and h1.new_lines == (b"b",)
+    assert h2.old_lines == (b"c\n",) and h2.new_lines == (b"d\n",)
+
+
+def test_misplaced_no_newline_markers_are_still_refused() -> None:
+    # unidiff takes a "\" line anywhere in a hunk; our validator does not.
+    msg = _parse_error(GOOD_HEAD + b"@@ -1 +1 @@\n\\ No newline at end of file\n-a\n+b\n")
+    assert f"{SRC} line 7:" in msg and "misplaced" in msg
+    msg = _parse_error(
+        GOOD_HEAD + b"@@ -1 +1 @@\n-a\n\\ No newline at end of file\n\\ No newline\n+b\n"
+    )
+    assert f"{SRC} line 9:" in msg and "misplaced" in msg
+
+
+def test_empty_hunk_does_not_swallow_the_next_one() -> None:
+    # Fed whole, unidiff reads one line past a 0,0 hunk; each hunk goes in alone.
+    text = b"--- a/x\n+++ b/x\n@@ -1,0 +1,0 @@\n@@ -3 +3 @@\n-a\n+b\n"
+    h1, h2 = parse_patch(text, source=SRC).files[0].hunks
+    assert h1.lines == () and h2.old_lines == (b"a\n",)
+
+
+@pytest.mark.parametrize(
+    "exc", [RuntimeError("boom"), ValueError("bad"), None], ids=["runtime", "value", "parse"]
+)
+def test_unidiff_failures_become_parse_errors(
+    monkeypatch: pytest.MonkeyPatch, exc: Exception | None
+) -> None:
+    import unidiff
+
+    def broken(_lines: object) -> object:
+        raise exc if exc is not None else unidiff.UnidiffParseError("Hunk is longer than expected")
+
+    monkeypatch.setattr(unidiff, "PatchSet", broken)
+    msg = _parse_error(GOOD_HEAD + b"@@ -1 +1 @@\n-a\n+b\n")
+    assert f"{SRC} line 6:" in msg and "unidiff cannot parse hunk @@ -1 +1 @@ of vllm/x.py" in msg
+
+
+def test_unidiff_reading_a_hunk_differently_is_a_parse_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import unidiff
+
+    real = unidiff.PatchSet
+
+    def shifted(lines: list[str]) -> object:
+        patched = real(lines)
+        patched[0][0].source_start += 1
+        return patched
+
+    monkeypatch.setattr(unidiff, "PatchSet", shifted)
+    msg = _parse_error(GOOD_HEAD + b"@@ -1 +1 @@\n-a\n+b\n")
+    assert f"{SRC} line 6:" in msg and "differently" in msg

@@ -187,20 +187,37 @@ def build_wheel(project: Project, opts: BuildOptions) -> BuildResult:
 
     if mode == "overlay":
         assert base_wheel is not None
-        wheels, prov = _overlay(project, fork.store, head, touched, version, base_wheel,
-                                out_dir, series)
+        # Built aside, then the wheel and SHA256SUMS enter dist/ as one unit: a build
+        # killed at any point leaves dist/ exactly as it was or exactly as it ends.
+        stage = Path(tempfile.mkdtemp(prefix=".forkpatch-stage-", dir=out_dir))
+        try:
+            staged, prov = _overlay(project, fork.store, head, touched, version, base_wheel,
+                                    stage, series)
+            moves: dict[Path, bytes | Path | None] = {out_dir / w.name: w for w in staged}
+            moves[out_dir / "SHA256SUMS"] = _sums_text(out_dir, staged).encode()
+            project.commit(extra=moves)
+            wheels = [out_dir / w.name for w in staged]
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
         log_path = None
     else:
         wheels, prov, log_path = _container(project, fork.store, head, version, out_dir,
                                             series, opts)
-    from forkpatch.build.container import write_sha256sums
+        from forkpatch.build.container import write_sha256sums
 
-    write_sha256sums(out_dir)
+        write_sha256sums(out_dir)
     res = BuildResult(mode=mode, reason=reason, version=version, wheels=wheels,
                       provenance=prov, log_path=log_path,
                       seconds=time.monotonic() - started,
                       sha256={w.name: _file_sha256(w) for w in wheels})
     return res
+
+
+def _sums_text(out_dir: Path, staged: list[Path]) -> str:
+    """SHA256SUMS (``sha256sum -c`` format) for dist/ once ``staged`` wheels are in it."""
+    wheels = {w.name: w for w in out_dir.glob("*.whl")}
+    wheels.update({w.name: w for w in staged})
+    return "".join(f"{_file_sha256(wheels[name])}  {name}\n" for name in sorted(wheels))
 
 
 def _overlay(project: Project, store: Any, head: str, touched: list[str], version: str,

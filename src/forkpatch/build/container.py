@@ -196,8 +196,18 @@ def size_jobs(ncpu: int, mem_bytes: int) -> tuple[int, int]:
 
 
 def default_dockerfile() -> Path:
-    """``ci/builder.Dockerfile`` of the forkpatch checkout this module runs from."""
-    return Path(__file__).resolve().parents[3] / "ci" / "builder.Dockerfile"
+    """The builder Dockerfile (with ``container-build.sh`` beside it).
+
+    ``ci/builder.Dockerfile`` of the forkpatch checkout this module runs from
+    (a source tree or an editable install), else the copy packaged as
+    ``forkpatch/data/`` (an installed forkpatch; in the checkout those are
+    symlinks to ci/, and the wheel build copies their targets).
+    """
+    here = Path(__file__).resolve()
+    checkout = here.parents[3] / "ci" / "builder.Dockerfile"
+    if checkout.is_file() and (checkout.parent / "container-build.sh").is_file():
+        return checkout
+    return here.parents[1] / "data" / "builder.Dockerfile"
 
 
 # ---------------------------------------------------------------------------
@@ -292,7 +302,7 @@ def ensure_builder_image(
     except OSError as exc:
         raise BuildError(
             f"cannot read the builder Dockerfile {dockerfile}: {exc.strerror}",
-            tip="run from a forkpatch checkout (it ships ci/builder.Dockerfile) or pass its path",
+            tip="reinstall forkpatch (it ships the Dockerfile as forkpatch/data/) or pass its path",
         ) from None
     args = {"BASE_IMAGE": base_image, **{k: str(v) for k, v in build_args.items()}}
     base_id: str | None
@@ -369,7 +379,8 @@ def builder_context(
     except OSError as exc:
         raise BuildError(
             f"cannot read the in-container build script {script}: {exc.strerror}",
-            tip="it ships next to ci/builder.Dockerfile in the forkpatch checkout",
+            tip="it ships next to the builder Dockerfile (ci/ in a checkout, forkpatch/data/ "
+                "when installed)",
         ) from None
     read = _source_reader(source)
     todo = list(REQUIREMENT_FILES)

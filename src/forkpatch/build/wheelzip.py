@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forkpatch.errors import BuildError
+from forkpatch.fsutil import TMP_SUFFIX, write_event
 
 __all__ = [
     "CopyMember",
@@ -541,7 +542,7 @@ def write_zip(dest: Path, source: WheelZip, members: Sequence[OutMember]) -> Non
             "which the overlay builder does not write",
             tip="use the container build",
         )
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=TMP_SUFFIX, dir=dest.parent)
     try:
         out = _Out(fd, source.fd)
         central = _write_members(out, members)
@@ -558,7 +559,9 @@ def write_zip(dest: Path, source: WheelZip, members: Sequence[OutMember]) -> Non
         os.fsync(fd)
         os.close(fd)
         fd = -1
+        write_event(f"before-rename {dest.name}")
         os.replace(tmp, dest)
+        write_event(f"after-rename {dest.name}")
     except BaseException:
         if fd >= 0:
             os.close(fd)

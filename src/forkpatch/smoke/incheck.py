@@ -416,6 +416,7 @@ def _sm70_linear(ops: Ops, n: int, k: int, m: int, bias: bool) -> str:
         method = f.Fp8PerBlockOnlineLinearMethod()
         assert method.use_sm70_fp8, "SM70 path not selected"
         layer = _make_layer(method, n, k, ops.device, bias)
+        assert not hasattr(method, "fp8_linear"), "a generic FP8 kernel was set up on SM70"
         w = layer.weight.data.clone()
         b = None if layer.bias is None else layer.bias.data.clone()
         method.process_weights_after_loading(layer)
@@ -423,6 +424,12 @@ def _sm70_linear(ops: Ops, n: int, k: int, m: int, bias: bool) -> str:
         assert layer.sm70_fp8_turbomind and layer.fp8_true_n == n
         assert layer.weight.dtype == torch.uint8 and tuple(layer.weight.shape) == (k, padded), \
             f"packed weight {layer.weight.dtype} {tuple(layer.weight.shape)}, want uint8 {(k, padded)}"
+        assert layer.output_size_per_partition == n, \
+            f"output_size_per_partition is {layer.output_size_per_partition}, want the true {n}"
+        if isinstance(ops, ReferenceSm70Ops):  # the compiled op's scale layout is its own
+            want = (-(-k // BLOCK), padded)
+            assert tuple(layer.weight_scale_inv.shape) == want, \
+                f"packed scales {tuple(layer.weight_scale_inv.shape)}, want {want}"
         gen = torch.Generator().manual_seed(7)
         x = (torch.randn(2, m, k, generator=gen) * 0.5).to(torch.float16).to(ops.device)
         out = method.apply(layer, x, layer.bias)
@@ -497,13 +504,17 @@ def cli_version(ctx: Ctx) -> str:
     if not os.path.exists(script):
         raise AssertionError(f"the wheel installed no `vllm` console script ({script})")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    try:
-        proc = subprocess.run([script, "--version"], stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, env=env, timeout=300,
-                              cwd=tempfile.gettempdir(), check=False)
-    except subprocess.TimeoutExpired:
-        raise AssertionError("`vllm --version` did not finish in 300 s") from None
-    text = proc.stdout.decode("utf-8", "replace")
+    proc, text = _run_version(script, env)
+    how = ""
+    if proc.returncode != 0 and _NO_PLATFORM in text and not ctx.device.get("cuda_available"):
+        # No CUDA device and no `+cpu` in the version: vLLM detects no platform, and
+        # the CLI (which builds `serve`'s defaults before parsing) cannot start. That
+        # is this machine, not the wheel: select vLLM's own CPU platform through a
+        # platform plugin that exists only for this run, and try again.
+        with tempfile.TemporaryDirectory(prefix="forkpatch-cpu-platform-") as shim:
+            write_cpu_platform_plugin(shim)
+            proc, text = _run_version(script, {**env, "PYTHONPATH": shim})
+        how = " (no CUDA device: vLLM's CPU platform selected by a platform plugin)"
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     if proc.returncode != 0:
         if "No module named 'torch'" in text or 'No module named "torch"' in text:
@@ -513,7 +524,38 @@ def cli_version(ctx: Ctx) -> str:
         raise AssertionError(f"`vllm --version` exited {proc.returncode}:\n{tail}")
     assert ctx.version in lines, \
         f"`vllm --version` printed {lines[-1] if lines else 'nothing'!r}, want {ctx.version!r}"
-    return f"`vllm --version` -> {ctx.version}"
+    return f"`vllm --version` -> {ctx.version}{how}"
+
+
+_NO_PLATFORM = "Failed to infer device type"
+
+
+def _run_version(script: str, env: dict[str, str]) -> tuple[Any, str]:
+    try:
+        proc = subprocess.run([script, "--version"], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, env=env, timeout=300,
+                              cwd=tempfile.gettempdir(), check=False)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("`vllm --version` did not finish in 300 s") from None
+    return proc, proc.stdout.decode("utf-8", "replace")
+
+
+def write_cpu_platform_plugin(directory: str) -> None:
+    """A metadata-only distribution whose ``vllm.platform_plugins`` entry point
+    answers ``vllm.platforms.cpu.CpuPlatform`` (vLLM's out-of-tree platform hook)."""
+    info = os.path.join(directory, "forkpatch_smoke_cpu_platform-0.dist-info")
+    os.makedirs(info)
+    files = {
+        os.path.join(info, "METADATA"):
+            "Metadata-Version: 2.1\nName: forkpatch-smoke-cpu-platform\nVersion: 0\n",
+        os.path.join(info, "entry_points.txt"):
+            "[vllm.platform_plugins]\nforkpatch_smoke_cpu = forkpatch_smoke_cpu_platform:activate\n",
+        os.path.join(directory, "forkpatch_smoke_cpu_platform.py"):
+            'def activate():\n    return "vllm.platforms.cpu.CpuPlatform"\n',
+    }
+    for path, text in files.items():
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
 
 
 @check("static.import-patched-modules", baseline=True)

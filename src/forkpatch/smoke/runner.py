@@ -57,6 +57,9 @@ class SmokeOptions:
     timeout_s: float = 3600.0
     report_path: Path | None = None  # an extra copy of the JSON report
     junit_path: Path | None = None
+    #: Run only these checks, whether or not the wheel's patches ask for them
+    #: (``smoke --bisect`` re-runs just the failing ones). Empty: the full plan.
+    checks: tuple[str, ...] = ()
 
 
 @dataclass
@@ -174,6 +177,8 @@ def run_smoke(opts: SmokeOptions, project: Any = None) -> SmokeOutcome:
     if prov is None:
         notes.append("the wheel has no forkpatch provenance: no patch checks can be chosen")
     plan = registry.plan(entries)
+    if opts.checks:
+        plan = {registry.get(cid).id: plan.get(cid, []) for cid in opts.checks}
     reg = registry.registry()
     to_run = [cid for cid in plan if reg[cid].tier in tiers]
 

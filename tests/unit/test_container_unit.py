@@ -1,4 +1,4 @@
-"""Pure tests of the container-build helpers and the command runner (no engine needed)."""
+"""Pure tests of the container-build helpers and the command runner (no Docker engine needed)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,13 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from fp_docker_helpers import REPO, make_synthetic_fork
+from fptest import make_synthetic_fork
 
 from forkpatch.build.container import (
     CacheConfig,
     builder_context,
     builder_image_key,
+    default_dockerfile,
     size_jobs,
     write_sha256sums,
     write_source_tar,
@@ -22,6 +23,7 @@ from forkpatch.build.runner import redact, run
 from forkpatch.errors import BuildError
 
 GiB = 1024**3
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_redact_hides_every_secret_longest_first() -> None:
@@ -190,3 +192,18 @@ def test_sha256sums_lists_every_wheel(tmp_path: Path) -> None:
         "b-1-py3-none-any.whl",
     ]
     assert text.startswith("ca978112ca1bbdcafac231b39a23dc4da786eff8147c4e72b9807785afee48bb  ")
+
+
+def test_builder_files_ship_as_package_data() -> None:
+    """An installed forkpatch has no ci/: the Dockerfile and the in-image build script are
+    package data (symlinks to ci/ in the checkout, copied into the wheel)."""
+    import forkpatch
+
+    data = Path(forkpatch.__file__).resolve().parent / "data"
+    for name in ("builder.Dockerfile", "container-build.sh"):
+        assert (data / name).read_bytes() == (REPO / "ci" / name).read_bytes(), name
+    found = default_dockerfile()
+    assert found.read_bytes() == (REPO / "ci" / "builder.Dockerfile").read_bytes()
+    assert (found.parent / "container-build.sh").is_file()
+    builder_context(REPO, dockerfile=found, install_toolchain=False)
+

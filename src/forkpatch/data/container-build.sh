@@ -1,0 +1,1 @@
+../../../ci/container-build.sh

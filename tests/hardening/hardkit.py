@@ -1,0 +1,124 @@
+"""Helpers for the hardening suite (import as ``hardkit``; no conftest involved).
+
+- :func:`fp` runs forkpatch in a subprocess, :func:`fp_in` in this process (no start-up
+  cost; the kill hook is off here because the environment of pytest does not set it);
+- :class:`Stash` keeps a scenario at a fixed absolute path and restores it byte for byte
+  (git worktrees and state.json hold absolute paths, so copies must live where the
+  original did);
+- :func:`visible` is what the user owns: series.yaml, patches/ and dist/;
+- :func:`record` saves counts for docs/reliability.md (``.results/``, git-ignored),
+  rendered by ``make_reliability_table.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from fptest import GIT_ENV
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / ".results"
+TMP_NAME = re.compile(r"\A\..+(?:\.forkpatch-tmp|\.forkpatch-\d+\.tmp)\Z")
+OWNED = ("series.yaml", "patches", "dist")
+
+
+def env(**extra: str) -> dict[str, str]:
+    e = {**os.environ, **GIT_ENV}
+    for key in ("FORKPATCH_FORK_REPO", "FORKPATCH_TEST_KILL_AT", "FORKPATCH_TEST_COUNT_WRITES",
+                "FORKPATCH_TEST_PAUSE_AFTER", "TWINE_USERNAME", "TWINE_PASSWORD"):
+        e.pop(key, None)
+    e.update(extra)
+    return e
+
+
+def fp(cwd: Path, *args: str, extra_env: Mapping[str, str] | None = None,
+       timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``python -m forkpatch ARGS`` in ``cwd``; text output, never raises on exit codes."""
+    return subprocess.run([sys.executable, "-m", "forkpatch", *args], cwd=cwd,
+                          env=env(**(extra_env or {})), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, errors="replace", timeout=timeout)
+
+
+def fp_in(project: Path, *args: str) -> tuple[int, str, str]:
+    """forkpatch's CLI in this process, on ``project`` (-C): (exit code, stdout, stderr)."""
+    from forkpatch.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    saved = os.environ.pop("FORKPATCH_FORK_REPO", None)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(["-C", str(project), *args])
+    finally:
+        if saved is not None:
+            os.environ["FORKPATCH_FORK_REPO"] = saved
+    return code, out.getvalue(), err.getvalue()
+
+
+def visible(project: Path) -> dict[str, bytes]:
+    """Bytes of series.yaml, patches/** and dist/** (temporary files left out)."""
+    out: dict[str, bytes] = {}
+    for name in OWNED:
+        p = project / name
+        if p.is_file():
+            out[name] = p.read_bytes()
+        elif p.is_dir():
+            for f in sorted(p.rglob("*")):
+                rel = f.relative_to(project)
+                if f.is_file() and not any(TMP_NAME.match(part) or
+                                           part.startswith(".forkpatch-stage-")
+                                           for part in rel.parts):
+                    out[rel.as_posix()] = f.read_bytes()
+    return out
+
+
+def leftovers(project: Path) -> list[str]:
+    """Temporary files or staging directories forkpatch left in what the user owns."""
+    found = []
+    for d in (project, project / "patches", project / "dist"):
+        if d.is_dir():
+            for f in d.iterdir():
+                if TMP_NAME.match(f.name) or f.name.startswith(".forkpatch-stage-"):
+                    found.append(f.relative_to(project).as_posix())
+    return sorted(found)
+
+
+class Stash:
+    """A scenario kept aside and put back at the same absolute path for every run."""
+
+    def __init__(self, live: Path) -> None:
+        self.live = live
+        self.saved = live.parent / (live.name + ".stash")
+        if self.saved.exists():
+            shutil.rmtree(self.saved)
+        shutil.copytree(live, self.saved, symlinks=True)
+
+    def restore(self) -> Path:
+        if self.live.exists():
+            shutil.rmtree(self.live)
+        shutil.copytree(self.saved, self.live, symlinks=True)
+        return self.live
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(cwd), *args], check=True, env=env(),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True).stdout.strip()
+
+
+def record(category: str, name: str, *, tried: int, outcomes: Mapping[str, int],
+           unit: str = "inputs", note: str = "") -> None:
+    """Save one row of docs/reliability.md (merged by make_reliability_table.py)."""
+    RESULTS.mkdir(exist_ok=True)
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{category}--{name}")
+    data = {"category": category, "name": name, "tried": tried, "unit": unit,
+            "outcomes": dict(sorted(outcomes.items())), "note": note}
+    (RESULTS / f"{safe}.json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")

@@ -1,0 +1,111 @@
+"""Integration: `forkpatch smoke --bisect` on the example fork (real overlay builds, real venvs).
+
+The checks used here need no torch and the smoke venvs use ``--deps none``, so
+each prefix costs an overlay build and a small venv: seconds.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import smokekit
+from smokekit import Runner
+
+from forkpatch.series import PatchEntry, load_series, save_series
+
+pytestmark = pytest.mark.slow
+
+# A patch that makes `vllm --version` crash: the console script imports this package.
+BREAK_CLI = b"""Break the CLI on purpose (a bisect test).
+
+diff --git a/vllm/entrypoints/cli/__init__.py b/vllm/entrypoints/cli/__init__.py
+--- a/vllm/entrypoints/cli/__init__.py
++++ b/vllm/entrypoints/cli/__init__.py
+@@ -0,0 +1 @@
++raise RuntimeError("the CLI is broken on purpose")
+"""
+
+
+def _broken_project(build: smokekit.ExampleBuild, dest: Path) -> Path:
+    """The example project with 'break-cli' inserted in the middle of the series (#3 of 6)."""
+    project = smokekit.copy_project(build, dest)
+    (project / "patches" / "break-cli.patch").write_bytes(BREAK_CLI)
+    path = project / "series.yaml"
+    s = load_series(path)
+    names = s.names()
+    at = names.index("odd-width-padding") + 1
+    entry = PatchEntry(name="break-cli", file="break-cli.patch",
+                       summary="Break the CLI on purpose")
+    patches = [*s.patches[:at], entry, *s.patches[at:]]
+    # Only checks that need no torch: the bisect must not depend on the smoke box.
+    patches = [replace(p, smoke=()) for p in patches]
+    save_series(s.with_patches(patches), path)
+    return project
+
+
+def test_bisect_names_the_patch_that_breaks_a_check(example_build, tmp_path, capsys):
+    project = _broken_project(example_build, tmp_path / "project")
+    run = Runner(project, capsys)
+    _, out, err = run("smoke", "--bisect", "series.yaml", "--base-wheel",
+                      str(example_build.base_wheel), "--tier", "static", "--deps", "none",
+                      "--json")
+    data = json.loads(out)
+    assert data["status"] == "found"
+    assert "static.cli-version" in data["failing"]
+    [culprit] = data["first_bad"]
+    assert culprit["patch"] == "break-cli" and culprit["position"] == 3
+    assert "static.cli-version" in culprit["checks"]
+    assert "broken on purpose" in culprit["details"]["static.cli-version"]
+    assert data["fails_without_patches"] == {} and data["not_reproduced"] == []
+    # The whole series, the empty prefix, then log2(5 diff patches) -> at most 3 more.
+    assert data["builds"] == data["smokes"] == len(data["probes"]) <= 5
+    empty = next(p for p in data["probes"] if p["prefix"] == 0)
+    assert empty["patches"] == ["vllm-dist-info"]  # build steps are in every prefix
+    assert "bisect: first bad patch: 'break-cli'" in err
+    assert "patches left, testing prefix 1.." in err
+    # The scratch builds never touched the project.
+    assert not (project / "dist").exists()
+
+
+def test_bisect_a_wheel_and_refuse_one_from_another_series(example_build, tmp_path, capsys):
+    from forkpatch.build.buildwheel import BuildOptions, build_wheel
+    from forkpatch.project import Project
+
+    project = _broken_project(example_build, tmp_path / "project")
+    wheel = build_wheel(Project(project), BuildOptions(
+        mode="overlay", base_wheel=example_build.base_wheel, out_dir=tmp_path / "dist")).wheels[0]
+    run = Runner(project, capsys)
+    # The pristine example wheel does not hold break-cli: a clear refusal, before any build.
+    _, _, err = run("smoke", "--bisect", str(example_build.wheel), "--base-wheel",
+                    str(example_build.base_wheel), expect=1)
+    assert "was not built from the series in series.yaml" in err
+    assert "break-cli" in err
+
+    _, out, err = run("smoke", "--bisect", str(wheel), "--base-wheel",
+                      str(example_build.base_wheel), "--tier", "static", "--deps", "none",
+                      "--json")
+    data = json.loads(out)
+    assert data["status"] == "found"
+    assert [c["patch"] for c in data["first_bad"]] == ["break-cli"]
+    assert data["smokes"] == data["builds"] + 1  # the wheel itself was smoked, not rebuilt
+
+
+def test_nothing_to_bisect_when_no_check_fails(example_build, tmp_path, capsys):
+    project = smokekit.copy_project(example_build, tmp_path / "project")
+    smokekit.set_smoke(project, {p: [] for p in load_series(project / "series.yaml").names()})
+    run = Runner(project, capsys)
+    _, out, err = run("smoke", "--bisect", "--base-wheel", str(example_build.base_wheel),
+                      "--tier", "static", "--deps", "none", "--json")
+    data = json.loads(out)
+    assert data["status"] == "nothing-to-bisect" and data["failing"] == {}
+    assert data["builds"] == 1 and data["first_bad"] == []
+    assert "nothing to bisect" in err
+
+
+def test_bisect_needs_a_base_wheel(example_build, tmp_path, capsys):
+    project = smokekit.copy_project(example_build, tmp_path / "project")
+    _, _, err = Runner(project, capsys)("smoke", "--bisect", "series.yaml", expect=2)
+    assert "--base-wheel" in err
