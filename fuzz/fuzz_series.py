@@ -22,8 +22,8 @@ SEEDS = [
     b"version: 1\nfork: {name: f, url: /x}\nbase: {tag: v1, commit: " + b"a" * 40 + b"}\n",
     b"a: &a [x, *a]\n",
     b"fork: {name: f, name: g}\n",
-    b"version: 1\nfork: {name: f, url: /x}\nbase: {tag: 1.2, commit: x}\npatches:\n"
-    b"  - {name: p, file: ../p.patch, summary: s, colour: red}\n",
+    (b"version: 1\nfork: {name: f, url: /x}\nbase: {tag: 1.2, commit: x}\npatches:\n"
+     b"  - {name: p, file: ../p.patch, summary: s, colour: red}\n"),
 ]
 
 

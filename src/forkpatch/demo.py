@@ -121,5 +121,29 @@ def run_demo(directory: Path | None) -> dict[str, Any]:
     log.info(f"forkpatch demo in {root}")
     for stage in DEMO_STAGES:
         stage(ctx)
-    log.info(f"done. Try: cd {ctx.project_dir} && forkpatch status")
+    _print_locations(ctx)
     return ctx.summary
+
+
+def _print_locations(ctx: DemoContext) -> None:
+    """Where everything the demo made is, for a person to look at."""
+    s = ctx.summary
+    rows = [("example fork (a git repository)", s.get("fork")),
+            ("project (series.yaml, patches/)", s.get("project")),
+            ("editing work tree", s.get("worktree"))]
+    reports = (s.get("rebase") or {}).get("report") or []
+    rows += [("rebase report", r) for r in reports if str(r).endswith(".md")]
+    if s.get("build"):
+        rows.append(("built wheel", s["build"].get("wheel")))
+    for p in s.get("published") or []:
+        rows.append(("smoke report", p.get("report")))
+    if s.get("index"):
+        rows.append(("published index (PEP 503)", s["index"]))
+    log.info("")
+    log.info("where everything is:")
+    for label, path in rows:
+        if path:
+            log.info(f"  {label:34} {path}")
+    if s.get("index"):
+        log.info(f"install it: pip install --index-url file://{s['index']}/simple/ 1cat-vllm")
+    log.info(f"next: cd {ctx.project_dir} && forkpatch status")

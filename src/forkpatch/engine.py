@@ -127,9 +127,12 @@ class Item:
 class TreeState:
     """The files of a tree, with in-memory changes on top."""
 
-    def __init__(self, git: Git, reader: ObjectReader, commit: str) -> None:
+    def __init__(self, git: Git, reader: ObjectReader, commit: str,
+                 entries: dict[str, tuple[str, str]] | None = None) -> None:
+        """``entries``: ``git.ls_tree(commit)`` when the caller has it already (copied)."""
         self.reader = reader
-        self.entries: dict[str, tuple[str, str | None]] = dict(git.ls_tree(commit))
+        self.entries: dict[str, tuple[str, str | None]] = dict(
+            git.ls_tree(commit) if entries is None else entries)
         self.content: dict[str, bytes] = {}
         self._dirs: set[str] | None = None
         self._links: dict[str, str] | None = None  # casefolded symlink path -> path
@@ -146,6 +149,19 @@ class TreeState:
         if data is None:
             raise PathSafetyError(f"object {oid} for {path} is missing from the repository")
         return mode, data
+
+    def prefetch(self, items: Iterable[Item]) -> None:
+        """Read, in one batch, the blobs of every file of this tree that ``items`` touch."""
+        oids = []
+        for item in items:
+            if item.patch is None:
+                continue
+            for fp in item.patch.files:
+                for path in (fp.old_path, fp.new_path):
+                    entry = self.entries.get(path) if path else None
+                    if entry is not None and entry[1] is not None and entry[0] != "160000":
+                        oids.append(entry[1])
+        self.reader.prefetch(oids)
 
     def symlink_prefix(self, path: str) -> str | None:
         """The first leading directory of ``path`` that is a symlink in this tree.
@@ -386,8 +402,8 @@ class SeriesApplier:
             link = scratch.symlink_prefix(path)
             if link is not None and link != path:
                 raise PathSafetyError(
-                    f"{patch.source}: '{path}' goes through the symlink '{link}' that the "
-                    "patch creates; forkpatch refuses to write through symlinks",
+                    (f"{patch.source}: '{path}' goes through the symlink '{link}' that the "
+                     "patch creates; forkpatch refuses to write through symlinks"),
                     tip="change the patch to write the real path")
 
         if result.conflicts:
@@ -447,6 +463,7 @@ class SeriesApplier:
         out = SeriesResult(base_commit=start, results=[])
         with self.git.reader() as reader:
             state = TreeState(self.git, reader, start)
+            state.prefetch(items)
             fi: FastImport | None = self.git.fast_import() if write else None
             date = commit_date(self.git, self.base_commit) if write else ""
             marks: list[tuple[int, str]] = []

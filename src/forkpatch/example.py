@@ -47,8 +47,6 @@ class OnlineQuantizationConfig:
 
 FP8_PY = '''"""Per-block FP8 online quantization."""
 
-import torch
-
 from vllm.utils.deep_gemm import per_block_cast_to_fp8
 
 BLOCK = 128
@@ -62,6 +60,8 @@ class Fp8PerBlockOnlineLinearMethod:
         self.block = BLOCK
 
     def process_weights_after_loading(self, layer):
+        import torch
+
         weight = layer.weight
         qweight, scales = per_block_cast_to_fp8(weight)
         layer.weight = qweight
@@ -74,6 +74,8 @@ class Fp8PerBlockOnlineLinearMethod:
         layer.kernel = "generic"
 
     def apply(self, layer, x, bias=None):
+        import torch
+
         out = torch.nn.functional.linear(x, layer.weight.to(x.dtype))
         if bias is not None:
             out = out + bias
@@ -82,7 +84,7 @@ class Fp8PerBlockOnlineLinearMethod:
 
 DEEP_GEMM_PY = '''"""Helpers around DeepGEMM-style per-block FP8 casts."""
 
-import torch
+import functools
 
 
 def _per_block_cast_to_fp8(x, block=128):
@@ -92,7 +94,15 @@ def _per_block_cast_to_fp8(x, block=128):
     return (x / scales), scales.expand((rows + block - 1) // block, (cols + block - 1) // block)
 
 
-per_block_cast_to_fp8 = torch.compile(_per_block_cast_to_fp8, backend="inductor")
+@functools.cache
+def _compiled_cast():
+    import torch  # imported on first use: importing vllm must not need a GPU stack
+
+    return torch.compile(_per_block_cast_to_fp8, backend="inductor")
+
+
+def per_block_cast_to_fp8(x, block=128):
+    return _compiled_cast()(x, block)
 '''
 
 CLI_MAIN_PY = '''"""The `vllm` command line."""

@@ -19,7 +19,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from forkpatch.errors import ForkRepoError, GitError
-from forkpatch.git import Git, init_bare
+from forkpatch.git import Git, hide_url_secrets, init_bare
 
 ENV_FORK_REPO = "FORKPATCH_FORK_REPO"
 STORE_DIR = ".forkpatch"
@@ -102,9 +102,9 @@ class ForkRepo:
         proc = self.store.run("ls-remote", "--tags", self.source, check=False,
                               timeout=FETCH_TIMEOUT)
         if proc.returncode != 0:
-            raise ForkRepoError(
+            raise ForkRepoError(hide_url_secrets(
                 f"cannot list tags of the fork at {self.source}: "
-                f"{proc.stderr.decode('utf-8', 'replace').strip()[-500:]}",
+                f"{proc.stderr.decode('utf-8', 'replace').strip()[-500:]}"),
                 tip=f"check the URL and network, or use --fork-repo PATH / {ENV_FORK_REPO}")
         tags: dict[str, str] = {}
         peeled: dict[str, str] = {}
@@ -125,9 +125,9 @@ class ForkRepo:
                               "--no-tags", self._fetch_url(), *specs, check=False,
                               timeout=FETCH_TIMEOUT)
         if proc.returncode != 0:
-            raise ForkRepoError(
+            raise ForkRepoError(hide_url_secrets(
                 f"cannot fetch from the fork at {self.source}: "
-                f"{proc.stderr.decode('utf-8', 'replace').strip()[-500:]}",
+                f"{proc.stderr.decode('utf-8', 'replace').strip()[-500:]}"),
                 tip=f"check the URL and network, or use --fork-repo PATH / {ENV_FORK_REPO}")
 
     def _fetch_url(self) -> str:

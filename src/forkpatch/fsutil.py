@@ -129,6 +129,7 @@ def commit_files(changes: Mapping[Path, bytes | Path | None], *, journal: Path) 
                 os.fsync(fh.fileno())
             os.chmod(tmp, mode)
             ops.append(["rename", tmp, str(path)])
+            write_event(f"temp-written {path.name}")
         if not ops:
             return []
         for d in {Path(op[-1]).parent for op in ops}:
@@ -154,11 +155,10 @@ def _roll_forward(ops: list[list[str]]) -> None:
                 write_event(f"before-rename {Path(dst).name}")
                 os.replace(src, dst)
                 write_event(f"after-rename {Path(dst).name}")
-        elif op[0] == "delete":
-            if os.path.lexists(op[1]):
-                write_event(f"before-unlink {Path(op[1]).name}")
-                os.unlink(op[1])
-                write_event(f"after-unlink {Path(op[1]).name}")
+        elif op[0] == "delete" and os.path.lexists(op[1]):
+            write_event(f"before-unlink {Path(op[1]).name}")
+            os.unlink(op[1])
+            write_event(f"after-unlink {Path(op[1]).name}")
     for d in {Path(op[-1]).parent for op in ops}:
         _fsync_dir(d)
 

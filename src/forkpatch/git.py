@@ -9,6 +9,7 @@ costs a handful of processes, not a handful per patch.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
@@ -36,6 +37,19 @@ DIFF_OPTIONS = (
     "--diff-algorithm=myers",
     "--no-relative",
 )
+
+
+_URL_PASSWORD = re.compile(r"(?P<head>[a-zA-Z][a-zA-Z0-9+.-]*://[^/@\s:]*:)[^/@\s]+@")
+
+
+_HTTP_USER = re.compile(r"(https?://)(?!\*\*\*\*)[^/@\s]+@", re.IGNORECASE)
+
+
+def hide_url_secrets(text: str) -> str:
+    """``https://user:TOKEN@host`` -> ``https://user:****@host`` (for messages and logs)."""
+    text = _URL_PASSWORD.sub(lambda m: m.group("head") + "****@", text)
+    # A token alone as the user name (``https://TOKEN@github.com``) is a secret too.
+    return _HTTP_USER.sub(lambda m: m.group(1) + "****@", text)
 
 
 def _base_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -74,15 +88,16 @@ class Git:
                                   stderr=subprocess.PIPE, env=_base_env(env),
                                   cwd=cwd or self.work_tree, timeout=timeout)
         except subprocess.TimeoutExpired:
-            raise GitError(f"`git {' '.join(args[:3])}` did not finish within {timeout:.0f}s",
+            raise GitError(hide_url_secrets(f"`git {' '.join(args[:3])}` did not finish within "
+                                            f"{timeout:.0f}s (FORKPATCH_FETCH_TIMEOUT)"),
                            tip="check the network or the remote, then run again") from None
         except FileNotFoundError:
             raise GitError("git is not installed or not on PATH",
                            tip="install git 2.38 or newer") from None
         if check and proc.returncode != 0:
-            raise GitError(
+            raise GitError(hide_url_secrets(
                 f"`git {' '.join(args)}` failed (exit {proc.returncode}): "
-                f"{proc.stderr.decode('utf-8', 'replace').strip()[-2000:]}")
+                f"{proc.stderr.decode('utf-8', 'replace').strip()[-2000:]}"))
         return proc
 
     def out(self, *args: str, **kw: object) -> str:
@@ -201,6 +216,49 @@ class ObjectReader:
         data = self._proc.stdout.read(size)
         self._proc.stdout.read(1)  # the LF after the content
         return parts[1].decode(), data
+
+    def prefetch(self, oids: Iterable[str]) -> None:
+        """Read many blobs into the cache in one pipelined batch.
+
+        All requests are written by a thread while the replies are read here, in
+        order: one round trip instead of one per blob, and no deadlock when the
+        replies outgrow the pipe.
+        """
+        import threading
+
+        todo = list(dict.fromkeys(o for o in oids if o and o not in self._cache))
+        if not todo:
+            return
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        stdin, stdout = self._proc.stdin, self._proc.stdout
+        request = b"".join(o.encode() + b"\n" for o in todo)
+        error: list[BaseException] = []
+
+        def feed() -> None:
+            try:
+                stdin.write(request)
+                stdin.flush()
+            except BaseException as exc:  # noqa: BLE001 - re-raised below
+                error.append(exc)
+
+        writer = threading.Thread(target=feed, daemon=True)
+        writer.start()
+        try:
+            for oid in todo:
+                header = stdout.readline()
+                if not header:
+                    raise GitError("git cat-file stopped unexpectedly")
+                parts = header.split()
+                if len(parts) != 3:  # "<oid> missing"
+                    self._cache[oid] = None
+                    continue
+                data = stdout.read(int(parts[2]))
+                stdout.read(1)  # the LF after the content
+                self._cache[oid] = data if parts[1] == b"blob" else None
+        finally:
+            writer.join()
+        if error:
+            raise GitError(f"git cat-file: {error[0]}")
 
     def blob(self, oid: str) -> bytes | None:
         if oid in self._cache:

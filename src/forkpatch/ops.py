@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from forkpatch.engine import PatchResult, SeriesApplier
 from forkpatch.errors import SeriesError, UsageError
-from forkpatch.forkrepo import ForkRepo
+from forkpatch.forkrepo import STORE_DIR, ForkRepo
 from forkpatch.fsutil import atomic_write
 from forkpatch.project import Project
 from forkpatch.series import SERIES_FILE, load_series, new_series, save_series
@@ -25,8 +26,14 @@ def init_project(root: Path, *, fork_url: str, base_tag: str, fork_name: str | N
         raise UsageError(f"{series_path} already exists",
                          tip="edit it, or pass --force to start over (patches/ is kept)")
     root.mkdir(parents=True, exist_ok=True)
-    fork = ForkRepo.open(root, fork_url, fork_override)
-    commit = fork.resolve_tag(base_tag)
+    fresh = not (root / STORE_DIR).exists()
+    try:
+        fork = ForkRepo.open(root, fork_url, fork_override)
+        commit = fork.resolve_tag(base_tag)
+    except BaseException:
+        if fresh:  # a failed init leaves the directory as it found it
+            shutil.rmtree(root / STORE_DIR, ignore_errors=True)
+        raise
     name = fork_name or Path(fork_url.rstrip("/")).name.removesuffix(".git") or "fork"
     series = new_series(fork_name=name, fork_url=fork_url, distribution=distribution,
                         tag=base_tag, commit=commit)

@@ -10,11 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from forkpatch.engine import Item
-from forkpatch.errors import SeriesError, StateError
-from forkpatch.forkrepo import STORE_DIR, ForkRepo
 from forkpatch import log
-from forkpatch.errors import LockError
+from forkpatch.engine import Item
+from forkpatch.errors import LockError, SeriesError, StateError
+from forkpatch.forkrepo import STORE_DIR, ForkRepo
 from forkpatch.fsutil import (
     _TMP_NAME,
     atomic_write,
@@ -73,6 +72,8 @@ class Project:
     @property
     def series(self) -> Series:
         if self._series is None:
+            # Parsed once per process for the same bytes (series.parse_series keeps
+            # the last results by text: exact, unlike an mtime/size key).
             self._series = load_series(self.series_path)
         return self._series
 

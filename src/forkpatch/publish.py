@@ -356,7 +356,12 @@ class Credentials:
 
     @property
     def secrets(self) -> list[str | None]:
-        return [self.password]
+        """The password, and the Basic-auth forms of it a server might echo back."""
+        if not self.password:
+            return [self.password]
+        pair = f"{self.username or ''}:{self.password}".encode()
+        return [self.password, base64.b64encode(pair).decode("ascii"),
+                base64.b64encode(self.password.encode()).decode("ascii")]
 
 
 def credentials_for(url: str) -> Credentials:

@@ -194,11 +194,13 @@ def _pause(point: str) -> None:
 
 
 class _UpstreamIndex:
-    """``git patch-id --stable`` of every commit in base..onto and of every patch.
+    """``git patch-id --stable`` of the commits in base..onto that could carry a patch.
 
-    Two git processes for upstream (``log -p`` and ``patch-id``) and one for the
-    series (each patch and its reverse, to notice an upstream revert), whatever
-    the number of patches.
+    A patch-id covers the file names, so only an upstream commit that touches
+    nothing but the patch's files can have the patch's id (or its reverse's).
+    One cheap ``git log --name-status`` (no content diffs) finds those candidates;
+    only they are diffed and hashed, with the patches that have any, in two more
+    git processes at most, whatever the number of patches. Loaded on first use.
     """
 
     def __init__(self, git: Git, base: str, onto: str, items: Sequence[Item]) -> None:
@@ -207,28 +209,47 @@ class _UpstreamIndex:
         self._subjects: dict[str, str] = {}
         self._series: dict[str, tuple[str, str | None]] = {}  # name -> (pid, reverse pid)
 
+    def _touched(self) -> list[tuple[str, frozenset[str]]]:
+        """(commit, paths it touches) for base..onto, newest first."""
+        raw = self.git.run("log", "--no-merges", "--format=commit %H", "-M",
+                           "--name-status", "-z", f"{self.base}..{self.onto}").stdout
+        out: list[tuple[str, set[str]]] = []
+        parts = raw.split(b"\0")
+        i = 0
+        while i < len(parts):
+            tok = parts[i].lstrip(b"\n")
+            i += 1
+            if not tok:
+                continue
+            if tok.startswith(b"commit ") and len(tok) == 47:
+                out.append((tok[7:].decode(), set()))
+                continue
+            n = 2 if tok[:1] in (b"R", b"C") else 1
+            if out:
+                out[-1][1].update(p.decode("utf-8", "surrogateescape")
+                                  for p in parts[i:i + n])
+            i += n
+        return [(c, frozenset(paths)) for c, paths in out]
+
     def _load(self) -> None:
         if self._upstream is not None:
             return
         self._upstream = {}
         if self.base == self.onto:
             return
-        log_p = self.git.run("log", "--no-merges", "--format=commit %H%nsubject %s",
-                             *DIFF_OPTIONS, f"{self.base}..{self.onto}").stdout
-        current = ""
-        for line in log_p.split(b"\n"):
-            if line.startswith(b"commit ") and len(line) == 47:
-                current = line[7:].decode()
-            elif line.startswith(b"subject ") and current:
-                self._subjects.setdefault(current, line[8:].decode("utf-8", "replace"))
-        # git log lists the newest first: the first commit seen for a patch-id is the newest.
-        for age, (pid, commit) in enumerate(self._patch_ids(log_p)):
-            self._upstream.setdefault(pid, (age, commit))
+        touched = self._touched()
+        age_of = {commit: age for age, (commit, _paths) in enumerate(touched)}
+        wanted: set[str] = set()
         fake: dict[str, tuple[str, bool]] = {}
         chunks = []
         for i, item in enumerate(self.items):
             if item.patch is None or not item.patch.diff:
                 continue
+            mine = {p for fp in item.patch.files for p in (fp.old_path, fp.new_path) if p}
+            cands = {c for c, paths in touched if paths and paths <= mine}
+            if not cands:
+                continue
+            wanted |= cands
             for reverse, diff in ((False, item.patch.diff), (True, _reverse_diff(item.patch))):
                 if diff is None:
                     continue
@@ -236,6 +257,22 @@ class _UpstreamIndex:
                 fake[oid] = (item.entry.name, reverse)
                 chunks.append(f"commit {oid}\n".encode() + diff
                               + (b"" if diff.endswith(b"\n") else b"\n"))
+        if not wanted:
+            return
+        log_p = self.git.run("log", "--no-walk=unsorted", "--no-merges",
+                             "--format=commit %H%nsubject %s", *DIFF_OPTIONS,
+                             *sorted(wanted, key=age_of.__getitem__)).stdout
+        current = ""
+        for line in log_p.split(b"\n"):
+            if line.startswith(b"commit ") and len(line) == 47:
+                current = line[7:].decode()
+            elif line.startswith(b"subject ") and current:
+                self._subjects.setdefault(current, line[8:].decode("utf-8", "replace"))
+        # The newest commit (smallest age) wins for a patch-id seen more than once.
+        for pid, commit in self._patch_ids(log_p):
+            age = age_of.get(commit, len(age_of))
+            if pid not in self._upstream or age < self._upstream[pid][0]:
+                self._upstream[pid] = (age, commit)
         found: dict[str, dict[bool, str]] = {}
         for pid, oid in self._patch_ids(b"".join(chunks)):
             name, reverse = fake[oid]
@@ -278,44 +315,87 @@ def _reverse_diff(patch: PatchFile) -> bytes | None:
         return None
 
 
+def _paths_of(item: Item) -> set[str]:
+    if item.patch is None:
+        return set()
+    return {p for fp in item.patch.files for p in (fp.old_path, fp.new_path) if p}
+
+
 class _LazyMergeBases(dict):  # type: ignore[type-arg]
     """Each patch's pre/post images on the old base, computed on first use.
 
     The 3-way merge base is only needed when a hunk does not apply, so a series
-    that applies cleanly never pays for a second run on the old base.
+    that applies cleanly never pays for a run on the old base. When one patch
+    needs it, only the patches that can change its files are replayed: walking
+    back from it, every patch touching a file of interest (whose other files then
+    become of interest too, for renames and patches that fail as a whole). When
+    those replays add up to more than the series, the rest is done in one full pass.
     """
 
     def __init__(self, git: Git, base: str, items: Sequence[Item]) -> None:
         super().__init__()
         self._git, self._base, self._items = git, base, items
-        self._done = False
+        self._done = False  # something was computed (see _warn_broken)
+        self._full = False
+        self._tried: set[str] = set()
+        self._index = {it.entry.name: i for i, it in enumerate(items)}
+        self._replayed = 0
+        self._entries: dict[str, tuple[str, str]] | None = None  # the old base's listing
+        self._blobs: dict[str, bytes | None] = {}  # blobs read so far, by id
         self.broken: list[str] = []  # patches that do not apply to their own base
 
-    def _fill(self) -> None:
-        if self._done:
-            return
+    def _record(self, items: Sequence[Item]) -> None:
+        """Apply ``items`` on the old base, in order, without stopping at a conflict
+        (like ``SeriesApplier.run(write=False, stop_at_conflict=False)``), reusing the
+        base's listing and blobs from one replay to the next."""
         self._done = True
-        res = SeriesApplier(self._git, self._base).run(self._items, write=False,
-                                                       stop_at_conflict=False)
-        for r in res.results:
-            if r.images:
-                dict.__setitem__(self, r.name, r.images)
-            if r.status == "conflict":
-                self.broken.append(r.name)
+        if self._entries is None:
+            self._entries = self._git.ls_tree(self._base)
+        applier = SeriesApplier(self._git, self._base)
+        with self._git.reader() as reader:
+            reader._cache = self._blobs
+            state = TreeState(self._git, reader, self._base, entries=self._entries)
+            state.prefetch(items)
+            for item in items:
+                r, _changes = applier.apply_patch(state, item)
+                if r.images and not dict.__contains__(self, r.name):
+                    dict.__setitem__(self, r.name, r.images)
+                if r.status == "conflict" and r.name not in self.broken:
+                    self.broken.append(r.name)
+
+    def _fill(self, key: Any = None) -> None:
+        if self._full or dict.__contains__(self, key) or key in self._tried:
+            return
+        index = self._index.get(key) if isinstance(key, str) else None
+        if index is None or self._replayed > len(self._items):
+            self._full = True
+            self._record(self._items)
+            return
+        self._tried.add(key)
+        wanted = _paths_of(self._items[index])
+        chosen = [self._items[index]]
+        for item in reversed(self._items[:index]):
+            paths = _paths_of(item)
+            if paths & wanted:
+                wanted |= paths
+                chosen.append(item)
+        chosen.reverse()
+        self._replayed += len(chosen)
+        self._record(chosen)
 
     def __bool__(self) -> bool:
         return True  # SeriesApplier keeps ``merge_bases or {}``: never look empty
 
     def get(self, key: Any, default: Any = None) -> Any:
-        self._fill()
+        self._fill(key)
         return dict.get(self, key, default)
 
     def __getitem__(self, key: Any) -> Any:
-        self._fill()
+        self._fill(key)
         return dict.__getitem__(self, key)
 
     def __contains__(self, key: object) -> bool:
-        self._fill()
+        self._fill(key)
         return dict.__contains__(self, key)
 
 
@@ -369,8 +449,9 @@ class _Walker:
         patch = item.patch
         if patch is None:
             return item, {}
+        # Existence only: ``entries`` says it without reading any blob.
         missing = [fp for fp in patch.files
-                   if fp.old_path is not None and state.get(fp.old_path) is None]
+                   if fp.old_path is not None and fp.old_path not in state.entries]
         if not missing:
             return item, {}
         renames = self.renames()
@@ -378,7 +459,7 @@ class _Walker:
         files = []
         for fp in patch.files:
             src = fp.old_path
-            if fp in missing and src in renames and state.get(renames[src]) is not None:
+            if fp in missing and src in renames and renames[src] in state.entries:
                 dst = renames[src]
                 moved[src] = dst
                 new_path = dst if fp.new_path == src else fp.new_path
@@ -434,6 +515,7 @@ class _Walker:
         marks: list[tuple[Outcome, str]] = []
         with self.git.reader() as reader:
             state = TreeState(self.git, reader, parent)
+            state.prefetch(items)
             fi = self.git.fast_import() if write else None
             date = commit_date(self.git, self.onto_commit) if write else ""
             tip = parent

@@ -15,6 +15,7 @@ only what changed.
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -168,6 +169,8 @@ class _Loc:
 
 
 def _check_no_aliases(text: str, loc: _Loc) -> None:
+    if "&" not in text and "*" not in text:
+        return  # no anchor ('&') or alias ('*') indicator anywhere: nothing to find
     try:
         for event in yaml.parse(text, Loader=_Loader):
             anchor = getattr(event, "anchor", None)
@@ -252,8 +255,26 @@ def _required(m: dict[str, yaml.Node], key: str, loc: _Loc, what: str,
     return m[key]
 
 
+# The last few texts parsed, and their Series: a process parses the same bytes
+# several times (load, the read-back check of a write, the rebase journal), and
+# the result does not depend on ``path`` (only error messages do; errors are not kept).
+_PARSED: dict[str, Series] = {}
+_PARSED_MAX = 4
+
+
 def parse_series(text: str, *, path: str = SERIES_FILE) -> Series:
     """Parse and validate series.yaml text. Raises :class:`SeriesError`."""
+    hit = _PARSED.get(text)
+    if hit is not None:
+        return hit
+    series = _parse_series(text, path=path)
+    if len(_PARSED) >= _PARSED_MAX:
+        _PARSED.pop(next(iter(_PARSED)))
+    _PARSED[text] = series
+    return series
+
+
+def _parse_series(text: str, *, path: str) -> Series:
     loc = _Loc(path)
     _check_no_aliases(text, loc)
     try:
@@ -444,6 +465,9 @@ def _scalar_yaml(value: str, indent: int) -> str:
     dumped = dumped.rstrip("\n")
     if dumped.endswith("\n..."):
         dumped = dumped[: -len("\n...")]
+    if dumped.startswith("'") and "'" in value:
+        # "fork's" reads better than 'fork''s'; a JSON string is a valid YAML scalar.
+        dumped = json.dumps(value, ensure_ascii=False)
     return dumped
 
 

@@ -24,10 +24,10 @@ from forkpatch.engine import (
     PatchResult,
     SeriesApplier,
     SeriesResult,
+    canonical_diff,
     commit_message,
     diffs_of_commits,
     parse_commit_message,
-    canonical_diff,
 )
 from forkpatch.errors import (
     ConflictError,

@@ -43,7 +43,7 @@ def env(**extra: str) -> dict[str, str]:
 def fp(cwd: Path, *args: str, extra_env: Mapping[str, str] | None = None,
        timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """``python -m forkpatch ARGS`` in ``cwd``; text output, never raises on exit codes."""
-    return subprocess.run([sys.executable, "-m", "forkpatch", *args], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "forkpatch", *args], cwd=cwd, check=False,
                           env=env(**(extra_env or {})), stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True, errors="replace", timeout=timeout)
 

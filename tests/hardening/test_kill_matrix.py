@@ -72,6 +72,16 @@ def _editing_middle(project: Path, base: Path) -> None:
         msg.replace("capability-floor: ", "capability-floor: (edited) ", 1))
 
 
+def _top_edited(project: Path, base: Path) -> None:
+    """The top patch (cli-version) edited in the work tree, with a new summary."""
+    _ok(project, "apply")
+    wt = project / ".forkpatch" / "worktree"
+    f = wt / "vllm" / "entrypoints" / "cli" / "main.py"
+    f.write_text(f.read_text() + "# hardening: one more line\n")
+    msg = git(wt, "log", "-1", "--format=%B")
+    git(wt, "commit", "-q", "--amend", "-m", msg.replace(": ", ": (top) ", 1))
+
+
 def _hand_edited_stack(project: Path, base: Path) -> None:
     """Every applied patch commit gets one more line (by hand, with git): export rewrites
     all four files and, for the new top summary, series.yaml."""
@@ -117,6 +127,7 @@ def _incoming(base: Path) -> list[str]:
 CASES: list[Case] = [
     Case("apply", ("apply",), _nothing, changes=False),
     Case("refresh", ("refresh",), _editing_middle),
+    Case("refresh-top", ("refresh",), _top_edited),
     Case("export", ("export",), _hand_edited_stack),
     Case("rebase", ("rebase", "--onto", "v1.3.0"), _applied, journaled=True, rerun=False),
     Case("build-wheel-overlay", ("build-wheel", "--mode", "overlay", "--base-wheel",
@@ -254,4 +265,4 @@ def test_event_hook_is_off_by_default() -> None:
 
 
 def test_git_is_available() -> None:
-    assert subprocess.run(["git", "--version"], capture_output=True).returncode == 0
+    assert subprocess.run(["git", "--version"], capture_output=True, check=False).returncode == 0

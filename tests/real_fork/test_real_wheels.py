@@ -84,8 +84,9 @@ def _toolchain_problem() -> str | None:
                              text=True, timeout=300, check=False)
     except OSError as exc:
         return f"{BUILD_PYTHON}: {exc}"
-    text = out.stdout.strip() or (out.stderr.strip().splitlines() or ["probe failed"])[-1]
-    return None if out.returncode == 0 and not text else text
+    if out.returncode != 0:
+        return (out.stderr.strip().splitlines() or [f"probe exited {out.returncode}"])[-1]
+    return out.stdout.strip() or None
 
 
 def _run(*args: str | Path, cwd: Path | None = None, env: dict[str, str] | None = None,

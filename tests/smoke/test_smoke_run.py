@@ -86,9 +86,9 @@ def test_deps_none_reports_torch_checks_as_not_run(example_build, tmp_path, caps
     by_id = {c["id"]: c for c in data["checks"]}
     assert by_id["static.odd-width-padding-cpu"]["outcome"] == "not-run"
     assert "torch" in by_id["static.odd-width-padding-cpu"]["detail"]
-    # The patched modules that import torch cannot be proven either: not run, not passed.
-    assert by_id["static.import-patched-modules"]["outcome"] == "not-run"
-    assert "deps mode none" in by_id["static.import-patched-modules"]["detail"]
+    # The example's patched modules import torch lazily, so importing them is proven
+    # even without torch; the check that needs torch is not run, never passed.
+    assert by_id["static.import-patched-modules"]["outcome"] == "passed"
     assert data["tiers"]["status"]["static"] == "incomplete"
     assert data["tiers"]["status"]["sm70"] == "not-run"
     assert "not requested" in data["tiers"]["not_run"]["sm70"]

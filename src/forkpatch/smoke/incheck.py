@@ -549,7 +549,8 @@ def write_cpu_platform_plugin(directory: str) -> None:
         os.path.join(info, "METADATA"):
             "Metadata-Version: 2.1\nName: forkpatch-smoke-cpu-platform\nVersion: 0\n",
         os.path.join(info, "entry_points.txt"):
-            "[vllm.platform_plugins]\nforkpatch_smoke_cpu = forkpatch_smoke_cpu_platform:activate\n",
+            "[vllm.platform_plugins]\n"
+            "forkpatch_smoke_cpu = forkpatch_smoke_cpu_platform:activate\n",
         os.path.join(directory, "forkpatch_smoke_cpu_platform.py"):
             'def activate():\n    return "vllm.platforms.cpu.CpuPlatform"\n',
     }

@@ -1,0 +1,253 @@
+"""Two forkpatch processes on one project, stale locks, and a fork that moves or stalls."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hardkit import env, fp, fp_in, git, record, visible
+
+from forkpatch.example import make_fork, write_example_patches
+
+_lock: Counter[str] = Counter()
+_fork: Counter[str] = Counter()
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("conc")
+    make_fork(root / "fork")
+    write_example_patches(root / "fork", "v1.2.1", root / "incoming")
+    return root
+
+
+@pytest.fixture
+def project(made: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    shutil.copytree(made / "fork", tmp_path / "fork", symlinks=True)
+    project = tmp_path / "project"
+    project.mkdir()
+    code, _, err = fp_in(project, "init", "--fork-url", str(tmp_path / "fork"), "--base", "v1.2.1")
+    assert code == 0, err
+    return project
+
+
+def _incoming(made: Path) -> list[Path]:
+    return sorted((made / "incoming").glob("*.patch"))
+
+
+# ----------------------------------------------------------------------------- the lock
+
+
+def _paused(project: Path, *args: str, point: str = "journal") -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen([sys.executable, "-m", "forkpatch", *args], cwd=project,
+                            env=env(FORKPATCH_TEST_PAUSE_AFTER=point),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status = os.waitpid(proc.pid, os.WUNTRACED)
+    assert os.WIFSTOPPED(status), "forkpatch ended before its pause point"
+    return proc
+
+
+def _reap(proc: subprocess.Popen[bytes]) -> None:
+    os.kill(proc.pid, signal.SIGKILL)
+    os.waitpid(proc.pid, 0)
+    proc.returncode = -9
+
+
+def test_second_process_is_refused_with_the_holders_pid(project: Path, made: Path) -> None:
+    code, _, err = fp_in(project, "import", *map(str, _incoming(made)))
+    assert code == 0, err
+    holder = _paused(project, "rebase", "--onto", "v1.3.0")
+    try:
+        for args in (("apply",), ("import", str(_incoming(made)[0])), ("new", "x"),
+                     ("rebase", "--abort")):
+            before = visible(project)
+            got = fp(project, *args)
+            assert got.returncode == 1, got.stderr
+            assert f"another forkpatch (pid {holder.pid}: rebase)" in got.stderr, got.stderr
+            assert "tip: wait for it to finish" in got.stderr
+            assert visible(project) == before
+            _lock["refused while another process holds the lock"] += 1
+    finally:
+        _reap(holder)
+    # kill -9 of the holder: the flock went with it; the next command explains the rebase.
+    _, _, err = fp_in(project, "status")
+    assert "forkpatch rebase --continue" in err and "--abort" in err
+    code, _, err = fp_in(project, "rebase", "--abort")
+    assert code == 0, err
+    _lock["lock released by kill -9 of the holder"] += 1
+
+
+def test_lock_file_with_a_dead_pid_is_not_a_lock(project: Path) -> None:
+    lock = project / ".forkpatch" / "lock"
+    lock.parent.mkdir(exist_ok=True)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    lock.write_text(f"{dead.pid} apply\n")
+    code, _, err = fp_in(project, "apply")
+    assert code == 0, err
+    assert lock.read_text() == ""  # emptied again when released
+    _lock["stale lock file (dead pid) ignored"] += 1
+
+
+def test_racing_processes_never_interleave(project: Path, made: Path) -> None:
+    """Pairs of imports started together: each is done whole or refused whole."""
+    incoming = _incoming(made)
+    code, _, err = fp_in(project, "apply")
+    assert code == 0, err
+    done: list[str] = []
+    for a, b in ((incoming[0], incoming[1]), (incoming[2], incoming[3])):
+        procs = [subprocess.Popen([sys.executable, "-m", "forkpatch", "import", str(f)],
+                                  cwd=project, env=env(), stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for f in (a, b)]
+        for f, p in zip((a, b), procs, strict=True):
+            _, err = p.communicate(timeout=120)
+            if p.returncode == 0:
+                done.append(f.name)
+                _lock["race: imported"] += 1
+            else:
+                assert "another forkpatch (pid" in err or "already exists" in err or \
+                    "does not apply" in err, err
+                _lock["race: refused whole"] += 1
+    names = [ln.split(":", 1)[1].strip() for ln in (project / "series.yaml").read_text()
+             .splitlines() if ln.startswith("  - name:")]
+    files = sorted(p.name for p in (project / "patches").iterdir())
+    assert sorted(f"{n}.patch" for n in names) == files  # no orphan, no missing file
+    assert len(names) == len(done)
+    code, _, err = fp_in(project, "status")
+    assert code == 0, err
+
+
+# ----------------------------------------------------------------------------- the fork moves
+
+
+def test_base_tag_moved_upstream_is_refused(project: Path, made: Path) -> None:
+    fork = project.parent / "fork"
+    code, _, err = fp_in(project, "import", *map(str, _incoming(made)))
+    assert code == 0, err
+    before = visible(project)
+    git(fork, "tag", "-f", "-a", "v1.2.1", "-m", "moved", "v1.3.0^{commit}")
+    for args in (("status",), ("apply",), ("build-wheel", "--mode", "overlay",
+                                           "--base-wheel", "/nonexistent.whl")):
+        code, _, err = fp_in(project, *args)
+        assert code == 1, err
+        assert "tag 'v1.2.1'" in err and "the tag was moved; nothing was changed" in err, err
+        assert visible(project) == before
+        _fork["re-pointed base tag refused"] += 1
+
+
+def test_force_pushed_branch_changes_nothing(project: Path, made: Path) -> None:
+    """The fork's main branch is rewritten (force-push): the series follows tags only."""
+    fork = project.parent / "fork"
+    code, _, err = fp_in(project, "import", *map(str, _incoming(made)))
+    assert code == 0, err
+    before = visible(project)
+    code, status_before, _ = fp_in(project, "status", "--json")
+    git(fork, "checkout", "-q", "main")
+    git(fork, "reset", "-q", "--hard", "v1.2.0")
+    (fork / "README.md").write_text("rewritten history\n")
+    git(fork, "commit", "-q", "-a", "-m", "force-pushed")
+    git(fork, "gc", "-q", "--prune=now")
+    code, status_after, err = fp_in(project, "status", "--json")
+    assert code == 0, err
+    assert status_after == status_before and visible(project) == before
+    code, _, err = fp_in(project, "check", "--onto", "v1.3.0")
+    assert code in (0, 3), err
+    _fork["force-pushed branch: status and check unaffected"] += 1
+
+
+@pytest.fixture
+def silent_server() -> Iterator[int]:
+    """A TCP server on 127.0.0.1 that accepts connections and never answers."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(32)
+    conns: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        srv.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conns.append(srv.accept()[0])
+            except OSError:
+                continue
+
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+    yield srv.getsockname()[1]
+    stop.set()
+    t.join()
+    for c in conns:
+        c.close()
+    srv.close()
+
+
+def _closed_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def test_unreachable_fork_url_fails_fast(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{_closed_port()}/1Cat-vLLM.git"
+    start = time.monotonic()
+    got = fp(tmp_path, "init", "--fork-url", url, "--base", "v1.2.1")
+    took = time.monotonic() - start
+    assert got.returncode == 1, got.stderr
+    assert f"cannot list tags of the fork at {url}" in got.stderr, got.stderr
+    assert "Traceback" not in got.stderr and took < 30
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written
+    _fork["unreachable URL: clear error, nothing written"] += 1
+
+
+def test_slow_fork_url_wait_is_bounded(tmp_path: Path, silent_server: int) -> None:
+    url = f"http://127.0.0.1:{silent_server}/1Cat-vLLM.git"
+    start = time.monotonic()
+    got = fp(tmp_path, "init", "--fork-url", url, "--base", "v1.2.1",
+             extra_env={"FORKPATCH_FETCH_TIMEOUT": "3"}, timeout=60)
+    took = time.monotonic() - start
+    assert got.returncode == 1, got.stderr
+    assert "did not finish within 3s" in got.stderr, got.stderr
+    assert took < 3 + 20, took
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    _fork["silent server: bounded wait, clear error"] += 1
+
+
+def test_fork_unreachable_after_init_keeps_working_offline(project: Path, made: Path,
+                                                          silent_server: int) -> None:
+    """The store has the base: status works; a rebase onto a tag it must fetch fails
+    clearly within the timeout and changes nothing."""
+    code, _, err = fp_in(project, "import", *map(str, _incoming(made)))
+    assert code == 0, err
+    series = project / "series.yaml"
+    url = f"http://127.0.0.1:{silent_server}/1Cat-vLLM.git"
+    series.write_text(series.read_text().replace(str(project.parent / "fork"), url))
+    before = visible(project)
+    got = fp(project, "status", extra_env={"FORKPATCH_FETCH_TIMEOUT": "3"})
+    assert got.returncode == 0, got.stderr
+    start = time.monotonic()
+    got = fp(project, "rebase", "--onto", "v9.9.9", extra_env={"FORKPATCH_FETCH_TIMEOUT": "3"})
+    assert got.returncode == 1 and "did not finish within 3s" in got.stderr, got.stderr
+    assert time.monotonic() - start < 25
+    assert visible(project) == before
+    assert not (project / ".forkpatch" / "rebase").exists()
+    _fork["fork gone after init: offline status, bounded rebase error"] += 1
+
+
+def test_record_concurrency_and_fork() -> None:
+    record("concurrency", "lock", tried=sum(_lock.values()), unit="cases", outcomes=_lock)
+    record("fork moving", "tags, branches, network", tried=sum(_fork.values()), unit="cases",
+           outcomes=_fork)
