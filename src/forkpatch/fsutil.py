@@ -209,6 +209,17 @@ def atomic_write_text(path: Path, text: str) -> bool:
     return atomic_write(path, text.encode("utf-8"))
 
 
+def file_sha256(path: Path) -> str:
+    """sha256 of a file's bytes, read in 1 MiB blocks (wheels can be large)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def _fsync_dir(directory: Path) -> None:
     try:
         dfd = os.open(directory, os.O_RDONLY)

@@ -56,7 +56,7 @@ from forkpatch.errors import (
     SmokeError,
     UsageError,
 )
-from forkpatch.fsutil import atomic_write
+from forkpatch.fsutil import atomic_write, file_sha256
 from forkpatch.git import Git
 from forkpatch.project import Project
 from forkpatch.series import PATCHES_DIR, SERIES_FILE
@@ -466,14 +466,6 @@ def _dump(data: Any) -> bytes:
     return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
 
 
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def runner_class() -> str:
     """What GPU this machine has, for smoke results: 'cpu' or 'cuda:<cap>,...'."""
     exe = shutil.which("nvidia-smi")
@@ -791,7 +783,7 @@ def _public_target(target: str) -> str:
 
 
 def _files_match(directory: Path, wheels: Mapping[str, str]) -> bool:
-    return bool(wheels) and all((directory / n).is_file() and _sha256_file(directory / n) == s
+    return bool(wheels) and all((directory / n).is_file() and file_sha256(directory / n) == s
                                 for n, s in wheels.items())
 
 

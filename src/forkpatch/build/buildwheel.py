@@ -13,7 +13,6 @@ says which it picked and why.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import tempfile
@@ -41,6 +40,7 @@ from forkpatch.build.overlay import (
 )
 from forkpatch.engine import SeriesApplier
 from forkpatch.errors import BuildError, PatchApplyError
+from forkpatch.fsutil import file_sha256
 from forkpatch.project import Project
 from forkpatch.series import Series
 from forkpatch.stack import describe_failure
@@ -127,14 +127,6 @@ def build_steps(series: Series) -> list[Any]:
     return steps
 
 
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def build_wheel(project: Project, opts: BuildOptions) -> BuildResult:
     started = time.monotonic()
     series = project.series
@@ -209,7 +201,7 @@ def build_wheel(project: Project, opts: BuildOptions) -> BuildResult:
     res = BuildResult(mode=mode, reason=reason, version=version, wheels=wheels,
                       provenance=prov, log_path=log_path,
                       seconds=time.monotonic() - started,
-                      sha256={w.name: _file_sha256(w) for w in wheels})
+                      sha256={w.name: file_sha256(w) for w in wheels})
     return res
 
 
@@ -217,7 +209,7 @@ def _sums_text(out_dir: Path, staged: list[Path]) -> str:
     """SHA256SUMS (``sha256sum -c`` format) for dist/ once ``staged`` wheels are in it."""
     wheels = {w.name: w for w in out_dir.glob("*.whl")}
     wheels.update({w.name: w for w in staged})
-    return "".join(f"{_file_sha256(wheels[name])}  {name}\n" for name in sorted(wheels))
+    return "".join(f"{file_sha256(wheels[name])}  {name}\n" for name in sorted(wheels))
 
 
 def _overlay(project: Project, store: Any, head: str, touched: list[str], version: str,
@@ -233,7 +225,7 @@ def _overlay(project: Project, store: Any, head: str, touched: list[str], versio
                 continue
             got = reader.read(f"{head}:{path}")
             replacements[wheel_path] = got[1] if got and got[0] == "blob" else None
-    builder = BuilderInfo(mode="overlay", base_wheel_sha256=_file_sha256(base_wheel))
+    builder = BuilderInfo(mode="overlay", base_wheel_sha256=file_sha256(base_wheel))
     prov = expected_provenance(project, builder)
     with log.step(f"overlay {len(replacements)} file(s) onto {base_wheel.name}"):
         wheel = overlay_wheel(base_wheel, replacements=replacements, new_version=version,

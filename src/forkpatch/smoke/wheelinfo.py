@@ -13,16 +13,12 @@ from typing import Any
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from forkpatch.errors import SmokeError
+from forkpatch.fsutil import file_sha256
 
 PROVENANCE_FILENAME = "forkpatch-provenance.json"
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+sha256_file = file_sha256
 
 
 @dataclass(frozen=True)
