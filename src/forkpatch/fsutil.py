@@ -261,8 +261,8 @@ def project_lock(lock_path: Path, *, command: str = "forkpatch") -> Iterator[Non
             if pid_text.isdigit() and not _pid_alive(int(pid_text)):
                 who += ", which is no longer running; its lock is held by a child process"
             raise LockError(
-                f"another forkpatch ({who}: {what or 'unknown command'}) is working on this "
-                "project",
+                f"another forkpatch ({who}) is running on this project: "
+                f"`forkpatch {what or '<unknown command>'}`",
                 tip="wait for it to finish, then run your command again",
             ) from None
         os.ftruncate(fd, 0)

@@ -74,7 +74,8 @@ def test_second_process_is_refused_with_the_holders_pid(project: Path, made: Pat
             before = visible(project)
             got = fp(project, *args)
             assert got.returncode == 1, got.stderr
-            assert f"another forkpatch (pid {holder.pid}: rebase)" in got.stderr, got.stderr
+            assert f"another forkpatch (pid {holder.pid}) is running" in got.stderr, got.stderr
+            assert "`forkpatch rebase`" in got.stderr, got.stderr
             assert "tip: wait for it to finish" in got.stderr
             assert visible(project) == before
             _lock["refused while another process holds the lock"] += 1
