@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import subprocess
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -208,3 +207,55 @@ def make_synthetic_fork(root: Path, *, functions: int = 250, broken: bool = Fals
     (root / "build").mkdir()
     (root / "build" / "stale.txt").write_text("stale CMake cache\n")
     return root
+
+
+def _plain_git(repo: Path, *args: str) -> bytes:
+    return subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "core.autocrlf=false", *args],
+        cwd=repo,
+        check=True,
+        capture_output=True,
+    ).stdout
+
+
+def git_diff(
+    tmp: Path,
+    before: dict[str, bytes],
+    after: dict[str, bytes],
+    modes: dict[str, int] | None = None,
+) -> bytes:
+    """The forkpatch-canonical diff (diff-tree, full index, binary, -M) between two trees."""
+    repo = tmp / "repo"
+    repo.mkdir()
+    _plain_git(repo, "init", "-q")
+
+    def commit(files: dict[str, bytes], chmod: dict[str, int]) -> str:
+        for p in _plain_git(repo, "ls-files", "-z").split(b"\0"):
+            if p:
+                os.unlink(repo / os.fsdecode(p))
+        for path, content in files.items():
+            full = repo / path
+            full.parent.mkdir(parents=True, exist_ok=True)
+            full.write_bytes(content)
+            os.chmod(full, chmod.get(path, 0o644))
+        _plain_git(repo, "add", "-A")
+        _plain_git(repo, "commit", "-q", "--allow-empty", "-m", "x")
+        return _plain_git(repo, "rev-parse", "HEAD").decode().strip()
+
+    a = commit(before, {})
+    b = commit(after, modes or {})
+    return _plain_git(
+        repo,
+        "diff-tree",
+        "-p",
+        "--full-index",
+        "--binary",
+        "-M",
+        "--no-color",
+        "--no-ext-diff",
+        "--src-prefix=a/",
+        "--dst-prefix=b/",
+        "--diff-algorithm=myers",
+        a,
+        b,
+    )

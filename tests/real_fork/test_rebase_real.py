@@ -15,24 +15,8 @@ from pathlib import Path
 import pytest
 
 
-def _root_conftest():  # type: ignore[no-untyped-def]
-    # tests/conftest.py by path: `import conftest` may find tests/docker's or tests/build's.
-    import importlib.util
-    import sys
+from fptest import Runner, snapshot  # noqa: E402 - shared test helpers
 
-    name = "forkpatch_tests_root_conftest"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(
-            name, Path(__file__).resolve().parents[1] / "conftest.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-Runner = _root_conftest().Runner
-snapshot = _root_conftest().snapshot
 
 pytestmark = pytest.mark.real_fork
 

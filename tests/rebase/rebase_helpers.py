@@ -10,27 +10,8 @@ from pathlib import Path
 import pytest
 
 
-def _root_conftest():  # type: ignore[no-untyped-def]
-    """tests/conftest.py by path: `import conftest` may find another directory's conftest
-    (tests/docker, tests/build) when the whole suite runs."""
-    import importlib.util
-    import sys
+from fptest import Runner, ScratchRepo, snapshot  # noqa: E402, F401 - shared test helpers, re-exported
 
-    name = "forkpatch_tests_root_conftest"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(
-            name, Path(__file__).resolve().parents[1] / "conftest.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-_root = _root_conftest()
-Runner = _root.Runner
-ScratchRepo = _root.ScratchRepo
-snapshot = _root.snapshot
 
 LINES = "".join(f"line {i}\n" for i in range(1, 41))
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import difflib
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -25,56 +23,7 @@ SRC = "patches/t.patch"
 # --------------------------------------------------------------------------- helpers
 
 
-def _git(repo: Path, *args: str) -> bytes:
-    return subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "core.autocrlf=false", *args],
-        cwd=repo,
-        check=True,
-        capture_output=True,
-    ).stdout
-
-
-def git_diff(
-    tmp: Path,
-    before: dict[str, bytes],
-    after: dict[str, bytes],
-    modes: dict[str, int] | None = None,
-) -> bytes:
-    """The forkpatch-canonical diff (diff-tree, full index, binary, -M) between two trees."""
-    repo = tmp / "repo"
-    repo.mkdir()
-    _git(repo, "init", "-q")
-
-    def commit(files: dict[str, bytes], chmod: dict[str, int]) -> str:
-        for p in _git(repo, "ls-files", "-z").split(b"\0"):
-            if p:
-                os.unlink(repo / os.fsdecode(p))
-        for path, content in files.items():
-            full = repo / path
-            full.parent.mkdir(parents=True, exist_ok=True)
-            full.write_bytes(content)
-            os.chmod(full, chmod.get(path, 0o644))
-        _git(repo, "add", "-A")
-        _git(repo, "commit", "-q", "--allow-empty", "-m", "x")
-        return _git(repo, "rev-parse", "HEAD").decode().strip()
-
-    a = commit(before, {})
-    b = commit(after, modes or {})
-    return _git(
-        repo,
-        "diff-tree",
-        "-p",
-        "--full-index",
-        "--binary",
-        "-M",
-        "--no-color",
-        "--no-ext-diff",
-        "--src-prefix=a/",
-        "--dst-prefix=b/",
-        "--diff-algorithm=myers",
-        a,
-        b,
-    )
+from fptest import git_diff  # noqa: E402 - shared with the other parser tests
 
 
 def roundtrip(tmp: Path, before: dict[str, bytes], after: dict[str, bytes], **kw: object) -> None:
