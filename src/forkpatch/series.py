@@ -471,6 +471,13 @@ def _scalar_yaml(value: str, indent: int) -> str:
     return dumped
 
 
+def _flow_round_trips(inner: str, value: list[str]) -> bool:
+    try:
+        return yaml.load(f"[{inner}]", Loader=_Loader) == value
+    except yaml.YAMLError:
+        return False
+
+
 def _emit_value(key: str, value: Any, indent: int) -> list[str]:
     pad = " " * indent
     if isinstance(value, str):
@@ -481,7 +488,9 @@ def _emit_value(key: str, value: Any, indent: int) -> list[str]:
         if all(isinstance(v, str) and "\n" not in v for v in value):
             inner = ", ".join(_scalar_yaml(v, 0) for v in value)
             line = f"{pad}{key}: [{inner}]"
-            if len(line) <= 100:
+            # A flow list only when it reads back as the same list (an item such as
+            # "a]" or "x, y" would change meaning inside [...]).
+            if len(line) <= 100 and _flow_round_trips(inner, list(value)):
                 return [line]
             return [f"{pad}{key}:"] + [f"{pad}  - {_scalar_yaml(v, 0)}" for v in value]
     if isinstance(value, Mapping):

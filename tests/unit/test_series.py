@@ -111,3 +111,15 @@ def test_get_suggests():
     s = parse_series(HEAD + "patches:\n  - name: alpha\n    file: a.patch\n    summary: x\n")
     with pytest.raises(SeriesError, match="did you mean 'alpha'"):
         s.get("alpah")
+
+
+def test_dump_round_trips_list_items_that_would_break_a_flow_list():
+    """Found by the atheris series target: an item like 'sm70]' inside [...]."""
+    from forkpatch.series import PatchEntry, dump_series, new_series, parse_series
+
+    series = new_series(fork_name="f", fork_url="u", distribution="d", tag="v1",
+                        commit="0" * 40).with_patches([PatchEntry(
+                            name="p", file="p.patch", summary="s",
+                            smoke=("static.a", "sm70]", "x, y", "#c", "it's"))])
+    again = parse_series(dump_series(series))
+    assert again.patches[0].smoke == series.patches[0].smoke
