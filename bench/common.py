@@ -144,6 +144,9 @@ def repeat(tool: str, command: str, reps: int, prepare: Callable[[int], object],
     m = Measure(tool, command)
     for i in range(reps):
         ctx = prepare(i)
+        # Flush what prepare wrote (tree copies, clones): otherwise the first fsync of
+        # the timed command pays for the previous runs' dirty pages, and times creep up.
+        os.sync()
         t = measure(ctx)
         m.runs.append(t.seconds)
         m.cpus.append(t.cpu)
