@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from forkpatch import log
-from forkpatch.errors import UsageError
+from forkpatch.errors import ConflictError, UsageError
 
 
 def _options(onto: str, no_three_way: bool, fuzz: int, report_dir: Path | None = None) -> Any:
@@ -102,12 +102,20 @@ def register(cli: click.Group) -> None:
                 log.info("rebase aborted; " + (f"restored {', '.join(changed)}" if changed
                                                else "patches/ and series.yaml were unchanged"))
                 return
-            if onto:
-                result = core.rebase(project, _options(onto, no_three_way, fuzz, report_dir))
-            elif continue_:
-                result = core.continue_(project)
-            else:
-                result = core.skip(project)
+            try:
+                if onto:
+                    result = core.rebase(project,
+                                         _options(onto, no_three_way, fuzz, report_dir))
+                elif continue_:
+                    result = core.continue_(project)
+                else:
+                    result = core.skip(project)
+            except ConflictError:
+                if as_json:
+                    stopped = core.stopped_json(project)
+                    if stopped is not None:
+                        log.emit_json(stopped)
+                raise
         if as_json:
             log.emit_json(result.report)
         else:

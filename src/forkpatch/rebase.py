@@ -763,6 +763,24 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def stopped_json(project: Project) -> dict[str, Any] | None:
+    """What `rebase --json` prints when the rebase stops at a conflict: where it
+    stopped, the work tree to resolve in, and every patch's outcome so far."""
+    try:
+        data = Journal(project).load()
+    except Exception:  # noqa: BLE001 - no journal: nothing stopped
+        return None
+    return {
+        "status": "stopped" if data.get("phase") == "conflict" else data.get("phase"),
+        "onto": data.get("onto"), "onto_commit": data.get("onto_commit"),
+        "base": data.get("base"), "base_commit": data.get("base_commit"),
+        "conflict": data.get("conflict"), "worktree": data.get("worktree"),
+        "patches": data.get("outcomes", []),
+        "next": ["forkpatch rebase --continue", "forkpatch rebase --skip",
+                 "forkpatch rebase --abort"],
+    }
+
+
 def pending_hint(cwd: Path) -> str | None:
     """A line telling the user about a rebase in progress in the project at ``cwd``."""
     try:

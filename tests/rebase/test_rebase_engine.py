@@ -323,3 +323,23 @@ def test_patch_taken_then_reverted_upstream_is_not_upstreamed(scenario):
 
     s = scenario(BASE_FILES, [("p1", {"a.py": patched})], upstream)
     assert s.statuses("v2") == {"p1": "clean"}
+
+
+
+def test_rebase_json_describes_where_it_stopped(scenario):
+    """`rebase --json` that stops at a conflict still prints JSON on stdout: the patch,
+    the work tree to resolve in and what to run next (exit 3)."""
+    def upstream(fork):
+        fork.add_file("a.py", "".join(f"rewritten {i}\n" for i in range(1, 41)))
+        fork.commit("Upstream rewrites a.py")
+        fork.tag("v2")
+
+    s = scenario(BASE_FILES, [("p1", {"a.py": _edit(LINES, "line 9\n", "line nine\n")})],
+                 upstream)
+    _code, out, _err = s.run("rebase", "--onto", "v2", "--json", expect=3)
+    data = json.loads(out)
+    assert data["status"] == "stopped" and data["onto"] == "v2"
+    assert data["conflict"] == "p1" and data["worktree"]
+    assert data["patches"][0]["status"] == "conflict"
+    assert "forkpatch rebase --continue" in data["next"]
+    s.run("rebase", "--abort")
