@@ -26,7 +26,7 @@ from forkpatch.errors import LockError, StateError
 # Temporary files forkpatch leaves only when it is killed mid-write; swept by
 # :func:`sweep_temps` under the project lock.
 TMP_SUFFIX = ".forkpatch-tmp"
-_TMP_NAME = re.compile(r"\A\..+(?:\.forkpatch-tmp|\.forkpatch-\d+\.tmp)\Z")
+_TMP_NAME = re.compile(r"\A\..+\.forkpatch-tmp\Z")
 
 _KILL_AT = int(os.environ.get("FORKPATCH_TEST_KILL_AT") or 0)
 _COUNT_TO = os.environ.get("FORKPATCH_TEST_COUNT_WRITES") or None
@@ -50,6 +50,38 @@ def _fire(label: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def write_temp(path: Path, data: bytes, *, mode: int | None = None,
+               sync: bool = True) -> str | None:
+    """Write ``data`` to a new temporary file beside ``path`` (for a later rename).
+
+    Returns None, writing nothing, when ``path`` already holds exactly ``data``.
+    The temporary file gets ``mode``, else the mode of ``path``, else 0644; it is
+    named ``.<name>.<random>.forkpatch-tmp`` so that a killed process's leftovers
+    are recognised and removed. ``sync=False`` leaves flushing to the caller
+    (one ``os.sync()`` for a batch).
+    """
+    try:
+        if path.read_bytes() == data:
+            return None
+        current = path.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        current = 0o644
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TMP_SUFFIX, dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            if sync:
+                os.fsync(fh.fileno())
+        os.chmod(tmp, current if mode is None else mode)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return tmp
+
+
 def atomic_write(path: Path, data: bytes, *, mode: int | None = None) -> bool:
     """Write ``data`` to ``path`` via a temporary file and ``rename``.
 
@@ -58,33 +90,17 @@ def atomic_write(path: Path, data: bytes, *, mode: int | None = None) -> bool:
     refresh are churn-free.
     """
     path = Path(path)
+    tmp = write_temp(path, data, mode=mode)
+    if tmp is None:
+        return False
     try:
-        if path.read_bytes() == data:
-            return False
-    except FileNotFoundError:
-        pass
-    except IsADirectoryError:
-        raise
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TMP_SUFFIX, dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
-        elif path.exists():
-            os.chmod(tmp, path.stat().st_mode & 0o7777)
-        else:
-            os.chmod(tmp, 0o644)
         write_event(f"before-rename {path.name}")
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
     write_event(f"after-rename {path.name}")
     return True
 
@@ -113,27 +129,16 @@ def commit_files(changes: Mapping[Path, bytes | Path | None], *, journal: Path) 
             if isinstance(data, Path):
                 ops.append(["rename", str(data), str(path)])
                 continue
-            try:
-                if path.read_bytes() == data:
-                    continue
-                mode = path.stat().st_mode & 0o7777
-            except FileNotFoundError:
-                mode = 0o644
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TMP_SUFFIX,
-                                       dir=path.parent)
+            tmp = write_temp(path, data)
+            if tmp is None:
+                continue
             temps.append(tmp)
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.chmod(tmp, mode)
             ops.append(["rename", tmp, str(path)])
             write_event(f"temp-written {path.name}")
         if not ops:
             return []
         for d in {Path(op[-1]).parent for op in ops}:
-            _fsync_dir(d)
+            fsync_dir(d)
         atomic_write(journal, (json.dumps({"ops": ops}, indent=1) + "\n").encode())
     except BaseException:
         for tmp in temps:
@@ -142,7 +147,7 @@ def commit_files(changes: Mapping[Path, bytes | Path | None], *, journal: Path) 
         raise
     _roll_forward(ops)
     journal.unlink()
-    _fsync_dir(journal.parent)
+    fsync_dir(journal.parent)
     return [Path(op[-1]) for op in ops]
 
 
@@ -160,7 +165,7 @@ def _roll_forward(ops: list[list[str]]) -> None:
             os.unlink(op[1])
             write_event(f"after-unlink {Path(op[1]).name}")
     for d in {Path(op[-1]).parent for op in ops}:
-        _fsync_dir(d)
+        fsync_dir(d)
 
 
 def recover_files(journal: Path) -> list[str]:
@@ -220,7 +225,8 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _fsync_dir(directory: Path) -> None:
+def fsync_dir(directory: Path) -> None:
+    """Make renames in ``directory`` durable (best effort: some filesystems refuse)."""
     try:
         dfd = os.open(directory, os.O_RDONLY)
     except OSError:

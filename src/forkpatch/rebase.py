@@ -51,7 +51,7 @@ from forkpatch.engine import (
     diffs_of_commits,
 )
 from forkpatch.errors import ConflictError, ForkRepoError, StateError, UsageError
-from forkpatch.fsutil import atomic_write, write_event
+from forkpatch.fsutil import atomic_write, fsync_dir, write_event, write_temp
 from forkpatch.git import DIFF_OPTIONS, Git, commit_date
 from forkpatch.patchfile import PatchFile, format_patch, parse_patch
 from forkpatch.project import Project, find_root
@@ -721,17 +721,9 @@ def write_files(files: Mapping[Path, bytes], *, pause: str | None = None) -> lis
     todo: list[tuple[Path, Path]] = []
     try:
         for path, data in files.items():
-            try:
-                if path.read_bytes() == data:
-                    continue
-                mode = path.stat().st_mode & 0o7777
-            except FileNotFoundError:
-                mode = 0o644
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.forkpatch-{os.getpid()}.tmp")
-            tmp.write_bytes(data)
-            os.chmod(tmp, mode)
-            todo.append((tmp, path))
+            tmp = write_temp(path, data, sync=False)
+            if tmp is not None:
+                todo.append((Path(tmp), path))
         if todo:
             os.sync()
         done = []
@@ -746,21 +738,9 @@ def write_files(files: Mapping[Path, bytes], *, pause: str | None = None) -> lis
         for tmp, _path in todo:
             tmp.unlink(missing_ok=True)
     for d in {p.parent for _t, p in todo}:
-        _fsync_dir(d)
+        fsync_dir(d)
     return done
 
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def stopped_json(project: Project) -> dict[str, Any] | None:
