@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from forkpatch.cli import main as cli_main
+from forkpatch.git import DIFF_OPTIONS
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "Test Author", "GIT_AUTHOR_EMAIL": "test@example.invalid",
@@ -244,18 +245,4 @@ def git_diff(
 
     a = commit(before, {})
     b = commit(after, modes or {})
-    return _plain_git(
-        repo,
-        "diff-tree",
-        "-p",
-        "--full-index",
-        "--binary",
-        "-M",
-        "--no-color",
-        "--no-ext-diff",
-        "--src-prefix=a/",
-        "--dst-prefix=b/",
-        "--diff-algorithm=myers",
-        a,
-        b,
-    )
+    return _plain_git(repo, "diff-tree", *DIFF_OPTIONS, a, b)

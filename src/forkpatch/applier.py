@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from forkpatch.patchfile import FilePatch, Hunk, HunkLine, render_file_patch
+from forkpatch.patchfile import FilePatch, Hunk, HunkLine, render_file_patch, split_lines
 
 __all__ = ["FileApplyResult", "HunkFailed", "HunkResult", "apply_file_patch", "reverse"]
 
@@ -68,19 +68,6 @@ class HunkFailed(Exception):
         self.index = index
         self.line = line
         self.reason = reason
-
-
-def split_lines(content: bytes) -> list[bytes]:
-    """Lines of ``content`` with their endings, split on b"\\n" only."""
-    if b"\r" not in content:
-        # bytes.splitlines() breaks only at \n, \r and \r\n: without \r it is
-        # exactly a split on \n, done in C.
-        return content.splitlines(keepends=True)
-    parts = content.split(b"\n")
-    lines = [p + b"\n" for p in parts[:-1]]
-    if parts[-1]:
-        lines.append(parts[-1])
-    return lines
 
 
 def apply_file_patch(

@@ -61,6 +61,7 @@ __all__ = [
     "parse_patch",
     "quote_path",
     "render_file_patch",
+    "split_lines",
 ]
 
 DEV_NULL = "/dev/null"
@@ -350,7 +351,7 @@ def _decode(data: bytes) -> str:
 # ---------------------------------------------------------------------- parsing
 
 
-def _split_lines(data: bytes) -> list[bytes]:
+def split_lines(data: bytes) -> list[bytes]:
     """Split on b"\\n" only, keeping the endings; the last line may have none."""
     if b"\r" not in data:
         # bytes.splitlines() breaks only at \n, \r and \r\n: without \r it is
@@ -414,7 +415,7 @@ class _Parser:
     def __init__(self, data: bytes, source: str) -> None:
         self.data = data
         self.source = source
-        self.lines = _split_lines(data)
+        self.lines = split_lines(data)
         self.offsets = [0]
         for ln in self.lines:
             self.offsets.append(self.offsets[-1] + len(ln))
