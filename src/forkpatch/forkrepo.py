@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,10 +103,7 @@ class ForkRepo:
         proc = self.store.run("ls-remote", "--tags", self.source, check=False,
                               timeout=FETCH_TIMEOUT)
         if proc.returncode != 0:
-            raise ForkRepoError(hide_url_secrets(
-                f"cannot list tags of the fork at {self.source}: "
-                f"{proc.stderr.decode('utf-8', 'replace').strip()[-500:]}"),
-                tip=f"check the URL and network, or use --fork-repo PATH / {ENV_FORK_REPO}")
+            raise self._remote_error("list tags of", proc)
         tags: dict[str, str] = {}
         peeled: dict[str, str] = {}
         for line in proc.stdout.decode().splitlines():
@@ -125,10 +123,15 @@ class ForkRepo:
                               "--no-tags", self._fetch_url(), *specs, check=False,
                               timeout=FETCH_TIMEOUT)
         if proc.returncode != 0:
-            raise ForkRepoError(hide_url_secrets(
-                f"cannot fetch from the fork at {self.source}: "
-                f"{proc.stderr.decode('utf-8', 'replace').strip()[-500:]}"),
-                tip=f"check the URL and network, or use --fork-repo PATH / {ENV_FORK_REPO}")
+            raise self._remote_error("fetch from", proc)
+
+    def _remote_error(self, action: str, proc: subprocess.CompletedProcess[bytes]
+                      ) -> ForkRepoError:
+        """A failed ls-remote/fetch: git's own words, with credentials in URLs hidden."""
+        return ForkRepoError(hide_url_secrets(
+            f"cannot {action} the fork at {self.source}: "
+            f"{proc.stderr.decode('utf-8', 'replace').strip()[-500:]}"),
+            tip=f"check the URL and network, or use --fork-repo PATH / {ENV_FORK_REPO}")
 
     def _fetch_url(self) -> str:
         if self.local:
