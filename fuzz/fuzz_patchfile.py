@@ -8,11 +8,8 @@ other exception is a bug and makes libFuzzer save the input as ``crash-*``.
 
 from __future__ import annotations
 
-import sys
-import tempfile
-from pathlib import Path
-
 import atheris
+from fuzzkit import fuzz
 
 with atheris.instrument_imports(include=["forkpatch"]):
     from forkpatch.applier import HunkFailed, apply_file_patch
@@ -49,21 +46,8 @@ def test_one_input(data: bytes) -> None:
             assert res.content is None or isinstance(res.content, bytes)
 
 
-def _with_seed_corpus(argv: list[str]) -> list[str]:
-    """Without a corpus directory, start from the project's own files (and SEEDS)."""
-    if any(not a.startswith("-") for a in argv[1:]):
-        return argv
-    corpus = Path(tempfile.mkdtemp(prefix="fuzz-corpus-"))
-    repo = Path(__file__).resolve().parents[1]
-    seeds = [f.read_bytes() for f in sorted(repo.glob("patches/*.patch"))] + list(SEEDS)
-    for i, seed in enumerate(seeds):
-        (corpus / f"seed-{i}").write_bytes(seed)
-    return [*argv, str(corpus)]
-
-
 def main() -> None:
-    atheris.Setup(_with_seed_corpus(sys.argv), test_one_input)
-    atheris.Fuzz()
+    fuzz(test_one_input, 'patches/*.patch', SEEDS)
 
 
 if __name__ == "__main__":
