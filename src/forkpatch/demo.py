@@ -64,8 +64,6 @@ def _stage_status_apply(ctx: DemoContext) -> None:
 
 
 def _stage_build(ctx: DemoContext) -> None:
-    from dataclasses import replace
-
     from forkpatch.build.buildwheel import BuildOptions, build_wheel
     from forkpatch.build.verify import verify_wheel
     from forkpatch.example import build_release_wheel
@@ -92,7 +90,6 @@ def _stage_build(ctx: DemoContext) -> None:
         log.info(f"    RECORD {'ok' if report.ok else 'FAILED'}; version {report.version}")
     ctx.summary["build"] = {"wheel": str(result.wheels[0]), "version": result.version,
                             "mode": result.mode, "base_wheel": str(base_wheel)}
-    del replace
 
 
 def _stage_rebase(ctx: DemoContext) -> None:

@@ -24,6 +24,7 @@ from forkpatch.engine import (
     PatchResult,
     SeriesApplier,
     SeriesResult,
+    TreeState,
     canonical_diff,
     commit_message,
     diffs_of_commits,
@@ -346,9 +347,10 @@ class Stack:
         if clean_files:
             partial = replace(patch, files=tuple(fp for fp in patch.files
                                                  if fp.path in clean_files))
-            res = SeriesApplier(self.store, self.base_commit()).apply_patch(
-                _WorkTreeState.of(self.store, self.head(wt)),
-                Item(entry=entry, patch=partial))[1]
+            with self.store.reader() as reader:
+                res = SeriesApplier(self.store, self.base_commit()).apply_patch(
+                    TreeState(self.store, reader, self.head(wt)),
+                    Item(entry=entry, patch=partial))[1]
             for ch in res:
                 target = wt.work_tree / ch.path
                 if ch.is_delete:
@@ -675,10 +677,3 @@ def _split(data: bytes) -> tuple[str, bytes]:
         idx = len(data)
     return data[:idx].decode("utf-8").strip(), data[idx:]
 
-
-class _WorkTreeState:
-    @staticmethod
-    def of(git: Git, commit: str):  # type: ignore[no-untyped-def]
-        from forkpatch.engine import TreeState
-
-        return TreeState(git, git.reader(), commit)
