@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from fptest import GIT_ENV, Runner, ScratchRepo, snapshot  # noqa: F401 - re-exported
 
 

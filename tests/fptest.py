@@ -5,9 +5,11 @@ conftest.py, and `from conftest import ...` would pick whichever came first."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -246,3 +248,49 @@ def git_diff(
     a = commit(before, {})
     b = commit(after, modes or {})
     return _plain_git(repo, "diff-tree", *DIFF_OPTIONS, a, b)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def serve_pypiserver(root: Path, options: list[str], *, log: Path | None = None,
+                     ready_path: str = "simple/") -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """pypiserver on 127.0.0.1 (a free port) serving ``root`` with ``options`` (auth,
+    ...); yields (url, process) once ``ready_path`` answers, stops it afterwards."""
+    import sys
+    import time
+    import urllib.request
+
+    port = free_port()
+    out = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115 - closed below
+    proc = subprocess.Popen([sys.executable, "-m", "pypiserver", "run", "-i", "127.0.0.1",
+                             "-p", str(port), *options, str(root)],
+                            stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(url + ready_path, timeout=2).read()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("pypiserver did not start"
+                                       + (f": {log.read_text()}" if log else "")) from None
+                time.sleep(0.2)
+        yield url, proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        if log:
+            out.close()  # type: ignore[union-attr]

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from fp_docker_helpers import REPO, build_containers, make_synthetic_fork
+from fptest import free_port
 
 from forkpatch.build.container import CacheConfig, build_in_container
 from forkpatch.errors import BuildError
@@ -185,17 +186,11 @@ def test_no_engine(tmp_path, monkeypatch, synthetic_fork):  # type: ignore[no-un
 # sccache against an S3-compatible bucket (moto on the host's loopback)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def moto_bucket(monkeypatch):  # type: ignore[no-untyped-def]
     boto3 = pytest.importorskip("boto3")
     pytest.importorskip("moto")
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,

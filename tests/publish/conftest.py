@@ -3,8 +3,6 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +12,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parents[1] / "smoke"))
 
 import smokekit
+from fptest import serve_pypiserver
 
 
 @pytest.fixture(scope="session")
@@ -68,28 +67,10 @@ def pypiserver(tmp_path: Path) -> Iterator[IndexServer]:
     ht = passlib.HtpasswdFile(str(tmp_path / "htpasswd"), new=True, default_scheme="apr_md5_crypt")
     ht.set_password(user, password)
     ht.save()
-    port = smokekit.free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pypiserver", "run", "-p", str(port), "-i", "127.0.0.1",
-         "-P", str(tmp_path / "htpasswd"), "-a", "update,download,list", "--disable-fallback",
-         "--hash-algo", "sha256", "--log-stream", "none", str(root)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}/"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            urllib.request.urlopen(url + "health", timeout=2).read()
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                pytest.fail("pypiserver did not start")
-            time.sleep(0.2)
+    options = ["-P", str(tmp_path / "htpasswd"), "-a", "update,download,list",
+               "--disable-fallback", "--hash-algo", "sha256", "--log-stream", "none"]
     try:
-        yield IndexServer(url=url, root=root, user=user, password=password, proc=proc)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        with serve_pypiserver(root, options, ready_path="health") as (url, proc):
+            yield IndexServer(url=url, root=root, user=user, password=password, proc=proc)
+    except RuntimeError as exc:
+        pytest.fail(str(exc))

@@ -13,10 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-
-
 from fptest import Runner, snapshot  # noqa: E402 - shared test helpers
-
 
 pytestmark = pytest.mark.real_fork
 

@@ -8,10 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-
 from fptest import Runner, ScratchRepo, snapshot  # noqa: E402, F401 - shared test helpers, re-exported
-
 
 LINES = "".join(f"line {i}\n" for i in range(1, 41))
 

@@ -13,12 +13,13 @@ import io
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from fptest import Runner, free_port  # noqa: F401 - re-exported to the smoke/publish tests
 
 from forkpatch.series import PatchEntry
 
@@ -111,30 +112,3 @@ def venv_version(python: Path) -> dict[str, str]:
     return json.loads(out.stdout)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Runner:
-    """Runs the forkpatch CLI in-process in a directory (like tests/conftest.py's Runner)."""
-
-    def __init__(self, cwd: Path, capsys: object) -> None:
-        self.cwd = cwd
-        self.capsys = capsys
-
-    def __call__(self, *args: str, expect: int | None = 0) -> tuple[int, str, str]:
-        from forkpatch.cli import main as cli_main
-
-        self.capsys.readouterr()  # type: ignore[attr-defined]
-        old = Path.cwd()
-        os.chdir(self.cwd)
-        try:
-            code = cli_main(list(args))
-        finally:
-            os.chdir(old)
-        out, err = self.capsys.readouterr()  # type: ignore[attr-defined]
-        if expect is not None:
-            assert code == expect, f"forkpatch {' '.join(args)} -> {code}\nstdout:{out}\nstderr:{err}"
-        return code, out, err

@@ -8,16 +8,16 @@ import contextlib
 import hashlib
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+
+from fptest import free_port, serve_pypiserver  # noqa: F401 - free_port re-exported
 
 from forkpatch.series import PatchEntry, load_series, save_series
 
@@ -128,41 +128,13 @@ def stub_torch_wheel(out_dir: Path) -> Path:
     return path
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextlib.contextmanager
 def pypiserver(packages: Path) -> Iterator[str]:
     """A pypiserver on 127.0.0.1 that accepts uploads without authentication."""
     packages.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    log = open(packages.parent / "pypiserver.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen([sys.executable, "-m", "pypiserver", "run", "-i", "127.0.0.1",
-                             "-p", str(port), "-a", ".", "-P", ".", "--disable-fallback",
-                             str(packages)], stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(url + "simple/", timeout=2).read()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("pypiserver did not start: "
-                                       + (packages.parent / "pypiserver.log").read_text())
-                time.sleep(0.2)
+    with serve_pypiserver(packages, ["-a", ".", "-P", ".", "--disable-fallback"],
+                          log=packages.parent / "pypiserver.log") as (url, _proc):
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
 
 
 @dataclass

@@ -25,7 +25,6 @@ SRC = "patches/foo.patch"
 
 from fptest import git_diff  # noqa: E402 - shared with the other parser tests
 
-
 # --------------------------------------------------------------------------- git diffs
 
 
