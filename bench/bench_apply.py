@@ -71,10 +71,20 @@ def probe(project: Path, write: bool) -> None:
     t3 = time.perf_counter()
     result = SeriesApplier(fork.store, base).run(items, write=write)
     t4 = time.perf_counter()
-    print(json.dumps({"import": t1 - t0, "open": t2 - t1, "parse": t3 - t2,
-                      "apply": t4 - t3, "ok": result.ok, "head": result.head,
-                      "tree": fork.store.tree_of(result.head) if result.head else None,
-                      "statuses": _count(r.status for r in result.results)}))
+    print(
+        json.dumps(
+            {
+                "import": t1 - t0,
+                "open": t2 - t1,
+                "parse": t3 - t2,
+                "apply": t4 - t3,
+                "ok": result.ok,
+                "head": result.head,
+                "tree": fork.store.tree_of(result.head) if result.head else None,
+                "statuses": _count(r.status for r in result.results),
+            }
+        )
+    )
 
 
 def _count(items: object) -> dict[str, int]:
@@ -89,10 +99,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR)
     ap.add_argument("-n", type=int, default=300, help="number of patches (a generated size)")
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--skip", default="", help="comma list of tools to skip: fp,status,engine,"
-                                                 "am,am-co,quilt")
-    ap.add_argument("--profile", type=int, metavar="N",
-                    help="instead of timing: profile forkpatch on the N-patch series (cProfile)")
+    ap.add_argument(
+        "--skip", default="", help="comma list of tools to skip: fp,status,engine,am,am-co,quilt"
+    )
+    ap.add_argument(
+        "--profile",
+        type=int,
+        metavar="N",
+        help="instead of timing: profile forkpatch on the N-patch series (cProfile)",
+    )
     ap.add_argument("--probe", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--probe-write", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -112,8 +127,10 @@ def main(argv: list[str] | None = None) -> int:
     skip = set(filter(None, a.skip.split(",")))
     info = machine_info()
     print_machine(info)
-    print(f"tree: {manifest['files_v1_0_0']} files, {manifest['lines_v1_0_0']} lines; "
-          f"{n} patches; {a.reps} runs each (median)")
+    print(
+        f"tree: {manifest['files_v1_0_0']} files, {manifest['lines_v1_0_0']} lines; "
+        f"{n} patches; {a.reps} runs each (median)"
+    )
     data = data_dir(workdir)
     runs = workdir / "run"
     runs.mkdir(parents=True, exist_ok=True)
@@ -134,11 +151,16 @@ def main(argv: list[str] | None = None) -> int:
 
     if "fp" not in skip:
         print(f"  forkpatch apply: cd <fresh project> && {cmdline(fp_apply)}")
-        results.append(repeat(
-            "forkpatch apply", cmdline(fp_apply), a.reps,
-            prepare=lambda i: fresh_project(workdir, n, proj),
-            measure=lambda ctx: timed(fp_apply, cwd=proj, env=env),
-            verify=verify_fp))
+        results.append(
+            repeat(
+                "forkpatch apply",
+                cmdline(fp_apply),
+                a.reps,
+                prepare=lambda i: fresh_project(workdir, n, proj),
+                measure=lambda ctx: timed(fp_apply, cwd=proj, env=env),
+                verify=verify_fp,
+            )
+        )
 
     # -- forkpatch push --all: the same job as `quilt push -a`, on a work tree that
     #    already holds the base (quilt's tree copy is not timed either).
@@ -151,27 +173,41 @@ def main(argv: list[str] | None = None) -> int:
         return proj
 
     if "push" not in skip:
-        print(f"  forkpatch push --all: cd <project, work tree at the base> && "
-              f"{cmdline(fp_push)}")
-        results.append(repeat(
-            "forkpatch push --all", cmdline(fp_push), a.reps,
-            prepare=prepare_push,
-            measure=lambda ctx: timed(fp_push, cwd=proj, env=env),
-            verify=verify_fp))
+        print(f"  forkpatch push --all: cd <project, work tree at the base> && {cmdline(fp_push)}")
+        results.append(
+            repeat(
+                "forkpatch push --all",
+                cmdline(fp_push),
+                a.reps,
+                prepare=prepare_push,
+                measure=lambda ctx: timed(fp_push, cwd=proj, env=env),
+                verify=verify_fp,
+            )
+        )
 
     # -- forkpatch status (in-memory engine, nothing written)
     fp_status = [*fp, "-q", "status"]
     if "status" not in skip:
         print(f"  forkpatch status: cd <fresh project> && {cmdline(fp_status)}")
-        results.append(repeat(
-            "forkpatch status (engine only)", cmdline(fp_status), a.reps,
-            prepare=lambda i: fresh_project(workdir, n, proj),
-            measure=lambda ctx: timed(fp_status, cwd=proj, env=env)))
+        results.append(
+            repeat(
+                "forkpatch status (engine only)",
+                cmdline(fp_status),
+                a.reps,
+                prepare=lambda i: fresh_project(workdir, n, proj),
+                measure=lambda ctx: timed(fp_status, cwd=proj, env=env),
+            )
+        )
 
     # -- engine in-process (parse + apply + fast-import)
     inner: list[dict[str, object]] = []
-    probe_cmd = [sys.executable, str(Path(__file__).resolve()), "--probe", str(proj),
-                 "--probe-write"]
+    probe_cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--probe",
+        str(proj),
+        "--probe-write",
+    ]
 
     def verify_probe(_ctx: object, t: Timing, _i: int) -> tuple[bool, str]:
         if t.rc != 0:
@@ -182,17 +218,23 @@ def main(argv: list[str] | None = None) -> int:
 
     if "engine" not in skip:
         print(f"  engine in-process: {cmdline(probe_cmd)}")
-        m = repeat("engine in-process (subprocess)", cmdline(probe_cmd), a.reps,
-                   prepare=lambda i: fresh_project(workdir, n, proj),
-                   measure=lambda ctx: timed(probe_cmd, cwd=proj, env=env),
-                   verify=verify_probe)
+        m = repeat(
+            "engine in-process (subprocess)",
+            cmdline(probe_cmd),
+            a.reps,
+            prepare=lambda i: fresh_project(workdir, n, proj),
+            measure=lambda ctx: timed(probe_cmd, cwd=proj, env=env),
+            verify=verify_probe,
+        )
         results.append(m)
         if inner:
             med = sorted(inner, key=lambda d: d["parse"] + d["apply"])[len(inner) // 2]  # type: ignore[operator]
             e = Measure("engine in-process (parse+apply+fast-import)", "(inside the probe)")
             e.runs = [float(d["parse"]) + float(d["apply"]) for d in inner]  # type: ignore[arg-type]
-            e.note = (f"median run: parse {med['parse']:.2f}s, apply+write {med['apply']:.2f}s, "
-                      f"imports {med['import']:.2f}s, open {med['open']:.2f}s")
+            e.note = (
+                f"median run: parse {med['parse']:.2f}s, apply+write {med['apply']:.2f}s, "
+                f"imports {med['import']:.2f}s, open {med['open']:.2f}s"
+            )
             results.append(e)
 
     # -- git am
@@ -207,31 +249,55 @@ def main(argv: list[str] | None = None) -> int:
         return got == want_tree, ("" if got == want_tree else "tree differs from series-N")
 
     if "am" not in skip:
-        print(f"  git am: git clone -q --shared --no-checkout upstream.git C && "
-              f"git -C C checkout -q -b work v1.0.0 && cd C && {cmdline(am)}")
-        results.append(repeat(
-            "git am", cmdline(am), a.reps,
-            prepare=lambda i: fresh_clone(workdir, clone, "v1.0.0"),
-            measure=lambda ctx: timed(am, cwd=clone, env=env),
-            verify=verify_tree_clone))
+        print(
+            f"  git am: git clone -q --shared --no-checkout upstream.git C && "
+            f"git -C C checkout -q -b work v1.0.0 && cd C && {cmdline(am)}"
+        )
+        results.append(
+            repeat(
+                "git am",
+                cmdline(am),
+                a.reps,
+                prepare=lambda i: fresh_clone(workdir, clone, "v1.0.0"),
+                measure=lambda ctx: timed(am, cwd=clone, env=env),
+                verify=verify_tree_clone,
+            )
+        )
 
     # -- git checkout + git am: the same work forkpatch apply does (it creates its work
     #    tree), for an apples-to-apples view; the clone itself stays untimed.
     co_am = ["sh", "-c", f"git checkout -q -b work v1.0.0 && git am -q {mbox}"]
     if "am-co" not in skip:
-        print(f"  git checkout + git am: git clone -q --shared --no-checkout upstream.git C && "
-              f"cd C && {cmdline(co_am)}")
+        print(
+            f"  git checkout + git am: git clone -q --shared --no-checkout upstream.git C && "
+            f"cd C && {cmdline(co_am)}"
+        )
 
         def prepare_bare(_i: int) -> Path:
             rmtree(clone)
-            run(["git", "clone", "-q", "--shared", "--no-checkout",
-                 str(data / "upstream.git"), str(clone)])
+            run(
+                [
+                    "git",
+                    "clone",
+                    "-q",
+                    "--shared",
+                    "--no-checkout",
+                    str(data / "upstream.git"),
+                    str(clone),
+                ]
+            )
             return clone
 
-        results.append(repeat(
-            "git checkout + git am", cmdline(co_am), a.reps, prepare=prepare_bare,
-            measure=lambda ctx: timed(co_am, cwd=clone, env=env),
-            verify=verify_tree_clone))
+        results.append(
+            repeat(
+                "git checkout + git am",
+                cmdline(co_am),
+                a.reps,
+                prepare=prepare_bare,
+                measure=lambda ctx: timed(co_am, cwd=clone, env=env),
+                verify=verify_tree_clone,
+            )
+        )
 
     # -- quilt push -a
     qdir = runs / "quilt"
@@ -245,13 +311,20 @@ def main(argv: list[str] | None = None) -> int:
         return True, ""
 
     if "quilt" not in skip:
-        print(f"  quilt: git archive v1.0.0 | tar -x -C Q && cp -r quilt-{n}/patches Q/ && "
-              f"cd Q && {cmdline(quilt)}")
-        results.append(repeat(
-            "quilt push -a", cmdline(quilt), a.reps,
-            prepare=lambda i: fresh_quilt(workdir, n, qdir, "v1.0.0"),
-            measure=lambda ctx: timed(quilt, cwd=qdir, env=env),
-            verify=verify_quilt))
+        print(
+            f"  quilt: git archive v1.0.0 | tar -x -C Q && cp -r quilt-{n}/patches Q/ && "
+            f"cd Q && {cmdline(quilt)}"
+        )
+        results.append(
+            repeat(
+                "quilt push -a",
+                cmdline(quilt),
+                a.reps,
+                prepare=lambda i: fresh_quilt(workdir, n, qdir, "v1.0.0"),
+                measure=lambda ctx: timed(quilt, cwd=qdir, env=env),
+                verify=verify_quilt,
+            )
+        )
 
     for d in (proj, clone, qdir):
         rmtree(d)
@@ -259,44 +332,71 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if all(m.ok for m in results) else 1
 
 
-def report(results: list[Measure], n: int, reps: int, info: dict[str, str],
-           manifest: dict[str, object], workdir: Path) -> None:
+def report(
+    results: list[Measure],
+    n: int,
+    reps: int,
+    info: dict[str, str],
+    manifest: dict[str, object],
+    workdir: Path,
+) -> None:
     by = {m.tool: m for m in results}
     ref = by.get("forkpatch apply")
     rows = []
     for m in results:
         ratio = f"{m.median / ref.median:.2f}x" if ref and m is not ref else "-"
-        rows.append([m.tool, f"{m.median:.2f}", m.spread(),
-                     f"{m.cpu:.2f}" if m.cpus else "-", ratio, "ok" if m.ok else "FAILED",
-                     m.note])
+        rows.append(
+            [
+                m.tool,
+                f"{m.median:.2f}",
+                m.spread(),
+                f"{m.cpu:.2f}" if m.cpus else "-",
+                ratio,
+                "ok" if m.ok else "FAILED",
+                m.note,
+            ]
+        )
     print()
     print(f"## apply {n} patches onto v1.0.0 (median of {reps})")
-    print(table(rows, ["tool", "wall s", "range", "cpu s", "tool / forkpatch apply", "check",
-                       "note"]))
+    print(
+        table(rows, ["tool", "wall s", "range", "cpu s", "tool / forkpatch apply", "check", "note"])
+    )
     if ref:
         am, quilt = by.get("git am"), by.get("quilt push -a")
         if am:
             r = am.median / ref.median
-            print(f"target 1: forkpatch apply <= git am: git am / forkpatch = {r:.2f}x "
-                  f"-> {'MET' if r >= 1 else 'MISSED'}")
+            print(
+                f"target 1: forkpatch apply <= git am: git am / forkpatch = {r:.2f}x "
+                f"-> {'MET' if r >= 1 else 'MISSED'}"
+            )
         if quilt:
             r = quilt.median / ref.median
-            print(f"target 2: forkpatch apply >= 4x faster than quilt: quilt / forkpatch = "
-                  f"{r:.2f}x -> {'MET' if r >= 4 else 'MISSED'} (apply also creates the "
-                  "work tree; quilt's tree copy is not timed)")
+            print(
+                f"target 2: forkpatch apply >= 4x faster than quilt: quilt / forkpatch = "
+                f"{r:.2f}x -> {'MET' if r >= 4 else 'MISSED'} (apply also creates the "
+                "work tree; quilt's tree copy is not timed)"
+            )
             push = by.get("forkpatch push --all")
             if push:
                 r = quilt.median / push.median
-                print(f"target 2, like for like (both on an existing tree at the base): "
-                      f"quilt / forkpatch push --all = {r:.2f}x -> "
-                      f"{'MET' if r >= 4 else 'MISSED'}")
+                print(
+                    f"target 2, like for like (both on an existing tree at the base): "
+                    f"quilt / forkpatch push --all = {r:.2f}x -> "
+                    f"{'MET' if r >= 4 else 'MISSED'}"
+                )
     out = Path(__file__).resolve().parent / "out"
     out.mkdir(exist_ok=True)
-    (out / f"apply-{n}.json").write_text(json.dumps(
-        {"n": n, "reps": reps, "machine": info, "results": [m.to_json() for m in results]},
-        indent=2) + "\n")
-    print(f"reproduce: python bench/gen_tree.py --workdir {workdir} && "
-          f"python bench/bench_apply.py --workdir {workdir} -n {n} --reps {reps}")
+    (out / f"apply-{n}.json").write_text(
+        json.dumps(
+            {"n": n, "reps": reps, "machine": info, "results": [m.to_json() for m in results]},
+            indent=2,
+        )
+        + "\n"
+    )
+    print(
+        f"reproduce: python bench/gen_tree.py --workdir {workdir} && "
+        f"python bench/bench_apply.py --workdir {workdir} -n {n} --reps {reps}"
+    )
 
 
 if __name__ == "__main__":

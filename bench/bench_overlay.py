@@ -5,7 +5,7 @@ modules plus large incompressible "compiled" members), then times, in one
 run, three ways of producing the same patched wheel (3 Python files changed,
 new version):
 
-  overlay      forkpatch.build.overlay.overlay_wheel (raw member copy)
+  overlay      forkpatch.wheels.overlay.overlay_wheel (raw member copy)
   unpack+pack  `python -m wheel unpack`, edit, rename dist-info, `python -m wheel pack`
   source       `python -m build --wheel --no-isolation` of a generated setuptools
                project holding the same .py files (no compiled members: this is
@@ -36,15 +36,15 @@ sys.path.insert(0, str(ROOT / "tests" / "build"))
 
 import wheelfactory
 
-from forkpatch.build.dist_alias import add_vllm_dist_alias
-from forkpatch.build.identity import (
+from forkpatch.wheels.dist_alias import add_vllm_dist_alias
+from forkpatch.wheels.identity import (
     BuilderInfo,
     PatchRecord,
     Provenance,
     build_version,
     patchset_label,
 )
-from forkpatch.build.overlay import overlay_wheel, rewrite_metadata_version
+from forkpatch.wheels.overlay import overlay_wheel, rewrite_metadata_version
 
 CHANGED = ("vllm/pkg00/mod0000.py", "vllm/pkg01/mod0001.py", "vllm/pkg02/mod0002.py")
 

@@ -31,48 +31,81 @@ BENCH_DATE = "1700000000 +0000"
 def bench_env(extra: Mapping[str, str] | None = None, home: Path | None = None) -> dict[str, str]:
     """Environment for every timed and untimed command."""
     env = dict(os.environ)
-    for key in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
-                "GIT_ALTERNATE_OBJECT_DIRECTORIES", "FORKPATCH_FORK_REPO", "QUILT_PATCHES",
-                "QUILT_PC", "QUILT_PATCH_OPTS", "QUILT_PUSH_ARGS", "QUILTRC"):
+    for key in (
+        "GIT_DIR",
+        "GIT_WORK_TREE",
+        "GIT_INDEX_FILE",
+        "GIT_OBJECT_DIRECTORY",
+        "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+        "FORKPATCH_FORK_REPO",
+        "QUILT_PATCHES",
+        "QUILT_PC",
+        "QUILT_PATCH_OPTS",
+        "QUILT_PUSH_ARGS",
+        "QUILTRC",
+    ):
         env.pop(key, None)
     home = home or (DEFAULT_WORKDIR / "home")
     home.mkdir(parents=True, exist_ok=True)
-    env.update({
-        "HOME": str(home),
-        "GIT_CONFIG_GLOBAL": "/dev/null",
-        "GIT_CONFIG_SYSTEM": "/dev/null",
-        "GIT_CONFIG_NOSYSTEM": "1",
-        # gc.auto=0: no auto-gc in the middle of `git am` / `git rebase` (forkpatch's
-        # own store sets the same); advice off: no extra output to write.
-        "GIT_CONFIG_COUNT": "3",
-        "GIT_CONFIG_KEY_0": "gc.auto", "GIT_CONFIG_VALUE_0": "0",
-        "GIT_CONFIG_KEY_1": "advice.detachedHead", "GIT_CONFIG_VALUE_1": "false",
-        "GIT_CONFIG_KEY_2": "init.defaultBranch", "GIT_CONFIG_VALUE_2": "main",
-        "GIT_AUTHOR_NAME": "Bench", "GIT_AUTHOR_EMAIL": "bench@example.invalid",
-        "GIT_COMMITTER_NAME": "Bench", "GIT_COMMITTER_EMAIL": "bench@example.invalid",
-        "GIT_AUTHOR_DATE": BENCH_DATE, "GIT_COMMITTER_DATE": BENCH_DATE,
-        "GIT_TERMINAL_PROMPT": "0",
-        "GIT_EDITOR": "true", "EDITOR": "true",
-        "LC_ALL": "C", "TZ": "UTC",
-        "QUILT_PATCHES": "patches",
-        "PYTHONDONTWRITEBYTECODE": "1",
-    })
+    env.update(
+        {
+            "HOME": str(home),
+            "GIT_CONFIG_GLOBAL": "/dev/null",
+            "GIT_CONFIG_SYSTEM": "/dev/null",
+            "GIT_CONFIG_NOSYSTEM": "1",
+            # gc.auto=0: no auto-gc in the middle of `git am` / `git rebase` (forkpatch's
+            # own store sets the same); advice off: no extra output to write.
+            "GIT_CONFIG_COUNT": "3",
+            "GIT_CONFIG_KEY_0": "gc.auto",
+            "GIT_CONFIG_VALUE_0": "0",
+            "GIT_CONFIG_KEY_1": "advice.detachedHead",
+            "GIT_CONFIG_VALUE_1": "false",
+            "GIT_CONFIG_KEY_2": "init.defaultBranch",
+            "GIT_CONFIG_VALUE_2": "main",
+            "GIT_AUTHOR_NAME": "Bench",
+            "GIT_AUTHOR_EMAIL": "bench@example.invalid",
+            "GIT_COMMITTER_NAME": "Bench",
+            "GIT_COMMITTER_EMAIL": "bench@example.invalid",
+            "GIT_AUTHOR_DATE": BENCH_DATE,
+            "GIT_COMMITTER_DATE": BENCH_DATE,
+            "GIT_TERMINAL_PROMPT": "0",
+            "GIT_EDITOR": "true",
+            "EDITOR": "true",
+            "LC_ALL": "C",
+            "TZ": "UTC",
+            "QUILT_PATCHES": "patches",
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
+    )
     if extra:
         env.update(extra)
     return env
 
 
-def run(argv: Sequence[str], cwd: Path | None = None, *, check: bool = True,
-        input: bytes | None = None, env: Mapping[str, str] | None = None,
-        capture: bool = True) -> subprocess.CompletedProcess[bytes]:
-    proc = subprocess.run(list(argv), cwd=cwd, input=input, env=dict(env or bench_env()),
-                          stdout=subprocess.PIPE if capture else subprocess.DEVNULL,
-                          stderr=subprocess.PIPE if capture else subprocess.DEVNULL,
-                          check=False)
+def run(
+    argv: Sequence[str],
+    cwd: Path | None = None,
+    *,
+    check: bool = True,
+    input: bytes | None = None,
+    env: Mapping[str, str] | None = None,
+    capture: bool = True,
+) -> subprocess.CompletedProcess[bytes]:
+    proc = subprocess.run(
+        list(argv),
+        cwd=cwd,
+        input=input,
+        env=dict(env or bench_env()),
+        stdout=subprocess.PIPE if capture else subprocess.DEVNULL,
+        stderr=subprocess.PIPE if capture else subprocess.DEVNULL,
+        check=False,
+    )
     if check and proc.returncode != 0:
-        raise RuntimeError(f"command failed ({proc.returncode}): {shlex.join(argv)} in {cwd}\n"
-                           f"{(proc.stderr or b'').decode(errors='replace')[-3000:]}"
-                           f"{(proc.stdout or b'').decode(errors='replace')[-2000:]}")
+        raise RuntimeError(
+            f"command failed ({proc.returncode}): {shlex.join(argv)} in {cwd}\n"
+            f"{(proc.stderr or b'').decode(errors='replace')[-3000:]}"
+            f"{(proc.stdout or b'').decode(errors='replace')[-2000:]}"
+        )
     return proc
 
 
@@ -90,8 +123,11 @@ class Timing:
     stderr: bytes = b""
 
 
-def timed(argv: Sequence[str], cwd: Path | None = None, env: Mapping[str, str] | None = None,
-          ) -> Timing:
+def timed(
+    argv: Sequence[str],
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Timing:
     """Run one command, timing only the subprocess (time.perf_counter)."""
     e = dict(env or bench_env())
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -128,15 +164,27 @@ class Measure:
         return f"{min(self.runs):.2f}-{max(self.runs):.2f}"
 
     def to_json(self) -> dict[str, object]:
-        return {"tool": self.tool, "command": self.command, "runs": self.runs,
-                "cpus": self.cpus, "median": self.median, "cpu_median": self.cpu,
-                "ok": self.ok, "note": self.note}
+        return {
+            "tool": self.tool,
+            "command": self.command,
+            "runs": self.runs,
+            "cpus": self.cpus,
+            "median": self.median,
+            "cpu_median": self.cpu,
+            "ok": self.ok,
+            "note": self.note,
+        }
 
 
-def repeat(tool: str, command: str, reps: int, prepare: Callable[[int], object],
-           measure: Callable[[object], Timing],
-           verify: Callable[[object, Timing, int], tuple[bool, str]] | None = None,
-           cleanup: Callable[[object], None] | None = None) -> Measure:
+def repeat(
+    tool: str,
+    command: str,
+    reps: int,
+    prepare: Callable[[int], object],
+    measure: Callable[[object], Timing],
+    verify: Callable[[object, Timing, int], tuple[bool, str]] | None = None,
+    cleanup: Callable[[object], None] | None = None,
+) -> Measure:
     """``prepare`` (untimed) -> ``measure`` (timed) -> ``verify``/``cleanup`` (untimed).
 
     ``verify`` returns (ok, note); by default a run is ok when it exits 0.
@@ -153,15 +201,21 @@ def repeat(tool: str, command: str, reps: int, prepare: Callable[[int], object],
         if verify is not None:
             ok, note = verify(ctx, t, i)
         else:
-            ok, note = t.rc == 0, ("" if t.rc == 0 else
-                                   f"exit {t.rc}: {t.stderr.decode(errors='replace')[-300:]}")
+            ok, note = (
+                t.rc == 0,
+                ("" if t.rc == 0 else f"exit {t.rc}: {t.stderr.decode(errors='replace')[-300:]}"),
+            )
         m.ok = m.ok and ok
         if note:
             m.note = note
         if cleanup:
             cleanup(ctx)
-        print(f"    {tool:<30} run {i + 1}/{reps}: {t.seconds:7.2f}s wall {t.cpu:7.2f}s cpu"
-              + ("" if ok else "  FAILED") + (f"  [{note}]" if note else ""), flush=True)
+        print(
+            f"    {tool:<30} run {i + 1}/{reps}: {t.seconds:7.2f}s wall {t.cpu:7.2f}s cpu"
+            + ("" if ok else "  FAILED")
+            + (f"  [{note}]" if note else ""),
+            flush=True,
+        )
     return m
 
 
@@ -189,8 +243,18 @@ def machine_info() -> dict[str, str]:
 
     def version(argv: list[str]) -> str:
         try:
-            return subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  env=bench_env(), check=False).stdout.decode().splitlines()[0].strip()
+            return (
+                subprocess.run(
+                    argv,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    env=bench_env(),
+                    check=False,
+                )
+                .stdout.decode()
+                .splitlines()[0]
+                .strip()
+            )
         except (OSError, IndexError):
             return "absent"
 
@@ -213,11 +277,14 @@ def print_machine(info: dict[str, str]) -> None:
 
 def table(rows: list[list[str]], headers: list[str]) -> str:
     widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows, strict=False)]
-    out = ["| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)) + " |",
-           "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    out = [
+        "| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)) + " |",
+        "|" + "|".join("-" * (w + 2) for w in widths) + "|",
+    ]
     for r in rows:
-        out.append("| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True))
-                   + " |")
+        out.append(
+            "| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)) + " |"
+        )
     return "\n".join(out)
 
 
@@ -235,8 +302,9 @@ def forkpatch_argv() -> list[str]:
 
 
 def forkpatch_has(command: str) -> bool:
-    proc = subprocess.run([*forkpatch_argv(), command, "--help"], capture_output=True,
-                          env=bench_env(), check=False)
+    proc = subprocess.run(
+        [*forkpatch_argv(), command, "--help"], capture_output=True, env=bench_env(), check=False
+    )
     return proc.returncode == 0
 
 
@@ -260,8 +328,9 @@ def fresh_project(workdir: Path, n: int, dest: Path) -> Path:
     """A copy of the forkpatch project (series.yaml + patches/), without any store:
     the timed command creates ``.forkpatch/`` itself, as on a fresh checkout."""
     rmtree(dest)
-    shutil.copytree(data_dir(workdir) / f"project-{n}", dest,
-                    ignore=shutil.ignore_patterns(".forkpatch"))
+    shutil.copytree(
+        data_dir(workdir) / f"project-{n}", dest, ignore=shutil.ignore_patterns(".forkpatch")
+    )
     return dest
 
 
@@ -290,8 +359,9 @@ def upstream_tree(workdir: Path, rev: str) -> str:
     return git(f"--git-dir={data_dir(workdir) / 'upstream.git'}", "rev-parse", f"{rev}^{{tree}}")
 
 
-def dir_matches_tree(workdir: Path, directory: Path, rev: str,
-                     exclude: tuple[str, ...] = (".pc", "patches")) -> bool:
+def dir_matches_tree(
+    workdir: Path, directory: Path, rev: str, exclude: tuple[str, ...] = (".pc", "patches")
+) -> bool:
     """True when the plain directory's files equal the tree of ``rev`` (untimed check)."""
     import tempfile
 
@@ -300,10 +370,25 @@ def dir_matches_tree(workdir: Path, directory: Path, rev: str,
         env = bench_env({"GIT_INDEX_FILE": str(Path(tmp) / "index")})
         base = ["git", f"--git-dir={upstream}", f"--work-tree={directory}"]
         run([*base, "read-tree", rev], env=env)
-        proc = run([*base, "diff", "--quiet", "--", ".", *[f":!{x}" for x in exclude]],
-                   env=env, check=False, cwd=directory)
-        untracked = run([*base, "ls-files", "--others", "--exclude-standard", "--", ".",
-                         *[f":!{x}" for x in exclude]], env=env, cwd=directory).stdout
+        proc = run(
+            [*base, "diff", "--quiet", "--", ".", *[f":!{x}" for x in exclude]],
+            env=env,
+            check=False,
+            cwd=directory,
+        )
+        untracked = run(
+            [
+                *base,
+                "ls-files",
+                "--others",
+                "--exclude-standard",
+                "--",
+                ".",
+                *[f":!{x}" for x in exclude],
+            ],
+            env=env,
+            cwd=directory,
+        ).stdout
         return proc.returncode == 0 and not untracked.strip()
 
 
@@ -316,10 +401,11 @@ def profile_forkpatch(args: Sequence[str], cwd: Path, out: Path, top: int = 30) 
     by cumulative time, then the top functions overall by own time."""
     import pstats
 
-    t = timed([sys.executable, "-m", "cProfile", "-o", str(out), "-m", "forkpatch", *args],
-              cwd=cwd)
-    print(f"profile of `forkpatch {' '.join(args)}`: {t.seconds:.2f}s wall under cProfile "
-          f"(exit {t.rc}); stats in {out}")
+    t = timed([sys.executable, "-m", "cProfile", "-o", str(out), "-m", "forkpatch", *args], cwd=cwd)
+    print(
+        f"profile of `forkpatch {' '.join(args)}`: {t.seconds:.2f}s wall under cProfile "
+        f"(exit {t.rc}); stats in {out}"
+    )
     stats = pstats.Stats(str(out))
     stats.sort_stats("cumulative").print_stats(r"forkpatch/(?!cli)", top)
     stats.sort_stats("tottime").print_stats(15)

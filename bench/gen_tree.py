@@ -60,11 +60,40 @@ tokenizer detok chat template tool call json schema grammar guided structured mu
 image audio video processor encoder decoder cross mamba ssm conv state hybrid sliding window
 alibi sink eagle medusa ngram mtp lookahead async_output step multi hash lru ref count
 sequence group finished aborted waiting running preempted budget limit max min num total
-""".split()  # noqa: SIM905 - a word list reads better as text
-VERBS = ("Fix", "Add", "Handle", "Support", "Avoid", "Skip", "Use", "Guard", "Pad", "Cache",
-         "Tune", "Keep", "Drop", "Allow", "Prefer", "Disable", "Enable", "Check", "Clamp")
-TYPES = ("int", "float", "bool", "str", "torch.Tensor", "Optional[int]", "list[int]",
-         "dict[str, Any]", "tuple[int, int]", "Optional[torch.Tensor]")
+""".split()
+VERBS = (
+    "Fix",
+    "Add",
+    "Handle",
+    "Support",
+    "Avoid",
+    "Skip",
+    "Use",
+    "Guard",
+    "Pad",
+    "Cache",
+    "Tune",
+    "Keep",
+    "Drop",
+    "Allow",
+    "Prefer",
+    "Disable",
+    "Enable",
+    "Check",
+    "Clamp",
+)
+TYPES = (
+    "int",
+    "float",
+    "bool",
+    "str",
+    "torch.Tensor",
+    "Optional[int]",
+    "list[int]",
+    "dict[str, Any]",
+    "tuple[int, int]",
+    "Optional[torch.Tensor]",
+)
 
 # Directory layout: (prefix, extension mix, number of directories, files per directory range)
 LAYOUT = [
@@ -154,24 +183,32 @@ class Gen:
 
     def py_file(self, n: int, module: str) -> list[str]:
         r = self.r
-        out = ["# SPDX-License-Identifier: Apache-2.0",
-               "# SPDX-FileCopyrightText: Copyright contributors to the vLLM project",
-               f'"""{self.sentence().capitalize()} for {module}."""', "",
-               "from __future__ import annotations", ""]
+        out = [
+            "# SPDX-License-Identifier: Apache-2.0",
+            "# SPDX-FileCopyrightText: Copyright contributors to the vLLM project",
+            f'"""{self.sentence().capitalize()} for {module}."""',
+            "",
+            "from __future__ import annotations",
+            "",
+        ]
         for _ in range(r.randint(3, 12)):
             out.append(f"from vllm.{self.w()}.{self.ident()} import {self.ident()}")
         out += ["import torch", "", "logger = init_logger(__name__)", ""]
         while len(out) < n:
             if r.random() < 0.35:
                 cls = "".join(x.capitalize() for x in self.ident().split("_"))
-                out += ["", f"class {cls}{self.r.randint(0, 999)}({self.r.choice(('nn.Module', 'object', 'Enum', 'ABC'))}):",
-                        f'    """{self.sentence().capitalize()}."""', ""]
+                out += [
+                    "",
+                    f"class {cls}{self.r.randint(0, 999)}({self.r.choice(('nn.Module', 'object', 'Enum', 'ABC'))}):",
+                    f'    """{self.sentence().capitalize()}."""',
+                    "",
+                ]
                 for _ in range(r.randint(1, 4)):
                     out += self._py_func("    ", method=True)
                     if len(out) >= n:
                         break
             else:
-                out += [""] + self._py_func("", method=False)
+                out += ["", *self._py_func("", method=False)]
         return out[:n]
 
     def _py_func(self, ind: str, method: bool) -> list[str]:
@@ -179,8 +216,10 @@ class Gen:
         args = ", ".join(f"{self.ident()}: {r.choice(TYPES)}" for _ in range(r.randint(0, 3)))
         if method:
             args = "self" + (", " + args if args else "")
-        lines = [f"{ind}def {self.ident()}_{r.randint(0, 99)}({args}) -> {r.choice(TYPES)}:",
-                 f'{ind}    """{self.sentence().capitalize()}."""']
+        lines = [
+            f"{ind}def {self.ident()}_{r.randint(0, 99)}({args}) -> {r.choice(TYPES)}:",
+            f'{ind}    """{self.sentence().capitalize()}."""',
+        ]
         body = ind + "    "
         for _ in range(r.randint(3, 22)):
             if r.random() < 0.12:
@@ -207,22 +246,34 @@ class Gen:
         if r < 0.75:
             return f"{ind}float {a} = static_cast<float>({b}.{self.w()});"
         if r < 0.88:
-            return f"{ind}TORCH_CHECK({a}.size({self.r.randint(0, 3)}) == {b}, \"{self.sentence(4)}\");"
+            return (
+                f'{ind}TORCH_CHECK({a}.size({self.r.randint(0, 3)}) == {b}, "{self.sentence(4)}");'
+            )
         return f"{ind}{a}[threadIdx.x + {self.r.randint(0, 512)}] = {b};"
 
     def c_file(self, n: int, module: str) -> list[str]:
         r = self.r
-        out = ["// SPDX-License-Identifier: Apache-2.0", f"// {self.sentence()} ({module})",
-               "#pragma once", "", "#include <torch/all.h>", "#include <cuda_runtime.h>", "",
-               "namespace vllm {", ""]
+        out = [
+            "// SPDX-License-Identifier: Apache-2.0",
+            f"// {self.sentence()} ({module})",
+            "#pragma once",
+            "",
+            "#include <torch/all.h>",
+            "#include <cuda_runtime.h>",
+            "",
+            "namespace vllm {",
+            "",
+        ]
         while len(out) < n:
             out.append(f"template <typename scalar_t, int {self.w().upper()}_SIZE>")
-            out.append(f"__global__ void {self.ident()}_kernel_{r.randint(0, 999)}("
-                       f"scalar_t* __restrict__ {self.ident()}, const int {self.ident()}) {{")
+            out.append(
+                f"__global__ void {self.ident()}_kernel_{r.randint(0, 999)}("
+                f"scalar_t* __restrict__ {self.ident()}, const int {self.ident()}) {{"
+            )
             for _ in range(r.randint(4, 30)):
                 out.append(self.c_stmt("  "))
             out += ["}", ""]
-        out = out[: n - 1] + ["}  // namespace vllm"]
+        out = [*out[: n - 1], "}  // namespace vllm"]
         return out
 
     def md_file(self, n: int, module: str) -> list[str]:
@@ -233,29 +284,44 @@ class Gen:
             if x < 0.15:
                 out += [f"## {self.sentence(4).title()}", ""]
             elif x < 0.3:
-                out += ["```python"] + [self.py_stmt("") for _ in range(r.randint(2, 8))] + ["```", ""]
+                out += (
+                    ["```python"] + [self.py_stmt("") for _ in range(r.randint(2, 8))] + ["```", ""]
+                )
             elif x < 0.5:
-                out += [f"- {self.sentence().capitalize()} `{self.ident()}`." for _ in range(r.randint(2, 6))] + [""]
+                out += [
+                    f"- {self.sentence().capitalize()} `{self.ident()}`."
+                    for _ in range(r.randint(2, 6))
+                ] + [""]
             else:
-                out += [f"{self.sentence(14).capitalize()} `{self.ident()}`,",
-                        f"{self.sentence(12)} {r.randint(0, 9999)}.", ""]
+                out += [
+                    f"{self.sentence(14).capitalize()} `{self.ident()}`,",
+                    f"{self.sentence(12)} {r.randint(0, 9999)}.",
+                    "",
+                ]
         return out[:n]
 
     def other_file(self, n: int, ext: str) -> list[str]:
         if ext == ".txt":
-            return [f"{self.w()}-{self.w()}>={self.r.randint(0, 9)}.{self.r.randint(0, 40)}"
-                    for _ in range(min(n, 60))]
+            return [
+                f"{self.w()}-{self.w()}>={self.r.randint(0, 9)}.{self.r.randint(0, 40)}"
+                for _ in range(min(n, 60))
+            ]
         if ext == ".yml":
             out = [f"name: {self.sentence(3)}", "on:", "  pull_request:", "jobs:"]
             while len(out) < n:
                 out += [f"  {self.ident()}:", "    runs-on: ubuntu-latest", "    steps:"]
-                out += [f"      - run: {self.w()} {self.ident()} --{self.w()}={self.r.randint(0, 99)}"
-                        for _ in range(self.r.randint(3, 12))]
+                out += [
+                    f"      - run: {self.w()} {self.ident()} --{self.w()}={self.r.randint(0, 99)}"
+                    for _ in range(self.r.randint(3, 12))
+                ]
             return out[:n]
         if ext in (".sh", ".cmake"):
             return ["#!/bin/bash" if ext == ".sh" else f"# {self.sentence()}"] + [
                 f"{self.w().upper()}_{self.w().upper()}=${{{self.w().upper()}:-{self.r.randint(0, 999)}}}"
-                if self.r.random() < 0.5 else f"# {self.sentence()}" for _ in range(n - 1)]
+                if self.r.random() < 0.5
+                else f"# {self.sentence()}"
+                for _ in range(n - 1)
+            ]
         return [self.sentence() for _ in range(n)]
 
     def file(self, path: str, n: int) -> list[str]:
@@ -273,8 +339,9 @@ class Gen:
         self.counter += 1
         ind = like[: len(like) - len(like.lstrip())]
         kind = self.r.random()
-        if like.lstrip().startswith(("//", "const ", "float ", "TORCH_CHECK", "__")) or \
-                like.rstrip().endswith(";"):
+        if like.lstrip().startswith(
+            ("//", "const ", "float ", "TORCH_CHECK", "__")
+        ) or like.rstrip().endswith(";"):
             return f"{ind}const int {self.ident()}_{tag} = {self.ident()} + {self.counter};"
         if kind < 0.5:
             return f"{ind}{self.ident()} = {self.ident()}_{tag}({self.ident()}, {self.counter})"
@@ -323,11 +390,13 @@ def build_tree(rng: random.Random, gen: Gen) -> dict[str, list[str]]:
                 n = int(50 * 12 ** rng.random())
                 tree[path] = gen.file(path, n)
             if ".py" in exts and prefix.startswith(("vllm", "tests")):
-                tree.setdefault(f"{dirpath}/__init__.py",
-                                ["# SPDX-License-Identifier: Apache-2.0", ""])
+                tree.setdefault(
+                    f"{dirpath}/__init__.py", ["# SPDX-License-Identifier: Apache-2.0", ""]
+                )
     tree["README.md"] = gen.md_file(120, "README")
-    tree["pyproject.toml"] = ["[project]", 'name = "vllm"', 'version = "1.0.0"'] + \
-        [f'{gen.w()} = "{gen.ident()}"' for _ in range(60)]
+    tree["pyproject.toml"] = ["[project]", 'name = "vllm"', 'version = "1.0.0"'] + [
+        f'{gen.w()} = "{gen.ident()}"' for _ in range(60)
+    ]
     tree["setup.py"] = gen.py_file(400, "setup")
     tree["CMakeLists.txt"] = gen.other_file(300, ".cmake")
     return tree
@@ -337,13 +406,18 @@ def _good(line: str) -> bool:
     return len(line.strip()) > 14
 
 
-def make_patches(rng: random.Random, gen: Gen, base: dict[str, list[str]], n: int
-                 ) -> tuple[list[Patch], dict[str, list[tuple[str, int]]], dict[str, dict[int, int]]]:
+def make_patches(
+    rng: random.Random, gen: Gen, base: dict[str, list[str]], n: int
+) -> tuple[list[Patch], dict[str, list[tuple[str, int]]], dict[str, dict[int, int]]]:
     """Plan n non-overlapping patches. Returns the patches, the patched files' final
     content as (text, base index or -1) lists, and per file: protected base lines -> patch."""
-    candidates = sorted(p for p, lines in base.items()
-                        if p.endswith((".py", ".cu", ".cuh", ".cpp", ".h"))
-                        and p.startswith(("vllm/", "csrc/", "tests/")) and len(lines) >= 90)
+    candidates = sorted(
+        p
+        for p, lines in base.items()
+        if p.endswith((".py", ".cu", ".cuh", ".cpp", ".h"))
+        and p.startswith(("vllm/", "csrc/", "tests/"))
+        and len(lines) >= 90
+    )
     # Hot files: a fork's patches cluster in a few hundred files.
     hot = rng.sample(candidates, min(len(candidates), max(60, n // 2)))
     cur: dict[str, list[tuple[str, int]]] = {}
@@ -353,8 +427,12 @@ def make_patches(rng: random.Random, gen: Gen, base: dict[str, list[str]], n: in
         words = [gen.w() for _ in range(3)]
         name = f"p{i:04d}-{words[0]}-{words[1]}".replace("_", "-")
         verb = rng.choice(VERBS)
-        p = Patch(i, name, f"{name}: {verb} {words[0]} {words[1]} {words[2]} handling",
-                  f"{gen.sentence(12).capitalize()}.\n{gen.sentence(10).capitalize()}.")
+        p = Patch(
+            i,
+            name,
+            f"{name}: {verb} {words[0]} {words[1]} {words[2]} handling",
+            f"{gen.sentence(12).capitalize()}.\n{gen.sentence(10).capitalize()}.",
+        )
         # Kinds, spread evenly so every prefix of the series has its share.
         if i % 97 == 50:
             p.kind = "upstreamed"
@@ -390,30 +468,44 @@ def make_patches(rng: random.Random, gen: Gen, base: dict[str, list[str]], n: in
                 p.files[path] = hunks
         if not p.files and not p.new_files:
             raise RuntimeError(f"could not place patch {i}: tree too small for {n} patches")
-        if p.kind == "mid3way" and not any(h.kind == "double" for hs in p.files.values()
-                                           for h in hs):
+        if p.kind == "mid3way" and not any(
+            h.kind == "double" for hs in p.files.values() for h in hs
+        ):
             p.kind = "plain"
         patches.append(p)
     return patches, cur, prot
 
 
-def _plan_hunk(rng: random.Random, gen: Gen, lines: list[tuple[str, int]],
-               prot: dict[int, int], pid: int, tag: str, double: bool) -> Hunk | None:
-    kind = "double" if double else rng.choices(("replace", "insert", "delete", "double"),
-                                               (50, 30, 8, 12))[0]
-    span = {"replace": rng.randint(1, 2), "insert": 0, "delete": rng.randint(1, 2),
-            "double": 5}[kind]
+def _plan_hunk(
+    rng: random.Random,
+    gen: Gen,
+    lines: list[tuple[str, int]],
+    prot: dict[int, int],
+    pid: int,
+    tag: str,
+    double: bool,
+) -> Hunk | None:
+    kind = (
+        "double"
+        if double
+        else rng.choices(("replace", "insert", "delete", "double"), (50, 30, 8, 12))[0]
+    )
+    span = {"replace": rng.randint(1, 2), "insert": 0, "delete": rng.randint(1, 2), "double": 5}[
+        kind
+    ]
     tag = tag.split("-")[0]
     for _ in range(60):
         idx = rng.randint(WINDOW + 4, len(lines) - span - WINDOW - 4)
-        window = lines[idx - WINDOW: idx + span + WINDOW]
+        window = lines[idx - WINDOW : idx + span + WINDOW]
         if any(b < 0 or b in prot for _, b in window):
             continue
-        if not (_good(lines[idx - 1][0]) and _good(lines[idx + span][0])
-                and _good(lines[idx - 3][0])):
+        if not (
+            _good(lines[idx - 1][0]) and _good(lines[idx + span][0]) and _good(lines[idx - 3][0])
+        ):
             continue
-        if kind == "double" and not (_good(lines[idx + 2][0]) and _good(lines[idx][0])
-                                     and _good(lines[idx + 4][0])):
+        if kind == "double" and not (
+            _good(lines[idx + 2][0]) and _good(lines[idx][0]) and _good(lines[idx + 4][0])
+        ):
             continue
         for _, b in window:
             prot[b] = pid
@@ -421,21 +513,29 @@ def _plan_hunk(rng: random.Random, gen: Gen, lines: list[tuple[str, int]],
         like = lines[idx][0] if span else lines[idx - 1][0]
         if kind == "replace":
             new = [gen.new_line(like, tag) for _ in range(rng.randint(1, 3))]
-            hk = Hunk(kind, [b for _, b in lines[idx: idx + span]], lines[idx][1], ctx1,
-                      new_lines=[new])
-            lines[idx: idx + span] = [(t, -1) for t in new]
+            hk = Hunk(
+                kind, [b for _, b in lines[idx : idx + span]], lines[idx][1], ctx1, new_lines=[new]
+            )
+            lines[idx : idx + span] = [(t, -1) for t in new]
         elif kind == "insert":
             new = [gen.new_line(like, tag) for _ in range(rng.randint(1, 5))]
             hk = Hunk(kind, [], lines[idx][1], ctx1, new_lines=[new])
             lines[idx:idx] = [(t, -1) for t in new]
         elif kind == "delete":
-            hk = Hunk(kind, [b for _, b in lines[idx: idx + span]], lines[idx][1], ctx1,
-                      new_lines=[[]])
-            del lines[idx: idx + span]
+            hk = Hunk(
+                kind, [b for _, b in lines[idx : idx + span]], lines[idx][1], ctx1, new_lines=[[]]
+            )
+            del lines[idx : idx + span]
         else:
             a, b = gen.new_line(lines[idx][0], tag), gen.new_line(lines[idx + 4][0], tag)
-            hk = Hunk(kind, [lines[idx][1], lines[idx + 4][1]], lines[idx][1], ctx1,
-                      mid=lines[idx + 2][1], new_lines=[[a], [b]])
+            hk = Hunk(
+                kind,
+                [lines[idx][1], lines[idx + 4][1]],
+                lines[idx][1],
+                ctx1,
+                mid=lines[idx + 2][1],
+                new_lines=[[a], [b]],
+            )
             lines[idx] = (a, -1)
             lines[idx + 4] = (b, -1)
         return hk
@@ -443,6 +543,7 @@ def _plan_hunk(rng: random.Random, gen: Gen, lines: list[tuple[str, int]],
 
 
 # --------------------------------------------------------------------------- drift
+
 
 @dataclass
 class Op:
@@ -459,22 +560,29 @@ def apply_ops(base: list[str], ops: list[Op], upto: int) -> list[str]:
     pos = 0
     for op in sorted((o for o in ops if o.commit <= upto), key=lambda o: (o.start, o.end)):
         assert op.start >= pos, "overlapping drift ops"
-        out.extend(base[pos: op.start])
+        out.extend(base[pos : op.start])
         out.extend(op.new)
         pos = op.end
     out.extend(base[pos:])
     return out
 
 
-def plan_drift(rng: random.Random, gen: Gen, base: dict[str, list[str]], patches: list[Patch],
-               prot: dict[str, dict[int, int]], n_commits: int
-               ) -> tuple[dict[str, list[Op]], dict[str, list[str]], dict[str, int],
-                          list[tuple[str, str, int]], list[str]]:
+def plan_drift(
+    rng: random.Random,
+    gen: Gen,
+    base: dict[str, list[str]],
+    patches: list[Patch],
+    prot: dict[str, dict[int, int]],
+    n_commits: int,
+) -> tuple[
+    dict[str, list[Op]], dict[str, list[str]], dict[str, int], list[tuple[str, str, int]], list[str]
+]:
     """Returns per-file ops, added files (path -> lines, commit), deleted (path -> commit),
     renames (old, new, commit), commit subjects."""
     ops: dict[str, list[Op]] = defaultdict(list)
-    subjects = [f"{rng.choice(VERBS)} {gen.w()} {gen.w()} in {gen.w()} ({i + 1})"
-                for i in range(n_commits)]
+    subjects = [
+        f"{rng.choice(VERBS)} {gen.w()} {gen.w()} in {gen.w()} ({i + 1})" for i in range(n_commits)
+    ]
     patched = {p for pt in patches for p in pt.files}
     new_in_patches = {p for pt in patches for p in pt.new_files}
     # 1. Patches upstreamed verbatim: one commit each, like a cherry-pick upstream.
@@ -518,8 +626,14 @@ def plan_drift(rng: random.Random, gen: Gen, base: dict[str, list[str]], patches
     rng.shuffle(others)
     touched_unpatched = others[:1300]
     deleted = {p: rng.randrange(n_commits) for p in others[1300:1340]}
-    renames = [(p, p.replace(".py", "_v2.py") if p.endswith(".py") else p + ".v2",
-                rng.randrange(n_commits)) for p in others[1340:1352]]
+    renames = [
+        (
+            p,
+            p.replace(".py", "_v2.py") if p.endswith(".py") else p + ".v2",
+            rng.randrange(n_commits),
+        )
+        for p in others[1340:1352]
+    ]
     offset_files = [p for p in sorted(patched) if rng.random() < 0.5]
     for path in offset_files + touched_unpatched:
         lines = base[path]
@@ -548,8 +662,16 @@ def plan_drift(rng: random.Random, gen: Gen, base: dict[str, list[str]], patches
     # independent (non-overlapping in base coordinates) so any order is fine.
     added: dict[str, list[str]] = {}
     for i in range(160):
-        d = rng.choice(("vllm/model_executor/models", "vllm/v1/" + gen.w(), "tests/models",
-                        "docs/" + gen.w(), "csrc/" + gen.w(), "vllm/entrypoints/" + gen.w()))
+        d = rng.choice(
+            (
+                "vllm/model_executor/models",
+                "vllm/v1/" + gen.w(),
+                "tests/models",
+                "docs/" + gen.w(),
+                "csrc/" + gen.w(),
+                "vllm/entrypoints/" + gen.w(),
+            )
+        )
         ext = ".md" if d.startswith("docs") else (".cu" if d.startswith("csrc") else ".py")
         path = f"{d}/{gen.ident()}_{i}{ext}"
         if path in base or path in new_in_patches:
@@ -569,15 +691,26 @@ class Stream:
         self.mark = 0
         self.time = 1_700_000_000
 
-    def commit(self, ref: str, message: str, changes: list[tuple[str, list[str] | None]],
-               parent: str | None = None) -> str:
+    def commit(
+        self,
+        ref: str,
+        message: str,
+        changes: list[tuple[str, list[str] | None]],
+        parent: str | None = None,
+    ) -> str:
         self.mark += 1
         self.time += 60
         m = f":{self.mark}"
         msg = message.encode()
         who = f"Upstream Dev <dev@example.invalid> {self.time} +0000".encode()
-        out = [f"commit {ref}\nmark {m}\n".encode(), b"author " + who + b"\n",
-               b"committer " + who + b"\n", b"data %d\n" % len(msg), msg, b"\n"]
+        out = [
+            f"commit {ref}\nmark {m}\n".encode(),
+            b"author " + who + b"\n",
+            b"committer " + who + b"\n",
+            b"data %d\n" % len(msg),
+            msg,
+            b"\n",
+        ]
         if parent:
             out.append(f"from {parent}\n".encode())
         for path, lines in changes:
@@ -601,8 +734,11 @@ def generate(workdir: Path, sizes: list[int], seed: int, force: bool = False) ->
     stamp = data / "manifest.json"
     if stamp.exists() and not force:
         manifest = json.loads(stamp.read_text())
-        if manifest.get("seed") == seed and manifest.get("sizes") == sizes and \
-                manifest.get("version") == GENERATOR_VERSION:
+        if (
+            manifest.get("seed") == seed
+            and manifest.get("sizes") == sizes
+            and manifest.get("version") == GENERATOR_VERSION
+        ):
             print(f"gen_tree: reusing {data} (seed {seed}; --force to rebuild)")
             return manifest
     rmtree(data)
@@ -619,11 +755,13 @@ def generate(workdir: Path, sizes: list[int], seed: int, force: bool = False) ->
 
     # ---- the repository, in one fast-import stream
     s = Stream()
-    root = s.commit("refs/heads/main", "Initial import (v1.0.0)\n",
-                    [(p, base[p]) for p in sorted(base)])
+    root = s.commit(
+        "refs/heads/main", "Initial import (v1.0.0)\n", [(p, base[p]) for p in sorted(base)]
+    )
     # The series: replay each patch onto the patched files' content.
-    state: dict[str, list[tuple[str, int]]] = {p: [(t, j) for j, t in enumerate(base[p])]
-                                              for p in cur}
+    state: dict[str, list[tuple[str, int]]] = {
+        p: [(t, j) for j, t in enumerate(base[p])] for p in cur
+    }
     parent = root
     marks_series = []
     # Rebuild per-patch file states by replaying the plan: the final content per file
@@ -641,8 +779,9 @@ def generate(workdir: Path, sizes: list[int], seed: int, force: bool = False) ->
             changes.append((path, [t for t, _ in lines]))
         for path, lines in pt.new_files.items():
             changes.append((path, lines))
-        parent = s.commit("refs/heads/series", f"{pt.subject}\n\n{pt.body}\n", changes,
-                          parent=parent)
+        parent = s.commit(
+            "refs/heads/series", f"{pt.subject}\n\n{pt.body}\n", changes, parent=parent
+        )
         marks_series.append(parent)
     for path in cur:
         assert [t for t, _ in state[path]] == [t for t, _ in cur[path]], path
@@ -670,8 +809,11 @@ def generate(workdir: Path, sizes: list[int], seed: int, force: bool = False) ->
     upstream = data / "upstream.git"
     run(["git", "init", "-q", "--bare", str(upstream)])
     marks_file = data / "marks"
-    run(["git", "fast-import", "--quiet", "--done", f"--export-marks={marks_file}"],
-        cwd=upstream, input=s.bytes())
+    run(
+        ["git", "fast-import", "--quiet", "--done", f"--export-marks={marks_file}"],
+        cwd=upstream,
+        input=s.bytes(),
+    )
     marks = dict(line.split() for line in marks_file.read_text().splitlines())
     git("tag", "v1.0.0", marks[root], cwd=upstream)
     git("tag", "v1.1.0", "main", cwd=upstream)
@@ -682,8 +824,19 @@ def generate(workdir: Path, sizes: list[int], seed: int, force: bool = False) ->
 
     # ---- format-patch / mbox / quilt
     fp_dir = data / "format-patch"
-    run(["git", "format-patch", "-q", "--zero-commit", "--no-signature", "-o", str(fp_dir),
-         f"v1.0.0..series-{n_max}"], cwd=upstream)
+    run(
+        [
+            "git",
+            "format-patch",
+            "-q",
+            "--zero-commit",
+            "--no-signature",
+            "-o",
+            str(fp_dir),
+            f"v1.0.0..series-{n_max}",
+        ],
+        cwd=upstream,
+    )
     fp_files = sorted(fp_dir.glob("*.patch"))
     assert len(fp_files) == n_max, len(fp_files)
     for n in sizes:
@@ -703,8 +856,10 @@ def generate(workdir: Path, sizes: list[int], seed: int, force: bool = False) ->
     for n in sizes:
         proj = data / f"project-{n}"
         proj.mkdir()
-        run([*fp, "init", "--fork-url", str(upstream), "--base", "v1.0.0", "--name", "bench"],
-            cwd=proj)
+        run(
+            [*fp, "init", "--fork-url", str(upstream), "--base", "v1.0.0", "--name", "bench"],
+            cwd=proj,
+        )
         t1 = time.perf_counter()
         run([*fp, "-q", "import", *[str(f) for f in fp_files[:n]]], cwd=proj)
         t_import[n] = round(time.perf_counter() - t1, 2)
@@ -714,31 +869,42 @@ def generate(workdir: Path, sizes: list[int], seed: int, force: bool = False) ->
     for pt in patches:
         kinds[pt.kind].append(pt.name)
     info = {
-        "version": GENERATOR_VERSION, "seed": seed, "sizes": sizes,
+        "version": GENERATOR_VERSION,
+        "seed": seed,
+        "sizes": sizes,
         "files_v1_0_0": len(base),
         "lines_v1_0_0": sum(len(x) for x in base.values()),
         "bytes_v1_0_0": sum(len("\n".join(x)) + 1 for x in base.values()),
         "drift_commits": n_drift,
-        "drift_files_changed": int(git("diff", "--shortstat", "v1.0.0", "v1.1.0",
-                                       cwd=upstream).split()[0]),
+        "drift_files_changed": int(
+            git("diff", "--shortstat", "v1.0.0", "v1.1.0", cwd=upstream).split()[0]
+        ),
         "drift_shortstat": git("diff", "--shortstat", "-M", "v1.0.0", "v1.1.0", cwd=upstream),
         "patched_files": len(cur),
         "patched_files_changed_upstream": sum(1 for p in cur if ops.get(p)),
         "kinds": {k: v for k, v in sorted(kinds.items()) if k != "plain"},
         "kind_counts_per_size": {
-            str(n): {k: sum(1 for x in patches[:n] if x.kind == k)
-                     for k in ("plain", "newfile", "fuzz3way", "mid3way", "upstreamed")}
-            for n in sizes},
+            str(n): {
+                k: sum(1 for x in patches[:n] if x.kind == k)
+                for k in ("plain", "newfile", "fuzz3way", "mid3way", "upstreamed")
+            }
+            for n in sizes
+        },
         "upstream": str(upstream),
-        "seconds": {"plan": round(t_plan, 2), "repo": round(t_repo, 2),
-                    "format_patch_quilt": round(t_files, 2),
-                    "forkpatch_import": t_import,
-                    "total": round(time.perf_counter() - t0, 2)},
+        "seconds": {
+            "plan": round(t_plan, 2),
+            "repo": round(t_repo, 2),
+            "format_patch_quilt": round(t_files, 2),
+            "forkpatch_import": t_import,
+            "total": round(time.perf_counter() - t0, 2),
+        },
     }
     stamp.write_text(json.dumps(info, indent=2) + "\n")
-    print(f"gen_tree: {info['files_v1_0_0']} files, {info['lines_v1_0_0']} lines, "
-          f"{info['bytes_v1_0_0'] / 1e6:.1f} MB at v1.0.0; {n_max} patches; drift "
-          f"{info['drift_shortstat']} in {n_drift} commits; {info['seconds']}")
+    print(
+        f"gen_tree: {info['files_v1_0_0']} files, {info['lines_v1_0_0']} lines, "
+        f"{info['bytes_v1_0_0'] / 1e6:.1f} MB at v1.0.0; {n_max} patches; drift "
+        f"{info['drift_shortstat']} in {n_drift} commits; {info['seconds']}"
+    )
     return info
 
 
@@ -750,7 +916,7 @@ def _apply_hunk(lines: list[tuple[str, int]], h: Hunk) -> None:
         lines[i:i] = [(t, -1) for t in h.new_lines[0]]
     elif h.kind in ("replace", "delete"):
         i = pos[h.changed[0]]
-        lines[i: i + len(h.changed)] = [(t, -1) for t in h.new_lines[0]]
+        lines[i : i + len(h.changed)] = [(t, -1) for t in h.new_lines[0]]
     else:
         for b, new in zip(h.changed, h.new_lines, strict=True):
             i = pos[b]

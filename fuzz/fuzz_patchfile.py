@@ -47,7 +47,7 @@ def test_one_input(data: bytes) -> None:
 
 
 def main() -> None:
-    fuzz(test_one_input, 'patches/*.patch', SEEDS)
+    fuzz(test_one_input, "patches/*.patch", SEEDS)
 
 
 if __name__ == "__main__":

@@ -22,8 +22,10 @@ SEEDS = [
     b"version: 1\nfork: {name: f, url: /x}\nbase: {tag: v1, commit: " + b"a" * 40 + b"}\n",
     b"a: &a [x, *a]\n",
     b"fork: {name: f, name: g}\n",
-    (b"version: 1\nfork: {name: f, url: /x}\nbase: {tag: 1.2, commit: x}\npatches:\n"
-     b"  - {name: p, file: ../p.patch, summary: s, colour: red}\n"),
+    (
+        b"version: 1\nfork: {name: f, url: /x}\nbase: {tag: 1.2, commit: x}\npatches:\n"
+        b"  - {name: p, file: ../p.patch, summary: s, colour: red}\n"
+    ),
 ]
 
 
@@ -43,13 +45,15 @@ def test_one_input(data: bytes) -> None:
         return
     text = dump_series(series)
     again = parse_series(text)
-    assert again.patches == tuple(p.__class__(**{**p.__dict__, "line": q.line})
-                                  for p, q in zip(series.patches, again.patches, strict=True))
+    assert again.patches == tuple(
+        p.__class__(**{**p.__dict__, "line": q.line})
+        for p, q in zip(series.patches, again.patches, strict=True)
+    )
     assert again.base == series.base and again.fork == series.fork
 
 
 def main() -> None:
-    fuzz(test_one_input, 'series.yaml', SEEDS)
+    fuzz(test_one_input, "series.yaml", SEEDS)
 
 
 if __name__ == "__main__":

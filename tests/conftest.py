@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fptest import GIT_ENV, Runner, ScratchRepo, snapshot  # noqa: F401 - re-exported
+from fptest import GIT_ENV, Runner, ScratchRepo, snapshot
 
 
 @pytest.fixture
@@ -37,5 +37,3 @@ def example_project(tmp_path: Path, example_fork, capsys) -> Iterator[tuple[Path
     incoming = write_example_patches(example_fork.path, "v1.2.1", tmp_path / "incoming")
     run("import", *map(str, incoming))
     yield project, run
-
-

@@ -18,10 +18,14 @@ from forkpatch.cli import main as cli_main
 from forkpatch.git import DIFF_OPTIONS
 
 GIT_ENV = {
-    "GIT_AUTHOR_NAME": "Test Author", "GIT_AUTHOR_EMAIL": "test@example.invalid",
-    "GIT_COMMITTER_NAME": "Test Author", "GIT_COMMITTER_EMAIL": "test@example.invalid",
-    "GIT_AUTHOR_DATE": "2026-06-01T00:00:00Z", "GIT_COMMITTER_DATE": "2026-06-01T00:00:00Z",
-    "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_AUTHOR_NAME": "Test Author",
+    "GIT_AUTHOR_EMAIL": "test@example.invalid",
+    "GIT_COMMITTER_NAME": "Test Author",
+    "GIT_COMMITTER_EMAIL": "test@example.invalid",
+    "GIT_AUTHOR_DATE": "2026-06-01T00:00:00Z",
+    "GIT_COMMITTER_DATE": "2026-06-01T00:00:00Z",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": os.devnull,
 }
 
 
@@ -37,9 +41,17 @@ class ScratchRepo:
         env = {**os.environ, **GIT_ENV}
         for k in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
             env.pop(k, None)
-        return subprocess.run(["git", "-C", str(self.path), *args], check=True, env=env,
-                              input=input, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE).stdout.decode().strip()
+        return (
+            subprocess.run(
+                ["git", "-C", str(self.path), *args],
+                check=True,
+                env=env,
+                input=input,
+                capture_output=True,
+            )
+            .stdout.decode()
+            .strip()
+        )
 
     def add_file(self, rel: str, content: str | bytes, mode: int | None = None) -> Path:
         p = self.path / rel
@@ -87,7 +99,9 @@ class Runner:
             os.chdir(old)
         out, err = self.capsys.readouterr()
         if expect is not None:
-            assert code == expect, f"forkpatch {' '.join(args)} -> {code}\nstdout:{out}\nstderr:{err}"
+            assert code == expect, (
+                f"forkpatch {' '.join(args)} -> {code}\nstdout:{out}\nstderr:{err}"
+            )
         return code, out, err
 
 
@@ -260,8 +274,9 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve_pypiserver(root: Path, options: list[str], *, log: Path | None = None,
-                     ready_path: str = "simple/") -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+def serve_pypiserver(
+    root: Path, options: list[str], *, log: Path | None = None, ready_path: str = "simple/"
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """pypiserver on 127.0.0.1 (a free port) serving ``root`` with ``options`` (auth,
     ...); yields (url, process) once ``ready_path`` answers, stops it afterwards."""
     import sys
@@ -269,10 +284,23 @@ def serve_pypiserver(root: Path, options: list[str], *, log: Path | None = None,
     import urllib.request
 
     port = free_port()
-    out = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115 - closed below
-    proc = subprocess.Popen([sys.executable, "-m", "pypiserver", "run", "-i", "127.0.0.1",
-                             "-p", str(port), *options, str(root)],
-                            stdout=out, stderr=subprocess.STDOUT)
+    out = open(log, "wb") if log else subprocess.DEVNULL
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pypiserver",
+            "run",
+            "-i",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            *options,
+            str(root),
+        ],
+        stdout=out,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}/"
     try:
         deadline = time.monotonic() + 30
@@ -282,8 +310,9 @@ def serve_pypiserver(root: Path, options: list[str], *, log: Path | None = None,
                 break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("pypiserver did not start"
-                                       + (f": {log.read_text()}" if log else "")) from None
+                    raise RuntimeError(
+                        "pypiserver did not start" + (f": {log.read_text()}" if log else "")
+                    ) from None
                 time.sleep(0.2)
         yield url, proc
     finally:

@@ -79,9 +79,9 @@ def apply_delta(source: bytes, delta: bytes) -> bytes:
             size = size or 0x10000
             if offset + size > len(source):
                 raise BinaryPatchError("binary delta copies past the end of the file")
-            out += source[offset:offset + size]
+            out += source[offset : offset + size]
         elif op:
-            out += delta[pos:pos + op]
+            out += delta[pos : pos + op]
             pos += op
         else:
             raise BinaryPatchError("binary delta has a reserved opcode")
@@ -94,10 +94,17 @@ def apply_binary(old: bytes | None, fp: FilePatch, git: Git | None = None) -> by
     """Return the new content of a binary file patch (None when it deletes the file)."""
     if fp.new_path is None:
         return None
-    if fp.old_oid and _FULL_OID.match(fp.old_oid) and old is not None \
-            and fp.old_oid != "0" * 40 and _blob_id(old) != fp.old_oid:
-        raise BinaryPatchError(f"{fp.path}: the binary patch was made for another version of "
-                               "the file (its blob id differs)")
+    if (
+        fp.old_oid
+        and _FULL_OID.match(fp.old_oid)
+        and old is not None
+        and fp.old_oid != "0" * 40
+        and _blob_id(old) != fp.old_oid
+    ):
+        raise BinaryPatchError(
+            f"{fp.path}: the binary patch was made for another version of "
+            "the file (its blob id differs)"
+        )
     lines = fp.raw.split(b"\n")
     try:
         start = lines.index(b"GIT binary patch")
@@ -110,11 +117,13 @@ def apply_binary(old: bytes | None, fp: FilePatch, git: Git | None = None) -> by
                     data = r.blob(fp.new_oid)
                 if data is not None:
                     return data
-        raise BinaryPatchError(f"{fp.path}: the patch says only 'Binary files differ'; "
-                               "regenerate it with `git diff --binary`") from None
+        raise BinaryPatchError(
+            f"{fp.path}: the patch says only 'Binary files differ'; "
+            "regenerate it with `git diff --binary`"
+        ) from None
     kind, _, size_text = lines[start + 1].partition(b" ")
     block: list[bytes] = []
-    for line in lines[start + 2:]:
+    for line in lines[start + 2 :]:
         if not line:
             break
         block.append(line)

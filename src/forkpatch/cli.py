@@ -50,24 +50,34 @@ class AliasedGroup(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         return super().get_command(ctx, self.ALIASES.get(cmd_name, cmd_name))
 
-    def resolve_command(self, ctx: click.Context, args: list[str]
-                        ) -> tuple[str | None, click.Command | None, list[str]]:
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
         _, cmd, rest = super().resolve_command(ctx, args)
         return (cmd.name if cmd else None), cmd, rest
 
 
 @click.group(cls=AliasedGroup, context_settings=CONTEXT_SETTINGS)
 @click.version_option(__version__, "-V", "--version", prog_name="forkpatch")
-@click.option("-C", "directory", type=click.Path(file_okay=False, path_type=Path),
-              help="Run as if started in DIR (the project with series.yaml).")
-@click.option("--fork-repo", metavar="PATH", envvar="FORKPATCH_FORK_REPO",
-              help="Local clone of the fork (bare or not) to use instead of fork.url. "
-                   "[env: FORKPATCH_FORK_REPO]")
+@click.option(
+    "-C",
+    "directory",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Run as if started in DIR (the project with series.yaml).",
+)
+@click.option(
+    "--fork-repo",
+    metavar="PATH",
+    envvar="FORKPATCH_FORK_REPO",
+    help="Local clone of the fork (bare or not) to use instead of fork.url. "
+    "[env: FORKPATCH_FORK_REPO]",
+)
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
 @click.option("-q", "--quiet", is_flag=True, help="Less progress output on stderr.")
 @click.pass_context
-def cli(ctx: click.Context, directory: Path | None, fork_repo: str | None, debug: bool,
-        quiet: bool) -> None:
+def cli(
+    ctx: click.Context, directory: Path | None, fork_repo: str | None, debug: bool, quiet: bool
+) -> None:
     """Manage a series of private patches on top of a fork of vLLM.
 
     Shell completion: add `eval "$(_FORKPATCH_COMPLETE=bash_source forkpatch)"` to
@@ -84,8 +94,7 @@ def _table(rows: list[list[str]], headers: list[str]) -> str:
     widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows, strict=False)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
     for row in rows:
-        lines.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True))
-                     .rstrip())
+        lines.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
     return "\n".join(lines)
 
 
@@ -115,23 +124,38 @@ def _print_results(results: list[Any], applied: list[str] | None = None) -> None
 @click.option("--fork-url", required=True, help="Git URL (or path) of the fork.")
 @click.option("--base", "base_tag", required=True, help="Tag of the fork the series applies to.")
 @click.option("--name", "fork_name", help="Fork name (default: from the URL).")
-@click.option("--distribution", default="1cat-vllm", show_default=True,
-              help="Distribution name of the fork's wheel.")
+@click.option(
+    "--distribution",
+    default="1cat-vllm",
+    show_default=True,
+    help="Distribution name of the fork's wheel.",
+)
 @click.option("--force", is_flag=True, help="Overwrite an existing series.yaml.")
 @pass_ctx
-def init(c: Ctx, fork_url: str, base_tag: str, fork_name: str | None, distribution: str,
-         force: bool) -> None:
+def init(
+    c: Ctx, fork_url: str, base_tag: str, fork_name: str | None, distribution: str, force: bool
+) -> None:
     """Start a series: write series.yaml and patches/ for the fork at BASE."""
     from forkpatch.ops import init_project
 
-    project = init_project(c.directory or Path.cwd(), fork_url=fork_url, base_tag=base_tag,
-                           fork_name=fork_name, distribution=distribution,
-                           fork_override=c.fork_repo, force=force)
+    project = init_project(
+        c.directory or Path.cwd(),
+        fork_url=fork_url,
+        base_tag=base_tag,
+        fork_name=fork_name,
+        distribution=distribution,
+        fork_override=c.fork_repo,
+        force=force,
+    )
     s = project.series
-    log.info(f"wrote {project.series_path} (base {s.base.tag} = {s.base.commit[:12]}) and "
-             f"{project.patches_dir}/")
-    log.info("next: `forkpatch apply`, then `forkpatch new NAME` to start a patch, "
-             "or `forkpatch import FILE...`")
+    log.info(
+        f"wrote {project.series_path} (base {s.base.tag} = {s.base.commit[:12]}) and "
+        f"{project.patches_dir}/"
+    )
+    log.info(
+        "next: `forkpatch apply`, then `forkpatch new NAME` to start a patch, "
+        "or `forkpatch import FILE...`"
+    )
 
 
 @cli.command()
@@ -146,23 +170,31 @@ def status(c: Ctx, as_json: bool) -> None:
     if as_json:
         log.emit_json(report.to_json())
     else:
-        log.info(f"base {report.base_tag} ({report.base_commit[:12]}), "
-                 f"{len(report.results)} patch(es)"
-                 + (f", work tree {report.worktree}" if report.worktree else ""))
+        log.info(
+            f"base {report.base_tag} ({report.base_commit[:12]}), "
+            f"{len(report.results)} patch(es)"
+            + (f", work tree {report.worktree}" if report.worktree else "")
+        )
         _print_results(report.results, report.applied)
         if report.editing:
-            log.info(f"editing '{report.editing}': `forkpatch refresh` re-applies the patches "
-                     "above it")
+            log.info(
+                f"editing '{report.editing}': `forkpatch refresh` re-applies the patches above it"
+            )
         for o in report.orphans:
-            log.warn(f"patches/{o} is not listed in series.yaml (orphan); "
-                     f"`forkpatch import patches/{o}` adds it")
+            log.warn(
+                f"patches/{o} is not listed in series.yaml (orphan); "
+                f"`forkpatch import patches/{o}` adds it"
+            )
     if any(r.status == "conflict" for r in report.results):
         raise SystemExit(3)
 
 
 @cli.command()
-@click.option("--worktree", type=click.Path(file_okay=False, path_type=Path),
-              help="Where to create the work tree (default: .forkpatch/worktree).")
+@click.option(
+    "--worktree",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where to create the work tree (default: .forkpatch/worktree).",
+)
 @click.option("--force", is_flag=True, help="Discard unsaved changes in an existing work tree.")
 @pass_ctx
 def apply(c: Ctx, worktree: Path | None, force: bool) -> None:
@@ -177,8 +209,9 @@ def apply(c: Ctx, worktree: Path | None, force: bool) -> None:
 @cli.command()
 @click.argument("name", required=False)
 @click.option("-a", "--all", "all_", is_flag=True, help="Push all unapplied patches.")
-@click.option("--merge", is_flag=True,
-              help="3-way merge a patch that does not apply; leave conflict markers.")
+@click.option(
+    "--merge", is_flag=True, help="3-way merge a patch that does not apply; leave conflict markers."
+)
 @pass_ctx
 def push(c: Ctx, name: str | None, all_: bool, merge: bool) -> None:
     """Apply the next patch (or up to NAME, or --all) in the work tree."""
@@ -224,8 +257,10 @@ def new(c: Ctx, name: str, summary: str | None) -> None:
     stack = c.stack()
     with stack.project.locked("new"):
         entry = stack.new(name, summary)
-    log.info(f"created {entry.name} (patches/{entry.file}); edit files in the work tree, "
-             "then `forkpatch refresh`")
+    log.info(
+        f"created {entry.name} (patches/{entry.file}); edit files in the work tree, "
+        "then `forkpatch refresh`"
+    )
 
 
 @cli.command()
@@ -236,13 +271,18 @@ def edit(c: Ctx, name: str) -> None:
     stack = c.stack()
     with stack.project.locked("edit"):
         path = stack.edit(name)
-    log.info(f"editing {name} in {path}; `forkpatch refresh` saves it and re-applies the "
-             "patches above")
+    log.info(
+        f"editing {name} in {path}; `forkpatch refresh` saves it and re-applies the patches above"
+    )
 
 
 @cli.command()
-@click.option("-f", "--force", is_flag=True,
-              help="Save even with conflict markers / when patches above no longer apply.")
+@click.option(
+    "-f",
+    "--force",
+    is_flag=True,
+    help="Save even with conflict markers / when patches above no longer apply.",
+)
 @pass_ctx
 def refresh(c: Ctx, force: bool) -> None:
     """Write the top patch (with the work tree's changes) back to its file."""
@@ -301,20 +341,25 @@ def export(c: Ctx) -> None:
     stack = c.stack()
     with stack.project.locked("export"):
         changed = stack.export()
-    log.info(f"{len(changed)} patch file(s) changed" + (": " + ", ".join(changed)
-                                                         if changed else ""))
+    log.info(
+        f"{len(changed)} patch file(s) changed" + (": " + ", ".join(changed) if changed else "")
+    )
 
 
 @cli.command(name="import")
 @click.argument("files", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--quilt", "quilt_dir", type=click.Path(exists=True, file_okay=False,
-                                                      path_type=Path),
-              help="Import a quilt patches/ directory (with its series file).")
+@click.option(
+    "--quilt",
+    "quilt_dir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="Import a quilt patches/ directory (with its series file).",
+)
 @click.option("--name", help="Name for the patch (one plain diff only).")
 @click.option("--after", metavar="OTHER", help="Insert after OTHER (default: at the end).")
 @pass_ctx
-def import_(c: Ctx, files: tuple[Path, ...], quilt_dir: Path | None, name: str | None,
-            after: str | None) -> None:
+def import_(
+    c: Ctx, files: tuple[Path, ...], quilt_dir: Path | None, name: str | None, after: str | None
+) -> None:
     """Import git format-patch files, mbox, plain diffs, or a quilt series."""
     from forkpatch.importer import import_patches
 
@@ -322,8 +367,9 @@ def import_(c: Ctx, files: tuple[Path, ...], quilt_dir: Path | None, name: str |
         raise UsageError("nothing to import", tip="give FILES... or --quilt DIR")
     project = c.project()
     with project.locked("import"):
-        entries = import_patches(project, files=list(files), quilt_dir=quilt_dir, name=name,
-                                 after=after)
+        entries = import_patches(
+            project, files=list(files), quilt_dir=quilt_dir, name=name, after=after
+        )
     for e in entries:
         log.info(f"imported {e.name} -> patches/{e.file}")
 
@@ -348,8 +394,12 @@ def _register_optional() -> None:
     """Commands from later stages register themselves if their modules are present."""
     import importlib
 
-    for module in ("forkpatch.cli_rebase", "forkpatch.cli_build", "forkpatch.cli_smoke",
-                   "forkpatch.cli_track"):
+    for module in (
+        "forkpatch.cli_rebase",
+        "forkpatch.cli_build",
+        "forkpatch.cli_smoke",
+        "forkpatch.cli_track",
+    ):
         try:
             mod = importlib.import_module(module)
         except ModuleNotFoundError as exc:
@@ -363,8 +413,10 @@ _register_optional()
 
 
 def main(argv: list[str] | None = None) -> int:
-    debug = "--debug" in (argv if argv is not None else sys.argv[1:]) or \
-        os.environ.get("FORKPATCH_DEBUG") == "1"
+    debug = (
+        "--debug" in (argv if argv is not None else sys.argv[1:])
+        or os.environ.get("FORKPATCH_DEBUG") == "1"
+    )
     command, directory = _command_of(argv if argv is not None else sys.argv[1:])
     # `rebase` reports its own state; any other command mentions a rebase in progress.
     hint = command not in (None, "rebase", "init", "demo")
@@ -394,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
         if hint:
             _hint_pending_operation(directory)
         return 130
-    except Exception:  # noqa: BLE001 - the one place that reports unexpected failures
+    except Exception:
         if debug:
             traceback.print_exc()
         else:
@@ -414,7 +466,7 @@ def _hint_pending_operation(directory: Path | None = None) -> bool:
         return False
     try:
         hint = pending_hint(directory or Path.cwd())
-    except Exception:  # noqa: BLE001 - a hint must never break a command
+    except Exception:
         return False
     if hint:
         print(f"  note: {hint}", file=sys.stderr)

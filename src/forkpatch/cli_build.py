@@ -13,33 +13,61 @@ def register(cli: click.Group) -> None:
     from forkpatch.cli import Ctx, pass_ctx
 
     @cli.command(name="build-wheel")
-    @click.option("--mode", type=click.Choice(["auto", "overlay", "container"]), default="auto",
-                  show_default=True,
-                  help="overlay: patch the released wheel (Python-only series); container: "
-                       "build from source in the CUDA 12.8 builder image.")
-    @click.option("--base-wheel", type=click.Path(dir_okay=False, path_type=Path),
-                  help="The fork's released wheel for the base tag (overlay mode).")
-    @click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
-                  help="Output directory (default: build.dist-dir or dist/).")
+    @click.option(
+        "--mode",
+        type=click.Choice(["auto", "overlay", "container"]),
+        default="auto",
+        show_default=True,
+        help="overlay: patch the released wheel (Python-only series); container: "
+        "build from source in the CUDA 12.8 builder image.",
+    )
+    @click.option(
+        "--base-wheel",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="The fork's released wheel for the base tag (overlay mode).",
+    )
+    @click.option(
+        "-o",
+        "--out",
+        "out_dir",
+        type=click.Path(file_okay=False, path_type=Path),
+        help="Output directory (default: build.dist-dir or dist/).",
+    )
     @click.option("--arch-list", help="TORCH_CUDA_ARCH_LIST (default: build.arch-list or 7.0).")
     @click.option("--base-image", help="Base image of the builder (default: CUDA 12.8 devel).")
-    @click.option("--no-toolchain-install", is_flag=True,
-                  help="Do not install the CUDA toolchain into the builder image "
-                       "(for a base image that already has it, or offline stand-ins).")
+    @click.option(
+        "--no-toolchain-install",
+        is_flag=True,
+        help="Do not install the CUDA toolchain into the builder image "
+        "(for a base image that already has it, or offline stand-ins).",
+    )
     @click.option("--max-jobs", type=int, help="MAX_JOBS (default: sized to the engine host).")
     @click.option("--json", "as_json", is_flag=True, help="Machine-readable result on stdout.")
     @pass_ctx
-    def build_wheel_cmd(c: Ctx, mode: str, base_wheel: Path | None, out_dir: Path | None,
-                        arch_list: str | None, base_image: str | None,
-                        no_toolchain_install: bool, max_jobs: int | None,
-                        as_json: bool) -> None:
+    def build_wheel_cmd(
+        c: Ctx,
+        mode: str,
+        base_wheel: Path | None,
+        out_dir: Path | None,
+        arch_list: str | None,
+        base_image: str | None,
+        no_toolchain_install: bool,
+        max_jobs: int | None,
+        as_json: bool,
+    ) -> None:
         """Build the patched fork's wheel(s) into dist/ with a SHA256SUMS."""
-        from forkpatch.build.buildwheel import BuildOptions, build_wheel
+        from forkpatch.wheels.buildwheel import BuildOptions, build_wheel
 
         project = c.project()
-        opts = BuildOptions(mode=mode, base_wheel=base_wheel, out_dir=out_dir,
-                            arch_list=arch_list, base_image=base_image,
-                            install_toolchain=not no_toolchain_install, max_jobs=max_jobs)
+        opts = BuildOptions(
+            mode=mode,
+            base_wheel=base_wheel,
+            out_dir=out_dir,
+            arch_list=arch_list,
+            base_image=base_image,
+            install_toolchain=not no_toolchain_install,
+            max_jobs=max_jobs,
+        )
         with project.locked("build-wheel"):
             result = build_wheel(project, opts)
         for w in result.wheels:
@@ -56,26 +84,30 @@ def register(cli: click.Group) -> None:
     @pass_ctx
     def verify(c: Ctx, wheel: Path, as_json: bool) -> None:
         """Check a wheel's RECORD hashes and whether it matches the current series."""
-        from forkpatch.build.buildwheel import expected_provenance
-        from forkpatch.build.verify import matches_series, verify_wheel
+        from forkpatch.wheels.buildwheel import expected_provenance
+        from forkpatch.wheels.verify import matches_series, verify_wheel
 
         report = verify_wheel(wheel)
         differences: list[str] | None = None
         try:
             project = c.project()
-        except Exception:  # noqa: BLE001 - verify works outside a project too
+        except Exception:
             project = None
         if project is not None and report.provenance is not None:
             expected = expected_provenance(project, report.provenance.builder)
             differences = matches_series(report, expected)
         if as_json:
-            log.emit_json({
-                "wheel": str(wheel), "version": report.version, "record_ok": report.ok,
-                "problems": report.problems(),
-                "provenance": report.provenance.to_dict() if report.provenance else None,
-                "matches_series": None if differences is None else not differences,
-                "differences": differences or [],
-            })
+            log.emit_json(
+                {
+                    "wheel": str(wheel),
+                    "version": report.version,
+                    "record_ok": report.ok,
+                    "problems": report.problems(),
+                    "provenance": report.provenance.to_dict() if report.provenance else None,
+                    "matches_series": None if differences is None else not differences,
+                    "differences": differences or [],
+                }
+            )
         else:
             log.info(f"{wheel.name}: version {report.version}, {report.members} members")
             log.info("RECORD: ok" if report.ok else "RECORD: FAILED")

@@ -16,16 +16,22 @@ def _options(onto: str, no_three_way: bool, fuzz: int, report_dir: Path | None =
 
     if no_three_way and fuzz:
         raise UsageError("--no-3way means exact context only: it cannot be combined with --fuzz")
-    return RebaseOptions(onto=onto, three_way=not no_three_way, fuzz=fuzz,
-                         report_dir=report_dir.resolve() if report_dir else None)
+    return RebaseOptions(
+        onto=onto,
+        three_way=not no_three_way,
+        fuzz=fuzz,
+        report_dir=report_dir.resolve() if report_dir else None,
+    )
 
 
 def _summary(plan: Any) -> None:
     counts: dict[str, int] = {}
     for o in plan.outcomes:
         counts[o.status] = counts.get(o.status, 0) + 1
-    log.info(f"{plan.base} ({plan.base_commit[:12]}) -> {plan.onto} ({plan.onto_commit[:12]}): "
-             + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    log.info(
+        f"{plan.base} ({plan.base_commit[:12]}) -> {plan.onto} ({plan.onto_commit[:12]}): "
+        + ", ".join(f"{n} {s}" for s, n in counts.items())
+    )
     limit = 8  # per patch; --json has everything
     for o in plan.outcomes:
         lines = [c["reason"] for c in o.conflicts]
@@ -42,12 +48,19 @@ def register(cli: click.Group) -> None:
 
     pass_ctx = click.make_pass_decorator(Ctx)
     three_way_opt = click.option(
-        "--no-3way", "no_three_way", is_flag=True,
-        help="Exact context only, zero fuzz: a hunk that does not apply as is conflicts.")
+        "--no-3way",
+        "no_three_way",
+        is_flag=True,
+        help="Exact context only, zero fuzz: a hunk that does not apply as is conflicts.",
+    )
     fuzz_opt = click.option(
-        "--fuzz", type=click.IntRange(0, 3), default=0, show_default=True,
+        "--fuzz",
+        type=click.IntRange(0, 3),
+        default=0,
+        show_default=True,
         help="Let hunks apply with up to N context lines ignored (reported as 'fuzz'; the "
-             "refreshed file no longer needs it).")
+        "refreshed file no longer needs it).",
+    )
 
     @cli.command()
     @click.option("--onto", required=True, metavar="TAG", help="Tag of the fork to check against.")
@@ -71,18 +84,35 @@ def register(cli: click.Group) -> None:
 
     @cli.command()
     @click.option("--onto", metavar="TAG", help="Tag of the fork to move the series to.")
-    @click.option("--continue", "continue_", is_flag=True,
-                  help="Go on after resolving a conflict (or finish an interrupted rebase).")
+    @click.option(
+        "--continue",
+        "continue_",
+        is_flag=True,
+        help="Go on after resolving a conflict (or finish an interrupted rebase).",
+    )
     @click.option("--skip", is_flag=True, help="Drop the conflicting patch and go on.")
     @click.option("--abort", is_flag=True, help="Restore everything as before the rebase.")
     @three_way_opt
     @fuzz_opt
-    @click.option("--report", "report_dir", type=click.Path(file_okay=False, path_type=Path),
-                  help="Also write the report (.md and .json) into DIR.")
+    @click.option(
+        "--report",
+        "report_dir",
+        type=click.Path(file_okay=False, path_type=Path),
+        help="Also write the report (.md and .json) into DIR.",
+    )
     @click.option("--json", "as_json", is_flag=True, help="The report as JSON on stdout.")
     @pass_ctx
-    def rebase(c: Ctx, onto: str | None, continue_: bool, skip: bool, abort: bool,
-               no_three_way: bool, fuzz: int, report_dir: Path | None, as_json: bool) -> None:
+    def rebase(
+        c: Ctx,
+        onto: str | None,
+        continue_: bool,
+        skip: bool,
+        abort: bool,
+        no_three_way: bool,
+        fuzz: int,
+        report_dir: Path | None,
+        as_json: bool,
+    ) -> None:
         """Move the series onto TAG: refresh the patches, drop the upstreamed ones.
 
         Stops at a conflict with a work tree to resolve it in; then `--continue`,
@@ -91,21 +121,34 @@ def register(cli: click.Group) -> None:
         from forkpatch import rebase as core
         from forkpatch import report as report_mod
 
-        chosen = [n for n, v in (("--onto", onto), ("--continue", continue_), ("--skip", skip),
-                                 ("--abort", abort)) if v]
+        chosen = [
+            n
+            for n, v in (
+                ("--onto", onto),
+                ("--continue", continue_),
+                ("--skip", skip),
+                ("--abort", abort),
+            )
+            if v
+        ]
         if len(chosen) != 1:
             raise UsageError("give exactly one of --onto TAG, --continue, --skip, --abort")
         project = c.project()
         with project.locked("rebase"):
             if abort:
                 changed = core.abort(project)
-                log.info("rebase aborted; " + (f"restored {', '.join(changed)}" if changed
-                                               else "patches/ and series.yaml were unchanged"))
+                log.info(
+                    "rebase aborted; "
+                    + (
+                        f"restored {', '.join(changed)}"
+                        if changed
+                        else "patches/ and series.yaml were unchanged"
+                    )
+                )
                 return
             try:
                 if onto:
-                    result = core.rebase(project,
-                                         _options(onto, no_three_way, fuzz, report_dir))
+                    result = core.rebase(project, _options(onto, no_three_way, fuzz, report_dir))
                 elif continue_:
                     result = core.continue_(project)
                 else:
@@ -120,7 +163,9 @@ def register(cli: click.Group) -> None:
             log.emit_json(result.report)
         else:
             log.info(report_mod.markdown(result.report))
-        log.info(f"rebased onto {result.plan.onto}: " + (
-            f"{len(result.written)} file(s) changed" if result.written else "nothing changed"))
+        log.info(
+            f"rebased onto {result.plan.onto}: "
+            + (f"{len(result.written)} file(s) changed" if result.written else "nothing changed")
+        )
         for p in result.report_paths:
             log.info(f"report: {p}")

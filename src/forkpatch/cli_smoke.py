@@ -21,21 +21,39 @@ def _project_or_none(c: Any) -> Any:
         raise
 
 
-def _bisect(c: Any, target: Path, wheels: tuple[Path, ...], *, base_wheel: Path | None,
-            tier: str, deps: str | None, python: str | None, index_url: str | None,
-            keep_env: bool, timeout_s: float, as_json: bool) -> None:
+def _bisect(
+    c: Any,
+    target: Path,
+    wheels: tuple[Path, ...],
+    *,
+    base_wheel: Path | None,
+    tier: str,
+    deps: str | None,
+    python: str | None,
+    index_url: str | None,
+    keep_env: bool,
+    timeout_s: float,
+    as_json: bool,
+) -> None:
     from forkpatch.smoke.bisect import BisectOptions, bisect, print_result
 
     if wheels:
-        raise UsageError("--bisect takes one WHEEL or series, not more arguments",
-                         tip="forkpatch smoke --bisect dist/1cat_vllm-*.whl")
+        raise UsageError(
+            "--bisect takes one WHEEL or series, not more arguments",
+            tip="forkpatch smoke --bisect dist/1cat_vllm-*.whl",
+        )
     project = _project_or_none(c)
     section = project.series.section("smoke") if project is not None else {}
-    opts = BisectOptions(target=None if str(target) == "." and project is not None else target,
-                         base_wheel=base_wheel, tier=tier, deps=deps or "system",
-                         python=python or section.get("python"),
-                         index_url=index_url or section.get("index-url"),
-                         keep_env=keep_env, timeout_s=timeout_s)
+    opts = BisectOptions(
+        target=None if str(target) == "." and project is not None else target,
+        base_wheel=base_wheel,
+        tier=tier,
+        deps=deps or "system",
+        python=python or section.get("python"),
+        index_url=index_url or section.get("index-url"),
+        keep_env=keep_env,
+        timeout_s=timeout_s,
+    )
     result = bisect(opts, project, fork_override=c.fork_repo)
     print_result(result)
     if as_json:
@@ -47,43 +65,97 @@ def register(cli: click.Group) -> None:
 
     @cli.command()
     @click.argument("wheels", nargs=-1, type=click.Path(dir_okay=False, path_type=Path))
-    @click.option("--tier", type=click.Choice(["static", "gpu", "sm70"]), default="sm70",
-                  show_default=True,
-                  help="Highest tier to run (cumulative). Tiers whose hardware is absent are "
-                       "reported as not run, never as passed.")
-    @click.option("--deps", type=click.Choice(["system", "index", "none"]), default=None,
-                  help="Where the wheels' dependencies come from: the interpreter's own "
-                       "packages (system, the default: torch/CUDA of the box), the index "
-                       "(index), or nowhere (none; checks needing torch are not run).")
-    @click.option("--python", "python", metavar="PYTHON",
-                  help="Interpreter for the smoke venv (default: series smoke.python, else "
-                       "this one). On a V100 box: the python that has torch.")
-    @click.option("--index-url", metavar="URL", help="Index for --deps index "
-                  "(default: series smoke.index-url, else pip's configuration).")
+    @click.option(
+        "--tier",
+        type=click.Choice(["static", "gpu", "sm70"]),
+        default="sm70",
+        show_default=True,
+        help="Highest tier to run (cumulative). Tiers whose hardware is absent are "
+        "reported as not run, never as passed.",
+    )
+    @click.option(
+        "--deps",
+        type=click.Choice(["system", "index", "none"]),
+        default=None,
+        help="Where the wheels' dependencies come from: the interpreter's own "
+        "packages (system, the default: torch/CUDA of the box), the index "
+        "(index), or nowhere (none; checks needing torch are not run).",
+    )
+    @click.option(
+        "--python",
+        "python",
+        metavar="PYTHON",
+        help="Interpreter for the smoke venv (default: series smoke.python, else "
+        "this one). On a V100 box: the python that has torch.",
+    )
+    @click.option(
+        "--index-url",
+        metavar="URL",
+        help="Index for --deps index (default: series smoke.index-url, else pip's configuration).",
+    )
     @click.option("--json", "as_json", is_flag=True, help="The report on stdout.")
-    @click.option("--junit", "junit", type=click.Path(dir_okay=False, path_type=Path),
-                  help="Also write a JUnit XML report to FILE.")
-    @click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path),
-                  help="Also write the JSON report to FILE.")
-    @click.option("--keep-env", is_flag=True,
-                  help="Keep the smoke venv for debugging [env: FORKPATCH_KEEP_SMOKE_ENV=1].")
-    @click.option("--timeout", "timeout_s", type=float, default=3600.0, show_default=True,
-                  help="Seconds the checks may take in all.")
+    @click.option(
+        "--junit",
+        "junit",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="Also write a JUnit XML report to FILE.",
+    )
+    @click.option(
+        "--report",
+        "report_path",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="Also write the JSON report to FILE.",
+    )
+    @click.option(
+        "--keep-env",
+        is_flag=True,
+        help="Keep the smoke venv for debugging [env: FORKPATCH_KEEP_SMOKE_ENV=1].",
+    )
+    @click.option(
+        "--timeout",
+        "timeout_s",
+        type=float,
+        default=3600.0,
+        show_default=True,
+        help="Seconds the checks may take in all.",
+    )
     @click.option("--list-checks", is_flag=True, help="List the known checks and exit.")
-    @click.option("--bisect", "bisect", metavar="WHEEL|SERIES", is_flag=False, flag_value=".",
-                  default=None, type=click.Path(path_type=Path),
-                  help="Find the first patch whose addition makes a check fail: smoke WHEEL "
-                       "(built from this series) or the series (series.yaml or its project "
-                       "directory; default: this project), then build (overlay path) and "
-                       "smoke prefixes of the series.")
-    @click.option("--base-wheel", type=click.Path(dir_okay=False, path_type=Path),
-                  help="With --bisect: the fork's released wheel the prefixes are overlaid on "
-                       "(default: series build.base-wheel).")
+    @click.option(
+        "--bisect",
+        "bisect",
+        metavar="WHEEL|SERIES",
+        is_flag=False,
+        flag_value=".",
+        default=None,
+        type=click.Path(path_type=Path),
+        help="Find the first patch whose addition makes a check fail: smoke WHEEL "
+        "(built from this series) or the series (series.yaml or its project "
+        "directory; default: this project), then build (overlay path) and "
+        "smoke prefixes of the series.",
+    )
+    @click.option(
+        "--base-wheel",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="With --bisect: the fork's released wheel the prefixes are overlaid on "
+        "(default: series build.base-wheel).",
+    )
     @pass_ctx
-    def smoke(c: Any, wheels: tuple[Path, ...], tier: str, deps: str | None, python: str | None,
-              index_url: str | None, as_json: bool, junit: Path | None, report_path: Path | None,
-              keep_env: bool, timeout_s: float, list_checks: bool, bisect: Path | None,
-              base_wheel: Path | None) -> None:
+    def smoke(
+        c: Any,
+        wheels: tuple[Path, ...],
+        tier: str,
+        deps: str | None,
+        python: str | None,
+        index_url: str | None,
+        as_json: bool,
+        junit: Path | None,
+        report_path: Path | None,
+        keep_env: bool,
+        timeout_s: float,
+        list_checks: bool,
+        bisect: Path | None,
+        base_wheel: Path | None,
+    ) -> None:
         """Install WHEEL(s) in a fresh environment and run the smoke checks there.
 
         The report is stored by the wheel's sha256 (.forkpatch/smoke/<sha256>.json in
@@ -93,23 +165,39 @@ def register(cli: click.Group) -> None:
         from forkpatch.smoke import checks
 
         if list_checks:
-            rows = [[s.id, s.tier, "yes" if s.baseline else "", ", ".join(s.needs), s.summary]
-                    for s in checks.registry().values()]
+            rows = [
+                [s.id, s.tier, "yes" if s.baseline else "", ", ".join(s.needs), s.summary]
+                for s in checks.registry().values()
+            ]
             from forkpatch.cli import _table
 
             click.echo(_table(rows, ["check", "tier", "baseline", "needs", "what it proves"]))
             return
         if bisect is not None:
             if junit is not None or report_path is not None:
-                raise UsageError("--junit and --report describe one smoke run, not a bisect",
-                                 tip="use --json for the bisect's result")
-            _bisect(c, bisect, wheels, base_wheel=base_wheel, tier=tier, deps=deps,
-                    python=python, index_url=index_url, keep_env=keep_env, timeout_s=timeout_s,
-                    as_json=as_json)
+                raise UsageError(
+                    "--junit and --report describe one smoke run, not a bisect",
+                    tip="use --json for the bisect's result",
+                )
+            _bisect(
+                c,
+                bisect,
+                wheels,
+                base_wheel=base_wheel,
+                tier=tier,
+                deps=deps,
+                python=python,
+                index_url=index_url,
+                keep_env=keep_env,
+                timeout_s=timeout_s,
+                as_json=as_json,
+            )
             return
         if base_wheel is not None:
-            raise UsageError("--base-wheel goes with --bisect",
-                             tip="forkpatch smoke --bisect WHEEL|series.yaml --base-wheel PATH")
+            raise UsageError(
+                "--base-wheel goes with --bisect",
+                tip="forkpatch smoke --bisect WHEEL|series.yaml --base-wheel PATH",
+            )
         if not wheels:
             raise UsageError("no wheel given", tip="forkpatch smoke dist/1cat_vllm-*.whl")
         from forkpatch.smoke import SmokeOptions, run_smoke
@@ -117,11 +205,17 @@ def register(cli: click.Group) -> None:
 
         project = _project_or_none(c)
         section = project.series.section("smoke") if project is not None else {}
-        opts = SmokeOptions(wheels=wheels, tier=tier, deps=deps or "system",
-                            python=python or section.get("python"),
-                            index_url=index_url or section.get("index-url"),
-                            keep_env=keep_env, timeout_s=timeout_s, report_path=report_path,
-                            junit_path=junit)
+        opts = SmokeOptions(
+            wheels=wheels,
+            tier=tier,
+            deps=deps or "system",
+            python=python or section.get("python"),
+            index_url=index_url or section.get("index-url"),
+            keep_env=keep_env,
+            timeout_s=timeout_s,
+            report_path=report_path,
+            junit_path=junit,
+        )
         outcome = run_smoke(opts, project)
         print_summary(outcome.report)
         for p in outcome.written:
@@ -129,32 +223,56 @@ def register(cli: click.Group) -> None:
         if as_json:
             log.emit_json(outcome.report)
         if not outcome.passed:
-            failed = [ch["id"] for ch in outcome.report["checks"]
-                      if ch["outcome"] in ("failed", "error")]
-            raise SmokeError(f"{len(failed)} smoke check(s) failed: {', '.join(failed)}",
-                             tip="the report above says why; `forkpatch smoke --bisect` finds "
-                                 "the patch that broke it")
+            failed = [
+                ch["id"] for ch in outcome.report["checks"] if ch["outcome"] in ("failed", "error")
+            ]
+            raise SmokeError(
+                f"{len(failed)} smoke check(s) failed: {', '.join(failed)}",
+                tip="the report above says why; `forkpatch smoke --bisect` finds "
+                "the patch that broke it",
+            )
 
     @cli.command()
-    @click.argument("wheels", nargs=-1, required=True,
-                    type=click.Path(dir_okay=False, path_type=Path))
-    @click.option("--to", "to", metavar="URL|DIR",
-                  help="An upload index (http[s]://...) or a directory to keep as a static "
-                       "PEP 503 index (default: series publish.to).")
-    @click.option("--allow-missing-tier", "allow_missing", multiple=True,
-                  type=click.Choice(["static", "gpu", "sm70"]),
-                  help="Publish although this required tier did not run (logged, and written "
-                       "into the published report). Never covers a failed tier.")
-    @click.option("--report", "reports", multiple=True,
-                  type=click.Path(dir_okay=False, path_type=Path),
-                  help="A smoke report file to consider (default: the project's store, then "
-                       "<wheel>.smoke.json).")
-    @click.option("--simple-url", metavar="URL",
-                  help="The index's PEP 503 pages (default: <URL>/simple/).")
+    @click.argument(
+        "wheels", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path)
+    )
+    @click.option(
+        "--to",
+        "to",
+        metavar="URL|DIR",
+        help="An upload index (http[s]://...) or a directory to keep as a static "
+        "PEP 503 index (default: series publish.to).",
+    )
+    @click.option(
+        "--allow-missing-tier",
+        "allow_missing",
+        multiple=True,
+        type=click.Choice(["static", "gpu", "sm70"]),
+        help="Publish although this required tier did not run (logged, and written "
+        "into the published report). Never covers a failed tier.",
+    )
+    @click.option(
+        "--report",
+        "reports",
+        multiple=True,
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="A smoke report file to consider (default: the project's store, then "
+        "<wheel>.smoke.json).",
+    )
+    @click.option(
+        "--simple-url", metavar="URL", help="The index's PEP 503 pages (default: <URL>/simple/)."
+    )
     @click.option("--json", "as_json", is_flag=True, help="What was published, on stdout.")
     @pass_ctx
-    def publish(c: Any, wheels: tuple[Path, ...], to: str | None, allow_missing: tuple[str, ...],
-                reports: tuple[Path, ...], simple_url: str | None, as_json: bool) -> None:
+    def publish(
+        c: Any,
+        wheels: tuple[Path, ...],
+        to: str | None,
+        allow_missing: tuple[str, ...],
+        reports: tuple[Path, ...],
+        simple_url: str | None,
+        as_json: bool,
+    ) -> None:
         """Publish WHEEL(s) that passed the smoke suite to an index or a directory.
 
         Credentials: TWINE_USERNAME / TWINE_PASSWORD or the keyring, never options.
@@ -166,8 +284,13 @@ def register(cli: click.Group) -> None:
         target = to or (project.series.section("publish").get("to") if project else None)
         if not target:
             raise UsageError("no target", tip="pass --to URL|DIR or set publish.to in series.yaml")
-        opts = PublishOptions(wheels=wheels, to=str(target), allow_missing_tiers=allow_missing,
-                              reports=reports, simple_url=simple_url)
+        opts = PublishOptions(
+            wheels=wheels,
+            to=str(target),
+            allow_missing_tiers=allow_missing,
+            reports=reports,
+            simple_url=simple_url,
+        )
         done = do_publish(opts, project)
         for p in done:
             extra = f" (without tier(s) {', '.join(p.overrides)})" if p.overrides else ""

@@ -57,56 +57,118 @@ def register(cli: click.Group) -> None:
 
     @cli.command(help=HELP)
     @click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
-    @click.option("--no-forecast", is_flag=True,
-                  help="Skip the check against the fork's default branch.")
+    @click.option(
+        "--no-forecast", is_flag=True, help="Skip the check against the fork's default branch."
+    )
     @click.option("--run", "do_run", is_flag=True, help="Act on the release (see above).")
-    @click.option("--make-branch", is_flag=True,
-                  help="Commit the last run's series on the bot branch (see above).")
-    @click.option("--tag", metavar="TAG",
-                  help="Act on TAG instead of the newest release (even a held-back one).")
-    @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
-                  envvar="FORKPATCH_OUT", show_envvar=True,
-                  help="Output directory (default: .forkpatch/track in the project).")
-    @click.option("--steps", metavar="LIST",
-                  help="Comma-separated stages to run: rebase,build,smoke,publish (default: "
-                       "all). A pipeline runs one per job, passing --out along.")
+    @click.option(
+        "--make-branch",
+        is_flag=True,
+        help="Commit the last run's series on the bot branch (see above).",
+    )
+    @click.option(
+        "--tag",
+        metavar="TAG",
+        help="Act on TAG instead of the newest release (even a held-back one).",
+    )
+    @click.option(
+        "--out",
+        "out_dir",
+        type=click.Path(file_okay=False, path_type=Path),
+        envvar="FORKPATCH_OUT",
+        show_envvar=True,
+        help="Output directory (default: .forkpatch/track in the project).",
+    )
+    @click.option(
+        "--steps",
+        metavar="LIST",
+        help="Comma-separated stages to run: rebase,build,smoke,publish (default: "
+        "all). A pipeline runs one per job, passing --out along.",
+    )
     @click.option("--no-publish", is_flag=True, help="Do everything but publish.")
-    @click.option("--publish-to", metavar="URL|DIR", envvar="FORKPATCH_PUBLISH_TO",
-                  show_envvar=True, help="Publish target (default: publish.to).")
-    @click.option("--allow-missing-tier", "allow_missing", multiple=True,
-                  type=click.Choice(["static", "gpu", "sm70"]),
-                  help="Publish although this required tier did not run (recorded).")
-    @click.option("--base-wheel", metavar="PATH|URL", envvar="FORKPATCH_BASE_WHEEL",
-                  show_envvar=True,
-                  help="The fork's released wheel for the tag, for an overlay build; "
-                       "{tag} and {version} are filled in (default: build.base-wheel).")
-    @click.option("--build-mode", type=click.Choice(["auto", "overlay", "container"]),
-                  help="Build mode (default: build.mode, else auto).")
-    @click.option("--smoke-tier", type=click.Choice(["static", "gpu", "sm70"]), default="sm70",
-                  show_default=True,
-                  help="Highest smoke tier; tiers this machine lacks are reported as not run.")
-    @click.option("--smoke-deps", type=click.Choice(["system", "index", "none"]),
-                  help="Where the smoke environment's dependencies come from (default system).")
-    @click.option("--smoke-python", metavar="PYTHON",
-                  help="Interpreter for the smoke environment (default: smoke.python).")
-    @click.option("--smoke-with", "smoke_with", multiple=True,
-                  type=click.Path(exists=True, dir_okay=False, path_type=Path),
-                  help="Another wheel to install in the smoke environment (e.g. a pinned "
-                       "torch); repeatable.")
-    @click.option("--repo", type=click.Path(file_okay=False, path_type=Path),
-                  help="--make-branch: the project's git repository (default: around it).")
+    @click.option(
+        "--publish-to",
+        metavar="URL|DIR",
+        envvar="FORKPATCH_PUBLISH_TO",
+        show_envvar=True,
+        help="Publish target (default: publish.to).",
+    )
+    @click.option(
+        "--allow-missing-tier",
+        "allow_missing",
+        multiple=True,
+        type=click.Choice(["static", "gpu", "sm70"]),
+        help="Publish although this required tier did not run (recorded).",
+    )
+    @click.option(
+        "--base-wheel",
+        metavar="PATH|URL",
+        envvar="FORKPATCH_BASE_WHEEL",
+        show_envvar=True,
+        help="The fork's released wheel for the tag, for an overlay build; "
+        "{tag} and {version} are filled in (default: build.base-wheel).",
+    )
+    @click.option(
+        "--build-mode",
+        type=click.Choice(["auto", "overlay", "container"]),
+        help="Build mode (default: build.mode, else auto).",
+    )
+    @click.option(
+        "--smoke-tier",
+        type=click.Choice(["static", "gpu", "sm70"]),
+        default="sm70",
+        show_default=True,
+        help="Highest smoke tier; tiers this machine lacks are reported as not run.",
+    )
+    @click.option(
+        "--smoke-deps",
+        type=click.Choice(["system", "index", "none"]),
+        help="Where the smoke environment's dependencies come from (default system).",
+    )
+    @click.option(
+        "--smoke-python",
+        metavar="PYTHON",
+        help="Interpreter for the smoke environment (default: smoke.python).",
+    )
+    @click.option(
+        "--smoke-with",
+        "smoke_with",
+        multiple=True,
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        help="Another wheel to install in the smoke environment (e.g. a pinned torch); repeatable.",
+    )
+    @click.option(
+        "--repo",
+        type=click.Path(file_okay=False, path_type=Path),
+        help="--make-branch: the project's git repository (default: around it).",
+    )
     @pass_ctx
-    def track(c: Ctx, as_json: bool, no_forecast: bool, do_run: bool, make_branch: bool,
-              tag: str | None, out_dir: Path | None, steps: str | None, no_publish: bool,
-              publish_to: str | None, allow_missing: tuple[str, ...], base_wheel: str | None,
-              build_mode: str | None, smoke_tier: str, smoke_deps: str | None,
-              smoke_python: str | None, smoke_with: tuple[Path, ...],
-              repo: Path | None) -> None:
+    def track(
+        c: Ctx,
+        as_json: bool,
+        no_forecast: bool,
+        do_run: bool,
+        make_branch: bool,
+        tag: str | None,
+        out_dir: Path | None,
+        steps: str | None,
+        no_publish: bool,
+        publish_to: str | None,
+        allow_missing: tuple[str, ...],
+        base_wheel: str | None,
+        build_mode: str | None,
+        smoke_tier: str,
+        smoke_deps: str | None,
+        smoke_python: str | None,
+        smoke_with: tuple[Path, ...],
+        repo: Path | None,
+    ) -> None:
         from forkpatch import track as core
 
         if do_run and make_branch:
-            raise UsageError("give --run or --make-branch, not both",
-                             tip="run them one after the other")
+            raise UsageError(
+                "give --run or --make-branch, not both", tip="run them one after the other"
+            )
         project = c.project()
         if make_branch:
             change = core.prepare_change(project, out_dir=out_dir, tag=tag, repo=repo)
@@ -116,8 +178,9 @@ def register(cli: click.Group) -> None:
             return
         if not do_run:
             if tag or steps or no_publish or publish_to or base_wheel or smoke_with:
-                raise UsageError("--tag, --steps, --publish-to, --base-wheel and the smoke "
-                                 "options go with --run")
+                raise UsageError(
+                    "--tag, --steps, --publish-to, --base-wheel and the smoke options go with --run"
+                )
             report = core.list_releases(project)
             if not no_forecast:
                 report.forecast = core.forecast(project)
@@ -126,16 +189,28 @@ def register(cli: click.Group) -> None:
             _print_report(report)
             raise SystemExit(report.exit_code)
         opts = core.RunOptions(
-            out_dir=out_dir, tag=tag, steps=_steps(steps), publish=not no_publish,
-            publish_to=publish_to, allow_missing_tiers=allow_missing, base_wheel=base_wheel,
-            build_mode=build_mode, smoke_tier=smoke_tier, smoke_deps=smoke_deps,
-            smoke_python=smoke_python, smoke_with=smoke_with, forecast=not no_forecast)
+            out_dir=out_dir,
+            tag=tag,
+            steps=_steps(steps),
+            publish=not no_publish,
+            publish_to=publish_to,
+            allow_missing_tiers=allow_missing,
+            base_wheel=base_wheel,
+            build_mode=build_mode,
+            smoke_tier=smoke_tier,
+            smoke_deps=smoke_deps,
+            smoke_python=smoke_python,
+            smoke_with=smoke_with,
+            forecast=not no_forecast,
+        )
         result = core.run(project, opts)
         if as_json:
             log.emit_json(result.data)
         if result.work_dir is not None:
-            log.info(f"{result.data['tag']}: {result.status}; summary: "
-                     f"{result.work_dir / core.SUMMARY_FILE}")
+            log.info(
+                f"{result.data['tag']}: {result.status}; summary: "
+                f"{result.work_dir / core.SUMMARY_FILE}"
+            )
         if result.error is not None:
             raise result.error
 
@@ -144,8 +219,10 @@ def _print_report(report: Any) -> None:
     log.info(f"base {report.base}; {len(report.newer)} newer release tag(s)")
     for t in report.newer:
         mark = "->" if report.target is t else "  "
-        log.info(f" {mark} {t.tag:<16} {t.commit[:12]}"
-                 + (f"  held back: {t.held_back}" if t.held_back else ""))
+        log.info(
+            f" {mark} {t.tag:<16} {t.commit[:12]}"
+            + (f"  held back: {t.held_back}" if t.held_back else "")
+        )
     for tag in report.unparsable:
         log.warn(f"tag '{tag}' matches track.pattern but is not a PEP 440 version; ignored")
     fc = report.forecast
@@ -154,8 +231,9 @@ def _print_report(report: Any) -> None:
         if fc["ok"]:
             log.info(f"forecast: the series applies to {where}")
         for conflict in fc["conflicts"]:
-            files = ", ".join(x["path"] for x in conflict["conflicts"]) or \
-                ", ".join(conflict["files"])
+            files = ", ".join(x["path"] for x in conflict["conflicts"]) or ", ".join(
+                conflict["files"]
+            )
             log.warn(f"forecast: patch '{conflict['patch']}' conflicts on {where}: {files}")
     if report.target:
         log.info(f"new release: {report.target.tag}; `forkpatch track --run` acts on it")
@@ -165,8 +243,10 @@ def _print_report(report: Any) -> None:
 
 def _print_change(change: Any) -> None:
     if change.kind == "pull":
-        log.info(f"branch {change.branch} -> {change.commit[:12]} "
-                 f"({'updated' if change.updated else 'unchanged'}); title: {change.title}")
+        log.info(
+            f"branch {change.branch} -> {change.commit[:12]} "
+            f"({'updated' if change.updated else 'unchanged'}); title: {change.title}"
+        )
     elif change.kind == "issue":
         log.info(f"the rebase conflicts: open an issue '{change.title}'")
     else:

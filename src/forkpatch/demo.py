@@ -35,15 +35,26 @@ def _stage_setup(ctx: DemoContext) -> None:
         log.info(f"    fork: {ctx.fork}")
         log.info(f"    {len(incoming)} patches from `git format-patch` in {ctx.root / 'incoming'}")
     with log.step("forkpatch init --fork-url <example fork> --base v1.2.1"):
-        project = init_project(ctx.project_dir, fork_url=str(ctx.fork), base_tag="v1.2.1",
-                               fork_name="1Cat-vLLM (example)", distribution="1cat-vllm",
-                               fork_override=None)
+        project = init_project(
+            ctx.project_dir,
+            fork_url=str(ctx.fork),
+            base_tag="v1.2.1",
+            fork_name="1Cat-vLLM (example)",
+            distribution="1cat-vllm",
+            fork_override=None,
+        )
     with log.step("forkpatch import <the format-patch files>"):
         entries = import_patches(project, files=incoming, quilt_dir=None)
         for e in entries:
             log.info(f"    {e.name} -> patches/{e.file}")
-    ctx.summary.update({"fork": str(ctx.fork), "project": str(ctx.project_dir),
-                        "tags": fork.tags, "patches": [e.name for e in entries]})
+    ctx.summary.update(
+        {
+            "fork": str(ctx.fork),
+            "project": str(ctx.project_dir),
+            "tags": fork.tags,
+            "patches": [e.name for e in entries],
+        }
+    )
 
 
 def _stage_status_apply(ctx: DemoContext) -> None:
@@ -64,20 +75,29 @@ def _stage_status_apply(ctx: DemoContext) -> None:
 
 
 def _stage_build(ctx: DemoContext) -> None:
-    from forkpatch.build.buildwheel import BuildOptions, build_wheel
-    from forkpatch.build.verify import verify_wheel
     from forkpatch.example import build_release_wheel
     from forkpatch.project import Project
     from forkpatch.series import PatchEntry
+    from forkpatch.wheels.buildwheel import BuildOptions, build_wheel
+    from forkpatch.wheels.verify import verify_wheel
 
     project = Project(ctx.project_dir)
     series = project.series
     if "vllm-dist-info" not in series.names():
         # The dist-info fix is a build step, not a diff: series.yaml lists it so the
         # wheel provides importlib.metadata.version("vllm") properly.
-        project.save_series(series.with_patches([*series.patches, PatchEntry(
-            name="vllm-dist-info", build_step="vllm-dist-info",
-            summary="Answer importlib.metadata.version('vllm') with the wheel's version")]))
+        project.save_series(
+            series.with_patches(
+                [
+                    *series.patches,
+                    PatchEntry(
+                        name="vllm-dist-info",
+                        build_step="vllm-dist-info",
+                        summary="Answer importlib.metadata.version('vllm') with the wheel's version",
+                    ),
+                ]
+            )
+        )
         series = project.series
     tag = series.base.tag
     with log.step(f"the fork's released wheel for {tag} (built offline for the demo)"):
@@ -88,8 +108,12 @@ def _stage_build(ctx: DemoContext) -> None:
     with log.step("forkpatch verify <built wheel>"):
         report = verify_wheel(result.wheels[0])
         log.info(f"    RECORD {'ok' if report.ok else 'FAILED'}; version {report.version}")
-    ctx.summary["build"] = {"wheel": str(result.wheels[0]), "version": result.version,
-                            "mode": result.mode, "base_wheel": str(base_wheel)}
+    ctx.summary["build"] = {
+        "wheel": str(result.wheels[0]),
+        "version": result.version,
+        "mode": result.mode,
+        "base_wheel": str(base_wheel),
+    }
 
 
 def _stage_rebase(ctx: DemoContext) -> None:
@@ -101,9 +125,13 @@ def _stage_rebase(ctx: DemoContext) -> None:
 # The order a user would follow: set up, apply, rebase onto the newer tag, build,
 # then smoke and publish (appended by those stages' modules below).
 DEMO_STAGES: list[Callable[[DemoContext], None]] = [
-    _stage_setup, _stage_status_apply, _stage_rebase, _stage_build]
+    _stage_setup,
+    _stage_status_apply,
+    _stage_rebase,
+    _stage_build,
+]
 
-from forkpatch.smoke.demo_stage import stage_smoke_publish  # noqa: E402
+from forkpatch.smoke.demo_stage import stage_smoke_publish
 
 DEMO_STAGES.append(stage_smoke_publish)
 
@@ -125,9 +153,11 @@ def run_demo(directory: Path | None) -> dict[str, Any]:
 def _print_locations(ctx: DemoContext) -> None:
     """Where everything the demo made is, for a person to look at."""
     s = ctx.summary
-    rows = [("example fork (a git repository)", s.get("fork")),
-            ("project (series.yaml, patches/)", s.get("project")),
-            ("editing work tree", s.get("worktree"))]
+    rows = [
+        ("example fork (a git repository)", s.get("fork")),
+        ("project (series.yaml, patches/)", s.get("project")),
+        ("editing work tree", s.get("worktree")),
+    ]
     reports = (s.get("rebase") or {}).get("report") or []
     rows += [("rebase report", r) for r in reports if str(r).endswith(".md")]
     if s.get("build"):

@@ -55,7 +55,7 @@ def parse_commit_message(message: str) -> tuple[str | None, str, str]:
     subject = lines[0] if lines else ""
     summary = subject
     if name and subject.startswith(f"{name}: "):
-        summary = subject[len(name) + 2:]
+        summary = subject[len(name) + 2 :]
     header = "\n".join(body).strip("\n")
     return name, summary, header
 
@@ -85,16 +85,22 @@ class PatchResult:
     images: dict[str, tuple[bytes | None, bytes | None]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, object]:
-        out: dict[str, object] = {"name": self.name, "status": self.status,
-                                  "files": self.files, "added": self.added,
-                                  "removed": self.removed}
+        out: dict[str, object] = {
+            "name": self.name,
+            "status": self.status,
+            "files": self.files,
+            "added": self.added,
+            "removed": self.removed,
+        }
         if self.evidence:
             out["evidence"] = self.evidence
         if self.detail:
             out["detail"] = self.detail
         if self.conflicts:
-            out["conflicts"] = [{"path": c.path, "reason": c.reason, "hunks": c.hunks,
-                                 "line": c.line} for c in self.conflicts]
+            out["conflicts"] = [
+                {"path": c.path, "reason": c.reason, "hunks": c.hunks, "line": c.line}
+                for c in self.conflicts
+            ]
         return out
 
 
@@ -127,12 +133,18 @@ class Item:
 class TreeState:
     """The files of a tree, with in-memory changes on top."""
 
-    def __init__(self, git: Git, reader: ObjectReader, commit: str,
-                 entries: dict[str, tuple[str, str]] | None = None) -> None:
+    def __init__(
+        self,
+        git: Git,
+        reader: ObjectReader,
+        commit: str,
+        entries: dict[str, tuple[str, str]] | None = None,
+    ) -> None:
         """``entries``: ``git.ls_tree(commit)`` when the caller has it already (copied)."""
         self.reader = reader
         self.entries: dict[str, tuple[str, str | None]] = dict(
-            git.ls_tree(commit) if entries is None else entries)
+            git.ls_tree(commit) if entries is None else entries
+        )
         self.content: dict[str, bytes] = {}
         self._dirs: set[str] | None = None
         self._links: dict[str, str] | None = None  # casefolded symlink path -> path
@@ -172,8 +184,11 @@ class TreeState:
         parts = path.split("/")
         if len(parts) < 2:
             return None
-        links = {p.casefold(): p for p, (mode, _oid) in self.entries.items()
-                 if mode == "120000"} if self._links is None else self._links
+        links = (
+            {p.casefold(): p for p, (mode, _oid) in self.entries.items() if mode == "120000"}
+            if self._links is None
+            else self._links
+        )
         self._links = links
         if not links:
             return None
@@ -205,8 +220,9 @@ class _FileOutcome:
     images: dict[str, tuple[bytes | None, bytes | None]] = field(default_factory=dict)
 
 
-def _merge_file(ours: bytes, base: bytes, theirs: bytes, labels: tuple[str, str, str]
-                ) -> tuple[bytes, int]:
+def _merge_file(
+    ours: bytes, base: bytes, theirs: bytes, labels: tuple[str, str, str]
+) -> tuple[bytes, int]:
     """3-way merge of three contents with ``git merge-file``; returns (result, conflicts)."""
     with tempfile.TemporaryDirectory(prefix="forkpatch-merge-") as tmp:
         paths = []
@@ -215,8 +231,21 @@ def _merge_file(ours: bytes, base: bytes, theirs: bytes, labels: tuple[str, str,
             p.write_bytes(data)
             paths.append(str(p))
         proc = subprocess.run(
-            ["git", "merge-file", "-p", "--diff3", "-L", labels[0], "-L", labels[1],
-             "-L", labels[2], *paths], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            [
+                "git",
+                "merge-file",
+                "-p",
+                "--diff3",
+                "-L",
+                labels[0],
+                "-L",
+                labels[1],
+                "-L",
+                labels[2],
+                *paths,
+            ],
+            capture_output=True,
+        )
         if proc.returncode < 0 or proc.returncode > 127:
             raise RuntimeError(proc.stderr.decode())
         return proc.stdout, proc.returncode
@@ -225,10 +254,17 @@ def _merge_file(ours: bytes, base: bytes, theirs: bytes, labels: tuple[str, str,
 class SeriesApplier:
     """Applies patches one after another onto an in-memory tree."""
 
-    def __init__(self, git: Git, base_commit: str, *, max_fuzz: int = 0,
-                 three_way: bool = False, detect_upstream: bool = False,
-                 merge_bases: dict[str, dict[str, tuple[bytes | None, bytes | None]]]
-                 | None = None, labels: tuple[str, str] = ("base", "patch")) -> None:
+    def __init__(
+        self,
+        git: Git,
+        base_commit: str,
+        *,
+        max_fuzz: int = 0,
+        three_way: bool = False,
+        detect_upstream: bool = False,
+        merge_bases: dict[str, dict[str, tuple[bytes | None, bytes | None]]] | None = None,
+        labels: tuple[str, str] = ("base", "patch"),
+    ) -> None:
         self.git = git
         self.base_commit = base_commit
         self.max_fuzz = max_fuzz
@@ -239,23 +275,30 @@ class SeriesApplier:
 
     # ----------------------------------------------------------------- one file
 
-    def _apply_file(self, state: TreeState, fp: FilePatch, name: str, index: int
-                    ) -> _FileOutcome:
+    def _apply_file(self, state: TreeState, fp: FilePatch, name: str, index: int) -> _FileOutcome:
         path = fp.new_path or fp.old_path or "?"
         where = f"{fp.path}"
         old = None
         if fp.old_path is not None:
             got = state.get(fp.old_path)
             if got is None:
-                return _FileOutcome("conflict", [], [], Conflict(
-                    fp.old_path, f"{fp.old_path} does not exist in the tree"))
+                return _FileOutcome(
+                    "conflict",
+                    [],
+                    [],
+                    Conflict(fp.old_path, f"{fp.old_path} does not exist in the tree"),
+                )
             old = got
         elif fp.new_path is not None and state.get(fp.new_path) is not None:
             if self.detect_upstream:
                 pass  # may be upstream: handled by the caller's reverse check
-            return _FileOutcome("conflict", [], [], Conflict(
-                fp.new_path, f"{fp.new_path} already exists, the patch creates it"))
-        old_mode, old_data = (old if old is not None else (None, None))
+            return _FileOutcome(
+                "conflict",
+                [],
+                [],
+                Conflict(fp.new_path, f"{fp.new_path} already exists, the patch creates it"),
+            )
+        old_mode, old_data = old if old is not None else (None, None)
 
         if fp.is_binary:
             try:
@@ -274,14 +317,20 @@ class SeriesApplier:
                 f"{where}: hunk {h.index} applied at line {h.line}"
                 + (f" (offset {h.offset:+d} lines)" if h.offset else "")
                 + (f" with fuzz {h.fuzz}" if h.fuzz else "")
-                for h in res.hunks if h.status != "clean"
+                for h in res.hunks
+                if h.status != "clean"
             ]
-        return _FileOutcome(result_status, self._changes(fp, old_mode, new_data), detail,
-                            images=self._images(fp, old_data, new_data))
+        return _FileOutcome(
+            result_status,
+            self._changes(fp, old_mode, new_data),
+            detail,
+            images=self._images(fp, old_data, new_data),
+        )
 
     @staticmethod
-    def _images(fp: FilePatch, old: bytes | None, new: bytes | None
-                ) -> dict[str, tuple[bytes | None, bytes | None]]:
+    def _images(
+        fp: FilePatch, old: bytes | None, new: bytes | None
+    ) -> dict[str, tuple[bytes | None, bytes | None]]:
         images: dict[str, tuple[bytes | None, bytes | None]] = {}
         if fp.old_path and fp.new_path and fp.old_path != fp.new_path:
             images[fp.old_path] = (old, None)
@@ -291,8 +340,9 @@ class SeriesApplier:
         return images
 
     @staticmethod
-    def _changes(fp: FilePatch, old_mode: str | None, new_data: bytes | None
-                 ) -> list[tuple[str, str | None, bytes | None]]:
+    def _changes(
+        fp: FilePatch, old_mode: str | None, new_data: bytes | None
+    ) -> list[tuple[str, str | None, bytes | None]]:
         changes: list[tuple[str, str | None, bytes | None]] = []
         if fp.new_path is None:  # deletion
             changes.append((fp.old_path or "", None, None))
@@ -303,13 +353,25 @@ class SeriesApplier:
         changes.append((fp.new_path, mode, new_data if new_data is not None else b""))
         return changes
 
-    def _three_way(self, state: TreeState, fp: FilePatch, name: str, old_mode: str | None,
-                   ours: bytes | None, failure: applier.HunkFailed) -> _FileOutcome:
+    def _three_way(
+        self,
+        state: TreeState,
+        fp: FilePatch,
+        name: str,
+        old_mode: str | None,
+        ours: bytes | None,
+        failure: applier.HunkFailed,
+    ) -> _FileOutcome:
         # HunkFailed.index is 1-based; 0 means the file as a whole.
-        conflict = Conflict(fp.path, f"hunk {failure.index} of {fp.path} does not apply at "
-                            f"line {failure.line}: {failure.reason}" if failure.index else
-                            f"{fp.path}: {failure.reason}",
-                            hunks=[failure.index] if failure.index else [], line=failure.line)
+        conflict = Conflict(
+            fp.path,
+            f"hunk {failure.index} of {fp.path} does not apply at "
+            f"line {failure.line}: {failure.reason}"
+            if failure.index
+            else f"{fp.path}: {failure.reason}",
+            hunks=[failure.index] if failure.index else [],
+            line=failure.line,
+        )
         if not self.three_way or ours is None:
             return _FileOutcome("conflict", [], [], conflict)
         images = self.merge_bases.get(name, {})
@@ -321,19 +383,23 @@ class SeriesApplier:
         theirs = images.get(fp.new_path or src, (None, None))[1]
         if theirs is None:
             return _FileOutcome("conflict", [], [], conflict)
-        merged, n_conflicts = _merge_file(ours, base, theirs,
-                                          (f"{self.labels[0]}", "old base",
-                                           f"{self.labels[1]} {name}"))
+        merged, n_conflicts = _merge_file(
+            ours, base, theirs, (f"{self.labels[0]}", "old base", f"{self.labels[1]} {name}")
+        )
         if n_conflicts:
             conflict.merged = merged
-            conflict.reason = (f"{fp.path}: {n_conflicts} conflicting region(s) after a 3-way "
-                               f"merge (hunk {failure.index} first failed at line "
-                               f"{failure.line})")
+            conflict.reason = (
+                f"{fp.path}: {n_conflicts} conflicting region(s) after a 3-way "
+                f"merge (hunk {failure.index} first failed at line "
+                f"{failure.line})"
+            )
             return _FileOutcome("conflict", [], [], conflict)
-        return _FileOutcome("merged", self._changes(fp, old_mode, merged),
-                            [f"{fp.path}: merged with a 3-way merge (hunk {failure.index} "
-                             f"did not apply as is)"],
-                            images=self._images(fp, ours, merged))
+        return _FileOutcome(
+            "merged",
+            self._changes(fp, old_mode, merged),
+            [f"{fp.path}: merged with a 3-way merge (hunk {failure.index} did not apply as is)"],
+            images=self._images(fp, ours, merged),
+        )
 
     # ----------------------------------------------------------------- one patch
 
@@ -358,8 +424,7 @@ class SeriesApplier:
                 return False
         return True
 
-    def apply_patch(self, state: TreeState, item: Item) -> tuple[PatchResult,
-                                                                   list[FileChange]]:
+    def apply_patch(self, state: TreeState, item: Item) -> tuple[PatchResult, list[FileChange]]:
         entry, patch = item.entry, item.patch
         result = PatchResult(name=entry.name, status="clean")
         if patch is None:
@@ -367,8 +432,7 @@ class SeriesApplier:
             result.detail.append(f"build step '{entry.build_step}': applied when building")
             return result, []
         check_paths(patch)
-        result.files = _unique([p for fp in patch.files for p in (fp.old_path, fp.new_path)
-                                if p])
+        result.files = _unique([p for fp in patch.files for p in (fp.old_path, fp.new_path) if p])
         result.added, result.removed = patch.added, patch.removed
         for path in result.files:
             link = state.symlink_prefix(path)
@@ -376,7 +440,8 @@ class SeriesApplier:
                 raise PathSafetyError(
                     f"{patch.source}: '{path}' goes through the symlink '{link}' in the tree; "
                     "forkpatch refuses to write through symlinks",
-                    tip="change the patch to write the real path")
+                    tip="change the patch to write the real path",
+                )
         pending: list[tuple[str, str | None, bytes | None]] = []
         statuses: list[str] = []
         images: dict[str, tuple[bytes | None, bytes | None]] = {}
@@ -402,9 +467,12 @@ class SeriesApplier:
             link = scratch.symlink_prefix(path)
             if link is not None and link != path:
                 raise PathSafetyError(
-                    (f"{patch.source}: '{path}' goes through the symlink '{link}' that the "
-                     "patch creates; forkpatch refuses to write through symlinks"),
-                    tip="change the patch to write the real path")
+                    (
+                        f"{patch.source}: '{path}' goes through the symlink '{link}' that the "
+                        "patch creates; forkpatch refuses to write through symlinks"
+                    ),
+                    tip="change the patch to write the real path",
+                )
 
         if result.conflicts:
             if self.detect_upstream and self._reverse_applies(state, patch):
@@ -431,12 +499,17 @@ class SeriesApplier:
         status = worst(statuses)
         if self.detect_upstream and not effective:
             result.status = "upstreamed"
-            result.evidence = ("content already present: applying it changes nothing"
-                               if status != "merged" else
-                               "content already present: the 3-way merge adds nothing")
+            result.evidence = (
+                "content already present: applying it changes nothing"
+                if status != "merged"
+                else "content already present: the 3-way merge adds nothing"
+            )
             return result, []
-        if self.detect_upstream and status in ("merged", "fuzz") and \
-                self._reverse_applies(state, patch):
+        if (
+            self.detect_upstream
+            and status in ("merged", "fuzz")
+            and self._reverse_applies(state, patch)
+        ):
             result.status = "upstreamed"
             result.evidence = "reverse-applies cleanly: every hunk's result is already there"
             return result, []
@@ -450,8 +523,14 @@ class SeriesApplier:
 
     # ----------------------------------------------------------------- a series
 
-    def run(self, items: Sequence[Item], *, write: bool = False, stop_at_conflict: bool = True,
-            parent: str | None = None) -> SeriesResult:
+    def run(
+        self,
+        items: Sequence[Item],
+        *,
+        write: bool = False,
+        stop_at_conflict: bool = True,
+        parent: str | None = None,
+    ) -> SeriesResult:
         """Apply ``items`` in order on ``parent`` (default: the base commit).
 
         With ``write`` one commit per applied patch is created (by fast-import);
@@ -471,9 +550,13 @@ class SeriesApplier:
             failed = False
             for item in items:
                 if failed and stop_at_conflict:
-                    out.results.append(PatchResult(
-                        name=item.entry.name, status="blocked",
-                        detail=["not tried: a patch below it conflicted"]))
+                    out.results.append(
+                        PatchResult(
+                            name=item.entry.name,
+                            status="blocked",
+                            detail=["not tried: a patch below it conflicted"],
+                        )
+                    )
                     continue
                 result, changes = self.apply_patch(state, item)
                 out.results.append(result)
@@ -481,9 +564,12 @@ class SeriesApplier:
                     failed = True
                     continue
                 if fi is not None and item.patch is not None and result.status != "upstreamed":
-                    tip = fi.commit(parent=tip, changes=changes,
-                                    message=commit_message(item.entry, item.patch.header),
-                                    date=date)
+                    tip = fi.commit(
+                        parent=tip,
+                        changes=changes,
+                        message=commit_message(item.entry, item.patch.header),
+                        date=date,
+                    )
                     marks.append((len(out.results) - 1, tip))
             if fi is not None:
                 ids = fi.finish()
@@ -497,7 +583,7 @@ class SeriesApplier:
 class _Overlay(TreeState):
     """A copy-on-write view of a TreeState, discarded if a patch fails."""
 
-    def __init__(self, under: TreeState) -> None:  # noqa: D107 - no super().__init__ on purpose
+    def __init__(self, under: TreeState) -> None:
         self.reader = under.reader
         self._under = under
         self.entries = dict(under.entries)
@@ -519,8 +605,9 @@ def diffs_of_commits(git: Git, commits: Sequence[str]) -> dict[str, bytes]:
         return {}
     from forkpatch.git import DIFF_OPTIONS
 
-    proc = git.run("diff-tree", "--stdin", "--root", *DIFF_OPTIONS,
-                   input=("\n".join(commits) + "\n").encode())
+    proc = git.run(
+        "diff-tree", "--stdin", "--root", *DIFF_OPTIONS, input=("\n".join(commits) + "\n").encode()
+    )
     out: dict[str, bytes] = {}
     current: str | None = None
     chunks: list[bytes] = []

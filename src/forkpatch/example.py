@@ -184,9 +184,9 @@ setup(
 )
 '''
 
-CSRC_CU = '''// Stand-in for the fork's CUDA sources (not compiled by the example).
+CSRC_CU = """// Stand-in for the fork's CUDA sources (not compiled by the example).
 __global__ void noop() {}
-'''
+"""
 
 GITIGNORE = "vllm/_version.py\nbuild/\ndist/\n*.egg-info/\n__pycache__/\n"
 
@@ -220,16 +220,28 @@ def _git(repo: Path, *args: str, date: str | None = None) -> str:
     env = dict(os.environ)
     for k in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
         env.pop(k, None)
-    env.update({
-        "GIT_AUTHOR_NAME": "1Cat maintainers", "GIT_AUTHOR_EMAIL": "maintainers@example.invalid",
-        "GIT_COMMITTER_NAME": "1Cat maintainers",
-        "GIT_COMMITTER_EMAIL": "maintainers@example.invalid",
-        "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
-    })
+    env.update(
+        {
+            "GIT_AUTHOR_NAME": "1Cat maintainers",
+            "GIT_AUTHOR_EMAIL": "maintainers@example.invalid",
+            "GIT_COMMITTER_NAME": "1Cat maintainers",
+            "GIT_COMMITTER_EMAIL": "maintainers@example.invalid",
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": os.devnull,
+        }
+    )
     if date:
         env["GIT_AUTHOR_DATE"] = env["GIT_COMMITTER_DATE"] = date
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE).stdout.decode().strip()
+    return (
+        subprocess.run(
+            ["git", "-C", str(repo), *args],
+            check=True,
+            env=env,
+            capture_output=True,
+        )
+        .stdout.decode()
+        .strip()
+    )
 
 
 def _write(repo: Path, files: dict[str, str | None]) -> None:
@@ -265,18 +277,25 @@ def make_fork(path: Path, *, with_v130: bool = True) -> ExampleFork:
     tags["v1.2.0"] = _git(path, "rev-parse", "HEAD")
 
     # v1.2.1: drift far from the patched lines.
-    _write(path, {
-        "setup.py": SETUP_PY.format(version="1.2.1"),
-        "vllm/utils/math_utils.py": '"""Small math helpers."""\n\n\ndef cdiv(a, b):\n'
-                                    '    return -(a // -b)\n\n\ndef round_up(x, m):\n'
-                                    '    return cdiv(x, m) * m\n',
-        "vllm/utils/deep_gemm.py": '"""Helpers around DeepGEMM-style per-block FP8 casts.\n\n'
-                                   'Used by the online FP8 path.\n"""\n' +
-                                   DEEP_GEMM_PY.split('"""', 2)[2],
-    })
+    _write(
+        path,
+        {
+            "setup.py": SETUP_PY.format(version="1.2.1"),
+            "vllm/utils/math_utils.py": '"""Small math helpers."""\n\n\ndef cdiv(a, b):\n'
+            "    return -(a // -b)\n\n\ndef round_up(x, m):\n"
+            "    return cdiv(x, m) * m\n",
+            "vllm/utils/deep_gemm.py": '"""Helpers around DeepGEMM-style per-block FP8 casts.\n\n'
+            'Used by the online FP8 path.\n"""\n' + DEEP_GEMM_PY.split('"""', 2)[2],
+        },
+    )
     _commit(path, "Add math helpers; document deep_gemm", "2026-06-22T10:00:00Z")
-    _write(path, {"README.md": "# 1Cat-vLLM (example)\n\nA scratch repository shaped like the "
-                               "fork.\n\n## Release 1.2.1\n\nBug fixes.\n"})
+    _write(
+        path,
+        {
+            "README.md": "# 1Cat-vLLM (example)\n\nA scratch repository shaped like the "
+            "fork.\n\n## Release 1.2.1\n\nBug fixes.\n"
+        },
+    )
     _commit(path, "[Doc] Update 1.2.1 release notes", "2026-06-23T10:00:00Z")
     _git(path, "tag", "-a", "v1.2.1", "-m", "v1.2.1", date="2026-06-23T10:00:00Z")
     tags["v1.2.1"] = _git(path, "rev-parse", "HEAD")
@@ -285,18 +304,22 @@ def make_fork(path: Path, *, with_v130: bool = True) -> ExampleFork:
         _write(path, {"vllm/entrypoints/cli/main.py": CLI_MAIN_FIXED_PY})
         _commit(path, "[Bugfix] Read CLI version from the package", "2026-07-10T10:00:00Z")
         fp8 = (path / f"{ONLINE}/fp8.py").read_text()
-        fp8 = fp8.replace("        layer.weight_scale = scales\n",
-                          "        layer.weight_scale = scales.float()\n")
-        _write(path, {f"{ONLINE}/fp8.py": fp8,
-                      "vllm/model_executor/layers/quantization/fp8.py":
-                          '"""Pre-quantized FP8 checkpoints (rewritten for 1.3)."""\n\n\n'
-                          "class Fp8LinearMethod:\n    def __init__(self, config):\n"
-                          "        self.config = config\n\n\nclass Fp8Config:\n"
-                          "    @classmethod\n    def get_min_capability(cls) -> int:\n"
-                          "        return 70\n",
-                      "setup.py": SETUP_PY.format(version="1.3.0")})
-        _commit(path, "Keep block scales in fp32; rewrite fp8.py",
-                "2026-08-10T10:00:00Z")
+        fp8 = fp8.replace(
+            "        layer.weight_scale = scales\n", "        layer.weight_scale = scales.float()\n"
+        )
+        _write(
+            path,
+            {
+                f"{ONLINE}/fp8.py": fp8,
+                "vllm/model_executor/layers/quantization/fp8.py": '"""Pre-quantized FP8 checkpoints (rewritten for 1.3)."""\n\n\n'
+                "class Fp8LinearMethod:\n    def __init__(self, config):\n"
+                "        self.config = config\n\n\nclass Fp8Config:\n"
+                "    @classmethod\n    def get_min_capability(cls) -> int:\n"
+                "        return 70\n",
+                "setup.py": SETUP_PY.format(version="1.3.0"),
+            },
+        )
+        _commit(path, "Keep block scales in fp32; rewrite fp8.py", "2026-08-10T10:00:00Z")
         _git(path, "tag", "-a", "v1.3.0", "-m", "v1.3.0", date="2026-08-17T10:00:00Z")
         tags["v1.3.0"] = _git(path, "rev-parse", "HEAD")
     return ExampleFork(path=path, tags=tags)
@@ -314,7 +337,8 @@ def example_patches() -> list[tuple[str, str, str, dict[str, str]]]:
         "        if current_platform.is_cuda() and \\\n"
         "                current_platform.get_device_capability() == (7, 0):\n"
         "            return 70\n"
-        "        return 75\n")
+        "        return 75\n",
+    )
     fp8 = FP8_PY.replace(
         "        layer.true_n = weight.shape[0]\n",
         "        layer.true_n = weight.shape[0]\n"
@@ -324,8 +348,7 @@ def example_patches() -> list[tuple[str, str, str, dict[str, str]]]:
         "            layer.weight = torch.nn.functional.pad(qweight, (0, 0, 0, pad))\n",
     ).replace(
         "        if bias is not None:\n",
-        "        out = out[..., : layer.true_n]\n"
-        "        if bias is not None:\n",
+        "        out = out[..., : layer.true_n]\n        if bias is not None:\n",
     )
     deep_gemm_tail = (
         "\n\ndef per_block_cast_to_fp8_eager(x, block=128):\n"
@@ -333,18 +356,30 @@ def example_patches() -> list[tuple[str, str, str, dict[str, str]]]:
         "    return _per_block_cast_to_fp8(x, block)\n"
     )
     return [
-        ("capability-floor", "Accept online fp8_per_block on compute capability 7.0",
-         "V100s are 7.0; the online path refuses anything below 7.5.",
-         {f"{ONLINE}/base.py": base}),
-        ("odd-width-padding", "Zero-pad per-block FP8 rows to a whole block",
-         "Fused projections have widths that are not multiples of 128.",
-         {f"{ONLINE}/fp8.py": fp8}),
-        ("eager-block-cast", "Add an eager per-block FP8 cast for SM70",
-         "Triton refuses fp8e4nv on Volta, so the compiled cast cannot run.",
-         {"vllm/utils/deep_gemm.py": "APPEND:" + deep_gemm_tail}),
-        ("cli-version", "Read the CLI version from the package",
-         "The wheel installs as 1cat-vllm, so version('vllm') fails.",
-         {"vllm/entrypoints/cli/main.py": CLI_MAIN_FIXED_PY}),
+        (
+            "capability-floor",
+            "Accept online fp8_per_block on compute capability 7.0",
+            "V100s are 7.0; the online path refuses anything below 7.5.",
+            {f"{ONLINE}/base.py": base},
+        ),
+        (
+            "odd-width-padding",
+            "Zero-pad per-block FP8 rows to a whole block",
+            "Fused projections have widths that are not multiples of 128.",
+            {f"{ONLINE}/fp8.py": fp8},
+        ),
+        (
+            "eager-block-cast",
+            "Add an eager per-block FP8 cast for SM70",
+            "Triton refuses fp8e4nv on Volta, so the compiled cast cannot run.",
+            {"vllm/utils/deep_gemm.py": "APPEND:" + deep_gemm_tail},
+        ),
+        (
+            "cli-version",
+            "Read the CLI version from the package",
+            "The wheel installs as 1cat-vllm, so version('vllm') fails.",
+            {"vllm/entrypoints/cli/main.py": CLI_MAIN_FIXED_PY},
+        ),
     ]
 
 
@@ -362,14 +397,28 @@ def write_example_patches(fork: Path, tag: str, out_dir: Path) -> list[Path]:
             edits: dict[str, str | None] = {}
             for rel, text in files.items():
                 if text.startswith("APPEND:"):
-                    text = (fork / rel).read_text() + text[len("APPEND:"):]
+                    text = (fork / rel).read_text() + text[len("APPEND:") :]
                 edits[rel] = text
             _write(fork, edits)
             _git(fork, "add", "-A")
-            _git(fork, "commit", "-q", "-m", f"{name}: {summary}\n\n{why}",
-                 date="2026-06-24T10:00:00Z")
-        out = _git(fork, "format-patch", "-q", "--zero-commit", "--no-signature",
-                   "-o", str(out_dir), f"{tag}..HEAD")
+            _git(
+                fork,
+                "commit",
+                "-q",
+                "-m",
+                f"{name}: {summary}\n\n{why}",
+                date="2026-06-24T10:00:00Z",
+            )
+        out = _git(
+            fork,
+            "format-patch",
+            "-q",
+            "--zero-commit",
+            "--no-signature",
+            "-o",
+            str(out_dir),
+            f"{tag}..HEAD",
+        )
     finally:
         _git(fork, "checkout", "-q", "main")
         _git(fork, "branch", "-q", "-D", "example-patches")
@@ -395,21 +444,40 @@ def build_release_wheel(fork: Path, tag: str, out_dir: Path) -> Path:
     members: list[tuple[str, bytes]] = []
     for rel in sorted(p for p in listing.split("\0") if p):
         if rel.startswith("vllm/") and rel.endswith(".py"):
-            data = subprocess.run(["git", "-C", str(fork), "cat-file", "blob", f"{tag}:{rel}"],
-                                  check=True, stdout=subprocess.PIPE).stdout
+            data = subprocess.run(
+                ["git", "-C", str(fork), "cat-file", "blob", f"{tag}:{rel}"],
+                check=True,
+                stdout=subprocess.PIPE,
+            ).stdout
             members.append((rel, data))
     parts = tuple(int(p) for p in version.split("."))
-    members.append(("vllm/_version.py",
-                    f"__version__ = version = {version!r}\n"
-                    f"__version_tuple__ = version_tuple = {parts!r}\n".encode()))
+    members.append(
+        (
+            "vllm/_version.py",
+            f"__version__ = version = {version!r}\n"
+            f"__version_tuple__ = version_tuple = {parts!r}\n".encode(),
+        )
+    )
     di = f"1cat_vllm-{version}.dist-info"
-    members.append((f"{di}/METADATA", (
-        "Metadata-Version: 2.1\nName: 1cat-vllm\n"
-        f"Version: {version}\nSummary: 1Cat-vLLM (example)\n").encode()))
-    members.append((f"{di}/WHEEL", b"Wheel-Version: 1.0\nGenerator: forkpatch-example\n"
-                                   b"Root-Is-Purelib: true\nTag: py3-none-any\n"))
-    members.append((f"{di}/entry_points.txt",
-                    b"[console_scripts]\nvllm = vllm.entrypoints.cli.main:main\n"))
+    members.append(
+        (
+            f"{di}/METADATA",
+            (
+                "Metadata-Version: 2.1\nName: 1cat-vllm\n"
+                f"Version: {version}\nSummary: 1Cat-vLLM (example)\n"
+            ).encode(),
+        )
+    )
+    members.append(
+        (
+            f"{di}/WHEEL",
+            b"Wheel-Version: 1.0\nGenerator: forkpatch-example\n"
+            b"Root-Is-Purelib: true\nTag: py3-none-any\n",
+        )
+    )
+    members.append(
+        (f"{di}/entry_points.txt", b"[console_scripts]\nvllm = vllm.entrypoints.cli.main:main\n")
+    )
     members.append((f"{di}/top_level.txt", b"vllm\n"))
     record = []
     for name, data in members:

@@ -36,7 +36,7 @@ def is_local_source(source: str) -> bool:
 
 
 def local_git_dir(source: str) -> Path:
-    path = Path(source[len("file://"):] if source.startswith("file://") else source)
+    path = Path(source[len("file://") :] if source.startswith("file://") else source)
     path = path.expanduser().resolve()
     for candidate in (path / ".git", path):
         if (candidate / "objects").is_dir() and (candidate / "HEAD").exists():
@@ -49,8 +49,10 @@ def local_git_dir(source: str) -> Path:
                 if common.exists():
                     gitdir = (gitdir / common.read_text().strip()).resolve()
                 return gitdir
-    raise ForkRepoError(f"{path} is not a git repository",
-                        tip=f"point --fork-repo / {ENV_FORK_REPO} at a clone of the fork")
+    raise ForkRepoError(
+        f"{path} is not a git repository",
+        tip=f"point --fork-repo / {ENV_FORK_REPO} at a clone of the fork",
+    )
 
 
 @dataclass
@@ -92,23 +94,26 @@ class ForkRepo:
         """Tag name -> commit id, as the source has them now."""
         if self.local:
             out = self._source_git.run(
-                "for-each-ref", "--format=%(refname:strip=2) %(objectname) %(*objectname)",
-                "refs/tags").stdout.decode()
+                "for-each-ref",
+                "--format=%(refname:strip=2) %(objectname) %(*objectname)",
+                "refs/tags",
+            ).stdout.decode()
             tags = {}
             for line in out.splitlines():
                 parts = line.split()
                 if len(parts) >= 2:
                     tags[parts[0]] = parts[2] if len(parts) == 3 else parts[1]
             return tags
-        proc = self.store.run("ls-remote", "--tags", self.source, check=False,
-                              timeout=FETCH_TIMEOUT)
+        proc = self.store.run(
+            "ls-remote", "--tags", self.source, check=False, timeout=FETCH_TIMEOUT
+        )
         if proc.returncode != 0:
             raise self._remote_error("list tags of", proc)
         tags: dict[str, str] = {}
         peeled: dict[str, str] = {}
         for line in proc.stdout.decode().splitlines():
             oid, ref = line.split("\t")
-            name = ref[len("refs/tags/"):]
+            name = ref[len("refs/tags/") :]
             if name.endswith("^{}"):
                 peeled[name[:-3]] = oid
             else:
@@ -119,19 +124,29 @@ class ForkRepo:
     def fetch(self, refspecs: list[str] | None = None) -> None:
         """Bring the source's tags (and branch heads) into the store."""
         specs = refspecs or ["+refs/tags/*:refs/tags/*", "+refs/heads/*:refs/fork/heads/*"]
-        proc = self.store.run("fetch", "--quiet", "--no-write-fetch-head", "--prune",
-                              "--no-tags", self._fetch_url(), *specs, check=False,
-                              timeout=FETCH_TIMEOUT)
+        proc = self.store.run(
+            "fetch",
+            "--quiet",
+            "--no-write-fetch-head",
+            "--prune",
+            "--no-tags",
+            self._fetch_url(),
+            *specs,
+            check=False,
+            timeout=FETCH_TIMEOUT,
+        )
         if proc.returncode != 0:
             raise self._remote_error("fetch from", proc)
 
-    def _remote_error(self, action: str, proc: subprocess.CompletedProcess[bytes]
-                      ) -> ForkRepoError:
+    def _remote_error(self, action: str, proc: subprocess.CompletedProcess[bytes]) -> ForkRepoError:
         """A failed ls-remote/fetch: git's own words, with credentials in URLs hidden."""
-        return ForkRepoError(hide_url_secrets(
-            f"cannot {action} the fork at {self.source}: "
-            f"{proc.stderr.decode('utf-8', 'replace').strip()[-500:]}"),
-            tip=f"check the URL and network, or use --fork-repo PATH / {ENV_FORK_REPO}")
+        return ForkRepoError(
+            hide_url_secrets(
+                f"cannot {action} the fork at {self.source}: "
+                f"{proc.stderr.decode('utf-8', 'replace').strip()[-500:]}"
+            ),
+            tip=f"check the URL and network, or use --fork-repo PATH / {ENV_FORK_REPO}",
+        )
 
     def _fetch_url(self) -> str:
         if self.local:
@@ -151,10 +166,13 @@ class ForkRepo:
                 raise ForkRepoError(
                     f"tag '{tag}' is not in the fork ({self.source}); "
                     f"nearest known tags: {', '.join(nearest_tags(tag, tags)) or 'none'}",
-                    tip="`git ls-remote --tags <fork>` lists them")
+                    tip="`git ls-remote --tags <fork>` lists them",
+                )
             commit = tags[tag]
-            if self.store.commit_of(commit) is None or \
-                    self.store.commit_of(f"refs/tags/{tag}") != commit:
+            if (
+                self.store.commit_of(commit) is None
+                or self.store.commit_of(f"refs/tags/{tag}") != commit
+            ):
                 self.fetch([f"+refs/tags/{tag}:refs/tags/{tag}"])
             resolved = self.store.commit_of(f"refs/tags/{tag}")
             if resolved is None:
@@ -175,7 +193,8 @@ class ForkRepo:
                 f"tag '{tag}' in the fork ({self.source}) now points to {current}, but "
                 f"series.yaml records {recorded}: the tag was moved; nothing was changed",
                 tip=f"if the move is intended, run `forkpatch rebase --onto {tag}` to rebase onto "
-                    f"its new commit; otherwise fix the tag in the fork")
+                f"its new commit; otherwise fix the tag in the fork",
+            )
         if self.store.commit_of(recorded) is None:
             self.fetch()
         return current
@@ -201,10 +220,11 @@ def nearest_tags(tag: str, tags: dict[str, str] | list[str], n: int = 5) -> list
                 v = Version(name.lstrip("vV"))
             except InvalidVersion:
                 continue
-            a = (want.release + (0, 0, 0))[:3]
-            b = (v.release + (0, 0, 0))[:3]
+            a = ((*want.release, 0, 0, 0))[:3]
+            b = ((*v.release, 0, 0, 0))[:3]
             scored.append((tuple(abs(x - y) for x, y in zip(a, b, strict=True)), name))
         if scored:
             return [name for _, name in sorted(scored)[:n]]
     import difflib
+
     return difflib.get_close_matches(tag, names, n=n, cutoff=0.0)

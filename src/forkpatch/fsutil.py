@@ -50,8 +50,9 @@ def _fire(label: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def write_temp(path: Path, data: bytes, *, mode: int | None = None,
-               sync: bool = True) -> str | None:
+def write_temp(
+    path: Path, data: bytes, *, mode: int | None = None, sync: bool = True
+) -> str | None:
     """Write ``data`` to a new temporary file beside ``path`` (for a later rename).
 
     Returns None, writing nothing, when ``path`` already holds exactly ``data``.
@@ -182,9 +183,10 @@ def recover_files(journal: Path) -> list[str]:
         ops = json.loads(text)["ops"]
         targets = [str(op[-1]) for op in ops]
     except (ValueError, KeyError, TypeError, IndexError):
-        raise StateError(f"{journal} is corrupt",
-                         tip=f"check patches/ and series.yaml by hand (`git status`), then "
-                             f"delete {journal}") from None
+        raise StateError(
+            f"{journal} is corrupt",
+            tip=f"check patches/ and series.yaml by hand (`git status`), then delete {journal}",
+        ) from None
     _roll_forward(ops)
     journal.unlink(missing_ok=True)
     return targets
@@ -198,7 +200,7 @@ def sweep_temps(directory: Path, *, recursive: bool = False) -> list[Path]:
     if not directory.is_dir():
         return []
     found = []
-    for p in (directory.rglob(".*") if recursive else directory.glob(".*")):
+    for p in directory.rglob(".*") if recursive else directory.glob(".*"):
         if _TMP_NAME.match(p.name) and (p.is_file() or p.is_symlink()):
             p.unlink(missing_ok=True)
             found.append(p)

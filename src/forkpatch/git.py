@@ -55,8 +55,14 @@ def hide_url_secrets(text: str) -> str:
 def _base_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     # A user's ambient GIT_DIR / GIT_INDEX_FILE must never leak into our calls.
-    for key in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
-                "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_NAMESPACE"):
+    for key in (
+        "GIT_DIR",
+        "GIT_WORK_TREE",
+        "GIT_INDEX_FILE",
+        "GIT_OBJECT_DIRECTORY",
+        "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+        "GIT_NAMESPACE",
+    ):
         env.pop(key, None)
     env.setdefault("GIT_TERMINAL_PROMPT", "0")
     env["LC_ALL"] = "C"
@@ -79,25 +85,44 @@ class Git:
         argv.extend(args)
         return argv
 
-    def run(self, *args: str, input: bytes | None = None, env: Mapping[str, str] | None = None,
-            check: bool = True, cwd: Path | None = None, timeout: float | None = None
-            ) -> subprocess.CompletedProcess[bytes]:
+    def run(
+        self,
+        *args: str,
+        input: bytes | None = None,
+        env: Mapping[str, str] | None = None,
+        check: bool = True,
+        cwd: Path | None = None,
+        timeout: float | None = None,
+    ) -> subprocess.CompletedProcess[bytes]:
         argv = self._argv(args)
         try:
-            proc = subprocess.run(argv, input=input, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, env=_base_env(env),
-                                  cwd=cwd or self.work_tree, timeout=timeout)
+            proc = subprocess.run(
+                argv,
+                input=input,
+                capture_output=True,
+                env=_base_env(env),
+                cwd=cwd or self.work_tree,
+                timeout=timeout,
+            )
         except subprocess.TimeoutExpired:
-            raise GitError(hide_url_secrets(f"`git {' '.join(args[:3])}` did not finish within "
-                                            f"{timeout:.0f}s (FORKPATCH_FETCH_TIMEOUT)"),
-                           tip="check the network or the remote, then run again") from None
+            raise GitError(
+                hide_url_secrets(
+                    f"`git {' '.join(args[:3])}` did not finish within "
+                    f"{timeout:.0f}s (FORKPATCH_FETCH_TIMEOUT)"
+                ),
+                tip="check the network or the remote, then run again",
+            ) from None
         except FileNotFoundError:
-            raise GitError("git is not installed or not on PATH",
-                           tip="install git 2.38 or newer") from None
+            raise GitError(
+                "git is not installed or not on PATH", tip="install git 2.38 or newer"
+            ) from None
         if check and proc.returncode != 0:
-            raise GitError(hide_url_secrets(
-                f"`git {' '.join(args)}` failed (exit {proc.returncode}): "
-                f"{proc.stderr.decode('utf-8', 'replace').strip()[-2000:]}"))
+            raise GitError(
+                hide_url_secrets(
+                    f"`git {' '.join(args)}` failed (exit {proc.returncode}): "
+                    f"{proc.stderr.decode('utf-8', 'replace').strip()[-2000:]}"
+                )
+            )
         return proc
 
     def out(self, *args: str, **kw: object) -> str:
@@ -137,16 +162,18 @@ class Git:
     def is_ancestor(self, a: str, b: str) -> bool:
         return self.run("merge-base", "--is-ancestor", a, b, check=False).returncode == 0
 
-    def commit_tree(self, tree: str, parents: Iterable[str], message: str, *,
-                    date: str | None = None) -> str:
+    def commit_tree(
+        self, tree: str, parents: Iterable[str], message: str, *, date: str | None = None
+    ) -> str:
         args = ["commit-tree", tree]
         for p in parents:
             args += ["-p", p]
         env = identity_env(date)
         return self.run(*args, input=message.encode("utf-8"), env=env).stdout.decode().strip()
 
-    def update_ref(self, ref: str, new: str, old: str | None = None, *,
-                   message: str = "forkpatch") -> None:
+    def update_ref(
+        self, ref: str, new: str, old: str | None = None, *, message: str = "forkpatch"
+    ) -> None:
         args = ["update-ref", "-m", message, ref, new]
         if old is not None:
             args.append(old)
@@ -183,8 +210,10 @@ class Git:
 def identity_env(date: str | None = None) -> dict[str, str]:
     """Author/committer for forkpatch's own commits. ``date`` makes ids reproducible."""
     env = {
-        "GIT_AUTHOR_NAME": GIT_IDENTITY[0], "GIT_AUTHOR_EMAIL": GIT_IDENTITY[1],
-        "GIT_COMMITTER_NAME": GIT_IDENTITY[0], "GIT_COMMITTER_EMAIL": GIT_IDENTITY[1],
+        "GIT_AUTHOR_NAME": GIT_IDENTITY[0],
+        "GIT_AUTHOR_EMAIL": GIT_IDENTITY[1],
+        "GIT_COMMITTER_NAME": GIT_IDENTITY[0],
+        "GIT_COMMITTER_EMAIL": GIT_IDENTITY[1],
     }
     if date:
         env["GIT_AUTHOR_DATE"] = date
@@ -197,8 +226,11 @@ class ObjectReader:
 
     def __init__(self, git: Git) -> None:
         self._proc = subprocess.Popen(
-            git._argv(["cat-file", "--batch"]), stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, env=_base_env())
+            git._argv(["cat-file", "--batch"]),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=_base_env(),
+        )
         self._cache: dict[str, bytes | None] = {}
 
     def read(self, spec: str) -> tuple[str, bytes] | None:
@@ -238,7 +270,7 @@ class ObjectReader:
             try:
                 stdin.write(request)
                 stdin.flush()
-            except BaseException as exc:  # noqa: BLE001 - re-raised below
+            except BaseException as exc:
                 error.append(exc)
 
         writer = threading.Thread(target=feed, daemon=True)
@@ -308,17 +340,31 @@ class FastImport:
         self._chunks: list[bytes] = []
         self._mark = 0
 
-    def commit(self, *, parent: str, changes: Iterable[FileChange], message: str,
-               date: str, ref: str = "refs/forkpatch/fast-import") -> str:
+    def commit(
+        self,
+        *,
+        parent: str,
+        changes: Iterable[FileChange],
+        message: str,
+        date: str,
+        ref: str = "refs/forkpatch/fast-import",
+    ) -> str:
         """Queue a commit on top of ``parent`` (an id or a ``:mark``). Returns its mark."""
         self._mark += 1
         mark = f":{self._mark}"
         name, email = GIT_IDENTITY
         msg = message.encode("utf-8")
         who = f"{name} <{email}> {_fast_import_date(date)}".encode()
-        out = [b"commit " + ref.encode() + b"\n", b"mark " + mark.encode() + b"\n",
-               b"author " + who + b"\n", b"committer " + who + b"\n",
-               b"data %d\n" % len(msg), msg, b"\n", b"from " + parent.encode() + b"\n"]
+        out = [
+            b"commit " + ref.encode() + b"\n",
+            b"mark " + mark.encode() + b"\n",
+            b"author " + who + b"\n",
+            b"committer " + who + b"\n",
+            b"data %d\n" % len(msg),
+            msg,
+            b"\n",
+            b"from " + parent.encode() + b"\n",
+        ]
         for ch in changes:
             path = _quote_fi_path(ch.path)
             if ch.is_delete:
@@ -341,8 +387,9 @@ class FastImport:
         with tempfile.TemporaryDirectory(prefix="forkpatch-fi-") as tmp:
             marks = Path(tmp) / "marks"
             stream = b"".join(self._chunks) + b"done\n"
-            self._git.run("fast-import", "--quiet", "--done", f"--export-marks={marks}",
-                          input=stream)
+            self._git.run(
+                "fast-import", "--quiet", "--done", f"--export-marks={marks}", input=stream
+            )
             result = {}
             for line in marks.read_text().splitlines():
                 mark, oid = line.split()
@@ -358,7 +405,7 @@ def _fast_import_date(date: str) -> str:
 
 def _quote_fi_path(path: str) -> bytes:
     raw = path.encode("utf-8", "surrogateescape")
-    if raw.startswith(b'"') or b"\n" in raw or b" " in raw and raw.startswith(b" "):
+    if raw.startswith(b'"') or b"\n" in raw or (b" " in raw and raw.startswith(b" ")):
         escaped = raw.replace(b"\\", b"\\\\").replace(b'"', b'\\"').replace(b"\n", b"\\n")
         return b'"' + escaped + b'"'
     return raw
@@ -371,8 +418,12 @@ def commit_date(git: Git, commit: str) -> str:
 
 def init_bare(path: Path) -> Git:
     path.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["git", "init", "-q", "--bare", str(path)], check=True,
-                   env=_base_env(), stdout=subprocess.DEVNULL)
+    subprocess.run(
+        ["git", "init", "-q", "--bare", str(path)],
+        check=True,
+        env=_base_env(),
+        stdout=subprocess.DEVNULL,
+    )
     g = Git(path)
     # This store is private to forkpatch: never gc away our unreferenced
     # objects behind our back, never prompt.

@@ -59,9 +59,15 @@ def _decode_header(value: str | None) -> str:
 def _split_mail_body(body: bytes) -> tuple[str, bytes]:
     """format-patch body -> (description, diff) without diffstat and signature."""
     lines = body.split(b"\n")
-    diff_start = next((i for i, ln in enumerate(lines) if ln.startswith(b"diff --git ")
-                       or (ln.startswith(b"--- ") and i + 1 < len(lines)
-                           and lines[i + 1].startswith(b"+++ "))), len(lines))
+    diff_start = next(
+        (
+            i
+            for i, ln in enumerate(lines)
+            if ln.startswith(b"diff --git ")
+            or (ln.startswith(b"--- ") and i + 1 < len(lines) and lines[i + 1].startswith(b"+++ "))
+        ),
+        len(lines),
+    )
     desc_lines = lines[:diff_start]
     # The description ends at the "---" separator that precedes the diffstat.
     if b"---" in desc_lines:
@@ -109,9 +115,10 @@ def read_mail(path: Path) -> list[Incoming]:
         try:
             # get_bytes() is the message as stored; Message.as_bytes() would run it
             # through email's generator, which rewrites CRLF line ends in the diff.
-            messages = [email.message_from_bytes(box.get_bytes(key),
-                                                 policy=email.policy.compat32)
-                        for key in box.keys()]
+            messages = [
+                email.message_from_bytes(box.get_bytes(key), policy=email.policy.compat32)
+                for key in box.keys()  # noqa: SIM118 (iterating a mailbox yields messages, not keys)
+            ]
         finally:
             box.close()
     else:
@@ -121,14 +128,19 @@ def read_mail(path: Path) -> list[Incoming]:
         subject = _SUBJECT_PREFIX.sub("", _decode_header(msg.get("Subject"))).strip()
         payload = msg.get_payload(decode=True)
         if not isinstance(payload, bytes):
-            raise PatchParseError(f"{path}: message {i} has no plain-text body",
-                                  tip="export the patch with `git format-patch`")
+            raise PatchParseError(
+                f"{path}: message {i} has no plain-text body",
+                tip="export the patch with `git format-patch`",
+            )
         desc, diff = _split_mail_body(payload)
         if not diff.strip():
             raise PatchParseError(f"{path}: message {i} ('{subject}') contains no diff")
         name, summary, desc = _name_from_message(subject, desc)
-        out.append(Incoming(name=name, summary=summary or path.stem, header=desc,
-                            diff=diff, source=str(path)))
+        out.append(
+            Incoming(
+                name=name, summary=summary or path.stem, header=desc, diff=diff, source=str(path)
+            )
+        )
     return out
 
 
@@ -136,20 +148,27 @@ def read_plain(path: Path, name: str | None) -> Incoming:
     data = _QUILT_INDEX.sub(b"", path.read_bytes())
     patch = parse_patch(data, source=str(path))
     if not patch.files:
-        raise PatchParseError(f"{path}: contains no diff (no 'diff --git' or '--- / +++' lines)",
-                              tip="import a file made by `git diff`, `git format-patch`, "
-                                  "`diff -u` or quilt")
+        raise PatchParseError(
+            f"{path}: contains no diff (no 'diff --git' or '--- / +++' lines)",
+            tip="import a file made by `git diff`, `git format-patch`, `diff -u` or quilt",
+        )
     header = patch.header.strip()
     summary = header.splitlines()[0].strip() if header else path.stem
-    return Incoming(name=name or slugify(path.stem), summary=summary[:200],
-                    header=header, diff=patch.diff, source=str(path))
+    return Incoming(
+        name=name or slugify(path.stem),
+        summary=summary[:200],
+        header=header,
+        diff=patch.diff,
+        source=str(path),
+    )
 
 
 def read_quilt(directory: Path) -> list[Incoming]:
     series = directory / "series"
     if not series.is_file():
-        raise UsageError(f"{directory} has no 'series' file", tip="point --quilt at quilt's "
-                         "patches/ directory")
+        raise UsageError(
+            f"{directory} has no 'series' file", tip="point --quilt at quilt's patches/ directory"
+        )
     out = []
     for lineno, raw in enumerate(series.read_text().splitlines(), 1):
         line = raw.split("#", 1)[0].strip()
@@ -173,12 +192,17 @@ def read_quilt(directory: Path) -> list[Incoming]:
 def _is_mail(path: Path) -> bool:
     with path.open("rb") as fh:
         head = fh.read(512)
-    return head.startswith(b"From ") or head.startswith(b"From: ") or \
-        head.startswith(b"Subject: ") or head.startswith(b"Date: ")
+    return head.startswith((b"From ", b"From: ", b"Subject: ", b"Date: "))
 
 
-def import_patches(project: Project, *, files: list[Path], quilt_dir: Path | None,
-                   name: str | None = None, after: str | None = None) -> list[PatchEntry]:
+def import_patches(
+    project: Project,
+    *,
+    files: list[Path],
+    quilt_dir: Path | None,
+    name: str | None = None,
+    after: str | None = None,
+) -> list[PatchEntry]:
     incoming: list[Incoming] = []
     if quilt_dir is not None:
         incoming.extend(read_quilt(quilt_dir))
@@ -195,23 +219,33 @@ def import_patches(project: Project, *, files: list[Path], quilt_dir: Path | Non
     taken = set(series.names())
     for inc in incoming:
         if not NAME_RE.match(inc.name):
-            raise UsageError(f"'{inc.name}' (from {inc.source}) is not a valid patch name",
-                             tip="pass --name")
+            raise UsageError(
+                f"'{inc.name}' (from {inc.source}) is not a valid patch name", tip="pass --name"
+            )
         if inc.name in taken:
-            raise UsageError(f"a patch named '{inc.name}' already exists (from {inc.source})",
-                             tip="pass --name NEW, or `forkpatch delete` the old one first")
+            raise UsageError(
+                f"a patch named '{inc.name}' already exists (from {inc.source})",
+                tip="pass --name NEW, or `forkpatch delete` the old one first",
+            )
         target = project.patches_dir / f"{inc.name}.patch"
         listed = {p.file for p in series.patches}
-        if target.exists() and f"{inc.name}.patch" not in listed and \
-                target.resolve() != Path(inc.source).resolve():
-            raise UsageError(f"patches/{inc.name}.patch already exists",
-                             tip="pass --name NEW or remove the file")
+        if (
+            target.exists()
+            and f"{inc.name}.patch" not in listed
+            and target.resolve() != Path(inc.source).resolve()
+        ):
+            raise UsageError(
+                f"patches/{inc.name}.patch already exists", tip="pass --name NEW or remove the file"
+            )
         taken.add(inc.name)
 
-    new_entries = [PatchEntry(name=inc.name, file=f"{inc.name}.patch", summary=inc.summary)
-                   for inc in incoming]
-    parsed = {inc.name: parse_patch(format_patch(inc.header, inc.diff), source=inc.source)
-              for inc in incoming}
+    new_entries = [
+        PatchEntry(name=inc.name, file=f"{inc.name}.patch", summary=inc.summary) for inc in incoming
+    ]
+    parsed = {
+        inc.name: parse_patch(format_patch(inc.header, inc.diff), source=inc.source)
+        for inc in incoming
+    }
     position = len(series.patches) if after is None else series.index(after) + 1
     entries = list(series.patches)
     entries[position:position] = new_entries
@@ -226,7 +260,8 @@ def import_patches(project: Project, *, files: list[Path], quilt_dir: Path | Non
         raise PatchApplyError(
             describe_failure(bad, f"{series.base.tag} with the patches before it")
             + "\nnothing was imported",
-            tip="import it against the right base, or fix it and import again")
+            tip="import it against the right base, or fix it and import again",
+        )
     diffs = diffs_of_commits(fork.store, [r.commit for r in result.results if r.commit])
     by_name = {r.name: r for r in result.results}
     writes: dict[PatchEntry, tuple[str, bytes]] = {}

@@ -16,15 +16,25 @@ from forkpatch.series import SERIES_FILE, load_series, new_series, save_series
 GITIGNORE_LINE = ".forkpatch/"
 
 
-def init_project(root: Path, *, fork_url: str, base_tag: str, fork_name: str | None,
-                 distribution: str, fork_override: str | None, force: bool = False) -> Project:
+def init_project(
+    root: Path,
+    *,
+    fork_url: str,
+    base_tag: str,
+    fork_name: str | None,
+    distribution: str,
+    fork_override: str | None,
+    force: bool = False,
+) -> Project:
     """Write series.yaml and patches/ for a new series on ``base_tag``."""
     root = root.resolve()
     series_path = root / SERIES_FILE
     if series_path.exists() and not force:
         load_series(series_path)  # still report a broken file precisely
-        raise UsageError(f"{series_path} already exists",
-                         tip="edit it, or pass --force to start over (patches/ is kept)")
+        raise UsageError(
+            f"{series_path} already exists",
+            tip="edit it, or pass --force to start over (patches/ is kept)",
+        )
     root.mkdir(parents=True, exist_ok=True)
     fresh = not (root / STORE_DIR).exists()
     try:
@@ -35,8 +45,9 @@ def init_project(root: Path, *, fork_url: str, base_tag: str, fork_name: str | N
             shutil.rmtree(root / STORE_DIR, ignore_errors=True)
         raise
     name = fork_name or Path(fork_url.rstrip("/")).name.removesuffix(".git") or "fork"
-    series = new_series(fork_name=name, fork_url=fork_url, distribution=distribution,
-                        tag=base_tag, commit=commit)
+    series = new_series(
+        fork_name=name, fork_url=fork_url, distribution=distribution, tag=base_tag, commit=commit
+    )
     (root / "patches").mkdir(exist_ok=True)
     _ensure_gitignore(root)
     save_series(series, series_path)
@@ -67,8 +78,10 @@ class StatusReport:
             "base": self.base_tag,
             "base_commit": self.base_commit,
             "patches": [
-                {**r.to_json(), "applied": (r.name in self.applied) if self.applied is not None
-                 else None}
+                {
+                    **r.to_json(),
+                    "applied": (r.name in self.applied) if self.applied is not None else None,
+                }
                 for r in self.results
             ],
             "orphans": self.orphans,
@@ -85,8 +98,12 @@ def series_status(project: Project) -> StatusReport:
     # Fuzz is allowed here only to *report* it; nothing is written.
     applier = SeriesApplier(fork.store, base, max_fuzz=2)
     result = applier.run(project.items(), write=False, stop_at_conflict=False)
-    report = StatusReport(base_tag=series.base.tag, base_commit=base, results=result.results,
-                          orphans=project.orphans())
+    report = StatusReport(
+        base_tag=series.base.tag,
+        base_commit=base,
+        results=result.results,
+        orphans=project.orphans(),
+    )
     state = project.read_state() or {}
     if state.get("worktree") and Path(state["worktree"], ".git").exists():
         from forkpatch.stack import Stack
@@ -98,6 +115,6 @@ def series_status(project: Project) -> StatusReport:
             report.editing = (state.get("editing") or {}).get("patch")
         except SeriesError:
             raise
-        except Exception:  # noqa: BLE001 - the table is still useful without it
+        except Exception:
             report.applied = None
     return report

@@ -221,9 +221,7 @@ def format_patch(header: str, diff: bytes) -> bytes:
 # Code points HFS+ ignores when comparing names (git's is_hfs_dotgit list), so
 # ".g\u200cit" is ".git" there.
 _HFS_IGNORABLE = dict.fromkeys(
-    [0x200C, 0x200D, 0x200E, 0x200F, 0x202A, 0x202B, 0x202C, 0x202D, 0x202E]
-    + list(range(0x206A, 0x2070))
-    + [0xFEFF]
+    [8204, 8205, 8206, 8207, 8234, 8235, 8236, 8237, 8238, *list(range(8298, 8304)), 65279]
 )
 _DRIVE = re.compile(r"\A[A-Za-z]:")
 
@@ -837,7 +835,7 @@ class _Parser:
             problem = f"{sum(len(f) for f in patched)} hunks instead of 1"
         except unidiff.UnidiffParseError as exc:
             problem = str(exc)
-        except Exception as exc:  # noqa: BLE001 - a unidiff bug must still be a PatchParseError
+        except Exception as exc:
             problem = f"{type(exc).__name__}: {exc}"
         raise self.error(
             i, f"unidiff cannot parse hunk {header} of {path}: {_show(problem.encode())}"

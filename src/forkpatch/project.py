@@ -45,9 +45,10 @@ def find_root(start: Path) -> Path:
     for d in (start, *start.parents):
         if (d / SERIES_FILE).is_file():
             return d
-    raise SeriesError(f"no {SERIES_FILE} in {start} or any parent directory",
-                      tip="run `forkpatch init --fork-url URL --base TAG` to start a series, "
-                          "or pass -C DIR")
+    raise SeriesError(
+        f"no {SERIES_FILE} in {start} or any parent directory",
+        tip="run `forkpatch init --fork-url URL --base TAG` to start a series, or pass -C DIR",
+    )
 
 
 @dataclass
@@ -108,12 +109,11 @@ class Project:
             raise SeriesError(
                 f"{SERIES_FILE}:{entry.line}: patch '{entry.name}' names {self.rel(path)}, "
                 "which does not exist",
-                tip=f"restore the file, or remove the entry with `forkpatch delete {entry.name}`"
+                tip=f"restore the file, or remove the entry with `forkpatch delete {entry.name}`",
             ) from None
         return parse_patch(data, source=self.rel(path))
 
-    def items(self, entries: list[PatchEntry] | tuple[PatchEntry, ...] | None = None
-              ) -> list[Item]:
+    def items(self, entries: list[PatchEntry] | tuple[PatchEntry, ...] | None = None) -> list[Item]:
         chosen = self.series.patches if entries is None else entries
         return [Item(entry=e, patch=self.load_patch(e)) for e in chosen]
 
@@ -139,9 +139,13 @@ class Project:
         self._series = series
         return changed
 
-    def commit(self, patches: Mapping[PatchEntry, tuple[str, bytes] | None] | None = None,
-               series: Series | None = None, *,
-               extra: Mapping[Path, bytes | Path | None] | None = None) -> list[str]:
+    def commit(
+        self,
+        patches: Mapping[PatchEntry, tuple[str, bytes] | None] | None = None,
+        series: Series | None = None,
+        *,
+        extra: Mapping[Path, bytes | Path | None] | None = None,
+    ) -> list[str]:
         """Write patch files (entry -> (header, diff), None deletes) and series.yaml as one
         unit (see :func:`forkpatch.fsutil.commit_files`); returns the changed relative paths.
 
@@ -169,18 +173,27 @@ class Project:
         done = recover_files(self.state_dir / COMMIT_JOURNAL)
         if done:
             self._series = None
-            log.warn("finished writing " + ", ".join(self.rel(Path(p)) for p in done)
-                     + " (an earlier forkpatch was interrupted after deciding to write them)")
-        for d, recursive in ((self.root, False), (self.patches_dir, True),
-                             (self.root / "dist", False)):
+            log.warn(
+                "finished writing "
+                + ", ".join(self.rel(Path(p)) for p in done)
+                + " (an earlier forkpatch was interrupted after deciding to write them)"
+            )
+        for d, recursive in (
+            (self.root, False),
+            (self.patches_dir, True),
+            (self.root / "dist", False),
+        ):
             sweep_temps(d, recursive=recursive)
         return done
 
     def recover_if_needed(self) -> None:
         """For read-only commands: finish an interrupted write when nobody holds the lock."""
         if not (self.state_dir / COMMIT_JOURNAL).exists() and not any(
-                _TMP_NAME.match(p.name) for d in (self.root, self.patches_dir, self.root / "dist")
-                if d.is_dir() for p in d.iterdir()):
+            _TMP_NAME.match(p.name)
+            for d in (self.root, self.patches_dir, self.root / "dist")
+            if d.is_dir()
+            for p in d.iterdir()
+        ):
             return
         try:
             with project_lock(self.state_dir / "lock", command="recover"):
@@ -208,8 +221,10 @@ class Project:
         except FileNotFoundError:
             return None
         except json.JSONDecodeError as exc:
-            raise StateError(f"{self.rel(path)} is corrupt ({exc})",
-                             tip=f"delete {self.rel(path)} to forget the operation") from None
+            raise StateError(
+                f"{self.rel(path)} is corrupt ({exc})",
+                tip=f"delete {self.rel(path)} to forget the operation",
+            ) from None
 
     def write_state(self, data: dict[str, Any] | None, name: str = STATE_FILE) -> None:
         path = self.state_dir / name

@@ -49,8 +49,6 @@ from urllib.parse import quote, unquote, urljoin, urlsplit
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from forkpatch import log
-from forkpatch.build.runner import redact, tail
-from forkpatch.build.runner import run as run_tool
 from forkpatch.errors import PublishError, SmokeError
 from forkpatch.fsutil import atomic_write, project_lock
 from forkpatch.smoke.incheck import TIERS
@@ -63,6 +61,8 @@ from forkpatch.smoke.report import (
     store_path,
 )
 from forkpatch.smoke.wheelinfo import WheelInfo, read_wheel, sha256_file
+from forkpatch.wheels.runner import redact, tail
+from forkpatch.wheels.runner import run as run_tool
 
 DEFAULT_REQUIRED_TIERS = ("static", "sm70")
 SUMS_FILE = "SHA256SUMS"
@@ -96,8 +96,11 @@ class Gate:
             "sha256": self.wheel.sha256,
             "at": now_iso(),
             "by": _user(),
-            "required_tiers_passed": [t for t in self.report["tiers"]["status"]
-                                      if self.report["tiers"]["status"][t] == "passed"],
+            "required_tiers_passed": [
+                t
+                for t in self.report["tiers"]["status"]
+                if self.report["tiers"]["status"][t] == "passed"
+            ],
             "allowed_missing_tiers": {t: f"not run: {why}" for t, why in self.overrides.items()},
         }
         return data
@@ -130,8 +133,9 @@ def _candidates(wheel: WheelInfo, project: Any, explicit: Sequence[Path]) -> lis
     return out
 
 
-def find_report(wheel: WheelInfo, project: Any, explicit: Sequence[Path] = ()
-                ) -> tuple[Path, dict[str, Any]]:
+def find_report(
+    wheel: WheelInfo, project: Any, explicit: Sequence[Path] = ()
+) -> tuple[Path, dict[str, Any]]:
     """The smoke report for exactly this file (by sha256); PublishError when there is none."""
     wrong: list[str] = []
     for path in _candidates(wheel, project, explicit):
@@ -145,17 +149,28 @@ def find_report(wheel: WheelInfo, project: Any, explicit: Sequence[Path] = ()
         shas = {w.get("sha256") for w in data.get("wheels", [])}
         if wheel.sha256 in shas:
             return path, data
-        wrong.append(f"{path} is a report for {data.get('wheel', {}).get('sha256', '?')[:16]}…, "
-                     f"not this file")
+        wrong.append(
+            f"{path} is a report for {data.get('wheel', {}).get('sha256', '?')[:16]}…, "
+            f"not this file"
+        )
     msg = f"no smoke report for {wheel.path.name} (sha256 {wheel.sha256})"
     if wrong:
         msg += ": " + "; ".join(wrong)
-    raise PublishError(msg, tip=f"run `forkpatch smoke {wheel.path}` first (publish only takes "
-                                "a wheel whose exact bytes passed the smoke suite)")
+    raise PublishError(
+        msg,
+        tip=f"run `forkpatch smoke {wheel.path}` first (publish only takes "
+        "a wheel whose exact bytes passed the smoke suite)",
+    )
 
 
-def check_gate(wheel: WheelInfo, project: Any, *, required: Sequence[str],
-               allow_missing: Sequence[str] = (), explicit: Sequence[Path] = ()) -> Gate:
+def check_gate(
+    wheel: WheelInfo,
+    project: Any,
+    *,
+    required: Sequence[str],
+    allow_missing: Sequence[str] = (),
+    explicit: Sequence[Path] = (),
+) -> Gate:
     """Refuse (PublishError) unless a passing report covers ``required`` for this file."""
     for t in (*required, *allow_missing):
         if t not in TIERS:
@@ -164,9 +179,11 @@ def check_gate(wheel: WheelInfo, project: Any, *, required: Sequence[str],
     failed = [c for c in data.get("checks", []) if c.get("outcome") in ("failed", "error")]
     if failed or not data.get("passed", False):
         names = ", ".join(f"{c['id']} ({c['outcome']})" for c in failed) or "see the report"
-        raise PublishError(f"the smoke report for {wheel.path.name} ({path}) did not pass: "
-                           f"{names}", tip="fix the wheel (or its patches), build and smoke it "
-                                           "again; `forkpatch smoke --bisect` finds the patch")
+        raise PublishError(
+            f"the smoke report for {wheel.path.name} ({path}) did not pass: {names}",
+            tip="fix the wheel (or its patches), build and smoke it "
+            "again; `forkpatch smoke --bisect` finds the patch",
+        )
     status = data.get("tiers", {}).get("status", {})
     not_run = data.get("tiers", {}).get("not_run", {})
     detail = data.get("tiers", {}).get("detail", {})
@@ -178,24 +195,34 @@ def check_gate(wheel: WheelInfo, project: Any, *, required: Sequence[str],
         why = not_run.get(tier) or detail.get(tier, {}).get("reason", "") or st
         if tier in allow_missing and st == "not-run":
             gate.overrides[tier] = why
-            log.warn(f"publishing {wheel.path.name} without tier {tier} (not run: {why}): "
-                     f"--allow-missing-tier {tier}; recorded in the published report")
+            log.warn(
+                f"publishing {wheel.path.name} without tier {tier} (not run: {why}): "
+                f"--allow-missing-tier {tier}; recorded in the published report"
+            )
             continue
         if tier in allow_missing:
-            raise PublishError(f"tier {tier} is {st} in the smoke report for {wheel.path.name} "
-                               f"({why}); --allow-missing-tier only covers a tier that did not "
-                               "run", tip="fix the failing checks; an override never hides a "
-                                          "failure")
+            raise PublishError(
+                f"tier {tier} is {st} in the smoke report for {wheel.path.name} "
+                f"({why}); --allow-missing-tier only covers a tier that did not "
+                "run",
+                tip="fix the failing checks; an override never hides a failure",
+            )
         if st == "incomplete":
-            tip = ("some of its checks could not run (a dependency is missing): smoke again "
-                   "with --deps system on a machine that has torch, or --deps index")
+            tip = (
+                "some of its checks could not run (a dependency is missing): smoke again "
+                "with --deps system on a machine that has torch, or --deps index"
+            )
         else:
-            tip = (f"run `forkpatch smoke --tier {tier}` where the hardware is (a V100 for "
-                   f"sm70), or pass --allow-missing-tier {tier} to publish anyway (logged and "
-                   "recorded)")
+            tip = (
+                f"run `forkpatch smoke --tier {tier}` where the hardware is (a V100 for "
+                f"sm70), or pass --allow-missing-tier {tier} to publish anyway (logged and "
+                "recorded)"
+            )
         raise PublishError(
             f"tier {tier} is required but {st} in the smoke report for {wheel.path.name}"
-            + (f" ({why})" if why and why != st else ""), tip=tip)
+            + (f" ({why})" if why and why != st else ""),
+            tip=tip,
+        )
     return gate
 
 
@@ -220,13 +247,17 @@ def _conflicts(wheel: WheelInfo, existing: Mapping[str, str]) -> tuple[bool, str
     if name in existing:
         if existing[name] == wheel.sha256:
             return True, None
-        return False, (f"{name} is already published with different content (sha256 "
-                       f"{existing[name][:16]}…, this file {wheel.sha256[:16]}…)")
+        return False, (
+            f"{name} is already published with different content (sha256 "
+            f"{existing[name][:16]}…, this file {wheel.sha256[:16]}…)"
+        )
     key = _identity(name)
     for other, sha in existing.items():
         if key is not None and _identity(other) == key and sha != wheel.sha256:
-            return False, (f"{other} is already published for version {wheel.version} and tags "
-                           f"{wheel.tags}, with different content")
+            return False, (
+                f"{other} is already published for version {wheel.version} and tags "
+                f"{wheel.tags}, with different content"
+            )
     return False, None
 
 
@@ -292,8 +323,10 @@ class DirTarget:
             try:
                 shutil.copyfile(wheel.path, tmp)
                 if sha256_file(Path(tmp)) != wheel.sha256:
-                    raise PublishError(f"{wheel.path.name} changed while it was being copied",
-                                       tip="publish the final file again")
+                    raise PublishError(
+                        f"{wheel.path.name} changed while it was being copied",
+                        tip="publish the final file again",
+                    )
                 os.chmod(tmp, 0o644)
                 os.replace(tmp, dest)
             finally:
@@ -313,14 +346,19 @@ class DirTarget:
         for name, files in projects.items():
             links = "\n".join(
                 f'    <a href="../../packages/{quote(p.name)}#sha256={sha256_file(p)}">'
-                f"{html.escape(p.name)}</a><br>" for p in files)
-            atomic_write(self.simple / name / "index.html",
-                         _PAGE.format(title=f"Links for {html.escape(name)}",
-                                      links=links).encode())
-        links = "\n".join(f'    <a href="{quote(n)}/">{html.escape(n)}</a><br>'
-                          for n in sorted(projects))
-        atomic_write(self.simple / "index.html",
-                     _PAGE.format(title="Simple index", links=links).encode())
+                f"{html.escape(p.name)}</a><br>"
+                for p in files
+            )
+            atomic_write(
+                self.simple / name / "index.html",
+                _PAGE.format(title=f"Links for {html.escape(name)}", links=links).encode(),
+            )
+        links = "\n".join(
+            f'    <a href="{quote(n)}/">{html.escape(n)}</a><br>' for n in sorted(projects)
+        )
+        atomic_write(
+            self.simple / "index.html", _PAGE.format(title="Simple index", links=links).encode()
+        )
 
 
 def write_sums(directory: Path) -> Path:
@@ -360,8 +398,11 @@ class Credentials:
         if not self.password:
             return [self.password]
         pair = f"{self.username or ''}:{self.password}".encode()
-        return [self.password, base64.b64encode(pair).decode("ascii"),
-                base64.b64encode(self.password.encode()).decode("ascii")]
+        return [
+            self.password,
+            base64.b64encode(pair).decode("ascii"),
+            base64.b64encode(self.password.encode()).decode("ascii"),
+        ]
 
 
 def credentials_for(url: str) -> Credentials:
@@ -379,14 +420,14 @@ def credentials_for(url: str) -> Credentials:
 class IndexTarget:
     """A PEP 503 index that accepts twine uploads (e.g. pypiserver)."""
 
-    def __init__(self, upload_url: str, simple_url: str | None, *, timeout_s: float = 60.0
-                 ) -> None:
+    def __init__(self, upload_url: str, simple_url: str | None, *, timeout_s: float = 60.0) -> None:
         parts = urlsplit(upload_url)
         if parts.username or parts.password or "@" in parts.netloc:
-            raise PublishError("the index URL carries credentials; they would land in logs and "
-                               "shell history",
-                               tip="pass the plain URL and set TWINE_USERNAME / TWINE_PASSWORD "
-                                   "(or store the password in the keyring)")
+            raise PublishError(
+                "the index URL carries credentials; they would land in logs and shell history",
+                tip="pass the plain URL and set TWINE_USERNAME / TWINE_PASSWORD "
+                "(or store the password in the keyring)",
+            )
         path = parts.path.rstrip("/")
         if simple_url is None:
             if path.endswith("/simple"):
@@ -421,16 +462,18 @@ class IndexTarget:
                 raise PublishError(
                     f"the index at {self.simple_url} refused access (HTTP {exc.code}) with {who}",
                     tip="check TWINE_USERNAME / TWINE_PASSWORD (or the keyring entry for "
-                        f"{self.upload_url}); nothing was uploaded") from None
-            raise PublishError(f"the index at {self.simple_url} answered HTTP {exc.code} for "
-                               f"{self._redact(url)}", tip="nothing was uploaded; check the "
-                                                           "index's logs") from None
+                    f"{self.upload_url}); nothing was uploaded",
+                ) from None
+            raise PublishError(
+                f"the index at {self.simple_url} answered HTTP {exc.code} for {self._redact(url)}",
+                tip="nothing was uploaded; check the index's logs",
+            ) from None
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
-            raise PublishError(f"cannot reach the index at {self.simple_url}: "
-                               f"{self._redact(str(reason))}",
-                               tip="is the index up and the URL right? nothing was uploaded"
-                               ) from None
+            raise PublishError(
+                f"cannot reach the index at {self.simple_url}: {self._redact(str(reason))}",
+                tip="is the index up and the URL right? nothing was uploaded",
+            ) from None
 
     def existing(self, project_name: str) -> dict[str, str]:
         page_url = urljoin(self.simple_url, canonicalize_name(project_name) + "/")
@@ -458,16 +501,32 @@ class IndexTarget:
     def publish(self, gate: Gate, report: dict[str, Any]) -> None:
         import sys
 
-        cmd = [sys.executable, "-m", "twine", "upload", "--repository-url", self.upload_url,
-               "--non-interactive", "--disable-progress-bar", str(gate.wheel.path)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "twine",
+            "upload",
+            "--repository-url",
+            self.upload_url,
+            "--non-interactive",
+            "--disable-progress-bar",
+            str(gate.wheel.path),
+        ]
         if gate.overrides:
             tiers = ", ".join(gate.overrides)
-            cmd[4:4] = ["--comment", (f"forkpatch: published without smoke tier(s) {tiers} "
-                                     "(--allow-missing-tier)")]
+            cmd[4:4] = [
+                "--comment",
+                (f"forkpatch: published without smoke tier(s) {tiers} (--allow-missing-tier)"),
+            ]
         # Credentials reach twine only through its environment variables.
         env = {"TWINE_NON_INTERACTIVE": "1"}
-        result = run_tool(cmd, what=f"upload {gate.wheel.path.name}", env=env,
-                          secrets=self.creds.secrets, check=False)
+        result = run_tool(
+            cmd,
+            what=f"upload {gate.wheel.path.name}",
+            env=env,
+            secrets=self.creds.secrets,
+            check=False,
+        )
         if result.returncode != 0:
             out = self._redact(result.stdout or "")
             hint = "check the index's logs"
@@ -475,14 +534,18 @@ class IndexTarget:
                 hint = "the index refused the credentials: check TWINE_USERNAME / TWINE_PASSWORD"
             elif re.search(r"\b(409|400)\b", out):
                 hint = "the index already has a file of that name (it does not allow overwrites)"
-            raise PublishError(f"the upload of {gate.wheel.path.name} to {self.upload_url} "
-                               f"failed (twine exited {result.returncode}):\n{tail(out, 12)}",
-                               tip=hint)
+            raise PublishError(
+                f"the upload of {gate.wheel.path.name} to {self.upload_url} "
+                f"failed (twine exited {result.returncode}):\n{tail(out, 12)}",
+                tip=hint,
+            )
         after = self.existing(gate.wheel.name)
         if after.get(gate.wheel.path.name) != gate.wheel.sha256:
-            raise PublishError(f"{gate.wheel.path.name} was uploaded but the index does not "
-                               "list it with the right sha256",
-                               tip=f"check {self.simple_url}{canonicalize_name(gate.wheel.name)}/")
+            raise PublishError(
+                f"{gate.wheel.path.name} was uploaded but the index does not "
+                "list it with the right sha256",
+                tip=f"check {self.simple_url}{canonicalize_name(gate.wheel.name)}/",
+            )
 
 
 def open_target(to: str, *, simple_url: str | None = None, timeout_s: float = 60.0) -> Target:
@@ -492,8 +555,10 @@ def open_target(to: str, *, simple_url: str | None = None, timeout_s: float = 60
     if parts.scheme == "file":
         return DirTarget(Path(unquote(parts.path)))
     if parts.scheme and len(parts.scheme) > 1:
-        raise PublishError(f"cannot publish to a '{parts.scheme}:' URL",
-                           tip="use an http(s):// index URL or a directory (path or file://)")
+        raise PublishError(
+            f"cannot publish to a '{parts.scheme}:' URL",
+            tip="use an http(s):// index URL or a directory (path or file://)",
+        )
     return DirTarget(Path(to))
 
 
@@ -509,8 +574,13 @@ class Published:
     overrides: dict[str, str]
 
     def to_json(self) -> dict[str, Any]:
-        return {"file": self.file, "sha256": self.sha256, "action": self.action,
-                "report": self.report, "allowed_missing_tiers": self.overrides}
+        return {
+            "file": self.file,
+            "sha256": self.sha256,
+            "action": self.action,
+            "report": self.report,
+            "allowed_missing_tiers": self.overrides,
+        }
 
 
 def publish(opts: PublishOptions, project: Any = None) -> list[Published]:
@@ -522,8 +592,16 @@ def publish(opts: PublishOptions, project: Any = None) -> list[Published]:
         infos = [read_wheel(w) for w in opts.wheels]
     except SmokeError as exc:
         raise PublishError(exc.message, tip=exc.tip) from None
-    gates = [check_gate(w, project, required=required, allow_missing=opts.allow_missing_tiers,
-                        explicit=opts.reports) for w in infos]
+    gates = [
+        check_gate(
+            w,
+            project,
+            required=required,
+            allow_missing=opts.allow_missing_tiers,
+            explicit=opts.reports,
+        )
+        for w in infos
+    ]
     target = open_target(opts.to, simple_url=opts.simple_url, timeout_s=opts.timeout_s)
     lock = target.locked() if isinstance(target, DirTarget) else contextlib.nullcontext()
     out: list[Published] = []
@@ -532,27 +610,36 @@ def publish(opts: PublishOptions, project: Any = None) -> list[Published]:
         for g in gates:
             there, refusal = _conflicts(g.wheel, target.existing(g.wheel.name))
             if refusal:
-                raise PublishError(refusal + f" at {target.describe()}",
-                                   tip="a published version is immutable: bump the build (change "
-                                       "the series) instead of replacing a file; nothing was "
-                                       "published")
+                raise PublishError(
+                    refusal + f" at {target.describe()}",
+                    tip="a published version is immutable: bump the build (change "
+                    "the series) instead of replacing a file; nothing was "
+                    "published",
+                )
             plan.append((g, there))
         for g, there in plan:
             report = g.published_report(target.describe())
             if there:
-                log.info(f"{g.wheel.path.name} is already published at {target.describe()} "
-                         "(same sha256): nothing to do")
+                log.info(
+                    f"{g.wheel.path.name} is already published at {target.describe()} "
+                    "(same sha256): nothing to do"
+                )
             else:
                 with log.step(f"publish {g.wheel.path.name} to {target.describe()}"):
                     target.publish(g, report)
             if isinstance(target, IndexTarget):
                 # An index takes only distributions: the report and sums go beside the wheel.
                 atomic_write(beside_wheel(g.wheel.path), dumps(report))
-                _merge_sums(g.wheel.path.parent,
-                            [g.wheel.path, beside_wheel(g.wheel.path)])
-            out.append(Published(g.wheel.path.name, g.wheel.sha256,
-                                 "already-published" if there else "uploaded",
-                                 str(g.report_path), dict(g.overrides)))
+                _merge_sums(g.wheel.path.parent, [g.wheel.path, beside_wheel(g.wheel.path)])
+            out.append(
+                Published(
+                    g.wheel.path.name,
+                    g.wheel.sha256,
+                    "already-published" if there else "uploaded",
+                    str(g.report_path),
+                    dict(g.overrides),
+                )
+            )
     return out
 
 
@@ -567,5 +654,4 @@ def _merge_sums(directory: Path, files: Sequence[Path]) -> None:
                 lines[name] = sha
     for f in files:
         lines[f.name] = sha256_file(f)
-    atomic_write(path, "".join(f"{sha}  {name}\n" for name, sha in sorted(lines.items()))
-                 .encode())
+    atomic_write(path, "".join(f"{sha}  {name}\n" for name, sha in sorted(lines.items())).encode())

@@ -100,11 +100,19 @@ class Outcome:
 
     @classmethod
     def of(cls, result: PatchResult, moved: Mapping[str, str]) -> Outcome:
-        return cls(name=result.name, status=result.status, files=list(result.files),
-                   evidence=result.evidence, detail=list(result.detail),
-                   conflicts=[{"path": c.path, "reason": c.reason, "hunks": c.hunks,
-                               "line": c.line} for c in result.conflicts],
-                   commit=result.commit, moved=dict(moved))
+        return cls(
+            name=result.name,
+            status=result.status,
+            files=list(result.files),
+            evidence=result.evidence,
+            detail=list(result.detail),
+            conflicts=[
+                {"path": c.path, "reason": c.reason, "hunks": c.hunks, "line": c.line}
+                for c in result.conflicts
+            ],
+            commit=result.commit,
+            moved=dict(moved),
+        )
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "status": self.status, "files": self.files}
@@ -122,10 +130,16 @@ class Outcome:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Outcome:
-        return cls(name=d["name"], status=d["status"], files=list(d.get("files", [])),
-                   evidence=d.get("evidence"), detail=list(d.get("detail", [])),
-                   conflicts=list(d.get("conflicts", [])), commit=d.get("commit"),
-                   moved=dict(d.get("moved", {})))
+        return cls(
+            name=d["name"],
+            status=d["status"],
+            files=list(d.get("files", [])),
+            evidence=d.get("evidence"),
+            detail=list(d.get("detail", [])),
+            conflicts=list(d.get("conflicts", [])),
+            commit=d.get("commit"),
+            moved=dict(d.get("moved", {})),
+        )
 
     @property
     def refresh(self) -> bool:
@@ -161,8 +175,10 @@ class Plan:
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "onto": self.onto, "onto_commit": self.onto_commit,
-            "base": self.base, "base_commit": self.base_commit,
+            "onto": self.onto,
+            "onto_commit": self.onto_commit,
+            "base": self.base,
+            "base_commit": self.base_commit,
             "relation": self.relation,
         }
         if self.note:
@@ -211,8 +227,15 @@ class _UpstreamIndex:
 
     def _touched(self) -> list[tuple[str, frozenset[str]]]:
         """(commit, paths it touches) for base..onto, newest first."""
-        raw = self.git.run("log", "--no-merges", "--format=commit %H", "-M",
-                           "--name-status", "-z", f"{self.base}..{self.onto}").stdout
+        raw = self.git.run(
+            "log",
+            "--no-merges",
+            "--format=commit %H",
+            "-M",
+            "--name-status",
+            "-z",
+            f"{self.base}..{self.onto}",
+        ).stdout
         out: list[tuple[str, set[str]]] = []
         parts = raw.split(b"\0")
         i = 0
@@ -226,8 +249,7 @@ class _UpstreamIndex:
                 continue
             n = 2 if tok[:1] in (b"R", b"C") else 1
             if out:
-                out[-1][1].update(p.decode("utf-8", "surrogateescape")
-                                  for p in parts[i:i + n])
+                out[-1][1].update(p.decode("utf-8", "surrogateescape") for p in parts[i : i + n])
             i += n
         return [(c, frozenset(paths)) for c, paths in out]
 
@@ -255,13 +277,19 @@ class _UpstreamIndex:
                     continue
                 oid = f"{2 * i + reverse + 1:040x}"
                 fake[oid] = (item.entry.name, reverse)
-                chunks.append(f"commit {oid}\n".encode() + diff
-                              + (b"" if diff.endswith(b"\n") else b"\n"))
+                chunks.append(
+                    f"commit {oid}\n".encode() + diff + (b"" if diff.endswith(b"\n") else b"\n")
+                )
         if not wanted:
             return
-        log_p = self.git.run("log", "--no-walk=unsorted", "--no-merges",
-                             "--format=commit %H%nsubject %s", *DIFF_OPTIONS,
-                             *sorted(wanted, key=age_of.__getitem__)).stdout
+        log_p = self.git.run(
+            "log",
+            "--no-walk=unsorted",
+            "--no-merges",
+            "--format=commit %H%nsubject %s",
+            *DIFF_OPTIONS,
+            *sorted(wanted, key=age_of.__getitem__),
+        ).stdout
         current = ""
         for line in log_p.split(b"\n"):
             if line.startswith(b"commit ") and len(line) == 47:
@@ -299,8 +327,7 @@ class _UpstreamIndex:
         if pids is None or pids[0] not in self._upstream:
             return None
         age, commit = self._upstream[pids[0]]
-        if pids[1] is not None and pids[1] in self._upstream and \
-                self._upstream[pids[1]][0] < age:
+        if pids[1] is not None and pids[1] in self._upstream and self._upstream[pids[1]][0] < age:
             return None  # upstream took it, then reverted it
         return commit, self._subjects.get(commit, "")
 
@@ -311,7 +338,7 @@ def _reverse_diff(patch: PatchFile) -> bytes | None:
 
     try:
         return b"".join(reverse(fp).raw for fp in patch.files)
-    except Exception:  # noqa: BLE001 - no reverse: no revert detection for this patch
+    except Exception:
         return None
 
 
@@ -405,8 +432,16 @@ class _LazyMergeBases(dict):  # type: ignore[type-arg]
 class _Walker:
     """Applies (the rest of) a series on the new base, classifying each patch."""
 
-    def __init__(self, git: Git, *, base_commit: str, onto: str, onto_commit: str,
-                 items: Sequence[Item], options: RebaseOptions) -> None:
+    def __init__(
+        self,
+        git: Git,
+        *,
+        base_commit: str,
+        onto: str,
+        onto_commit: str,
+        items: Sequence[Item],
+        options: RebaseOptions,
+    ) -> None:
         self.git = git
         self.base_commit = base_commit
         self.onto = onto
@@ -417,9 +452,14 @@ class _Walker:
         self.upstream = _UpstreamIndex(git, base_commit, onto_commit, items)
         self._renames: dict[str, str] | None = None
         self.applier = SeriesApplier(
-            git, onto_commit, max_fuzz=options.fuzz, three_way=options.three_way,
+            git,
+            onto_commit,
+            max_fuzz=options.fuzz,
+            three_way=options.three_way,
             detect_upstream=True,
-            merge_bases=self.merge_bases, labels=(onto, "patch"))
+            merge_bases=self.merge_bases,
+            labels=(onto, "patch"),
+        )
 
     # -- files upstream moved
 
@@ -427,8 +467,15 @@ class _Walker:
         if self._renames is None:
             self._renames = {}
             if self.base_commit != self.onto_commit:
-                raw = self.git.run("diff-tree", "-r", "-M", "--name-status", "-z",
-                                   self.base_commit, self.onto_commit).stdout
+                raw = self.git.run(
+                    "diff-tree",
+                    "-r",
+                    "-M",
+                    "--name-status",
+                    "-z",
+                    self.base_commit,
+                    self.onto_commit,
+                ).stdout
                 parts = raw.split(b"\0")
                 i = 0
                 while i < len(parts):
@@ -450,8 +497,9 @@ class _Walker:
         if patch is None:
             return item, {}
         # Existence only: ``entries`` says it without reading any blob.
-        missing = [fp for fp in patch.files
-                   if fp.old_path is not None and fp.old_path not in state.entries]
+        missing = [
+            fp for fp in patch.files if fp.old_path is not None and fp.old_path not in state.entries
+        ]
         if not missing:
             return item, {}
         renames = self.renames()
@@ -477,8 +525,9 @@ class _Walker:
 
     # -- one patch
 
-    def classify(self, state: TreeState, item: Item) -> tuple[PatchResult, list[Any],
-                                                              dict[str, str]]:
+    def classify(
+        self, state: TreeState, item: Item
+    ) -> tuple[PatchResult, list[Any], dict[str, str]]:
         """One patch on ``state``: (result, its file changes, files followed to a new name).
 
         A patch whose patch-id matches an upstream commit in base..onto (not reverted
@@ -491,24 +540,35 @@ class _Walker:
             match = self.upstream.match(item.entry.name)
             if match is not None:
                 commit, subject = match
-                files = list(dict.fromkeys(p for fp in patch.files
-                                           for p in (fp.old_path, fp.new_path) if p))
-                return PatchResult(
-                    name=item.entry.name, status="upstreamed", files=files,
-                    added=patch.added, removed=patch.removed,
-                    evidence=f"patch-id matches upstream commit {commit[:12]} '{subject}'"
-                ), [], {}
+                files = list(
+                    dict.fromkeys(p for fp in patch.files for p in (fp.old_path, fp.new_path) if p)
+                )
+                return (
+                    PatchResult(
+                        name=item.entry.name,
+                        status="upstreamed",
+                        files=files,
+                        added=patch.added,
+                        removed=patch.removed,
+                        evidence=f"patch-id matches upstream commit {commit[:12]} '{subject}'",
+                    ),
+                    [],
+                    {},
+                )
         item, moved = self.follow_renames(state, item)
         result, changes = self.applier.apply_patch(state, item)
         if moved:
-            result.detail.extend(f"{src}: upstream moved it to {dst}; the patch follows it"
-                                 for src, dst in moved.items())
+            result.detail.extend(
+                f"{src}: upstream moved it to {dst}; the patch follows it"
+                for src, dst in moved.items()
+            )
         return result, changes, moved
 
     # -- a run
 
-    def walk(self, items: Sequence[Item], *, parent: str, write: bool, number: int,
-             total: int) -> tuple[list[Outcome], str, PatchResult | None]:
+    def walk(
+        self, items: Sequence[Item], *, parent: str, write: bool, number: int, total: int
+    ) -> tuple[list[Outcome], str, PatchResult | None]:
         """Classify ``items`` in order on ``parent``; with ``write`` one commit each."""
         outcomes: list[Outcome] = []
         conflict: PatchResult | None = None
@@ -521,8 +581,11 @@ class _Walker:
             tip = parent
             for n, item in enumerate(items, number):
                 if conflict is not None:
-                    outcome = Outcome(item.entry.name, "blocked",
-                                      detail=[f"not tried: '{conflict.name}' below it conflicted"])
+                    outcome = Outcome(
+                        item.entry.name,
+                        "blocked",
+                        detail=[f"not tried: '{conflict.name}' below it conflicted"],
+                    )
                     outcomes.append(outcome)
                     _progress(n, total, outcome)
                     continue
@@ -531,11 +594,13 @@ class _Walker:
                 outcomes.append(outcome)
                 if result.status == "conflict":
                     conflict = result
-                elif fi is not None and item.patch is not None and \
-                        result.status not in DROPPED:
-                    tip = fi.commit(parent=tip, changes=changes,
-                                    message=commit_message(item.entry, item.patch.header),
-                                    date=date)
+                elif fi is not None and item.patch is not None and result.status not in DROPPED:
+                    tip = fi.commit(
+                        parent=tip,
+                        changes=changes,
+                        message=commit_message(item.entry, item.patch.header),
+                        date=date,
+                    )
                     marks.append((outcome, tip))
                 _progress(n, total, outcome)
             head = parent
@@ -582,7 +647,8 @@ def _resolve(project: Project, onto: str, series: Series | None = None) -> _Setu
             raise ForkRepoError(
                 f"the series' base commit {base_commit[:12]} ({series.base.tag}) is not in the "
                 f"fork ({fork.source})",
-                tip="point --fork-repo at a clone that has it")
+                tip="point --fork-repo at a clone that has it",
+            )
     onto_commit = fork.resolve_tag(onto)
     if onto_commit == base_commit:
         relation = "same"
@@ -606,20 +672,36 @@ def check(project: Project, options: RebaseOptions, *, write: bool = False) -> P
     if note:
         log.warn(note)
     items = project.items()
-    walker = _Walker(setup.git, base_commit=setup.base_commit, onto=setup.onto,
-                     onto_commit=setup.onto_commit, items=items, options=options)
-    outcomes, head, conflict = walker.walk(items, parent=setup.onto_commit, write=write,
-                                           number=1, total=len(items))
+    walker = _Walker(
+        setup.git,
+        base_commit=setup.base_commit,
+        onto=setup.onto,
+        onto_commit=setup.onto_commit,
+        items=items,
+        options=options,
+    )
+    outcomes, head, conflict = walker.walk(
+        items, parent=setup.onto_commit, write=write, number=1, total=len(items)
+    )
     _warn_broken(walker)
-    return Plan(base=setup.series.base.tag, base_commit=setup.base_commit, onto=setup.onto,
-                onto_commit=setup.onto_commit, relation=setup.relation, outcomes=outcomes,
-                head=head, conflict=conflict)
+    return Plan(
+        base=setup.series.base.tag,
+        base_commit=setup.base_commit,
+        onto=setup.onto,
+        onto_commit=setup.onto_commit,
+        relation=setup.relation,
+        outcomes=outcomes,
+        head=head,
+        conflict=conflict,
+    )
 
 
 def _warn_broken(walker: _Walker) -> None:
     if walker.merge_bases._done and walker.merge_bases.broken:
-        log.warn("these patches do not apply to the series' own base, so they have no 3-way "
-                 "merge base: " + ", ".join(walker.merge_bases.broken))
+        log.warn(
+            "these patches do not apply to the series' own base, so they have no 3-way "
+            "merge base: " + ", ".join(walker.merge_bases.broken)
+        )
 
 
 # --------------------------------------------------------------------------- journal
@@ -641,12 +723,15 @@ class Journal:
     def load(self) -> dict[str, Any]:
         data = self.project.read_state(f"{JOURNAL_DIR}/{JOURNAL_FILE}")
         if data is None:
-            raise StateError("no rebase is in progress",
-                             tip="start one with `forkpatch rebase --onto TAG`")
+            raise StateError(
+                "no rebase is in progress", tip="start one with `forkpatch rebase --onto TAG`"
+            )
         if data.get("version") != JOURNAL_VERSION:
-            raise StateError(f"{self.project.rel(self.path)} was written by another forkpatch "
-                             "version", tip="finish it with that version, or delete "
-                             f"{self.project.rel(self.dir)} after restoring patches/ by hand")
+            raise StateError(
+                f"{self.project.rel(self.path)} was written by another forkpatch version",
+                tip="finish it with that version, or delete "
+                f"{self.project.rel(self.dir)} after restoring patches/ by hand",
+            )
         return data
 
     def save(self, data: dict[str, Any]) -> None:
@@ -663,8 +748,12 @@ class Journal:
         files = [self.project.series_path]
         if self.project.patches_dir.is_dir():
             files += sorted(p for p in self.project.patches_dir.rglob("*") if p.is_file())
-        bundle = {p.relative_to(self.project.root).as_posix():
-                  base64.b64encode(p.read_bytes()).decode("ascii") for p in files}
+        bundle = {
+            p.relative_to(self.project.root).as_posix(): base64.b64encode(p.read_bytes()).decode(
+                "ascii"
+            )
+            for p in files
+        }
         atomic_write(self.bundle, (json.dumps(bundle) + "\n").encode())
         self._bundle = {k: base64.b64decode(v) for k, v in bundle.items()}
         self._series = self.project.series  # parsed from the same bytes
@@ -677,14 +766,16 @@ class Journal:
 
     def original_bytes(self, rel: str) -> bytes:
         if self._bundle is None:
-            self._bundle = {k: base64.b64decode(v)
-                            for k, v in json.loads(self.bundle.read_text()).items()}
+            self._bundle = {
+                k: base64.b64decode(v) for k, v in json.loads(self.bundle.read_text()).items()
+            }
         return self._bundle[rel]
 
     def original_series(self) -> Series:
         if self._series is None:
-            self._series = parse_series(self.original_bytes(SERIES_FILE).decode("utf-8"),
-                                        path=SERIES_FILE)
+            self._series = parse_series(
+                self.original_bytes(SERIES_FILE).decode("utf-8"), path=SERIES_FILE
+            )
         return self._series
 
     def original_patch(self, entry: PatchEntry) -> PatchFile | None:
@@ -699,8 +790,7 @@ class Journal:
     def restore(self, data: Mapping[str, Any]) -> list[str]:
         """Put every original file back byte for byte; returns the paths that changed."""
         rels = list(data.get("original", []))
-        changed = write_files({self.project.root / rel: self.original_bytes(rel)
-                               for rel in rels})
+        changed = write_files({self.project.root / rel: self.original_bytes(rel) for rel in rels})
         self.project.reload()
         return [p.relative_to(self.project.root).as_posix() for p in changed]
 
@@ -742,22 +832,27 @@ def write_files(files: Mapping[Path, bytes], *, pause: str | None = None) -> lis
     return done
 
 
-
 def stopped_json(project: Project) -> dict[str, Any] | None:
     """What `rebase --json` prints when the rebase stops at a conflict: where it
     stopped, the work tree to resolve in, and every patch's outcome so far."""
     try:
         data = Journal(project).load()
-    except Exception:  # noqa: BLE001 - no journal: nothing stopped
+    except Exception:
         return None
     return {
         "status": "stopped" if data.get("phase") == "conflict" else data.get("phase"),
-        "onto": data.get("onto"), "onto_commit": data.get("onto_commit"),
-        "base": data.get("base"), "base_commit": data.get("base_commit"),
-        "conflict": data.get("conflict"), "worktree": data.get("worktree"),
+        "onto": data.get("onto"),
+        "onto_commit": data.get("onto_commit"),
+        "base": data.get("base"),
+        "base_commit": data.get("base_commit"),
+        "conflict": data.get("conflict"),
+        "worktree": data.get("worktree"),
         "patches": data.get("outcomes", []),
-        "next": ["forkpatch rebase --continue", "forkpatch rebase --skip",
-                 "forkpatch rebase --abort"],
+        "next": [
+            "forkpatch rebase --continue",
+            "forkpatch rebase --skip",
+            "forkpatch rebase --abort",
+        ],
     }
 
 
@@ -765,7 +860,7 @@ def pending_hint(cwd: Path) -> str | None:
     """A line telling the user about a rebase in progress in the project at ``cwd``."""
     try:
         root = find_root(cwd)
-    except Exception:  # noqa: BLE001 - no project, nothing to say
+    except Exception:
         return None
     path = root / ".forkpatch" / JOURNAL_DIR / JOURNAL_FILE
     if not path.is_file():
@@ -773,22 +868,30 @@ def pending_hint(cwd: Path) -> str | None:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
-        return (f"a rebase journal is in {path}: run `forkpatch rebase --continue` or "
-                "`forkpatch rebase --abort`")
+        return (
+            f"a rebase journal is in {path}: run `forkpatch rebase --continue` or "
+            "`forkpatch rebase --abort`"
+        )
     onto = data.get("onto", "?")
     if data.get("phase") == "conflict":
         if not data.get("worktree"):
-            return (f"a rebase onto {onto} is in progress, stopped at patch "
-                    f"'{data.get('conflict')}', which conflicts (its work tree was not written "
-                    "yet): run `forkpatch rebase --continue` to write it, or `forkpatch rebase "
-                    "--skip` / `forkpatch rebase --abort`")
-        return (f"a rebase onto {onto} is in progress, stopped at patch "
-                f"'{data.get('conflict')}' with conflicts in {data.get('worktree')}: resolve "
-                "them and run `forkpatch rebase --continue`, or `forkpatch rebase --skip` to "
-                "drop that patch, or `forkpatch rebase --abort` to restore everything")
-    return (f"a rebase onto {onto} was interrupted while writing patches/ and series.yaml: run "
-            "`forkpatch rebase --continue` to finish it, or `forkpatch rebase --abort` to "
-            "restore everything as it was")
+            return (
+                f"a rebase onto {onto} is in progress, stopped at patch "
+                f"'{data.get('conflict')}', which conflicts (its work tree was not written "
+                "yet): run `forkpatch rebase --continue` to write it, or `forkpatch rebase "
+                "--skip` / `forkpatch rebase --abort`"
+            )
+        return (
+            f"a rebase onto {onto} is in progress, stopped at patch "
+            f"'{data.get('conflict')}' with conflicts in {data.get('worktree')}: resolve "
+            "them and run `forkpatch rebase --continue`, or `forkpatch rebase --skip` to "
+            "drop that patch, or `forkpatch rebase --abort` to restore everything"
+        )
+    return (
+        f"a rebase onto {onto} was interrupted while writing patches/ and series.yaml: run "
+        "`forkpatch rebase --continue` to finish it, or `forkpatch rebase --abort` to "
+        "restore everything as it was"
+    )
 
 
 def refuse_during_rebase(project: Project, command: str) -> None:
@@ -798,9 +901,11 @@ def refuse_during_rebase(project: Project, command: str) -> None:
     journal = Journal(project)
     if journal.exists():
         onto = (project.read_state(f"{JOURNAL_DIR}/{JOURNAL_FILE}") or {}).get("onto", "?")
-        raise StateError(f"`forkpatch {command}` is refused while a rebase onto {onto} is in "
-                         "progress", tip="finish it with `forkpatch rebase --continue` "
-                         "(or --skip), or undo it with `forkpatch rebase --abort`")
+        raise StateError(
+            f"`forkpatch {command}` is refused while a rebase onto {onto} is in progress",
+            tip="finish it with `forkpatch rebase --continue` "
+            "(or --skip), or undo it with `forkpatch rebase --abort`",
+        )
 
 
 # --------------------------------------------------------------------------- rebase
@@ -820,18 +925,28 @@ def rebase(project: Project, options: RebaseOptions) -> RebaseResult:
     """Rebase the series onto ``options.onto`` (see the module docstring)."""
     journal = Journal(project)
     if journal.exists():
-        raise StateError(pending_hint(project.root) or "a rebase is in progress",
-                         tip="`forkpatch rebase --continue` or `forkpatch rebase --abort`")
+        raise StateError(
+            pending_hint(project.root) or "a rebase is in progress",
+            tip="`forkpatch rebase --continue` or `forkpatch rebase --abort`",
+        )
     stack_info = _stack_before(project)
     plan = check(project, options, write=True)
     data: dict[str, Any] = {
-        "version": JOURNAL_VERSION, "onto": plan.onto, "onto_commit": plan.onto_commit,
-        "base": plan.base, "base_commit": plan.base_commit, "relation": plan.relation,
-        "three_way": options.three_way, "fuzz": options.fuzz,
+        "version": JOURNAL_VERSION,
+        "onto": plan.onto,
+        "onto_commit": plan.onto_commit,
+        "base": plan.base,
+        "base_commit": plan.base_commit,
+        "relation": plan.relation,
+        "three_way": options.three_way,
+        "fuzz": options.fuzz,
         "report_dir": str(options.report_dir) if options.report_dir else None,
-        "outcomes": [o.to_json() for o in plan.outcomes], "head": plan.head,
-        "stack": stack_info, "phase": "conflict" if plan.conflict else "writing",
-        "conflict": plan.conflict.name if plan.conflict else None, "worktree": None,
+        "outcomes": [o.to_json() for o in plan.outcomes],
+        "head": plan.head,
+        "stack": stack_info,
+        "phase": "conflict" if plan.conflict else "writing",
+        "conflict": plan.conflict.name if plan.conflict else None,
+        "worktree": None,
     }
     journal.start(data)
     project.fork().store.update_ref(HEAD_REF, plan.head)
@@ -842,17 +957,27 @@ def rebase(project: Project, options: RebaseOptions) -> RebaseResult:
 
 
 def _options_of(data: Mapping[str, Any]) -> RebaseOptions:
-    return RebaseOptions(onto=data["onto"], three_way=data["three_way"], fuzz=data["fuzz"],
-                         report_dir=Path(data["report_dir"]) if data.get("report_dir") else None)
+    return RebaseOptions(
+        onto=data["onto"],
+        three_way=data["three_way"],
+        fuzz=data["fuzz"],
+        report_dir=Path(data["report_dir"]) if data.get("report_dir") else None,
+    )
 
 
-def _walker_for(project: Project, journal: Journal, data: Mapping[str, Any]
-                ) -> tuple[_Walker, list[Item]]:
+def _walker_for(
+    project: Project, journal: Journal, data: Mapping[str, Any]
+) -> tuple[_Walker, list[Item]]:
     series = journal.original_series()
     items = journal.original_items(series)
-    walker = _Walker(project.fork().store, base_commit=data["base_commit"], onto=data["onto"],
-                     onto_commit=data["onto_commit"], items=items,
-                     options=_options_of(data))
+    walker = _Walker(
+        project.fork().store,
+        base_commit=data["base_commit"],
+        onto=data["onto"],
+        onto_commit=data["onto_commit"],
+        items=items,
+        options=_options_of(data),
+    )
     return walker, items
 
 
@@ -871,7 +996,8 @@ def continue_(project: Project) -> RebaseResult:
     if markers:
         raise ConflictError(
             f"conflict markers remain in {', '.join(markers)} (in {wt.work_tree})",
-            tip="resolve them, then run `forkpatch rebase --continue` again")
+            tip="resolve them, then run `forkpatch rebase --continue` again",
+        )
     walker, items = _walker_for(project, journal, data)
     index = [i.entry.name for i in items].index(name)
     item = items[index]
@@ -885,8 +1011,12 @@ def continue_(project: Project) -> RebaseResult:
         outcome.evidence = "resolved by hand to no change: the new base already holds it"
     else:
         header = item.patch.header if item.patch else ""
-        head = wt.commit_tree(tree, [head], commit_message(item.entry, header),
-                              date=commit_date(wt, data["onto_commit"]))
+        head = wt.commit_tree(
+            tree,
+            [head],
+            commit_message(item.entry, header),
+            date=commit_date(wt, data["onto_commit"]),
+        )
         outcome.status = "resolved"
         outcome.commit = head
         outcome.detail.append("conflict resolved by hand")
@@ -899,8 +1029,10 @@ def skip(project: Project) -> RebaseResult:
     journal = Journal(project)
     data = journal.load()
     if data["phase"] != "conflict":
-        raise UsageError("the rebase is not stopped at a conflict",
-                         tip="`forkpatch rebase --continue` finishes it")
+        raise UsageError(
+            "the rebase is not stopped at a conflict",
+            tip="`forkpatch rebase --continue` finishes it",
+        )
     walker, items = _walker_for(project, journal, data)
     index = [i.entry.name for i in items].index(data["conflict"])
     outcome = Outcome.from_json(data["outcomes"][index])
@@ -912,13 +1044,23 @@ def skip(project: Project) -> RebaseResult:
     return _go_on(project, journal, data, walker, items, index, outcome, data["head"])
 
 
-def _go_on(project: Project, journal: Journal, data: dict[str, Any], walker: _Walker,
-           items: list[Item], index: int, outcome: Outcome, head: str) -> RebaseResult:
-    rest = items[index + 1:]
-    outcomes, new_head, conflict = walker.walk(rest, parent=head, write=True,
-                                               number=index + 2, total=len(items))
-    data["outcomes"] = data["outcomes"][:index] + [outcome.to_json()] + \
-        [o.to_json() for o in outcomes]
+def _go_on(
+    project: Project,
+    journal: Journal,
+    data: dict[str, Any],
+    walker: _Walker,
+    items: list[Item],
+    index: int,
+    outcome: Outcome,
+    head: str,
+) -> RebaseResult:
+    rest = items[index + 1 :]
+    outcomes, new_head, conflict = walker.walk(
+        rest, parent=head, write=True, number=index + 2, total=len(items)
+    )
+    data["outcomes"] = (
+        data["outcomes"][:index] + [outcome.to_json()] + [o.to_json() for o in outcomes]
+    )
     data["head"] = new_head
     data["conflict"] = conflict.name if conflict else None
     data["phase"] = "conflict" if conflict else "writing"
@@ -953,8 +1095,10 @@ def _worktree_path(project: Project) -> Path:
 def _worktree_git(project: Project, data: Mapping[str, Any]) -> Git:
     path = Path(data.get("worktree") or _worktree_path(project))
     if not (path / ".git").is_file():
-        raise StateError(f"the conflict work tree {path} is missing",
-                         tip="run `forkpatch rebase --abort` and start again")
+        raise StateError(
+            f"the conflict work tree {path} is missing",
+            tip="run `forkpatch rebase --abort` and start again",
+        )
     text = (path / ".git").read_text().strip()
     admin = Path(text.split(":", 1)[1].strip())
     return Git(admin if admin.is_absolute() else (path / admin).resolve(), work_tree=path)
@@ -1011,18 +1155,22 @@ def _stop_at_conflict(project: Project, journal: Journal, data: dict[str, Any]) 
     outcome = Outcome.from_json(data["outcomes"][index])
     lines = [f"patch '{item.entry.name}' does not apply to {data['onto']}:"]
     lines += [f"  - {c['reason']}" for c in outcome.conflicts]
-    lines.append(f"the work tree {path} holds the patches below it and this patch with "
-                 "conflict markers" + (f"; hunks that could not be merged: {', '.join(rejects)}"
-                                       if rejects else ""))
+    lines.append(
+        f"the work tree {path} holds the patches below it and this patch with "
+        "conflict markers"
+        + (f"; hunks that could not be merged: {', '.join(rejects)}" if rejects else "")
+    )
     lines.append("patches/ and series.yaml are unchanged so far")
     raise ConflictError(
         "\n".join(lines),
         tip=f"resolve the files in {path}, then run `forkpatch rebase --continue`; or "
-            "`forkpatch rebase --skip` to drop this patch, `forkpatch rebase --abort` to stop")
+        "`forkpatch rebase --skip` to drop this patch, `forkpatch rebase --abort` to stop",
+    )
 
 
-def _write_conflict(walker: _Walker, store: Git, head: str, item: Item, path: Path,
-                    journal: Journal) -> list[str]:
+def _write_conflict(
+    walker: _Walker, store: Git, head: str, item: Item, path: Path, journal: Journal
+) -> list[str]:
     """Apply what applies of the conflicting patch; merged files get their markers.
 
     A file with no 3-way result (no merge base, or the file is gone) gets its
@@ -1034,9 +1182,14 @@ def _write_conflict(walker: _Walker, store: Git, head: str, item: Item, path: Pa
         state = TreeState(store, reader, head)
         item, _moved = walker.follow_renames(state, item)
         assert item.patch is not None
-        three_way = SeriesApplier(store, walker.onto_commit, max_fuzz=walker.options.fuzz,
-                                  three_way=True, merge_bases=walker.merge_bases,
-                                  labels=(walker.onto, "patch"))
+        three_way = SeriesApplier(
+            store,
+            walker.onto_commit,
+            max_fuzz=walker.options.fuzz,
+            three_way=True,
+            merge_bases=walker.merge_bases,
+            labels=(walker.onto, "patch"),
+        )
         for fp in item.patch.files:
             single = Item(item.entry, replace(item.patch, files=(fp,)))
             result, changes = three_way.apply_patch(state, single)
@@ -1067,12 +1220,12 @@ def _write_conflict(walker: _Walker, store: Git, head: str, item: Item, path: Pa
 # --------------------------------------------------------------------------- finishing
 
 
-def _new_series(journal: Journal, data: Mapping[str, Any],
-                outcomes: Sequence[Outcome]) -> Series:
+def _new_series(journal: Journal, data: Mapping[str, Any], outcomes: Sequence[Outcome]) -> Series:
     series = journal.original_series()
     dropped = {o.name for o in outcomes if o.status in DROPPED}
     return series.with_base(BaseRef(data["onto"], data["onto_commit"])).with_patches(
-        p for p in series.patches if p.name not in dropped)
+        p for p in series.patches if p.name not in dropped
+    )
 
 
 def _finish(project: Project, journal: Journal, data: dict[str, Any]) -> RebaseResult:
@@ -1098,8 +1251,10 @@ def _finish(project: Project, journal: Journal, data: dict[str, Any]) -> RebaseR
         if o.refresh and o.commit:
             header = parse_patch(old, source=entry.file).header
             new_texts[o.name] = format_patch(header, canonical_diff(diffs[o.commit]))
-    write_files({project.patch_path(by_name[name]): text for name, text in new_texts.items()},
-                pause="write-patch")
+    write_files(
+        {project.patch_path(by_name[name]): text for name, text in new_texts.items()},
+        pause="write-patch",
+    )
     project.save_series(_new_series(journal, data, outcomes))
     _pause("write-series")
     for o in outcomes:
@@ -1108,29 +1263,40 @@ def _finish(project: Project, journal: Journal, data: dict[str, Any]) -> RebaseR
             write_event(f"before-unlink {entry.file}")
             project.patch_path(entry).unlink(missing_ok=True)
             write_event(f"after-unlink {entry.file}")
-    plan = Plan(base=data["base"], base_commit=data["base_commit"], onto=data["onto"],
-                onto_commit=data["onto_commit"], relation=data["relation"],
-                outcomes=outcomes, head=data["head"])
+    plan = Plan(
+        base=data["base"],
+        base_commit=data["base_commit"],
+        onto=data["onto"],
+        onto_commit=data["onto_commit"],
+        relation=data["relation"],
+        outcomes=outcomes,
+        head=data["head"],
+    )
     # Compared with the journal's copies, so a finish that was interrupted and run
     # again still reports every file the rebase changed.
     changed_files = _changed_since(project, journal, data)
-    report = report_mod.build(plan, series=series, old_texts=old_texts, new_texts=new_texts,
-                              changed_files=changed_files,
-                              options={"three_way": data["three_way"], "fuzz": data["fuzz"]})
+    report = report_mod.build(
+        plan,
+        series=series,
+        old_texts=old_texts,
+        new_texts=new_texts,
+        changed_files=changed_files,
+        options={"three_way": data["three_way"], "fuzz": data["fuzz"]},
+    )
     dirs = [project.state_dir / REPORTS_DIR]
     if data.get("report_dir"):
         dirs.append(Path(data["report_dir"]))
     paths = report_mod.write(report, dirs)
     stack = data.get("stack")
     if stack:
-        _move_stack(project, _new_stack_head(stack, outcomes, data["onto_commit"]),
-                    data["onto_commit"])
+        _move_stack(
+            project, _new_stack_head(stack, outcomes, data["onto_commit"]), data["onto_commit"]
+        )
     _remove_worktree(project)
     store.delete_ref(HEAD_REF)
     journal.clear()
     project.reload()
-    return RebaseResult(plan=plan, report=report, report_paths=paths,
-                        written=changed_files)
+    return RebaseResult(plan=plan, report=report, report_paths=paths, written=changed_files)
 
 
 def _changed_since(project: Project, journal: Journal, data: Mapping[str, Any]) -> list[str]:
@@ -1155,14 +1321,20 @@ def _stack_before(project: Project) -> dict[str, Any] | None:
 
     stack = Stack(project)
     if state.get("editing"):
-        raise StateError(f"patch '{state['editing'].get('patch')}' is being edited in {path}",
-                         tip="run `forkpatch refresh` first")
+        raise StateError(
+            f"patch '{state['editing'].get('patch')}' is being edited in {path}",
+            tip="run `forkpatch refresh` first",
+        )
     wt = stack.wt()
     stack.require_clean(wt, "rebasing")
     applied = stack.applied(wt)
     stack._require_refreshed(wt, applied)
-    return {"path": path, "head": stack.head(wt), "base": stack.base_commit(),
-            "applied": [a.name for a in applied]}
+    return {
+        "path": path,
+        "head": stack.head(wt),
+        "base": stack.base_commit(),
+        "applied": [a.name for a in applied],
+    }
 
 
 def _new_stack_head(stack: Mapping[str, Any], outcomes: Sequence[Outcome], onto: str) -> str:
@@ -1191,8 +1363,20 @@ def _move_stack(project: Project, head: str, base: str) -> None:
         project.write_state(state)
 
 
-__all__ = ["Journal", "Outcome", "Plan", "RebaseOptions", "RebaseResult", "abort", "check",
-           "continue_", "pending_hint", "rebase", "refuse_during_rebase", "skip"]
+__all__ = [
+    "Journal",
+    "Outcome",
+    "Plan",
+    "RebaseOptions",
+    "RebaseResult",
+    "abort",
+    "check",
+    "continue_",
+    "pending_hint",
+    "rebase",
+    "refuse_during_rebase",
+    "skip",
+]
 
 
 # --------------------------------------------------------------------------- demo

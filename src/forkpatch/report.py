@@ -30,17 +30,24 @@ def range_diff(old: bytes, new: bytes, *, name: str, old_label: str, new_label: 
     """Unified diff of two versions of one patch file (empty when they are equal)."""
     a = old.decode("utf-8", "replace").splitlines(keepends=True)
     b = new.decode("utf-8", "replace").splitlines(keepends=True)
-    lines = difflib.unified_diff(a, b, fromfile=f"{name} ({old_label})",
-                                 tofile=f"{name} ({new_label})", n=3)
+    lines = difflib.unified_diff(
+        a, b, fromfile=f"{name} ({old_label})", tofile=f"{name} ({new_label})", n=3
+    )
     out = []
     for line in lines:
         out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
     return "".join(out)
 
 
-def build(plan: Plan, *, series: Series, old_texts: Mapping[str, bytes],
-          new_texts: Mapping[str, bytes], changed_files: Sequence[str],
-          options: Mapping[str, Any]) -> dict[str, Any]:
+def build(
+    plan: Plan,
+    *,
+    series: Series,
+    old_texts: Mapping[str, bytes],
+    new_texts: Mapping[str, bytes],
+    changed_files: Sequence[str],
+    options: Mapping[str, Any],
+) -> dict[str, Any]:
     """The report as a JSON-ready dict (``series`` is the series before the rebase)."""
     files = {p.name: p.file for p in series.patches}
     patches = []
@@ -52,8 +59,13 @@ def build(plan: Plan, *, series: Series, old_texts: Mapping[str, bytes],
         entry["patch_file"] = f"{PATCHES_DIR}/{file}" if file else None
         rd = ""
         if o.name in new_texts and o.name in old_texts:
-            rd = range_diff(old_texts[o.name], new_texts[o.name],
-                            name=entry["patch_file"], old_label=plan.base, new_label=plan.onto)
+            rd = range_diff(
+                old_texts[o.name],
+                new_texts[o.name],
+                name=entry["patch_file"],
+                old_label=plan.base,
+                new_label=plan.onto,
+            )
         entry["rewritten"] = bool(rd)
         if rd:
             entry["range_diff"] = rd
@@ -91,15 +103,16 @@ def markdown(report: Mapping[str, Any]) -> str:
     """The report as Markdown, suitable as a pull request body."""
     f, t = report["from"], report["to"]
     out = [f"# Rebase of the patch series: {f['tag']} → {t['tag']}", ""]
-    out.append(f"- from `{f['tag']}` (`{f['commit'][:12]}`) to `{t['tag']}` "
-               f"(`{t['commit'][:12]}`)")
+    out.append(f"- from `{f['tag']}` (`{f['commit'][:12]}`) to `{t['tag']}` (`{t['commit'][:12]}`)")
     if report.get("note"):
         out.append(f"- **note:** {report['note']}")
     summary = ", ".join(f"{n} {s}" for s, n in report["summary"].items())
     out.append(f"- {len(report['patches'])} patch(es): {summary or 'none'}")
     opts = report.get("options", {})
-    out.append(f"- 3-way merge: {'on' if opts.get('three_way', True) else 'off (--no-3way)'}"
-               f", fuzz: {opts.get('fuzz', 0)}")
+    out.append(
+        f"- 3-way merge: {'on' if opts.get('three_way', True) else 'off (--no-3way)'}"
+        f", fuzz: {opts.get('fuzz', 0)}"
+    )
     out += ["", "| # | patch | status | files | evidence / detail |", "|---|---|---|---|---|"]
     for i, p in enumerate(report["patches"], 1):
         why = p.get("evidence") or "; ".join(p.get("detail", [])[:2])
@@ -108,8 +121,9 @@ def markdown(report: Mapping[str, Any]) -> str:
         files = ", ".join(f"`{x}`" for x in p.get("files", [])[:4])
         if len(p.get("files", [])) > 4:
             files += f" (+{len(p['files']) - 4})"
-        out.append(f"| {i} | `{p['name']}` | {p['status']} | {_cell(files) or '-'} | "
-                   f"{_cell(why) or '-'} |")
+        out.append(
+            f"| {i} | `{p['name']}` | {p['status']} | {_cell(files) or '-'} | {_cell(why) or '-'} |"
+        )
     if report["dropped"]:
         out += ["", "## Dropped from the series", ""]
         for d in report["dropped"]:

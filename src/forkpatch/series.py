@@ -205,13 +205,17 @@ def _mapping(node: yaml.Node, loc: _Loc, what: str) -> dict[str, yaml.Node]:
     return out
 
 
-def _check_keys(m: dict[str, yaml.Node], allowed: Iterable[str], loc: _Loc, what: str,
-                nodes: yaml.Node) -> None:
+def _check_keys(
+    m: dict[str, yaml.Node], allowed: Iterable[str], loc: _Loc, what: str, nodes: yaml.Node
+) -> None:
     allowed = list(allowed)
     for key, value in m.items():
         if key not in allowed:
-            raise loc.err(value, f"{what}: unknown key '{key}'{_suggest(key, allowed)}",
-                          tip=f"allowed keys: {', '.join(allowed)}")
+            raise loc.err(
+                value,
+                f"{what}: unknown key '{key}'{_suggest(key, allowed)}",
+                tip=f"allowed keys: {', '.join(allowed)}",
+            )
 
 
 def _scalar(node: yaml.Node, loc: _Loc, what: str, *, allow_empty: bool = False) -> str:
@@ -223,8 +227,11 @@ def _scalar(node: yaml.Node, loc: _Loc, what: str, *, allow_empty: bool = False)
     if not isinstance(value, str):
         # Numbers, booleans: a tag such as 1.2 is accepted but must be quoted
         # to survive, so ask for it instead of guessing.
-        raise loc.err(node, f"{what} must be a string, got {type(value).__name__} "
-                            f"'{node.value}'", tip=f"quote it: \"{node.value}\"")
+        raise loc.err(
+            node,
+            f"{what} must be a string, got {type(value).__name__} '{node.value}'",
+            tip=f'quote it: "{node.value}"',
+        )
     if not allow_empty and not value.strip():
         raise loc.err(node, f"{what} must not be empty")
     return value
@@ -241,15 +248,19 @@ def _native(node: yaml.Node, loc: _Loc) -> Any:
         return loader.construct_document(node)
     except (yaml.YAMLError, ValueError, TypeError, OverflowError) as exc:
         problem = getattr(exc, "problem", None) or str(exc)
-        raise loc.err(node, f"cannot read the value {node.value!r}: {problem}"
-                      if isinstance(node, yaml.ScalarNode) else f"cannot read this value: "
-                      f"{problem}") from None
+        raise loc.err(
+            node,
+            f"cannot read the value {node.value!r}: {problem}"
+            if isinstance(node, yaml.ScalarNode)
+            else f"cannot read this value: {problem}",
+        ) from None
     finally:
         loader.dispose()
 
 
-def _required(m: dict[str, yaml.Node], key: str, loc: _Loc, what: str,
-              parent: yaml.Node) -> yaml.Node:
+def _required(
+    m: dict[str, yaml.Node], key: str, loc: _Loc, what: str, parent: yaml.Node
+) -> yaml.Node:
     if key not in m:
         raise loc.err(parent, f"{what}: missing required key '{key}'")
     return m[key]
@@ -282,8 +293,9 @@ def _parse_series(text: str, *, path: str) -> Series:
     except yaml.YAMLError as exc:
         raise _yaml_error(exc, loc) from None
     if root is None:
-        raise SeriesError(f"{path}: the file is empty",
-                          tip="run `forkpatch init --fork-url URL --base TAG`")
+        raise SeriesError(
+            f"{path}: the file is empty", tip="run `forkpatch init --fork-url URL --base TAG`"
+        )
     top = _mapping(root, loc, "top level")
     _check_keys(top, TOP_KEYS, loc, "top level", root)
 
@@ -291,9 +303,12 @@ def _parse_series(text: str, *, path: str) -> Series:
     if "version" in top:
         v = _native(top["version"], loc)
         if v != FORMAT_VERSION:
-            raise loc.err(top["version"], f"unsupported series format version {v!r}; "
-                          f"this forkpatch reads version {FORMAT_VERSION}",
-                          tip="upgrade forkpatch")
+            raise loc.err(
+                top["version"],
+                f"unsupported series format version {v!r}; "
+                f"this forkpatch reads version {FORMAT_VERSION}",
+                tip="upgrade forkpatch",
+            )
 
     fork_node = _required(top, "fork", loc, "top level", root)
     fm = _mapping(fork_node, loc, "fork")
@@ -302,7 +317,8 @@ def _parse_series(text: str, *, path: str) -> Series:
         name=_scalar(_required(fm, "name", loc, "fork", fork_node), loc, "fork.name"),
         url=_scalar(_required(fm, "url", loc, "fork", fork_node), loc, "fork.url"),
         distribution=_scalar(fm["distribution"], loc, "fork.distribution")
-        if "distribution" in fm else "1cat-vllm",
+        if "distribution" in fm
+        else "1cat-vllm",
     )
 
     base_node = _required(top, "base", loc, "top level", root)
@@ -312,13 +328,17 @@ def _parse_series(text: str, *, path: str) -> Series:
     commit_node = _required(bm, "commit", loc, "base", base_node)
     commit = _scalar(commit_node, loc, "base.commit")
     if not COMMIT_RE.match(commit):
-        raise loc.err(commit_node, f"base.commit must be a full 40-hex commit id, got '{commit}'",
-                      tip="`git rev-parse TAG^{commit}` prints it")
+        raise loc.err(
+            commit_node,
+            f"base.commit must be a full 40-hex commit id, got '{commit}'",
+            tip="`git rev-parse TAG^{commit}` prints it",
+        )
     base = BaseRef(tag=tag, commit=commit)
 
     patches: list[PatchEntry] = []
-    if "patches" in top and not (isinstance(top["patches"], yaml.ScalarNode)
-                                 and _native(top["patches"], loc) is None):
+    if "patches" in top and not (
+        isinstance(top["patches"], yaml.ScalarNode) and _native(top["patches"], loc) is None
+    ):
         plist = top["patches"]
         if not isinstance(plist, yaml.SequenceNode):
             raise loc.err(plist, "patches must be a list")
@@ -327,13 +347,18 @@ def _parse_series(text: str, *, path: str) -> Series:
         for item in plist.value:
             entry = _parse_entry(item, loc)
             if entry.name in seen_names:
-                raise loc.err(item, f"duplicate patch name '{entry.name}' "
-                              f"(first at line {seen_names[entry.name]})")
+                raise loc.err(
+                    item,
+                    f"duplicate patch name '{entry.name}' (first at line {seen_names[entry.name]})",
+                )
             seen_names[entry.name] = entry.line
             if entry.file is not None:
                 if entry.file in seen_files:
-                    raise loc.err(item, f"patch '{entry.name}': file '{entry.file}' is already "
-                                  f"used by the entry at line {seen_files[entry.file]}")
+                    raise loc.err(
+                        item,
+                        f"patch '{entry.name}': file '{entry.file}' is already "
+                        f"used by the entry at line {seen_files[entry.file]}",
+                    )
                 seen_files[entry.file] = entry.line
             patches.append(entry)
 
@@ -346,18 +371,25 @@ def _parse_series(text: str, *, path: str) -> Series:
         values: dict[str, Any] = {}
         for key, node in sm.items():
             value = _native(node, loc)
-            if not isinstance(value, allowed[key]) or isinstance(value, bool) and \
-                    allowed[key] in (int, (int, float)):
+            if not isinstance(value, allowed[key]) or (
+                isinstance(value, bool) and allowed[key] in (int, (int, float))
+            ):
                 want = allowed[key]
-                names = "/".join(t.__name__ for t in want) if isinstance(want, tuple) \
-                    else want.__name__
-                raise loc.err(node, f"{name}.{key} must be a {names}, got "
-                              f"{type(value).__name__}")
+                names = (
+                    "/".join(t.__name__ for t in want) if isinstance(want, tuple) else want.__name__
+                )
+                raise loc.err(node, f"{name}.{key} must be a {names}, got {type(value).__name__}")
             values[key] = value
         sections[name] = values
 
-    return Series(fork=fork, base=base, patches=tuple(patches), sections=sections,
-                  version=version, header_comment=_header_comment(text))
+    return Series(
+        fork=fork,
+        base=base,
+        patches=tuple(patches),
+        sections=sections,
+        version=version,
+        header_comment=_header_comment(text),
+    )
 
 
 def _parse_entry(item: yaml.Node, loc: _Loc) -> PatchEntry:
@@ -366,8 +398,11 @@ def _parse_entry(item: yaml.Node, loc: _Loc) -> PatchEntry:
     name_node = _required(m, "name", loc, "patch entry", item)
     name = _scalar(name_node, loc, "patch name")
     if not NAME_RE.match(name):
-        raise loc.err(name_node, f"patch name '{name}' must be a slug: lower-case letters, "
-                      "digits, '.', '_' and '-', starting with a letter or digit")
+        raise loc.err(
+            name_node,
+            f"patch name '{name}' must be a slug: lower-case letters, "
+            "digits, '.', '_' and '-', starting with a letter or digit",
+        )
     what = f"patch '{name}'"
     file = build_step = None
     if "file" in m:
@@ -376,12 +411,15 @@ def _parse_entry(item: yaml.Node, loc: _Loc) -> PatchEntry:
     if "build-step" in m:
         build_step = _scalar(m["build-step"], loc, f"{what}: build-step")
         if build_step not in BUILD_STEPS:
-            raise loc.err(m["build-step"], f"{what}: unknown build-step '{build_step}'"
-                          f"{_suggest(build_step, BUILD_STEPS)}",
-                          tip=f"known build steps: {', '.join(BUILD_STEPS)}")
+            raise loc.err(
+                m["build-step"],
+                f"{what}: unknown build-step '{build_step}'{_suggest(build_step, BUILD_STEPS)}",
+                tip=f"known build steps: {', '.join(BUILD_STEPS)}",
+            )
     if (file is None) == (build_step is None):
-        raise loc.err(item, f"{what}: needs exactly one of 'file' (a patch in patches/) or "
-                      "'build-step'")
+        raise loc.err(
+            item, f"{what}: needs exactly one of 'file' (a patch in patches/) or 'build-step'"
+        )
     smoke: tuple[str, ...] = ()
     if "smoke" in m:
         node = m["smoke"]
@@ -395,12 +433,15 @@ def _parse_entry(item: yaml.Node, loc: _Loc) -> PatchEntry:
         summary=_scalar(_required(m, "summary", loc, what, item), loc, f"{what}: summary"),
         why=_scalar(m["why"], loc, f"{what}: why", allow_empty=True) if "why" in m else "",
         upstream=_scalar(m["upstream"], loc, f"{what}: upstream", allow_empty=True)
-        if "upstream" in m else "",
+        if "upstream" in m
+        else "",
         origin=_scalar(m["origin"], loc, f"{what}: origin", allow_empty=True)
-        if "origin" in m else "",
+        if "origin" in m
+        else "",
         smoke=smoke,
         drop_when=_scalar(m["drop-when"], loc, f"{what}: drop-when", allow_empty=True)
-        if "drop-when" in m else "",
+        if "drop-when" in m
+        else "",
         line=item.start_mark.line + 1,
     )
 
@@ -416,9 +457,11 @@ def check_series_file_path(file: str, *, where: str) -> None:
         or re.match(r"^[A-Za-z]:", file) is not None
     )
     if bad:
-        raise SeriesError(f"{where}: patch file '{file}' must be a relative path inside "
-                          f"{PATCHES_DIR}/ without '..'",
-                          tip="name the file by its slug, e.g. 'my-fix.patch'")
+        raise SeriesError(
+            f"{where}: patch file '{file}' must be a relative path inside "
+            f"{PATCHES_DIR}/ without '..'",
+            tip="name the file by its slug, e.g. 'my-fix.patch'",
+        )
 
 
 def _header_comment(text: str) -> str:
@@ -437,15 +480,16 @@ def load_series(path: Path) -> Series:
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        raise SeriesError(f"{path}: not found",
-                          tip="run `forkpatch init --fork-url URL --base TAG` to start a series, "
-                              "or run forkpatch in the project directory (-C DIR)") from None
+        raise SeriesError(
+            f"{path}: not found",
+            tip="run `forkpatch init --fork-url URL --base TAG` to start a series, "
+            "or run forkpatch in the project directory (-C DIR)",
+        ) from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
-        raise SeriesError(f"{path}:{line}: not valid UTF-8",
-                          tip="save the file as UTF-8") from None
+        raise SeriesError(f"{path}:{line}: not valid UTF-8", tip="save the file as UTF-8") from None
     return parse_series(text, path=str(path.name if path.name == SERIES_FILE else path))
 
 
@@ -457,8 +501,11 @@ def _scalar_yaml(value: str, indent: int) -> str:
     if "\n" in value.rstrip("\n"):
         pad = " " * indent
         body = value if value.endswith("\n") else value + "\n"
-        chomp = "" if value.endswith("\n") and not value.endswith("\n\n") else \
-            ("+" if value.endswith("\n\n") else "-")
+        chomp = (
+            ""
+            if value.endswith("\n") and not value.endswith("\n\n")
+            else ("+" if value.endswith("\n\n") else "-")
+        )
         lines = "".join((pad + line if line else "") + "\n" for line in body[:-1].split("\n"))
         return f"|{chomp}\n{lines}".rstrip("\n")
     dumped = yaml.safe_dump(value, default_style=None, width=10_000, allow_unicode=True)
@@ -511,8 +558,17 @@ def dump_series(series: Series) -> str:
         out.append(series.header_comment)
         out.append("")
     out.append(f"version: {series.version}")
-    out.extend(_emit_value("fork", {"name": series.fork.name, "url": series.fork.url,
-                                    "distribution": series.fork.distribution}, 0))
+    out.extend(
+        _emit_value(
+            "fork",
+            {
+                "name": series.fork.name,
+                "url": series.fork.url,
+                "distribution": series.fork.distribution,
+            },
+            0,
+        )
+    )
     out.extend(_emit_value("base", {"tag": series.base.tag, "commit": series.base.commit}, 0))
     if not series.patches:
         out.append("patches: []")
@@ -525,8 +581,7 @@ def dump_series(series: Series) -> str:
             if p.build_step is not None:
                 fields.append(("build-step", p.build_step))
             fields.append(("summary", p.summary))
-            for key, value in (("why", p.why), ("upstream", p.upstream),
-                               ("origin", p.origin)):
+            for key, value in (("why", p.why), ("upstream", p.upstream), ("origin", p.origin)):
                 if value:
                     fields.append((key, value))
             if p.smoke:
@@ -554,12 +609,16 @@ def save_series(series: Series, path: Path) -> bool:
     return atomic_write(path, text.encode("utf-8"))
 
 
-def new_series(*, fork_name: str, fork_url: str, distribution: str, tag: str,
-               commit: str) -> Series:
+def new_series(
+    *, fork_name: str, fork_url: str, distribution: str, tag: str, commit: str
+) -> Series:
     header = (
         "# forkpatch series: the private patches carried on top of the fork.\n"
         "# Order matters: patches apply top to bottom. Edit with `forkpatch` commands\n"
         "# (or by hand; `forkpatch status` validates it)."
     )
-    return Series(fork=ForkInfo(fork_name, fork_url, distribution), base=BaseRef(tag, commit),
-                  header_comment=header)
+    return Series(
+        fork=ForkInfo(fork_name, fork_url, distribution),
+        base=BaseRef(tag, commit),
+        header_comment=header,
+    )

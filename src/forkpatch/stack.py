@@ -88,8 +88,9 @@ class Stack:
     def wt(self) -> Git:
         path = self.worktree_path()
         if path is None or not (path / ".git").exists():
-            raise StateError("no work tree: the series is not applied",
-                             tip="run `forkpatch apply` to create one")
+            raise StateError(
+                "no work tree: the series is not applied", tip="run `forkpatch apply` to create one"
+            )
         text = (path / ".git").read_text().strip()
         admin = Path(text.split(":", 1)[1].strip())
         return Git(admin if admin.is_absolute() else (path / admin).resolve(), work_tree=path)
@@ -105,8 +106,9 @@ class Stack:
     def applied(self, wt: Git | None = None) -> list[AppliedPatch]:
         wt = wt or self.wt()
         base = self.base_commit()
-        raw = wt.run("log", "--first-parent", "--reverse", "--format=%H%x00%B%x1e",
-                     f"{base}..HEAD").stdout.decode("utf-8", "surrogateescape")
+        raw = wt.run(
+            "log", "--first-parent", "--reverse", "--format=%H%x00%B%x1e", f"{base}..HEAD"
+        ).stdout.decode("utf-8", "surrogateescape")
         patches: list[AppliedPatch] = []
         for record in raw.split("\x1e"):
             record = record.strip("\n")
@@ -118,11 +120,12 @@ class Stack:
                 patches.append(AppliedPatch(name, (commit,)))
             elif patches:
                 last = patches[-1]
-                patches[-1] = AppliedPatch(last.name, last.commits + (commit,))
+                patches[-1] = AppliedPatch(last.name, (*last.commits, commit))
             else:
                 raise StateError(
                     f"commit {commit[:12]} in the work tree sits on the base without a patch",
-                    tip="run `forkpatch new NAME` to start a patch, then move the change into it")
+                    tip="run `forkpatch new NAME` to start a patch, then move the change into it",
+                )
         return patches
 
     def is_dirty(self, wt: Git) -> bool:
@@ -130,16 +133,17 @@ class Stack:
 
     def require_clean(self, wt: Git, what: str) -> None:
         if self.is_dirty(wt):
-            raise StateError(f"the work tree {wt.work_tree} has changes that are not in a patch; "
-                             f"{what} would lose them",
-                             tip="run `forkpatch refresh` to write them into the top patch, "
-                                 "or discard them with `git -C <worktree> checkout -- .`")
+            raise StateError(
+                f"the work tree {wt.work_tree} has changes that are not in a patch; "
+                f"{what} would lose them",
+                tip="run `forkpatch refresh` to write them into the top patch, "
+                "or discard them with `git -C <worktree> checkout -- .`",
+            )
 
     # ----------------------------------------------------------------- apply
 
     def _checkout(self, head: str, worktree: Path | None) -> Path:
-        path = worktree or self.worktree_path() or \
-            self.project.state_dir / DEFAULT_WORKTREE
+        path = worktree or self.worktree_path() or self.project.state_dir / DEFAULT_WORKTREE
         path = path.resolve()
         if (path / ".git").exists():
             wt = Git(self._admin_of(path), work_tree=path)
@@ -147,8 +151,10 @@ class Stack:
             wt.run("clean", "-q", "-fdx")
         else:
             if path.exists() and any(path.iterdir()):
-                raise UsageError(f"{path} exists and is not empty",
-                                 tip="choose another --worktree DIR or remove it")
+                raise UsageError(
+                    f"{path} exists and is not empty",
+                    tip="choose another --worktree DIR or remove it",
+                )
             self.store.run("worktree", "prune")
             self.store.run("worktree", "add", "-q", "-f", "-B", BRANCH, str(path), head)
         state = self.state
@@ -164,13 +170,17 @@ class Stack:
         admin = Path(text.split(":", 1)[1].strip())
         return admin if admin.is_absolute() else (path / admin).resolve()
 
-    def apply(self, worktree: Path | None = None, force: bool = False,
-              upto: str | None = None) -> tuple[Path, SeriesResult]:
+    def apply(
+        self, worktree: Path | None = None, force: bool = False, upto: str | None = None
+    ) -> tuple[Path, SeriesResult]:
         series = self.project.series
         base = self.fork.verify_base(series.base.tag, series.base.commit)
         existing = self.worktree_path()
-        if existing is not None and (existing / ".git").exists() and \
-                (worktree is None or worktree.resolve() == existing):
+        if (
+            existing is not None
+            and (existing / ".git").exists()
+            and (worktree is None or worktree.resolve() == existing)
+        ):
             wt = self.wt()
             if not force:
                 self.require_clean(wt, "re-applying the series")
@@ -183,10 +193,11 @@ class Stack:
         bad = result.first_conflict()
         if bad is not None:
             raise PatchApplyError(
-                describe_failure(bad, f"{series.base.tag} with the patches below it") +
-                f"\nthe work tree {path} holds the patches below it",
+                describe_failure(bad, f"{series.base.tag} with the patches below it")
+                + f"\nthe work tree {path} holds the patches below it",
                 tip=f"fix patches/{series.get(bad.name).file}, or run `forkpatch push --merge` "
-                    "to bring it in with conflict markers and resolve them")
+                "to bring it in with conflict markers and resolve them",
+            )
         return path, result
 
     # ----------------------------------------------------------------- queries
@@ -208,7 +219,8 @@ class Stack:
                 f"patch(es) {', '.join(pending)} have changes in the work tree that are not "
                 "written to patches/",
                 tip="run `forkpatch export` (or `forkpatch refresh` on the top patch) first, or "
-                    "pass --force to discard them")
+                "pass --force to discard them",
+            )
 
     def _unsaved(self, wt: Git, applied: list[AppliedPatch]) -> list[str]:
         if not applied:
@@ -216,16 +228,16 @@ class Stack:
         parents = [self._parent(wt, a) for a in applied]
         out = []
         for a, parent in zip(applied, parents, strict=True):
-            entry = self.project.series.get(a.name) if a.name in self.project.series.names() \
-                else None
+            entry = (
+                self.project.series.get(a.name) if a.name in self.project.series.names() else None
+            )
             if entry is None or entry.file is None:
                 continue
             diff = canonical_diff(wt.diff_trees(parent, a.commit))
             path = self.project.patch_path(entry)
             current = path.read_bytes() if path.exists() else b""
             header = parse_commit_message(wt.out("show", "-s", "--format=%B", a.first))[2]
-            if format_patch(header, diff) != current and \
-                    self._diff_part(current) != diff:
+            if format_patch(header, diff) != current and self._diff_part(current) != diff:
                 out.append(a.name)
         return out
 
@@ -244,8 +256,9 @@ class Stack:
     def _merge_bases(self) -> dict[str, dict[str, tuple[bytes | None, bytes | None]]]:
         """Each patch's pre/post file images on the series' own base: the 3-way base."""
         base = self.project.series.base.commit
-        res = SeriesApplier(self.store, base).run(self.project.items(), write=False,
-                                                  stop_at_conflict=False)
+        res = SeriesApplier(self.store, base).run(
+            self.project.items(), write=False, stop_at_conflict=False
+        )
         bases = {r.name: r.images for r in res.results if r.images}
         # Patches left unapplied by `refresh --force` keep the images they had
         # on the old version of the patch below them: their true merge base.
@@ -253,9 +266,10 @@ class Stack:
         if saved:
             with self.store.reader() as reader:
                 for name, files in saved.items():
-                    bases[name] = {path: tuple(None if oid is None else reader.blob(oid)
-                                               for oid in pair)  # type: ignore[misc]
-                                   for path, pair in files.items()}
+                    bases[name] = {
+                        path: tuple(None if oid is None else reader.blob(oid) for oid in pair)  # type: ignore[misc]
+                        for path, pair in files.items()
+                    }
         return bases
 
     def _save_merge_bases(self, state: dict, names: list[str]) -> None:
@@ -264,12 +278,14 @@ class Stack:
         saved = state.setdefault("merge_bases", {})
         for name in names:
             if name in bases:
-                saved[name] = {path: [None if data is None else self.store.hash_blob(data)
-                                      for data in pair]
-                               for path, pair in bases[name].items()}
+                saved[name] = {
+                    path: [None if data is None else self.store.hash_blob(data) for data in pair]
+                    for path, pair in bases[name].items()
+                }
 
-    def push(self, name: str | None = None, all_: bool = False, merge: bool = False
-             ) -> list[PatchResult]:
+    def push(
+        self, name: str | None = None, all_: bool = False, merge: bool = False
+    ) -> list[PatchResult]:
         wt = self.wt()
         self.require_clean(wt, "pushing")
         applied = self.applied(wt)
@@ -279,23 +295,28 @@ class Stack:
         # Only patches that come after the applied prefix in series order can be pushed.
         order = series.names()
         if applied_names and applied_names != order[: len(applied_names)]:
-            raise StateError("the applied patches are not a prefix of series.yaml's order",
-                             tip="run `forkpatch apply --force` to rebuild the stack")
+            raise StateError(
+                "the applied patches are not a prefix of series.yaml's order",
+                tip="run `forkpatch apply --force` to rebuild the stack",
+            )
         if not todo:
             raise UsageError("all patches are applied", tip="`forkpatch top` shows the top")
         if name is not None:
             series.get(name)  # an unknown name is an error of its own
-            idx = [p.name for p in todo].index(name) \
-                if name in [p.name for p in todo] else None
+            idx = [p.name for p in todo].index(name) if name in [p.name for p in todo] else None
             if idx is None:
                 raise UsageError(f"patch '{name}' is already applied")
             todo = todo[: idx + 1]
         elif not all_:
             todo = todo[:1]
         head = self.head(wt)
-        applier = SeriesApplier(self.store, self.base_commit(), three_way=merge,
-                                merge_bases=self._merge_bases() if merge else None,
-                                labels=("stack", "patch"))
+        applier = SeriesApplier(
+            self.store,
+            self.base_commit(),
+            three_way=merge,
+            merge_bases=self._merge_bases() if merge else None,
+            labels=("stack", "patch"),
+        )
         result = applier.run(self.project.items(todo), write=True, parent=head)
         new_head = result.head or head
         if new_head != head:
@@ -315,16 +336,22 @@ class Stack:
                 raise ConflictError(
                     f"patch '{bad.name}' is in the work tree with conflict markers in: "
                     + ", ".join(c.path for c in bad.conflicts),
-                    tip=f"resolve them in {wt.work_tree}, then run `forkpatch refresh`")
+                    tip=f"resolve them in {wt.work_tree}, then run `forkpatch refresh`",
+                )
             raise PatchApplyError(
-                describe_failure(bad, "the top of the stack "
-                                 f"({applied_names[-1] if applied_names else 'base'})"),
+                describe_failure(
+                    bad, f"the top of the stack ({applied_names[-1] if applied_names else 'base'})"
+                ),
                 tip="run `forkpatch push --merge` to bring it in with conflict markers, or fix "
-                    "the patch file")
+                "the patch file",
+            )
         state = self.state
         if "editing" in state:
-            above = [n for n in state["editing"].get("above", [])
-                     if n not in {r.name for r in result.results}]
+            above = [
+                n
+                for n in state["editing"].get("above", [])
+                if n not in {r.name for r in result.results}
+            ]
             if above:
                 state["editing"]["above"] = above
             else:
@@ -345,12 +372,13 @@ class Stack:
                 target.write_bytes(c.merged)
         clean_files = {fp.path for fp in patch.files} - {c.path for c in bad.conflicts}
         if clean_files:
-            partial = replace(patch, files=tuple(fp for fp in patch.files
-                                                 if fp.path in clean_files))
+            partial = replace(
+                patch, files=tuple(fp for fp in patch.files if fp.path in clean_files)
+            )
             with self.store.reader() as reader:
                 res = SeriesApplier(self.store, self.base_commit()).apply_patch(
-                    TreeState(self.store, reader, self.head(wt)),
-                    Item(entry=entry, patch=partial))[1]
+                    TreeState(self.store, reader, self.head(wt)), Item(entry=entry, patch=partial)
+                )[1]
             for ch in res:
                 target = wt.work_tree / ch.path
                 if ch.is_delete:
@@ -358,11 +386,9 @@ class Stack:
                 else:
                     target.parent.mkdir(parents=True, exist_ok=True)
                     target.write_bytes(ch.data or b"")
-        self._commit_worktree(wt, parent=self.head(wt),
-                              message=commit_message(entry, patch.header))
+        self._commit_worktree(wt, parent=self.head(wt), message=commit_message(entry, patch.header))
 
-    def pop(self, name: str | None = None, all_: bool = False, force: bool = False
-            ) -> list[str]:
+    def pop(self, name: str | None = None, all_: bool = False, force: bool = False) -> list[str]:
         wt = self.wt()
         applied = self.applied(wt)
         if not applied:
@@ -395,8 +421,9 @@ class Stack:
     def _commit_worktree(self, wt: Git, *, parent: str, message: str) -> str:
         wt.run("add", "-A")
         tree = wt.out("write-tree")
-        commit = wt.commit_tree(tree, [parent], message,
-                                date=commit_date(self.store, self.base_commit()))
+        commit = wt.commit_tree(
+            tree, [parent], message, date=commit_date(self.store, self.base_commit())
+        )
         wt.run("update-ref", "-m", "forkpatch refresh", "HEAD", commit)
         return commit
 
@@ -420,27 +447,38 @@ class Stack:
         if not force:
             self._refuse_markers(wt, top.commit)
         new = self._commit_worktree(wt, parent=parent, message=message)
-        name, summary, header = parse_commit_message(message)
+        _name, summary, header = parse_commit_message(message)
         diff = canonical_diff(wt.diff_trees(parent, new))
         if not force and DIFF_CONFLICT_MARKER.search(diff):
-            raise ConflictError(f"patch '{top.name}' still contains conflict markers",
-                                tip="resolve them, or pass --force to keep them")
+            raise ConflictError(
+                f"patch '{top.name}' still contains conflict markers",
+                tip="resolve them, or pass --force to keep them",
+            )
         state = self.state
-        above_names = state.get("editing", {}).get("above", []) \
-            if state.get("editing", {}).get("patch") == top.name else []
+        above_names = (
+            state.get("editing", {}).get("above", [])
+            if state.get("editing", {}).get("patch") == top.name
+            else []
+        )
         writes: list[tuple[PatchEntry, str, bytes]] = [(entry, header, diff)]
         new_head: str | None = None  # where the work tree goes once the files are written
         if above_names and force:
             # --force saves this patch alone; the patches above stay unapplied
             # (their files untouched) until `push --merge` brings them back.
-            log.warn(f"saved '{top.name}' alone; not re-applied: {', '.join(above_names)} "
-                     "(`forkpatch push --merge --all` brings them back to resolve)")
+            log.warn(
+                f"saved '{top.name}' alone; not re-applied: {', '.join(above_names)} "
+                "(`forkpatch push --merge --all` brings them back to resolve)"
+            )
             self._save_merge_bases(state, above_names)
         elif above_names:
             above_entries = [self.project.series.get(n) for n in above_names]
-            applier = SeriesApplier(self.store, self.base_commit(), three_way=True,
-                                    merge_bases=self._merge_bases(),
-                                    labels=("your edit", "patch"))
+            applier = SeriesApplier(
+                self.store,
+                self.base_commit(),
+                three_way=True,
+                merge_bases=self._merge_bases(),
+                labels=("your edit", "patch"),
+            )
             result = applier.run(self.project.items(above_entries), write=True, parent=new)
             bad = result.first_conflict()
             if bad is not None:
@@ -449,8 +487,9 @@ class Stack:
                     + describe_failure(bad, f"the new '{top.name}'")
                     + "\nnothing in patches/ was changed; your edit is kept in the work tree",
                     tip=f"adjust the edit and run `forkpatch refresh` again, or run `forkpatch "
-                        f"refresh --force` to save '{top.name}' alone and then `forkpatch push "
-                        "--merge` to resolve the patches above")
+                    f"refresh --force` to save '{top.name}' alone and then `forkpatch push "
+                    "--merge` to resolve the patches above",
+                )
             diffs = diffs_of_commits(self.store, result.commits)
             for r, e in zip(result.results, above_entries, strict=True):
                 if r.commit is not None:
@@ -461,8 +500,8 @@ class Stack:
         if summary and summary != entry.summary:
             series = self.project.series
             new_series = series.with_patches(
-                replace(p, summary=summary) if p.name == entry.name else p
-                for p in series.patches)
+                replace(p, summary=summary) if p.name == entry.name else p for p in series.patches
+            )
         # All patch files and series.yaml as one unit: a kill leaves all old or all new.
         # The work tree and state.json move only afterwards, so that a refresh killed
         # before the files were written is finished by running `forkpatch refresh` again.
@@ -472,8 +511,11 @@ class Stack:
                 wt.run("reset", "-q", "--hard", new_head)
             state.pop("editing", None)
             self.project.write_state(state)
-        return [e.name for e, _h, _d in writes
-                if self.project.rel(self.project.patch_path(e)) in written]
+        return [
+            e.name
+            for e, _h, _d in writes
+            if self.project.rel(self.project.patch_path(e)) in written
+        ]
 
     def _refuse_markers(self, wt: Git, commit: str) -> None:
         changed = wt.run("diff", "--name-only", "-z", commit).stdout.split(b"\0")
@@ -482,8 +524,10 @@ class Stack:
                 continue
             path = wt.work_tree / raw.decode("utf-8", "surrogateescape")  # type: ignore[operator]
             if path.is_file() and CONFLICT_MARKER.search(path.read_bytes()):
-                raise ConflictError(f"{path} still contains conflict markers",
-                                    tip="resolve them, or pass --force to keep them")
+                raise ConflictError(
+                    f"{path} still contains conflict markers",
+                    tip="resolve them, or pass --force to keep them",
+                )
 
     # ----------------------------------------------------------------- edit
 
@@ -497,7 +541,7 @@ class Stack:
             return wt.work_tree  # type: ignore[return-value]
         self.require_clean(wt, f"going to '{name}'")
         idx = names.index(entry.name)
-        above = applied[idx + 1:]
+        above = applied[idx + 1 :]
         self._require_refreshed(wt, above)
         if above:
             wt.run("reset", "-q", "--hard", applied[idx].commit)
@@ -510,22 +554,30 @@ class Stack:
 
     def new(self, name: str, summary: str | None = None) -> PatchEntry:
         if not NAME_RE.match(name):
-            raise UsageError(f"'{name}' is not a valid patch name: use lower-case letters, "
-                             "digits, '.', '_' and '-'")
+            raise UsageError(
+                f"'{name}' is not a valid patch name: use lower-case letters, "
+                "digits, '.', '_' and '-'"
+            )
         series = self.project.series
         if name in series.names():
             raise UsageError(f"a patch named '{name}' already exists")
         file = f"{name}.patch"
         if (self.project.patches_dir / file).exists():
-            raise UsageError(f"patches/{file} already exists (an orphan?)",
-                             tip="import it with `forkpatch import` or remove it")
+            raise UsageError(
+                f"patches/{file} already exists (an orphan?)",
+                tip="import it with `forkpatch import` or remove it",
+            )
         wt = self.wt()
         applied = self.applied(wt)
         position = series.index(applied[-1].name) + 1 if applied else 0
         entry = PatchEntry(name=name, file=file, summary=summary or f"{name}")
         head = self.head(wt)
-        commit = wt.commit_tree(wt.tree_of(head), [head], commit_message(entry, ""),
-                                date=commit_date(self.store, self.base_commit()))
+        commit = wt.commit_tree(
+            wt.tree_of(head),
+            [head],
+            commit_message(entry, ""),
+            date=commit_date(self.store, self.base_commit()),
+        )
         patches = list(series.patches)
         patches.insert(position, entry)
         self.project.commit({entry: ("", b"")}, series.with_patches(patches))
@@ -542,12 +594,15 @@ class Stack:
             names = [a.name for a in applied]
             if entry.name in names:
                 if names[-1] != entry.name:
-                    raise StateError(f"patch '{name}' is applied below other patches",
-                                     tip=f"make it the top first: `forkpatch pop {name}`")
+                    raise StateError(
+                        f"patch '{name}' is applied below other patches",
+                        tip=f"make it the top first: `forkpatch pop {name}`",
+                    )
                 self.pop(force=False)
-        self.project.commit({entry: None} if entry.file and not keep_file else None,
-                            series.with_patches(p for p in series.patches
-                                                if p.name != entry.name))
+        self.project.commit(
+            {entry: None} if entry.file and not keep_file else None,
+            series.with_patches(p for p in series.patches if p.name != entry.name),
+        )
 
     def _rebuild_applied(self, count: int) -> None:
         """Re-create the work tree's stack from the files: the first ``count`` patches."""
@@ -557,7 +612,8 @@ class Stack:
         series = self.project.series
         entries = list(series.patches[:count])
         result = SeriesApplier(self.store, self.base_commit()).run(
-            self.project.items(entries), write=True)
+            self.project.items(entries), write=True
+        )
         if not result.ok:
             bad = result.first_conflict()
             assert bad is not None
@@ -589,13 +645,23 @@ class Stack:
             # The bytes move as they are: the file is renamed, not re-rendered.
             src = self.project.patch_path(entry)
             files = {self.project.patch_path(renamed): src.read_bytes(), src: None}
-        self.project.commit(series=series.with_patches(renamed if p.name == entry.name else p
-                                                       for p in series.patches), extra=files)
+        self.project.commit(
+            series=series.with_patches(
+                renamed if p.name == entry.name else p for p in series.patches
+            ),
+            extra=files,
+        )
         self._rebuild_applied(count)
         return renamed
 
-    def move(self, name: str, *, before: str | None = None, after: str | None = None,
-             position: int | None = None) -> list[str]:
+    def move(
+        self,
+        name: str,
+        *,
+        before: str | None = None,
+        after: str | None = None,
+        position: int | None = None,
+    ) -> list[str]:
         series = self.project.series
         entry = series.get(name)
         others = [p for p in series.patches if p.name != entry.name]
@@ -625,7 +691,8 @@ class Stack:
         if bad is not None:
             raise PatchApplyError(
                 describe_failure(bad, "the reordered series") + "\nnothing was changed",
-                tip="patches that depend on each other must keep their order")
+                tip="patches that depend on each other must keep their order",
+            )
         self.project.save_series(new_series)
         self._rebuild_applied(count)
         return new_series.names()
@@ -637,8 +704,10 @@ class Stack:
         wt = self.wt()
         applied = self.applied(wt)
         if self.is_dirty(wt):
-            log.warn("the work tree has uncommitted changes; they are not exported "
-                     "(`forkpatch refresh` folds them into the top patch)")
+            log.warn(
+                "the work tree has uncommitted changes; they are not exported "
+                "(`forkpatch refresh` folds them into the top patch)"
+            )
         series = self.project.series
         new_entries = list(series.patches)
         writes: dict[PatchEntry, tuple[str, bytes]] = {}
@@ -649,13 +718,16 @@ class Stack:
             parent = self._parent(wt, a)
             diff = canonical_diff(wt.diff_trees(parent, a.commit))
             _name, summary, header = parse_commit_message(
-                wt.out("show", "-s", "--format=%B", a.first))
+                wt.out("show", "-s", "--format=%B", a.first)
+            )
             writes[entry] = (header, diff)
             if summary and summary != entry.summary:
-                new_entries = [replace(p, summary=summary) if p.name == entry.name else p
-                               for p in new_entries]
-        new_series = series.with_patches(new_entries) \
-            if tuple(new_entries) != series.patches else None
+                new_entries = [
+                    replace(p, summary=summary) if p.name == entry.name else p for p in new_entries
+                ]
+        new_series = (
+            series.with_patches(new_entries) if tuple(new_entries) != series.patches else None
+        )
         # Every file and series.yaml as one unit: a kill leaves all old or all new.
         written = set(self.project.commit(writes, new_series))
         return [e.name for e in writes if self.project.rel(self.project.patch_path(e)) in written]
@@ -676,4 +748,3 @@ def _split(data: bytes) -> tuple[str, bytes]:
     if idx < 0:
         idx = len(data)
     return data[:idx].decode("utf-8").strip(), data[idx:]
-

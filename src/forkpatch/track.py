@@ -138,8 +138,10 @@ def _pattern(project: Project) -> re.Pattern[str]:
     try:
         pat = re.compile(raw)
     except re.error as exc:
-        raise SeriesError(f"series.yaml: track.pattern '{raw}' is not a valid regular "
-                          f"expression: {exc}", tip="fix track.pattern") from None
+        raise SeriesError(
+            f"series.yaml: track.pattern '{raw}' is not a valid regular expression: {exc}",
+            tip="fix track.pattern",
+        ) from None
     return pat
 
 
@@ -166,9 +168,11 @@ def list_releases(project: Project, *, now: float | None = None) -> TrackReport:
     now = time.time() if now is None else now
     base_v = parse_tag(series.base.tag, pattern)
     if not isinstance(base_v, Version):
-        raise SeriesError(f"series.yaml: the base tag '{series.base.tag}' does not match "
-                          f"track.pattern or is not a PEP 440 version",
-                          tip="set track.pattern so that its 'version' group captures it")
+        raise SeriesError(
+            f"series.yaml: the base tag '{series.base.tag}' does not match "
+            f"track.pattern or is not a PEP 440 version",
+            tip="set track.pattern so that its 'version' group captures it",
+        )
     tags = project.fork().source_tags()
     report = TrackReport(base=series.base.tag, base_version=str(base_v))
     dates = _tag_dates(project) if min_age else {}
@@ -183,14 +187,20 @@ def list_releases(project: Project, *, now: float | None = None) -> TrackReport:
             continue
         if v <= base_v:
             continue
-        info = TagInfo(tag=tag, version=str(v), commit=commit, date=dates.get(tag),
-                       prerelease=v.is_prerelease or v.is_devrelease)
+        info = TagInfo(
+            tag=tag,
+            version=str(v),
+            commit=commit,
+            date=dates.get(tag),
+            prerelease=v.is_prerelease or v.is_devrelease,
+        )
         if info.prerelease and not allow_pre:
             info.held_back = "pre-release (set track.prereleases: true to act on it)"
         elif min_age and info.date is not None and now - info.date < min_age:
             days = (now - info.date) / 86400
-            info.held_back = (f"only {days:.1f} day(s) old; track.min-age-days is "
-                              f"{min_age / 86400:g}")
+            info.held_back = (
+                f"only {days:.1f} day(s) old; track.min-age-days is {min_age / 86400:g}"
+            )
         candidates.append((v, info))
     candidates.sort(key=lambda x: x[0])
     report.newer = [info for _, info in candidates]
@@ -205,8 +215,9 @@ def _tag_dates(project: Project) -> dict[str, float]:
     """Creation date of each tag (tagger date, or the commit date for light tags)."""
     fork = project.fork()
     fork.fetch(["+refs/tags/*:refs/tags/*"])
-    out = fork.store.out("for-each-ref", "--format=%(refname:strip=2) %(creatordate:unix)",
-                         "refs/tags")
+    out = fork.store.out(
+        "for-each-ref", "--format=%(refname:strip=2) %(creatordate:unix)", "refs/tags"
+    )
     dates = {}
     for line in out.splitlines():
         name, _, stamp = line.partition(" ")
@@ -239,20 +250,25 @@ def fork_branch_head(project: Project) -> tuple[str, str]:
             commit = src.commit_of(ref)
             if commit is not None:
                 return re.sub(r"^refs/(remotes/origin|heads)/", "", ref), commit
-        raise ForkRepoError(f"cannot find the default branch of the fork at {fork.source}"
-                            + (f" (track.branch: {wanted})" if wanted else ""),
-                            tip="set track.branch in series.yaml")
+        raise ForkRepoError(
+            f"cannot find the default branch of the fork at {fork.source}"
+            + (f" (track.branch: {wanted})" if wanted else ""),
+            tip="set track.branch in series.yaml",
+        )
     branch: str | None = wanted
     if not branch:
-        proc = fork.store.run("ls-remote", "--symref", fork.source, "HEAD", check=False,
-                              timeout=300)
+        proc = fork.store.run(
+            "ls-remote", "--symref", fork.source, "HEAD", check=False, timeout=300
+        )
         m = re.search(r"^ref: refs/heads/(\S+)\tHEAD$", proc.stdout.decode(), re.MULTILINE)
         branch = m.group(1) if m else "main"
     fork.fetch([f"+refs/heads/{branch}:refs/fork/heads/{branch}"])
     commit = fork.store.commit_of(f"refs/fork/heads/{branch}")
     if commit is None:
-        raise ForkRepoError(f"the fork at {fork.source} has no branch '{branch}'",
-                            tip="set track.branch in series.yaml")
+        raise ForkRepoError(
+            f"the fork at {fork.source} has no branch '{branch}'",
+            tip="set track.branch in series.yaml",
+        )
     return branch, commit
 
 
@@ -266,10 +282,17 @@ def forecast(project: Project) -> dict[str, Any]:
     fork.verify_base(series.base.tag, series.base.commit)
     items = project.items()
     # rebase.check() takes a tag; a branch head has none, so drive the same walker.
-    walker = rb._Walker(fork.store, base_commit=series.base.commit, onto=branch,
-                        onto_commit=head, items=items, options=rb.RebaseOptions(onto=branch))
-    outcomes, _head, _conflict = walker.walk(items, parent=head, write=False, number=1,
-                                             total=len(items))
+    walker = rb._Walker(
+        fork.store,
+        base_commit=series.base.commit,
+        onto=branch,
+        onto_commit=head,
+        items=items,
+        options=rb.RebaseOptions(onto=branch),
+    )
+    outcomes, _head, _conflict = walker.walk(
+        items, parent=head, write=False, number=1, total=len(items)
+    )
     conflicts = [_conflict_entry(o.to_json()) for o in outcomes if o.status == "conflict"]
     return {
         "branch": branch,
@@ -281,10 +304,19 @@ def forecast(project: Project) -> dict[str, Any]:
 
 
 def _conflict_entry(outcome: Mapping[str, Any]) -> dict[str, Any]:
-    return {"patch": outcome["name"], "files": list(outcome.get("files", [])),
-            "conflicts": [{"path": c["path"], "hunks": list(c.get("hunks") or []),
-                           "line": c.get("line"), "reason": c["reason"]}
-                          for c in outcome.get("conflicts", [])]}
+    return {
+        "patch": outcome["name"],
+        "files": list(outcome.get("files", [])),
+        "conflicts": [
+            {
+                "path": c["path"],
+                "hunks": list(c.get("hunks") or []),
+                "line": c.get("line"),
+                "reason": c["reason"],
+            }
+            for c in outcome.get("conflicts", [])
+        ],
+    }
 
 
 # =========================================================================== run
@@ -370,16 +402,23 @@ def run(project: Project, opts: RunOptions) -> RunResult:
         target = _pick_tag(project, report, opts.tag)
     if target is None:
         log.info(f"up to date: no release newer than {report.base} to act on")
-        return RunResult(data={"version": RESULT_VERSION, "status": "up-to-date",
-                               "base": report.base, "track": report.to_json()},
-                         work_dir=None)
+        return RunResult(
+            data={
+                "version": RESULT_VERSION,
+                "status": "up-to-date",
+                "base": report.base,
+                "track": report.to_json(),
+            },
+            work_dir=None,
+        )
     root = out_root(project, opts)
     work = root / safe_name(target.tag)
     key = {"tag": target.tag, "commit": target.commit, "series_sha256": series_digest(project)}
     prev = _load_json(work / RESULT_FILE)
     if prev is not None and prev.get("key") != key:
-        log.info(f"{work} holds a run for other inputs ({_key_text(prev.get('key'))}); "
-                 "starting over")
+        log.info(
+            f"{work} holds a run for other inputs ({_key_text(prev.get('key'))}); starting over"
+        )
         prev = None
     if prev is None and work.exists():
         shutil.rmtree(work)
@@ -409,8 +448,10 @@ def run(project: Project, opts: RunOptions) -> RunResult:
                 continue
             if stopped is not None:
                 # Results of an earlier run for these stages no longer hold.
-                ctx.stages[step] = {"status": "skipped",
-                                    "reason": _stop_reason(stopped, ctx.stages[stopped])}
+                ctx.stages[step] = {
+                    "status": "skipped",
+                    "reason": _stop_reason(stopped, ctx.stages[stopped]),
+                }
                 continue
             if getattr(ctx, f"stage_{step}")():
                 stopped = step
@@ -435,23 +476,28 @@ def _pick_tag(project: Project, report: TrackReport, tag: str) -> TagInfo:
     for info in report.newer:
         if info.tag == tag:
             if info.held_back:
-                log.warn(f"{tag} is held back ({info.held_back}); acting on it because "
-                         "--tag names it")
+                log.warn(
+                    f"{tag} is held back ({info.held_back}); acting on it because --tag names it"
+                )
             return info
     tags = project.fork().source_tags()
     if tag not in tags:
         from forkpatch.forkrepo import nearest_tags
 
-        raise UsageError(f"tag '{tag}' is not in the fork; nearest: "
-                         f"{', '.join(nearest_tags(tag, tags)) or 'none'}")
+        raise UsageError(
+            f"tag '{tag}' is not in the fork; nearest: "
+            f"{', '.join(nearest_tags(tag, tags)) or 'none'}"
+        )
     return TagInfo(tag=tag, version=_version_of(tag), commit=tags[tag])
 
 
 def _key_text(key: Any) -> str:
     if not isinstance(key, Mapping):
         return "unknown"
-    return (f"{key.get('tag')} at {str(key.get('commit'))[:12]}, series "
-            f"{str(key.get('series_sha256'))[:12]}")
+    return (
+        f"{key.get('tag')} at {str(key.get('commit'))[:12]}, series "
+        f"{str(key.get('series_sha256'))[:12]}"
+    )
 
 
 def _load_json(path: Path) -> dict[str, Any] | None:
@@ -472,9 +518,14 @@ def runner_class() -> str:
     if exe is None:
         return "cpu"
     try:
-        out = subprocess.run([exe, "--query-gpu=compute_cap", "--format=csv,noheader"],
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                             timeout=30, check=False).stdout
+        out = subprocess.run(
+            [exe, "--query-gpu=compute_cap", "--format=csv,noheader"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            timeout=30,
+            check=False,
+        ).stdout
     except (OSError, subprocess.TimeoutExpired):
         return "cpu"
     caps = sorted({c.strip() for c in out.splitlines() if c.strip()})
@@ -509,8 +560,7 @@ class _RunCtx:
         atomic_write(self.work / SUMMARY_FILE, summary_markdown(self.data, self.work).encode())
 
     def fail(self, stage: str, exc: ForkpatchError, **extra: Any) -> bool:
-        self.stages[stage] = {"status": "failed", "error": exc.message,
-                              "tip": exc.tip, **extra}
+        self.stages[stage] = {"status": "failed", "error": exc.message, "tip": exc.tip, **extra}
         self.error = exc
         log.error(f"{stage}: {exc.message}")
         return True
@@ -530,8 +580,9 @@ class _RunCtx:
                 (dest / PATCHES_DIR).mkdir(parents=True)
                 shutil.copy2(self.project.series_path, dest / SERIES_FILE)
                 if self.project.patches_dir.is_dir():
-                    shutil.copytree(self.project.patches_dir, dest / PATCHES_DIR,
-                                    dirs_exist_ok=True)
+                    shutil.copytree(
+                        self.project.patches_dir, dest / PATCHES_DIR, dirs_exist_ok=True
+                    )
             self._copy = Project(root=dest, fork_override=str(self.project.fork().store.git_dir))
         return self._copy
 
@@ -547,8 +598,11 @@ class _RunCtx:
 
     def stage_rebase(self) -> bool:
         done = self.stages.get("rebase")
-        if done and done.get("status") in ("done", "conflict") and \
-                (self.work / "project" / SERIES_FILE).is_file():
+        if (
+            done
+            and done.get("status") in ("done", "conflict")
+            and (self.work / "project" / SERIES_FILE).is_file()
+        ):
             log.info(f"rebase onto {self.tag}: already {done['status']} (in {self.work})")
             return done["status"] == "conflict"
         from forkpatch import rebase as rb
@@ -566,12 +620,12 @@ class _RunCtx:
                 self.error = ConflictError(
                     f"the series does not rebase cleanly onto {self.tag}: patch "
                     f"'{self.stages['rebase']['conflict']['patch']}' conflicts",
-                    tip=f"the summary in {self.work / SUMMARY_FILE} says what to run locally")
+                    tip=f"the summary in {self.work / SUMMARY_FILE} says what to run locally",
+                )
                 return True
             report_dir = self.work / "rebase"
             with log.step(f"forkpatch rebase --onto {self.tag}"), copy.locked("rebase"):
-                result = rb.rebase(copy, rb.RebaseOptions(onto=self.tag,
-                                                          report_dir=report_dir))
+                result = rb.rebase(copy, rb.RebaseOptions(onto=self.tag, report_dir=report_dir))
         except ConflictError as exc:  # check said clean but the rebase stopped: undo it
             with contextlib.suppress(ForkpatchError):
                 rb.abort(self.copy())
@@ -601,16 +655,21 @@ class _RunCtx:
                 self.error = UsageError(
                     f"cannot {stage}: no rebase onto {self.tag} in {self.work}",
                     tip="run the rebase step first (`forkpatch track --run --steps rebase`) "
-                        "and pass its output directory along (--out)")
+                    "and pass its output directory along (--out)",
+                )
                 return None
-            why = ("the rebase conflicts" if rebase.get("status") == "conflict"
-                   else "the rebase failed")
+            why = (
+                "the rebase conflicts"
+                if rebase.get("status") == "conflict"
+                else "the rebase failed"
+            )
             self.stages[stage] = {"status": "skipped", "reason": why}
             return None
         copy = self.copy()
         if series_digest(copy) != rebase.get("series_sha256"):
-            self.error = UsageError(f"{copy.root} was changed after the rebase",
-                                    tip=f"remove {self.work} and run again")
+            self.error = UsageError(
+                f"{copy.root} was changed after the rebase", tip=f"remove {self.work} and run again"
+            )
             self.stages[stage] = {"status": "failed", "error": self.error.message}
             return None
         return copy
@@ -624,7 +683,7 @@ class _RunCtx:
         if done and done.get("status") == "done" and _files_match(dist, done["wheels"]):
             log.info(f"build for {self.tag}: already done ({', '.join(done['wheels'])})")
             return False
-        from forkpatch.build.buildwheel import BuildOptions, build_wheel
+        from forkpatch.wheels.buildwheel import BuildOptions, build_wheel
 
         try:
             base_wheel = self.base_wheel(copy)
@@ -632,8 +691,12 @@ class _RunCtx:
             if dist.exists():
                 shutil.rmtree(dist)
             with copy.locked("build-wheel"):
-                result = build_wheel(copy, BuildOptions(mode=self.opts.build_mode or "auto",
-                                                        base_wheel=base_wheel, out_dir=dist))
+                result = build_wheel(
+                    copy,
+                    BuildOptions(
+                        mode=self.opts.build_mode or "auto", base_wheel=base_wheel, out_dir=dist
+                    ),
+                )
         except ForkpatchError as exc:
             return self.fail("build", exc)
         prov = result.provenance.to_dict()
@@ -662,18 +725,20 @@ class _RunCtx:
         if not path.is_absolute():
             path = self.project.root / path
         if not path.is_file():
-            raise BuildError(f"the base wheel for {self.tag} is not there: {path} "
-                             f"(from '{raw}')",
-                             tip="download the fork's released wheel for the tag there, or "
-                                 "pass --base-wheel PATH|URL (may contain {tag} / {version})")
+            raise BuildError(
+                f"the base wheel for {self.tag} is not there: {path} (from '{raw}')",
+                tip="download the fork's released wheel for the tag there, or "
+                "pass --base-wheel PATH|URL (may contain {tag} / {version})",
+            )
         return path
 
     def stage_smoke(self) -> bool:
         build = self.stages.get("build", {})
         if not build:
-            self.error = UsageError(f"cannot smoke: no build for {self.tag} in {self.work}",
-                                    tip="run the build step first and pass its output "
-                                        "directory along (--out)")
+            self.error = UsageError(
+                f"cannot smoke: no build for {self.tag} in {self.work}",
+                tip="run the build step first and pass its output directory along (--out)",
+            )
             return True
         if build.get("status") != "done":
             self.stages["smoke"] = {"status": "skipped", "reason": "nothing was built"}
@@ -681,15 +746,23 @@ class _RunCtx:
         copy = self.copy()
         dist = self.work / "dist"
         if not _files_match(dist, build["wheels"]):
-            return self.fail("smoke", SmokeError(
-                f"the wheels in {dist} are not the ones the build made",
-                tip=f"remove {self.work} and run again"))
+            return self.fail(
+                "smoke",
+                SmokeError(
+                    f"the wheels in {dist} are not the ones the build made",
+                    tip=f"remove {self.work} and run again",
+                ),
+            )
         runner = runner_class()
         wheels = tuple(dist / name for name in build["wheels"])
         done = self.stages.get("smoke")
-        if done and done.get("status") == "done" and \
-                done.get("wheels") == build["wheels"] and done.get("tier") == self.opts.smoke_tier \
-                and done.get("runner") == runner:
+        if (
+            done
+            and done.get("status") == "done"
+            and done.get("wheels") == build["wheels"]
+            and done.get("tier") == self.opts.smoke_tier
+            and done.get("runner") == runner
+        ):
             log.info(f"smoke for {self.tag}: already done on this kind of runner ({runner})")
             return False
         from forkpatch.smoke import SmokeOptions, run_smoke
@@ -699,12 +772,18 @@ class _RunCtx:
         smoke_dir.mkdir(exist_ok=True)
         report_path = smoke_dir / "report.json"
         try:
-            outcome = run_smoke(SmokeOptions(
-                wheels=wheels + tuple(p.resolve() for p in self.opts.smoke_with),
-                tier=self.opts.smoke_tier, deps=self.opts.smoke_deps or "system",
-                python=self.opts.smoke_python or section.get("python"),
-                index_url=section.get("index-url"), report_path=report_path,
-                junit_path=smoke_dir / "junit.xml"), copy)
+            outcome = run_smoke(
+                SmokeOptions(
+                    wheels=wheels + tuple(p.resolve() for p in self.opts.smoke_with),
+                    tier=self.opts.smoke_tier,
+                    deps=self.opts.smoke_deps or "system",
+                    python=self.opts.smoke_python or section.get("python"),
+                    index_url=section.get("index-url"),
+                    report_path=report_path,
+                    junit_path=smoke_dir / "junit.xml",
+                ),
+                copy,
+            )
         except ForkpatchError as exc:
             return self.fail("smoke", exc)
         rep = outcome.report
@@ -722,8 +801,10 @@ class _RunCtx:
             "failed": failed,
         }
         if not outcome.passed:
-            self.error = SmokeError(f"{len(failed)} smoke check(s) failed: {', '.join(failed)}",
-                                    tip=f"see {report_path}")
+            self.error = SmokeError(
+                f"{len(failed)} smoke check(s) failed: {', '.join(failed)}",
+                tip=f"see {report_path}",
+            )
             return True
         return False
 
@@ -732,33 +813,46 @@ class _RunCtx:
         copy = self.copy()
         target = self.opts.publish_to or copy.series.section("publish").get("to")
         if not self.opts.publish or not target:
-            why = "--no-publish" if not self.opts.publish else \
-                "no target (publish.to in series.yaml, or --publish-to)"
+            why = (
+                "--no-publish"
+                if not self.opts.publish
+                else "no target (publish.to in series.yaml, or --publish-to)"
+            )
             self.stages["publish"] = {"status": "skipped", "reason": why}
             return False
         if not smoke:
-            self.error = UsageError(f"cannot publish: no smoke result for {self.tag} in "
-                                    f"{self.work}", tip="run the smoke step first and pass "
-                                                        "its output directory along (--out)")
+            self.error = UsageError(
+                f"cannot publish: no smoke result for {self.tag} in {self.work}",
+                tip="run the smoke step first and pass its output directory along (--out)",
+            )
             return True
         if smoke.get("status") != "done":
-            self.stages["publish"] = {"status": "skipped",
-                                      "reason": "the smoke suite did not pass"}
+            self.stages["publish"] = {"status": "skipped", "reason": "the smoke suite did not pass"}
             return True
         build = self.stages["build"]
         target_text = _public_target(str(target))
         done = self.stages.get("publish")
-        if done and done.get("status") == "done" and done.get("target") == target_text and \
-                done.get("wheels") == build["wheels"]:
+        if (
+            done
+            and done.get("status") == "done"
+            and done.get("target") == target_text
+            and done.get("wheels") == build["wheels"]
+        ):
             log.info(f"publish for {self.tag}: already done to {target_text}")
             return False
         from forkpatch.publish import PublishOptions, publish
 
         wheels = tuple(self.work / "dist" / name for name in build["wheels"])
         try:
-            published = publish(PublishOptions(
-                wheels=wheels, to=str(target), allow_missing_tiers=self.opts.allow_missing_tiers,
-                reports=(self.work / smoke["report"],)), copy)
+            published = publish(
+                PublishOptions(
+                    wheels=wheels,
+                    to=str(target),
+                    allow_missing_tiers=self.opts.allow_missing_tiers,
+                    reports=(self.work / smoke["report"],),
+                ),
+                copy,
+            )
         except ForkpatchError as exc:
             return self.fail("publish", exc, target=target_text)
         self.stages["publish"] = {
@@ -783,15 +877,18 @@ def _public_target(target: str) -> str:
 
 
 def _files_match(directory: Path, wheels: Mapping[str, str]) -> bool:
-    return bool(wheels) and all((directory / n).is_file() and file_sha256(directory / n) == s
-                                for n, s in wheels.items())
+    return bool(wheels) and all(
+        (directory / n).is_file() and file_sha256(directory / n) == s for n, s in wheels.items()
+    )
 
 
 def _download(url: str, dest_dir: Path) -> Path:
     name = urllib.parse.unquote(urllib.parse.urlsplit(url).path.rsplit("/", 1)[-1])
     if not name.endswith(".whl"):
-        raise BuildError(f"the base wheel URL {url} does not name a .whl file",
-                         tip="give the URL of the wheel itself")
+        raise BuildError(
+            f"the base wheel URL {url} does not name a .whl file",
+            tip="give the URL of the wheel itself",
+        )
     dest = dest_dir / name
     if dest.is_file():
         return dest
@@ -802,9 +899,10 @@ def _download(url: str, dest_dir: Path) -> Path:
             with urllib.request.urlopen(url, timeout=600) as resp, open(tmp, "wb") as fh:
                 shutil.copyfileobj(resp, fh)
         except OSError as exc:
-            raise BuildError(f"cannot download the base wheel {url}: {exc}",
-                             tip="check the URL (build.base-wheel / --base-wheel) and the "
-                                 "network") from None
+            raise BuildError(
+                f"cannot download the base wheel {url}: {exc}",
+                tip="check the URL (build.base-wheel / --base-wheel) and the network",
+            ) from None
     os.replace(tmp, dest)
     return dest
 
@@ -831,8 +929,12 @@ def overall_status(data: Mapping[str, Any]) -> str:
         return "failed"
     if states.get("smoke") == "done" and not stages.get("smoke", {}).get("passed", True):
         return "failed"
-    for stage, name in (("publish", "published"), ("smoke", "smoked"), ("build", "built"),
-                        ("rebase", "rebased")):
+    for stage, name in (
+        ("publish", "published"),
+        ("smoke", "smoked"),
+        ("build", "built"),
+        ("rebase", "rebased"),
+    ):
         if states.get(stage) == "done":
             return name
     return "pending"
@@ -856,15 +958,20 @@ def summary_markdown(data: Mapping[str, Any], work: Path | None = None) -> str:
     status = data.get("status", overall_status(data))
     out = [f"# forkpatch: {base['tag']} → {tag} ({status})", ""]
     out.append(f"- fork: {data['fork']['name']} ({data['fork']['url']})")
-    out.append(f"- new release: {_code(tag)} (`{data['tag_commit'][:12]}`), series base "
-               f"{_code(base['tag'])} (`{base['commit'][:12]}`)")
-    newer = [t["tag"] + (" (held back)" if t.get("held_back") else "")
-             for t in data.get("newer", [])]
+    out.append(
+        f"- new release: {_code(tag)} (`{data['tag_commit'][:12]}`), series base "
+        f"{_code(base['tag'])} (`{base['commit'][:12]}`)"
+    )
+    newer = [
+        t["tag"] + (" (held back)" if t.get("held_back") else "") for t in data.get("newer", [])
+    ]
     if len(newer) > 1:
         out.append(f"- newer tags: {', '.join(newer)}")
     out.append(f"- bot branch: {_code(data['branch'])}")
-    out.append(f"- inputs: series sha256 `{data['key']['series_sha256'][:16]}`, "
-               f"forkpatch {data.get('forkpatch_version', '?')}")
+    out.append(
+        f"- inputs: series sha256 `{data['key']['series_sha256'][:16]}`, "
+        f"forkpatch {data.get('forkpatch_version', '?')}"
+    )
     out.append("")
     out += _rebase_section(data, stages.get("rebase"), work)
     out += _build_section(stages.get("build"))
@@ -878,57 +985,77 @@ def summary_markdown(data: Mapping[str, Any], work: Path | None = None) -> str:
             out.append(f"- the series applies to {head} without conflicts")
         else:
             for c in fc["conflicts"]:
-                out.append(f"- {_code(c['patch'])} would conflict on {head}: "
-                           + "; ".join(_hunks_text(x) for x in c["conflicts"]))
+                out.append(
+                    f"- {_code(c['patch'])} would conflict on {head}: "
+                    + "; ".join(_hunks_text(x) for x in c["conflicts"])
+                )
         out.append("")
     return "\n".join(out).rstrip("\n") + "\n"
 
 
 def _hunks_text(c: Mapping[str, Any]) -> str:
     hunks = c.get("hunks") or []
-    where = f"hunk{'s' if len(hunks) > 1 else ''} {', '.join(map(str, hunks))} of " \
-        if hunks else ""
+    where = f"hunk{'s' if len(hunks) > 1 else ''} {', '.join(map(str, hunks))} of " if hunks else ""
     line = f" (near line {c['line']})" if c.get("line") else ""
     return f"{where}{_code(c['path'])}{line}"
 
 
-def _rebase_section(data: Mapping[str, Any], st: Mapping[str, Any] | None,
-                    work: Path | None) -> list[str]:
+def _rebase_section(
+    data: Mapping[str, Any], st: Mapping[str, Any] | None, work: Path | None
+) -> list[str]:
     tag = data["tag"]
     out = ["## Rebase", ""]
     if not st:
-        return out + ["- not run yet", ""]
+        return [*out, "- not run yet", ""]
     if st["status"] == "conflict":
         c = st["conflict"]
-        out.append(f"**The series does not rebase cleanly onto {_code(tag)}.** Patch "
-                   f"{_code(c['patch'])} conflicts; nothing was built or published.")
+        out.append(
+            f"**The series does not rebase cleanly onto {_code(tag)}.** Patch "
+            f"{_code(c['patch'])} conflicts; nothing was built or published."
+        )
         out.append("")
         out.append("| file | hunks | line | reason |")
         out.append("|---|---|---|---|")
         for x in c["conflicts"]:
-            out.append(f"| {_code(x['path'])} | {', '.join(map(str, x['hunks'])) or '-'} | "
-                       f"{x.get('line') or '-'} | {x['reason'].replace('|', '/')} |")
+            out.append(
+                f"| {_code(x['path'])} | {', '.join(map(str, x['hunks'])) or '-'} | "
+                f"{x.get('line') or '-'} | {x['reason'].replace('|', '/')} |"
+            )
         if st.get("blocked"):
-            out += ["", "Not tried (they come after it): "
-                    + ", ".join(_code(b) for b in st["blocked"])]
-        others = {n: s for n, s in st.get("patches", {}).items()
-                  if s not in ("conflict", "blocked")}
+            out += [
+                "",
+                "Not tried (they come after it): " + ", ".join(_code(b) for b in st["blocked"]),
+            ]
+        others = {
+            n: s for n, s in st.get("patches", {}).items() if s not in ("conflict", "blocked")
+        }
         if others:
             out += ["", "Before it: " + ", ".join(f"{_code(n)} {s}" for n, s in others.items())]
-        out += ["", "### Resolve it locally", "", "```sh",
-                "git switch -c " + data["branch"],
-                f"forkpatch rebase --onto {tag}      # stops at the conflict (a work tree)",
-                f"$EDITOR .forkpatch/rebase-worktree/{c['conflicts'][0]['path']}"
-                if c["conflicts"] else "$EDITOR .forkpatch/rebase-worktree/...",
-                "forkpatch rebase --continue        # or --skip to drop the patch, --abort",
-                f"forkpatch track --run --tag {tag} --no-publish   # build + smoke it",
-                "git add -A series.yaml patches",
-                f"git commit -m 'Rebase the series onto {tag}' && git push",
-                "```", ""]
+        out += [
+            "",
+            "### Resolve it locally",
+            "",
+            "```sh",
+            "git switch -c " + data["branch"],
+            f"forkpatch rebase --onto {tag}      # stops at the conflict (a work tree)",
+            f"$EDITOR .forkpatch/rebase-worktree/{c['conflicts'][0]['path']}"
+            if c["conflicts"]
+            else "$EDITOR .forkpatch/rebase-worktree/...",
+            "forkpatch rebase --continue        # or --skip to drop the patch, --abort",
+            f"forkpatch track --run --tag {tag} --no-publish   # build + smoke it",
+            "git add -A series.yaml patches",
+            f"git commit -m 'Rebase the series onto {tag}' && git push",
+            "```",
+            "",
+        ]
         return out
     if st["status"] in ("failed", "skipped"):
-        return out + [f"- {st['status']}: {st.get('error') or st.get('reason')}",
-                      *([f"- tip: {st['tip']}"] if st.get("tip") else []), ""]
+        return [
+            *out,
+            f"- {st['status']}: {st.get('error') or st.get('reason')}",
+            *([f"- tip: {st['tip']}"] if st.get("tip") else []),
+            "",
+        ]
     counts = ", ".join(f"{n} {s}" for s, n in st["summary"].items())
     out.append(f"- {len(st['patches'])} patch(es): {counts}")
     if st.get("note"):
@@ -955,24 +1082,32 @@ def _read_rebase_markdown(work: Path | None, st: Mapping[str, Any]) -> str:
 def _build_section(st: Mapping[str, Any] | None) -> list[str]:
     out = ["## Build", ""]
     if not st:
-        return out + ["- not run yet", ""]
+        return [*out, "- not run yet", ""]
     if st["status"] != "done":
-        return out + [f"- {st['status']}: {st.get('error') or st.get('reason')}",
-                      *([f"- tip: {st['tip']}"] if st.get("tip") else []), ""]
+        return [
+            *out,
+            f"- {st['status']}: {st.get('error') or st.get('reason')}",
+            *([f"- tip: {st['tip']}"] if st.get("tip") else []),
+            "",
+        ]
     prov = st["provenance"]
     out.append(f"- version {_code(st['version'])}, {st['mode']} build ({st['reason']})")
     if st.get("base_wheel"):
         out.append(f"- base wheel: {_code(st['base_wheel'])}")
-    out.append(f"- source: {prov.get('fork_url')} {_code(prov.get('tag'))} "
-               f"(`{str(prov.get('commit'))[:12]}`)")
+    out.append(
+        f"- source: {prov.get('fork_url')} {_code(prov.get('tag'))} "
+        f"(`{str(prov.get('commit'))[:12]}`)"
+    )
     out += ["", "| wheel | sha256 |", "|---|---|"]
     for name, sha in st["wheels"].items():
         out.append(f"| {_code(name)} | `{sha}` |")
     out += ["", "| patch | sha256 / build step |", "|---|---|"]
     for p in prov.get("patches", []):
-        out.append(f"| {_code(p['name'])} | "
-                   f"{('`' + p['sha256'][:16] + '`') if p.get('sha256') else p.get('build_step')}"
-                   " |")
+        out.append(
+            f"| {_code(p['name'])} | "
+            f"{('`' + p['sha256'][:16] + '`') if p.get('sha256') else p.get('build_step')}"
+            " |"
+        )
     out.append("")
     return out
 
@@ -980,12 +1115,18 @@ def _build_section(st: Mapping[str, Any] | None) -> list[str]:
 def _smoke_section(st: Mapping[str, Any] | None) -> list[str]:
     out = ["## Smoke", ""]
     if not st:
-        return out + ["- not run yet (runs on the SM70 runner)", ""]
+        return [*out, "- not run yet (runs on the SM70 runner)", ""]
     if "tiers" not in st:
-        return out + [f"- {st['status']}: {st.get('error') or st.get('reason')}",
-                      *([f"- tip: {st['tip']}"] if st.get("tip") else []), ""]
-    out.append(f"- {'passed' if st['passed'] else '**FAILED**'} (requested up to tier "
-               f"{st['tier']}, runner {st['runner']})")
+        return [
+            *out,
+            f"- {st['status']}: {st.get('error') or st.get('reason')}",
+            *([f"- tip: {st['tip']}"] if st.get("tip") else []),
+            "",
+        ]
+    out.append(
+        f"- {'passed' if st['passed'] else '**FAILED**'} (requested up to tier "
+        f"{st['tier']}, runner {st['runner']})"
+    )
     for tier, s in st["tiers"].items():
         why = st.get("not_run", {}).get(tier)
         out.append(f"- tier {tier}: {s}" + (f" ({why})" if why else ""))
@@ -999,16 +1140,22 @@ def _smoke_section(st: Mapping[str, Any] | None) -> list[str]:
 def _publish_section(st: Mapping[str, Any] | None) -> list[str]:
     out = ["## Publish", ""]
     if not st:
-        return out + ["- not run yet", ""]
+        return [*out, "- not run yet", ""]
     if st["status"] != "done":
-        return out + [f"- {st['status']}: {st.get('error') or st.get('reason')}",
-                      *([f"- tip: {st['tip']}"] if st.get("tip") else []), ""]
+        return [
+            *out,
+            f"- {st['status']}: {st.get('error') or st.get('reason')}",
+            *([f"- tip: {st['tip']}"] if st.get("tip") else []),
+            "",
+        ]
     out.append(f"- to {st['target']}")
     for name in st["wheels"]:
         out.append(f"- {_code(name)}: published")
     if st.get("allowed_missing_tiers"):
-        out.append(f"- **published without tier(s)** {', '.join(st['allowed_missing_tiers'])} "
-                   "(--allow-missing-tier)")
+        out.append(
+            f"- **published without tier(s)** {', '.join(st['allowed_missing_tiers'])} "
+            "(--allow-missing-tier)"
+        )
     out.append("")
     return out
 
@@ -1031,10 +1178,17 @@ class Change:
     updated: bool = False  # the branch ref was created or moved
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "tag": self.tag, "status": self.status, "title": self.title,
-                "body_file": str(self.body_file), "branch": self.branch,
-                "commit": self.commit, "base_commit": self.base_commit,
-                "updated": self.updated}
+        return {
+            "kind": self.kind,
+            "tag": self.tag,
+            "status": self.status,
+            "title": self.title,
+            "body_file": str(self.body_file),
+            "branch": self.branch,
+            "commit": self.commit,
+            "base_commit": self.base_commit,
+            "updated": self.updated,
+        }
 
 
 def load_run(project: Project, out_dir: Path | None, tag: str | None) -> tuple[Path, dict]:
@@ -1043,20 +1197,29 @@ def load_run(project: Project, out_dir: Path | None, tag: str | None) -> tuple[P
         try:
             name = (root / LATEST_FILE).read_text().strip()
         except FileNotFoundError:
-            raise UsageError(f"no `forkpatch track --run` output in {root}",
-                             tip="run `forkpatch track --run` first, or pass --out") from None
+            raise UsageError(
+                f"no `forkpatch track --run` output in {root}",
+                tip="run `forkpatch track --run` first, or pass --out",
+            ) from None
     else:
         name = safe_name(tag)
     work = root / name
     data = _load_json(work / RESULT_FILE)
     if data is None:
-        raise UsageError(f"no result for {tag or name} in {work}",
-                         tip="run `forkpatch track --run` first, or pass --out / --tag")
+        raise UsageError(
+            f"no result for {tag or name} in {work}",
+            tip="run `forkpatch track --run` first, or pass --out / --tag",
+        )
     return work, data
 
 
-def prepare_change(project: Project, *, out_dir: Path | None = None, tag: str | None = None,
-                   repo: Path | None = None) -> Change:
+def prepare_change(
+    project: Project,
+    *,
+    out_dir: Path | None = None,
+    tag: str | None = None,
+    repo: Path | None = None,
+) -> Change:
     """Commit the rebased series on the bot branch (idempotent) and name the PR or issue.
 
     ``repo``: the git repository holding the project (default: the one around
@@ -1075,47 +1238,76 @@ def prepare_change(project: Project, *, out_dir: Path | None = None, tag: str | 
     tag = data["tag"]
     if status == "conflict":
         c = data["stages"]["rebase"]["conflict"]
-        return Change(kind="issue", tag=tag, status=status, body_file=body,
-                      title=f"forkpatch: patch '{c['patch']}' conflicts with {tag}")
+        return Change(
+            kind="issue",
+            tag=tag,
+            status=status,
+            body_file=body,
+            title=f"forkpatch: patch '{c['patch']}' conflicts with {tag}",
+        )
     if data["stages"].get("rebase", {}).get("status") != "done":
-        return Change(kind="none", tag=tag, status=status, body_file=body,
-                      title=f"forkpatch: rebase onto {tag} did not run")
+        return Change(
+            kind="none",
+            tag=tag,
+            status=status,
+            body_file=body,
+            title=f"forkpatch: rebase onto {tag} did not run",
+        )
     title = f"forkpatch: rebase the series onto {tag}"
     if status == "failed":
         title += " (a stage failed: see the summary)"
     git, prefix = _project_repo(project.root if repo is None else repo, project.root)
     head = git.commit_of("HEAD")
     if head is None:
-        raise GitError(f"{git.git_dir}: the repository has no commit yet",
-                       tip="commit the project first")
+        raise GitError(
+            f"{git.git_dir}: the repository has no commit yet", tip="commit the project first"
+        )
     copy_root = work / "project"
     # The message does not depend on how far the stages got: same series, same commit.
-    commit = _commit_series(git, head, prefix, copy_root,
-                            f"forkpatch: rebase the series onto {tag}\n\n{_commit_body(data)}")
+    commit = _commit_series(
+        git,
+        head,
+        prefix,
+        copy_root,
+        f"forkpatch: rebase the series onto {tag}\n\n{_commit_body(data)}",
+    )
     branch = data["branch"]
     ref = f"refs/heads/{branch}"
     old = git.commit_of(ref)
     updated = old != commit
     if updated:
         git.update_ref(ref, commit, message=f"forkpatch track: {tag}")
-    return Change(kind="pull", tag=tag, status=status, title=title, body_file=body,
-                  branch=branch, commit=commit, base_commit=head, updated=updated)
+    return Change(
+        kind="pull",
+        tag=tag,
+        status=status,
+        title=title,
+        body_file=body,
+        branch=branch,
+        commit=commit,
+        base_commit=head,
+        updated=updated,
+    )
 
 
 def _bounded(text: str) -> str:
     """The body within what GitHub (65,536) and GitLab (1,000,000) accept."""
     if len(text) <= MAX_BODY:
         return text
-    note = (f"\n\n*(cut at {MAX_BODY} characters: the full summary is {SUMMARY_FILE} in the "
-            "pipeline's forkpatch-out artifact)*\n")
+    note = (
+        f"\n\n*(cut at {MAX_BODY} characters: the full summary is {SUMMARY_FILE} in the "
+        "pipeline's forkpatch-out artifact)*\n"
+    )
     return text[: MAX_BODY - len(note)].rsplit("\n", 1)[0] + note
 
 
 def _commit_body(data: Mapping[str, Any]) -> str:
     st = data["stages"]["rebase"]
     counts = ", ".join(f"{n} {s}" for s, n in st["summary"].items())
-    lines = [(f"From {data['base']['tag']} to {data['tag']} "
-              f"({data['tag_commit'][:12]}): {counts}."), ""]
+    lines = [
+        (f"From {data['base']['tag']} to {data['tag']} ({data['tag_commit'][:12]}): {counts}."),
+        "",
+    ]
     lines.append(f"Forkpatch-Track: {data['tag']} {data['tag_commit']}")
     return "\n".join(lines) + "\n"
 
@@ -1123,19 +1315,25 @@ def _commit_body(data: Mapping[str, Any]) -> str:
 def _project_repo(repo: Path, project_root: Path) -> tuple[Git, str]:
     """The repository's git dir and the project's path inside its work tree."""
     try:
-        out = subprocess.run(["git", "-C", str(repo), "rev-parse", "--absolute-git-dir",
-                              "--show-toplevel"], capture_output=True, text=True,
-                             check=True).stdout.split("\n")
+        out = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "--absolute-git-dir", "--show-toplevel"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split("\n")
     except (subprocess.CalledProcessError, OSError):
-        raise UsageError(f"{repo} is not inside a git repository",
-                         tip="run from a clone of the project's repository, or pass --repo") \
-            from None
+        raise UsageError(
+            f"{repo} is not inside a git repository",
+            tip="run from a clone of the project's repository, or pass --repo",
+        ) from None
     git_dir, top = Path(out[0]), Path(out[1]).resolve()
     try:
         prefix = project_root.resolve().relative_to(top).as_posix()
     except ValueError:
-        raise UsageError(f"the project {project_root} is not inside the repository {top}",
-                         tip="pass --repo with the project's repository") from None
+        raise UsageError(
+            f"the project {project_root} is not inside the repository {top}",
+            tip="pass --repo with the project's repository",
+        ) from None
     return Git(git_dir), "" if prefix == "." else prefix
 
 
@@ -1151,8 +1349,14 @@ def _commit_series(git: Git, head: str, prefix: str, copy_root: Path, message: s
         listed = git.run("ls-files", "-z", "--", f"{pre}{PATCHES_DIR}/", env=env).stdout
         removals = [p for p in listed.decode("utf-8", "surrogateescape").split("\0") if p]
         if removals:
-            git.run("update-index", "--force-remove", "-z", "--stdin", env=env,
-                    input=("\0".join(removals) + "\0").encode("utf-8", "surrogateescape"))
+            git.run(
+                "update-index",
+                "--force-remove",
+                "-z",
+                "--stdin",
+                env=env,
+                input=("\0".join(removals) + "\0").encode("utf-8", "surrogateescape"),
+            )
         files = [copy_root / SERIES_FILE]
         patches = copy_root / PATCHES_DIR
         if patches.is_dir():
@@ -1162,8 +1366,13 @@ def _commit_series(git: Git, head: str, prefix: str, copy_root: Path, message: s
             oid = git.hash_blob(path.read_bytes())
             rel = path.relative_to(copy_root).as_posix()
             lines.append(f"100644 {oid}\t{pre}{rel}")
-        git.run("update-index", "--add", "--index-info", env=env,
-                input=("\n".join(lines) + "\n").encode())
+        git.run(
+            "update-index",
+            "--add",
+            "--index-info",
+            env=env,
+            input=("\n".join(lines) + "\n").encode(),
+        )
         tree = git.out("write-tree", env=env)
     finally:
         with contextlib.suppress(FileNotFoundError):
@@ -1173,5 +1382,15 @@ def _commit_series(git: Git, head: str, prefix: str, copy_root: Path, message: s
     return git.commit_tree(tree, [head], message, date=commit_date(git, head))
 
 
-__all__ = ["Change", "RunOptions", "RunResult", "TagInfo", "TrackReport", "forecast",
-           "list_releases", "prepare_change", "run", "summary_markdown"]
+__all__ = [
+    "Change",
+    "RunOptions",
+    "RunResult",
+    "TagInfo",
+    "TrackReport",
+    "forecast",
+    "list_releases",
+    "prepare_change",
+    "run",
+    "summary_markdown",
+]

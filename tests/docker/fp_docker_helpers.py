@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fptest import make_synthetic_fork  # noqa: F401 - re-exported
+from fptest import make_synthetic_fork
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def build_containers(client) -> list:  # type: ignore[no-untyped-def]
     """All forkpatch build containers (running or not) on the engine."""
-    return client.containers.list(all=True, filters={"label": "org.forkpatch.build"})
+    return client.containers.list(all=True, filters={"label": "org.forkpatch.wheels"})

@@ -24,31 +24,50 @@ def _py_members(wheel: Path) -> dict[str, bytes]:
         return {n: zf.read(n) for n in zf.namelist() if n.endswith(".py")}
 
 
-def test_container_and_overlay_builds_agree(example_project, example_fork, standin_image,
-                                            tmp_path):
-    project, run = example_project
-    _, out, _ = run("build-wheel", "--mode", "container", "--base-image", standin_image,
-                    "--no-toolchain-install", "-o", str(tmp_path / "container"), "--json")
+def test_container_and_overlay_builds_agree(example_project, example_fork, standin_image, tmp_path):
+    _project, run = example_project
+    _, out, _ = run(
+        "build-wheel",
+        "--mode",
+        "container",
+        "--base-image",
+        standin_image,
+        "--no-toolchain-install",
+        "-o",
+        str(tmp_path / "container"),
+        "--json",
+    )
     container = json.loads(out)
     assert container["mode"] == "container"
     assert Path(container["log"]).is_file()
     base = build_release_wheel(example_fork.path, "v1.2.1", tmp_path / "release")
-    _, out, _ = run("build-wheel", "--mode", "overlay", "--base-wheel", str(base),
-                    "-o", str(tmp_path / "overlay"), "--json")
+    _, out, _ = run(
+        "build-wheel",
+        "--mode",
+        "overlay",
+        "--base-wheel",
+        str(base),
+        "-o",
+        str(tmp_path / "overlay"),
+        "--json",
+    )
     overlay = json.loads(out)
     assert overlay["version"] == container["version"]
     assert overlay["version"].startswith("1.2.1+fp.")
 
     c_wheel, o_wheel = Path(container["wheels"][0]), Path(overlay["wheels"][0])
-    assert c_wheel.name == o_wheel.name.replace("py3-none-any", c_wheel.name.split("-", 2)[2]
-                                                .removesuffix(".whl")) or True
+    assert (
+        c_wheel.name
+        == o_wheel.name.replace("py3-none-any", c_wheel.name.split("-", 2)[2].removesuffix(".whl"))
+        or True
+    )
     c_py, o_py = _py_members(c_wheel), _py_members(o_wheel)
     assert set(c_py) == set(o_py)
     different = [n for n in c_py if c_py[n] != o_py[n]]
     assert different == []
 
     for wheel in (c_wheel, o_wheel):
-        code, out, _ = run("verify", str(wheel), "--json")
+        _code, out, _ = run("verify", str(wheel), "--json")
         data = json.loads(out)
         assert data["record_ok"] and data["matches_series"], data
     sums = (tmp_path / "container" / "SHA256SUMS").read_text()

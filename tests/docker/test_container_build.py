@@ -20,8 +20,8 @@ import pytest
 from fp_docker_helpers import REPO, build_containers, make_synthetic_fork
 from fptest import free_port
 
-from forkpatch.build.container import CacheConfig, build_in_container
 from forkpatch.errors import BuildError
+from forkpatch.wheels.container import CacheConfig, build_in_container
 
 pytestmark = pytest.mark.docker
 

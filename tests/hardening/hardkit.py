@@ -33,19 +33,33 @@ OWNED = ("series.yaml", "patches", "dist")
 
 def env(**extra: str) -> dict[str, str]:
     e = {**os.environ, **GIT_ENV}
-    for key in ("FORKPATCH_FORK_REPO", "FORKPATCH_TEST_KILL_AT", "FORKPATCH_TEST_COUNT_WRITES",
-                "FORKPATCH_TEST_PAUSE_AFTER", "TWINE_USERNAME", "TWINE_PASSWORD"):
+    for key in (
+        "FORKPATCH_FORK_REPO",
+        "FORKPATCH_TEST_KILL_AT",
+        "FORKPATCH_TEST_COUNT_WRITES",
+        "FORKPATCH_TEST_PAUSE_AFTER",
+        "TWINE_USERNAME",
+        "TWINE_PASSWORD",
+    ):
         e.pop(key, None)
     e.update(extra)
     return e
 
 
-def fp(cwd: Path, *args: str, extra_env: Mapping[str, str] | None = None,
-       timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def fp(
+    cwd: Path, *args: str, extra_env: Mapping[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     """``python -m forkpatch ARGS`` in ``cwd``; text output, never raises on exit codes."""
-    return subprocess.run([sys.executable, "-m", "forkpatch", *args], cwd=cwd, check=False,
-                          env=env(**(extra_env or {})), stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True, errors="replace", timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "forkpatch", *args],
+        cwd=cwd,
+        check=False,
+        env=env(**(extra_env or {})),
+        capture_output=True,
+        text=True,
+        errors="replace",
+        timeout=timeout,
+    )
 
 
 def fp_in(project: Path, *args: str) -> tuple[int, str, str]:
@@ -73,9 +87,10 @@ def visible(project: Path) -> dict[str, bytes]:
         elif p.is_dir():
             for f in sorted(p.rglob("*")):
                 rel = f.relative_to(project)
-                if f.is_file() and not any(TMP_NAME.match(part) or
-                                           part.startswith(".forkpatch-stage-")
-                                           for part in rel.parts):
+                if f.is_file() and not any(
+                    TMP_NAME.match(part) or part.startswith(".forkpatch-stage-")
+                    for part in rel.parts
+                ):
                     out[rel.as_posix()] = f.read_bytes()
     return out
 
@@ -109,16 +124,33 @@ class Stash:
 
 
 def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(cwd), *args], check=True, env=env(),
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True).stdout.strip()
+    return subprocess.run(
+        ["git", "-C", str(cwd), *args],
+        check=True,
+        env=env(),
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
 
 
-def record(category: str, name: str, *, tried: int, outcomes: Mapping[str, int],
-           unit: str = "inputs", note: str = "") -> None:
+def record(
+    category: str,
+    name: str,
+    *,
+    tried: int,
+    outcomes: Mapping[str, int],
+    unit: str = "inputs",
+    note: str = "",
+) -> None:
     """Save one row of docs/reliability.md (merged by make_reliability_table.py)."""
     RESULTS.mkdir(exist_ok=True)
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{category}--{name}")
-    data = {"category": category, "name": name, "tried": tried, "unit": unit,
-            "outcomes": dict(sorted(outcomes.items())), "note": note}
+    data = {
+        "category": category,
+        "name": name,
+        "tried": tried,
+        "unit": unit,
+        "outcomes": dict(sorted(outcomes.items())),
+        "note": note,
+    }
     (RESULTS / f"{safe}.json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")

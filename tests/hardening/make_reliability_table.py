@@ -17,8 +17,15 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / ".results"
 DOC = HERE.parents[1] / "docs" / "reliability.md"
 
-ORDER = ["bad input: patch files", "bad input: series.yaml", "path safety", "interruptions",
-         "concurrency", "fork moving", "secrets"]
+ORDER = [
+    "bad input: patch files",
+    "bad input: series.yaml",
+    "path safety",
+    "interruptions",
+    "concurrency",
+    "fork moving",
+    "secrets",
+]
 
 INTRO = """\
 # Reliability: bad input, interruptions, concurrency and secrets
@@ -59,38 +66,59 @@ What each category proves:
 
 def load() -> list[dict]:
     rows = [json.loads(p.read_text()) for p in sorted(RESULTS.glob("*.json"))]
-    return sorted(rows, key=lambda r: (ORDER.index(r["category"]) if r["category"] in ORDER
-                                       else len(ORDER), r["category"], r["name"]))
+    return sorted(
+        rows,
+        key=lambda r: (
+            ORDER.index(r["category"]) if r["category"] in ORDER else len(ORDER),
+            r["category"],
+            r["name"],
+        ),
+    )
 
 
 def render(rows: list[dict]) -> str:
-    out = [INTRO, "## Results\n",
-           "| category | what | tried | outcomes | notes |",
-           "| --- | --- | ---: | --- | --- |"]
+    out = [
+        INTRO,
+        "## Results\n",
+        "| category | what | tried | outcomes | notes |",
+        "| --- | --- | ---: | --- | --- |",
+    ]
     totals: dict[str, tuple[int, str]] = {}
     for r in rows:
         outcomes = ", ".join(f"{k}: {v}" for k, v in r["outcomes"].items()) or "-"
-        out.append(f"| {r['category']} | {r['name']} | {r['tried']} {r['unit']} | {outcomes} "
-                   f"| {r.get('note') or ''} |")
+        out.append(
+            f"| {r['category']} | {r['name']} | {r['tried']} {r['unit']} | {outcomes} "
+            f"| {r.get('note') or ''} |"
+        )
         n, unit = totals.get(r["category"], (0, r["unit"]))
         totals[r["category"]] = (n + r["tried"], unit if unit == r["unit"] else "mixed")
     out += ["", "## Totals\n", "| category | tried |", "| --- | ---: |"]
-    for cat, (n, unit) in sorted(totals.items(), key=lambda kv: ORDER.index(kv[0])
-                                 if kv[0] in ORDER else len(ORDER)):
+    for cat, (n, unit) in sorted(
+        totals.items(), key=lambda kv: ORDER.index(kv[0]) if kv[0] in ORDER else len(ORDER)
+    ):
         out.append(f"| {cat} | {n} {unit if unit != 'mixed' else 'inputs and runs'} |")
-    failures = [r for r in rows if any(k.startswith(("crash", "torn", "mixed")) and v
-                                       for k, v in r["outcomes"].items())]
-    out += ["", "Every row above passed its assertions (a failing case fails the suite "
-            "instead of being counted)" + (f"; {len(failures)} row(s) report problems."
-                                           if failures else "."), ""]
+    failures = [
+        r
+        for r in rows
+        if any(k.startswith(("crash", "torn", "mixed")) and v for k, v in r["outcomes"].items())
+    ]
+    out += [
+        "",
+        "Every row above passed its assertions (a failing case fails the suite "
+        "instead of being counted)"
+        + (f"; {len(failures)} row(s) report problems." if failures else "."),
+        "",
+    ]
     return "\n".join(out)
 
 
 def main() -> int:
     rows = load()
     if not rows:
-        print(f"no results in {RESULTS}: run `python -m pytest tests/hardening` first",
-              file=sys.stderr)
+        print(
+            f"no results in {RESULTS}: run `python -m pytest tests/hardening` first",
+            file=sys.stderr,
+        )
         return 1
     DOC.write_text(render(rows))
     print(f"wrote {DOC} ({len(rows)} rows)")

@@ -27,9 +27,16 @@ from forkpatch.patchfile import check_paths, format_patch, parse_patch
 from forkpatch.series import dump_series, load_series, parse_series
 
 EXAMPLES = int(os.environ.get("FORKPATCH_HYPOTHESIS_EXAMPLES", "300"))
-SETTINGS = settings(max_examples=EXAMPLES, deadline=2000, derandomize=True,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                           HealthCheck.filter_too_much])
+SETTINGS = settings(
+    max_examples=EXAMPLES,
+    deadline=2000,
+    derandomize=True,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.filter_too_much,
+    ],
+)
 REPO = Path(__file__).resolve().parents[2]
 
 _seen: dict[str, Counter[str]] = {}
@@ -45,21 +52,39 @@ def _outcome(exc: BaseException | None) -> str:
 
 # ----------------------------------------------------------------------------- patch text
 
-LINE_KINDS = [b" ", b"+", b"-", b"", b"\\ No newline at end of file", b"@@ -1 +1 @@",
-              b"diff --git a/x b/x", b"--- a/x", b"+++ b/x", b"GIT binary patch",
-              b"literal 3", b"index 0123456..89abcde 100644", b"new file mode 100644",
-              b"deleted file mode 100644", b"rename from x", b"rename to ../y",
-              b"similarity index 90%", b"Binary files a/x and b/x differ", b"-- "]
+LINE_KINDS = [
+    b" ",
+    b"+",
+    b"-",
+    b"",
+    b"\\ No newline at end of file",
+    b"@@ -1 +1 @@",
+    b"diff --git a/x b/x",
+    b"--- a/x",
+    b"+++ b/x",
+    b"GIT binary patch",
+    b"literal 3",
+    b"index 0123456..89abcde 100644",
+    b"new file mode 100644",
+    b"deleted file mode 100644",
+    b"rename from x",
+    b"rename to ../y",
+    b"similarity index 90%",
+    b"Binary files a/x and b/x differ",
+    b"-- ",
+]
 
 
 @st.composite
 def line(draw: st.DrawFn) -> bytes:
     kind = draw(st.sampled_from(LINE_KINDS))
-    body = draw(st.one_of(
-        st.binary(max_size=20),
-        st.text(max_size=20).map(lambda t: t.encode("utf-8", "surrogatepass")),
-        st.sampled_from([b"\xff\xfe", b"\xc3", b"\x00", b"\r", b"x" * 70_000]),  # giant line
-    ))
+    body = draw(
+        st.one_of(
+            st.binary(max_size=20),
+            st.text(max_size=20).map(lambda t: t.encode("utf-8", "surrogatepass")),
+            st.sampled_from([b"\xff\xfe", b"\xc3", b"\x00", b"\r", b"x" * 70_000]),  # giant line
+        )
+    )
     end = draw(st.sampled_from([b"\n", b"\r\n", b"\n", b""]))
     return kind + body + end
 
@@ -71,9 +96,16 @@ def hunk(draw: st.DrawFn) -> bytes:
     new_start = draw(st.integers(0, 50))
     old_len = draw(st.integers(0, 6))
     new_len = draw(st.integers(0, 6))
-    body = draw(st.lists(st.tuples(st.sampled_from([b" ", b"-", b"+", b"\\", b""]),
-                                   st.sampled_from([b"a", b"b", b"c", b"line", b""]),
-                                   st.sampled_from([b"\n", b"\r\n"])), max_size=10))
+    body = draw(
+        st.lists(
+            st.tuples(
+                st.sampled_from([b" ", b"-", b"+", b"\\", b""]),
+                st.sampled_from([b"a", b"b", b"c", b"line", b""]),
+                st.sampled_from([b"\n", b"\r\n"]),
+            ),
+            max_size=10,
+        )
+    )
     text = f"@@ -{old_start},{old_len} +{new_start},{new_len} @@\n".encode()
     for kind, word, end in body:
         if kind == b"\\":
@@ -86,19 +118,24 @@ def hunk(draw: st.DrawFn) -> bytes:
 @st.composite
 def patch_text(draw: st.DrawFn) -> bytes:
     header = draw(st.sampled_from([b"", b"Describe it.\n\n", b"\xff bad utf-8\n\n"]))
-    a = draw(st.sampled_from(["x.py", "vllm/x.py", "../x", "/etc/x", ".git/config", "a b",
-                              '"q\\tx"', "dev/null"]))
+    a = draw(
+        st.sampled_from(
+            ["x.py", "vllm/x.py", "../x", "/etc/x", ".git/config", "a b", '"q\\tx"', "dev/null"]
+        )
+    )
     sections = []
     for _ in range(draw(st.integers(1, 3))):
-        head = draw(st.sampled_from([
-            f"diff --git a/{a} b/{a}\n--- a/{a}\n+++ b/{a}\n".encode(),
-            f"--- {a}.orig\n+++ {a}\n".encode(),
-            f"diff --git a/{a} b/{a}\nnew file mode 100644\n--- /dev/null\n+++ b/{a}\n".encode(),
-            f"diff --git a/{a} b/{a}\ndeleted file mode 100644\n--- a/{a}\n+++ /dev/null\n"
-            .encode(),
-            f"diff --git a/{a} b/{a}\nindex 0000000..1111111\nGIT binary patch\nliteral 1\n"
-            .encode(),
-        ]))
+        head = draw(
+            st.sampled_from(
+                [
+                    f"diff --git a/{a} b/{a}\n--- a/{a}\n+++ b/{a}\n".encode(),
+                    f"--- {a}.orig\n+++ {a}\n".encode(),
+                    f"diff --git a/{a} b/{a}\nnew file mode 100644\n--- /dev/null\n+++ b/{a}\n".encode(),
+                    f"diff --git a/{a} b/{a}\ndeleted file mode 100644\n--- a/{a}\n+++ /dev/null\n".encode(),
+                    f"diff --git a/{a} b/{a}\nindex 0000000..1111111\nGIT binary patch\nliteral 1\n".encode(),
+                ]
+            )
+        )
         hunks = b"".join(draw(st.lists(hunk(), min_size=0, max_size=3)))
         junk = b"".join(draw(st.lists(line(), max_size=3)))
         sections.append(head + hunks + junk)
@@ -135,8 +172,11 @@ def _parse_and_apply(text: bytes, original: bytes | None, fuzz: int) -> str:
 
 
 @SETTINGS
-@given(text=patch_text(), original=st.one_of(st.none(), st.binary(max_size=200)),
-       fuzz=st.integers(0, 3))
+@given(
+    text=patch_text(),
+    original=st.one_of(st.none(), st.binary(max_size=200)),
+    fuzz=st.integers(0, 3),
+)
 def test_patch_grammar_fuzz(text: bytes, original: bytes | None, fuzz: int) -> None:
     _count("patch files (grammar)", _parse_and_apply(text, original, fuzz))
 
@@ -148,10 +188,11 @@ def test_patch_random_bytes(text: bytes, original: bytes | None) -> None:
 
 
 @SETTINGS
-@given(a=st.lists(st.sampled_from(["a\n", "b\n", "c\r\n", "x" * 200 + "\n", "\n", "z"]),
-                  max_size=30),
-       b=st.lists(st.sampled_from(["a\n", "b\n", "c\r\n", "d\n", "\n", "z"]), max_size=30),
-       n=st.integers(0, 3))
+@given(
+    a=st.lists(st.sampled_from(["a\n", "b\n", "c\r\n", "x" * 200 + "\n", "\n", "z"]), max_size=30),
+    b=st.lists(st.sampled_from(["a\n", "b\n", "c\r\n", "d\n", "\n", "z"]), max_size=30),
+    n=st.integers(0, 3),
+)
 def test_real_diffs_apply_exactly(a: list[str], b: list[str], n: int) -> None:
     """A diff made by difflib applies to its old side and gives exactly the new side."""
     old, new = "".join(a), "".join(b)
@@ -185,11 +226,17 @@ patches:
 
 YAML_PIECES = [
     "colour: red\n",  # unknown key
-    "version: 2\n", "version: \n", "version: [1]\n", "version: true\n",
+    "version: 2\n",
+    "version: \n",
+    "version: [1]\n",
+    "version: true\n",
     "fork: {name: f, name: g, url: /x}\n",  # duplicate key
-    "fork: [1, 2]\n", "base: {tag: 1.2, commit: x}\n", "base: {tag: v1, commit: 12}\n",
-    f"base: {{tag: v1, commit: \"{COMMIT}\", extra: 1}}\n",
-    "patches: 3\n", "patches: [{name: P Q, file: x, summary: s}]\n",
+    "fork: [1, 2]\n",
+    "base: {tag: 1.2, commit: x}\n",
+    "base: {tag: v1, commit: 12}\n",
+    f'base: {{tag: v1, commit: "{COMMIT}", extra: 1}}\n',
+    "patches: 3\n",
+    "patches: [{name: P Q, file: x, summary: s}]\n",
     "patches: [{name: p, file: ../../etc/passwd, summary: s}]\n",
     "patches: [{name: p, file: /abs.patch, summary: s}]\n",
     "patches: [{name: p, build-step: nope, summary: s}]\n",
@@ -197,16 +244,28 @@ YAML_PIECES = [
     "patches: [{name: p, file: a.patch, summary: s}, {name: p, file: b.patch, summary: s}]\n",
     "patches: [{name: p, file: a.patch, summary: s, smoke: notalist}]\n",
     "a: &a [x, x, x]\nb: &b [*a, *a, *a]\nc: [*b, *b, *b]\n",  # alias bomb
-    "a: &a {k: *a}\n", "a: !!python/object:os.system ls\n", "a: !!binary zz\n",
-    "base: {tag: 2001-13-45, commit: x}\n", "build: {max-jobs: yes}\n",
-    "track: {min-age-days: .nan}\n", "build: {mode: }\n", "{? [a]: b}\n", "- a\n",
-    "\t bad indent\n", "'unterminated\n", "--- \n...\n--- \n", "\ufeffversion: 1\n",
+    "a: &a {k: *a}\n",
+    "a: !!python/object:os.system ls\n",
+    "a: !!binary zz\n",
+    "base: {tag: 2001-13-45, commit: x}\n",
+    "build: {max-jobs: yes}\n",
+    "track: {min-age-days: .nan}\n",
+    "build: {mode: }\n",
+    "{? [a]: b}\n",
+    "- a\n",
+    "\t bad indent\n",
+    "'unterminated\n",
+    "--- \n...\n--- \n",
+    "\ufeffversion: 1\n",
 ]
 
 
 @SETTINGS
-@given(pieces=st.lists(st.sampled_from(YAML_PIECES), max_size=4),
-       keep=st.booleans(), cut=st.integers(0, 400))
+@given(
+    pieces=st.lists(st.sampled_from(YAML_PIECES), max_size=4),
+    keep=st.booleans(),
+    cut=st.integers(0, 400),
+)
 def test_series_yaml_fuzz(pieces: list[str], keep: bool, cut: int) -> None:
     text = (VALID if keep else "") + "".join(pieces)
     if cut < len(text) and not keep:
@@ -251,8 +310,13 @@ def test_record_counts() -> None:
     """Runs last in this module (pytest keeps file order): writes the counts."""
     for category, counts in sorted(_seen.items()):
         kind = "series.yaml" if category.startswith("series") else "patch files"
-        record(f"bad input: {kind}", category, tried=sum(counts.values()),
-               outcomes=counts, note=f"hypothesis, max_examples={EXAMPLES}")
+        record(
+            f"bad input: {kind}",
+            category,
+            tried=sum(counts.values()),
+            outcomes=counts,
+            note=f"hypothesis, max_examples={EXAMPLES}",
+        )
 
 
 # ----------------------------------------------------------------------------- atheris
@@ -265,17 +329,35 @@ def test_atheris_target(target: str, tmp_path: Path) -> None:
     """Each atheris target for a bounded time (FORKPATCH_FUZZ_SECONDS, default 20)."""
     pytest.importorskip("atheris", reason="atheris is not installed (pip install atheris)")
     proc = subprocess.run(
-        [sys.executable, str(REPO / "fuzz" / f"{target}.py"), f"-max_total_time={FUZZ_SECONDS}",
-         "-print_final_stats=1", f"-artifact_prefix={tmp_path}/", "-rss_limit_mb=2048",
-         "-timeout=10"],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        errors="replace", timeout=FUZZ_SECONDS + 120, check=False)
-    crashes = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(("crash-",
-                                                                             "timeout-", "oom-")))
+        [
+            sys.executable,
+            str(REPO / "fuzz" / f"{target}.py"),
+            f"-max_total_time={FUZZ_SECONDS}",
+            "-print_final_stats=1",
+            f"-artifact_prefix={tmp_path}/",
+            "-rss_limit_mb=2048",
+            "-timeout=10",
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        timeout=FUZZ_SECONDS + 120,
+        check=False,
+    )
+    crashes = sorted(
+        p.name for p in tmp_path.iterdir() if p.name.startswith(("crash-", "timeout-", "oom-"))
+    )
     assert proc.returncode == 0 and not crashes, proc.stdout[-4000:]
     m = re.search(r"stat::number_of_executed_units: (\d+)", proc.stdout)
     runs = int(m.group(1)) if m else 0
     assert runs > 0
-    record(f"bad input: {'series.yaml' if 'series' in target else 'patch files'}",
-           f"atheris {target}", tried=runs, unit="executions",
-           outcomes={"crash/hang/oom": len(crashes)}, note=f"{FUZZ_SECONDS}s, libFuzzer")
+    record(
+        f"bad input: {'series.yaml' if 'series' in target else 'patch files'}",
+        f"atheris {target}",
+        tried=runs,
+        unit="executions",
+        outcomes={"crash/hang/oom": len(crashes)},
+        note=f"{FUZZ_SECONDS}s, libFuzzer",
+    )

@@ -50,9 +50,13 @@ def _incoming(made: Path) -> list[Path]:
 
 
 def _paused(project: Path, *args: str, point: str = "journal") -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen([sys.executable, "-m", "forkpatch", *args], cwd=project,
-                            env=env(FORKPATCH_TEST_PAUSE_AFTER=point),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "forkpatch", *args],
+        cwd=project,
+        env=env(FORKPATCH_TEST_PAUSE_AFTER=point),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     _, status = os.waitpid(proc.pid, os.WUNTRACED)
     assert os.WIFSTOPPED(status), "forkpatch ended before its pause point"
     return proc
@@ -69,8 +73,12 @@ def test_second_process_is_refused_with_the_holders_pid(project: Path, made: Pat
     assert code == 0, err
     holder = _paused(project, "rebase", "--onto", "v1.3.0")
     try:
-        for args in (("apply",), ("import", str(_incoming(made)[0])), ("new", "x"),
-                     ("rebase", "--abort")):
+        for args in (
+            ("apply",),
+            ("import", str(_incoming(made)[0])),
+            ("new", "x"),
+            ("rebase", "--abort"),
+        ):
             before = visible(project)
             got = fp(project, *args)
             assert got.returncode == 1, got.stderr
@@ -108,20 +116,34 @@ def test_racing_processes_never_interleave(project: Path, made: Path) -> None:
     assert code == 0, err
     done: list[str] = []
     for a, b in ((incoming[0], incoming[1]), (incoming[2], incoming[3])):
-        procs = [subprocess.Popen([sys.executable, "-m", "forkpatch", "import", str(f)],
-                                  cwd=project, env=env(), stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True) for f in (a, b)]
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-m", "forkpatch", "import", str(f)],
+                cwd=project,
+                env=env(),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for f in (a, b)
+        ]
         for f, p in zip((a, b), procs, strict=True):
             _, err = p.communicate(timeout=120)
             if p.returncode == 0:
                 done.append(f.name)
                 _lock["race: imported"] += 1
             else:
-                assert "another forkpatch (pid" in err or "already exists" in err or \
-                    "does not apply" in err, err
+                assert (
+                    "another forkpatch (pid" in err
+                    or "already exists" in err
+                    or "does not apply" in err
+                ), err
                 _lock["race: refused whole"] += 1
-    names = [ln.split(":", 1)[1].strip() for ln in (project / "series.yaml").read_text()
-             .splitlines() if ln.startswith("  - name:")]
+    names = [
+        ln.split(":", 1)[1].strip()
+        for ln in (project / "series.yaml").read_text().splitlines()
+        if ln.startswith("  - name:")
+    ]
     files = sorted(p.name for p in (project / "patches").iterdir())
     assert sorted(f"{n}.patch" for n in names) == files  # no orphan, no missing file
     assert len(names) == len(done)
@@ -138,8 +160,11 @@ def test_base_tag_moved_upstream_is_refused(project: Path, made: Path) -> None:
     assert code == 0, err
     before = visible(project)
     git(fork, "tag", "-f", "-a", "v1.2.1", "-m", "moved", "v1.3.0^{commit}")
-    for args in (("status",), ("apply",), ("build-wheel", "--mode", "overlay",
-                                           "--base-wheel", "/nonexistent.whl")):
+    for args in (
+        ("status",),
+        ("apply",),
+        ("build-wheel", "--mode", "overlay", "--base-wheel", "/nonexistent.whl"),
+    ):
         code, _, err = fp_in(project, *args)
         assert code == 1, err
         assert "tag 'v1.2.1'" in err and "the tag was moved; nothing was changed" in err, err
@@ -217,8 +242,16 @@ def test_unreachable_fork_url_fails_fast(tmp_path: Path) -> None:
 def test_slow_fork_url_wait_is_bounded(tmp_path: Path, silent_server: int) -> None:
     url = f"http://127.0.0.1:{silent_server}/1Cat-vLLM.git"
     start = time.monotonic()
-    got = fp(tmp_path, "init", "--fork-url", url, "--base", "v1.2.1",
-             extra_env={"FORKPATCH_FETCH_TIMEOUT": "3"}, timeout=60)
+    got = fp(
+        tmp_path,
+        "init",
+        "--fork-url",
+        url,
+        "--base",
+        "v1.2.1",
+        extra_env={"FORKPATCH_FETCH_TIMEOUT": "3"},
+        timeout=60,
+    )
     took = time.monotonic() - start
     assert got.returncode == 1, got.stderr
     assert "did not finish within 3s" in got.stderr, got.stderr
@@ -227,8 +260,9 @@ def test_slow_fork_url_wait_is_bounded(tmp_path: Path, silent_server: int) -> No
     _fork["silent server: bounded wait, clear error"] += 1
 
 
-def test_fork_unreachable_after_init_keeps_working_offline(project: Path, made: Path,
-                                                          silent_server: int) -> None:
+def test_fork_unreachable_after_init_keeps_working_offline(
+    project: Path, made: Path, silent_server: int
+) -> None:
     """The store has the base: status works; a rebase onto a tag it must fetch fails
     clearly within the timeout and changes nothing."""
     code, _, err = fp_in(project, "import", *map(str, _incoming(made)))
@@ -250,5 +284,10 @@ def test_fork_unreachable_after_init_keeps_working_offline(project: Path, made: 
 
 def test_record_concurrency_and_fork() -> None:
     record("concurrency", "lock", tried=sum(_lock.values()), unit="cases", outcomes=_lock)
-    record("fork moving", "tags, branches, network", tried=sum(_fork.values()), unit="cases",
-           outcomes=_fork)
+    record(
+        "fork moving",
+        "tags, branches, network",
+        tried=sum(_fork.values()),
+        unit="cases",
+        outcomes=_fork,
+    )

@@ -68,8 +68,15 @@ def _editing_middle(project: Path, base: Path) -> None:
     f = wt / "vllm" / "utils" / "deep_gemm.py"
     f.write_text("# hardening: two lines on top\n# of deep_gemm.py\n" + f.read_text())
     msg = git(wt, "log", "-1", "--format=%B")
-    git(wt, "commit", "-q", "-a", "--amend", "-m",
-        msg.replace("capability-floor: ", "capability-floor: (edited) ", 1))
+    git(
+        wt,
+        "commit",
+        "-q",
+        "-a",
+        "--amend",
+        "-m",
+        msg.replace("capability-floor: ", "capability-floor: (edited) ", 1),
+    )
 
 
 def _top_edited(project: Path, base: Path) -> None:
@@ -87,14 +94,21 @@ def _hand_edited_stack(project: Path, base: Path) -> None:
     all four files and, for the new top summary, series.yaml."""
     _ok(project, "apply")
     wt = project / ".forkpatch" / "worktree"
-    commits = git(wt, "rev-list", "--reverse", "--first-parent", "HEAD",
-                  "--not", git(project, "--git-dir", ".forkpatch/repo.git", "rev-parse",
-                               "v1.2.1^{commit}")).split()
+    commits = git(
+        wt,
+        "rev-list",
+        "--reverse",
+        "--first-parent",
+        "HEAD",
+        "--not",
+        git(project, "--git-dir", ".forkpatch/repo.git", "rev-parse", "v1.2.1^{commit}"),
+    ).split()
     git(wt, "reset", "-q", "--hard", f"{commits[0]}^")
     for n, c in enumerate(commits):
         git(wt, "cherry-pick", "--allow-empty", c)
         (wt / "vllm" / "__init__.py").write_text(
-            (wt / "vllm" / "__init__.py").read_text() + f"# hardening {n}\n")
+            (wt / "vllm" / "__init__.py").read_text() + f"# hardening {n}\n"
+        )
         git(wt, "commit", "-q", "-a", "--amend", "--no-edit")
     msg = git(wt, "log", "-1", "--format=%B")
     git(wt, "commit", "-q", "--amend", "-m", msg.replace(": ", ": (hand) ", 1))
@@ -117,7 +131,8 @@ def _with_dist(project: Path, base: Path) -> None:
     import hashlib
 
     (dist / "SHA256SUMS").write_text(
-        f"{hashlib.sha256(old.read_bytes()).hexdigest()}  {old.name}\n")
+        f"{hashlib.sha256(old.read_bytes()).hexdigest()}  {old.name}\n"
+    )
 
 
 def _incoming(base: Path) -> list[str]:
@@ -130,8 +145,17 @@ CASES: list[Case] = [
     Case("refresh-top", ("refresh",), _top_edited),
     Case("export", ("export",), _hand_edited_stack),
     Case("rebase", ("rebase", "--onto", "v1.3.0"), _applied, journaled=True, rerun=False),
-    Case("build-wheel-overlay", ("build-wheel", "--mode", "overlay", "--base-wheel",
-                                 "BASE/release/1cat_vllm-1.2.1-py3-none-any.whl"), _with_dist),
+    Case(
+        "build-wheel-overlay",
+        (
+            "build-wheel",
+            "--mode",
+            "overlay",
+            "--base-wheel",
+            "BASE/release/1cat_vllm-1.2.1-py3-none-any.whl",
+        ),
+        _with_dist,
+    ),
     Case("import", ("import", "INCOMING"), _half_imported),
     Case("rename", ("rename", "eager-block-cast", "eager-cast"), _applied),
     Case("move", ("move", "cli-version", "--before", "odd-width-padding"), _applied),
@@ -208,8 +232,9 @@ def _run_matrix(case: Case, base: Path, *, exhaustive: bool) -> None:
         for rel, data in now.items():
             assert data in (old.get(rel), new.get(rel)), f"{where}: {rel} is torn"
         for rel in set(old) & set(new):
-            assert rel in now or old[rel] == new[rel] or rel not in old, \
+            assert rel in now or old[rel] == new[rel] or rel not in old, (
                 f"{where}: {rel} disappeared"
+            )
         # 2. the next command finds old or new, or says how to go on
         code, _out, err = fp_in(project, "status")
         journal = project / ".forkpatch" / "rebase" / "state.json"
@@ -223,11 +248,19 @@ def _run_matrix(case: Case, base: Path, *, exhaustive: bool) -> None:
         else:
             assert code in (0, 3), f"{where}: status failed ({code})\n{err}"
             after = visible(project)
-            assert after in (old, new), f"{where}: mixed state after recovery: " + \
-                ", ".join(sorted(r for r in set(after) | set(old) | set(new)
-                                 if after.get(r) not in (old.get(r), new.get(r))
-                                 or (old.get(r) != new.get(r) and r in after
-                                     and after[r] != new.get(r) and after[r] != old.get(r))))
+            assert after in (old, new), f"{where}: mixed state after recovery: " + ", ".join(
+                sorted(
+                    r
+                    for r in set(after) | set(old) | set(new)
+                    if after.get(r) not in (old.get(r), new.get(r))
+                    or (
+                        old.get(r) != new.get(r)
+                        and r in after
+                        and after[r] != new.get(r)
+                        and after[r] != old.get(r)
+                    )
+                )
+            )
             if not case.changes:
                 outcomes["unchanged, command re-run"] += 1
                 _ok(project, *args)
@@ -240,8 +273,14 @@ def _run_matrix(case: Case, base: Path, *, exhaustive: bool) -> None:
                     assert visible(project) == new, f"{where}: a second run differs"
         assert not leftovers(project), f"{where}: left {leftovers(project)}"
         assert not (project / ".forkpatch" / "commit.json").exists(), where
-    record("interruptions", case.name, tried=len(points), unit="kill points",
-           outcomes=outcomes, note=f"{len(events)} write events")
+    record(
+        "interruptions",
+        case.name,
+        tried=len(points),
+        unit="kill points",
+        outcomes=outcomes,
+        note=f"{len(events)} write events",
+    )
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
@@ -253,8 +292,10 @@ def test_kill_points(base: Path, case: Case) -> None:
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_kill_points_exhaustive(base: Path, case: Case) -> None:
     if os.environ.get("FORKPATCH_KILL_EXHAUSTIVE") != "1":
-        pytest.skip("set FORKPATCH_KILL_EXHAUSTIVE=1 for the full sweep (the default run "
-                    "samples commands with many write points)")
+        pytest.skip(
+            "set FORKPATCH_KILL_EXHAUSTIVE=1 for the full sweep (the default run "
+            "samples commands with many write points)"
+        )
     _run_matrix(case, base, exhaustive=True)
 
 

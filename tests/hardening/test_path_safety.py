@@ -20,24 +20,33 @@ _outcomes: Counter[str] = Counter()
 
 
 def _diff(path: str, body: str = "+pwned\n", *, header: str = "") -> str:
-    return (f"{header}diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n"
-            f"+++ b/{path}\n@@ -0,0 +1 @@\n{body}")
+    return (
+        f"{header}diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n"
+        f"+++ b/{path}\n@@ -0,0 +1 @@\n{body}"
+    )
 
 
 def _symlink(path: str, target: str) -> str:
-    return (f"diff --git a/{path} b/{path}\nnew file mode 120000\n--- /dev/null\n"
-            f"+++ b/{path}\n@@ -0,0 +1 @@\n+{target}\n\\ No newline at end of file\n")
+    return (
+        f"diff --git a/{path} b/{path}\nnew file mode 120000\n--- /dev/null\n"
+        f"+++ b/{path}\n@@ -0,0 +1 @@\n+{target}\n\\ No newline at end of file\n"
+    )
 
 
 VECTORS: dict[str, list[str]] = {
     "absolute path": [_diff("/tmp/forkpatch-hardening-abs.txt").replace("a//", "a/")],
-    "absolute path (plain diff)": [("--- /dev/null\n+++ /tmp/forkpatch-hardening-abs2.txt\n"
-                                    "@@ -0,0 +1 @@\n+pwned\n")],
+    "absolute path (plain diff)": [
+        ("--- /dev/null\n+++ /tmp/forkpatch-hardening-abs2.txt\n@@ -0,0 +1 @@\n+pwned\n")
+    ],
     "dot-dot": [_diff("../outside.txt")],
     "dot-dot in the middle": [_diff("vllm/../../outside.txt")],
-    "dot-dot in a rename": [("diff --git a/vllm/version.py b/../stolen.py\n"
-                             "similarity index 100%\n"
-                             "rename from vllm/version.py\nrename to ../stolen.py\n")],
+    "dot-dot in a rename": [
+        (
+            "diff --git a/vllm/version.py b/../stolen.py\n"
+            "similarity index 100%\n"
+            "rename from vllm/version.py\nrename to ../stolen.py\n"
+        )
+    ],
     ".git internals": [_diff(".git/hooks/post-checkout")],
     "nested .git": [_diff("vllm/.git/config")],
     ".git case-folded": [_diff(".GIT/hooks/pre-commit")],
@@ -46,14 +55,21 @@ VECTORS: dict[str, list[str]] = {
     ".git with an HFS+ ignorable code point": [_diff(".g\u200cit/config")],
     "backslash": [_diff("vllm\\..\\..\\outside.txt")],
     "drive letter": [_diff("C:/outside.txt")],
-    "symlink created by an earlier patch": [_symlink("vllm/escape", "../.."),
-                                            _diff("vllm/escape/outside.txt")],
-    "symlink to .git created by an earlier patch": [_symlink("gitlink", ".git"),
-                                                    _diff("gitlink/hooks/post-checkout")],
-    "symlink and write through it in one patch": [_symlink("vllm/esc", "/tmp") +
-                                                  _diff("vllm/esc/forkpatch-hardening.txt")],
-    "symlink case-folding (Link vs link)": [_symlink("vllm/Link", "../.."),
-                                            _diff("vllm/link/outside.txt")],
+    "symlink created by an earlier patch": [
+        _symlink("vllm/escape", "../.."),
+        _diff("vllm/escape/outside.txt"),
+    ],
+    "symlink to .git created by an earlier patch": [
+        _symlink("gitlink", ".git"),
+        _diff("gitlink/hooks/post-checkout"),
+    ],
+    "symlink and write through it in one patch": [
+        _symlink("vllm/esc", "/tmp") + _diff("vllm/esc/forkpatch-hardening.txt")
+    ],
+    "symlink case-folding (Link vs link)": [
+        _symlink("vllm/Link", "../.."),
+        _diff("vllm/link/outside.txt"),
+    ],
 }
 
 
@@ -74,8 +90,9 @@ def project(fork: Path, tmp_path: Path) -> Path:
 
 
 def _outside(tmp_path: Path) -> set[str]:
-    return {str(p) for p in tmp_path.parent.rglob("*outside*")} | \
-        {str(p) for p in Path("/tmp").glob("forkpatch-hardening*")}
+    return {str(p) for p in tmp_path.parent.rglob("*outside*")} | {
+        str(p) for p in Path("/tmp").glob("forkpatch-hardening*")
+    }
 
 
 @pytest.mark.parametrize("vector", sorted(VECTORS))
@@ -124,8 +141,10 @@ def test_vector_is_refused_on_apply(project: Path, tmp_path: Path, vector: str) 
     _outcomes["refused on apply"] += 1
 
 
-@pytest.mark.parametrize("file", ["../../etc/passwd", "/etc/passwd", "sub/../../x.patch",
-                                  "C:/x.patch", "a\\..\\..\\x.patch"])
+@pytest.mark.parametrize(
+    "file",
+    ["../../etc/passwd", "/etc/passwd", "sub/../../x.patch", "C:/x.patch", "a\\..\\..\\x.patch"],
+)
 def test_series_file_outside_patches_is_refused(project: Path, file: str) -> None:
     series = (project / "series.yaml").read_text().replace("patches: []\n", "patches:\n")
     series += f"  - name: p\n    file: '{file}'\n    summary: s\n"
@@ -146,8 +165,9 @@ def test_new_patch_names_cannot_escape(project: Path, name: str) -> None:
     _outcomes["bad patch name refused"] += 1
 
 
-def test_symlinked_patch_file_is_replaced_not_written_through(project: Path,
-                                                              tmp_path: Path) -> None:
+def test_symlinked_patch_file_is_replaced_not_written_through(
+    project: Path, tmp_path: Path
+) -> None:
     """patches/x.patch as a symlink to a file outside: refresh replaces the link itself."""
     code, _, err = fp_in(project, "apply")
     assert code == 0, err
@@ -167,6 +187,12 @@ def test_symlinked_patch_file_is_replaced_not_written_through(project: Path,
 
 
 def test_record_path_safety() -> None:
-    record("path safety", "vectors", tried=sum(_outcomes.values()), unit="cases",
-           outcomes=_outcomes, note=f"{len(VECTORS)} patch vectors x (import, apply)")
+    record(
+        "path safety",
+        "vectors",
+        tried=sum(_outcomes.values()),
+        unit="cases",
+        outcomes=_outcomes,
+        note=f"{len(VECTORS)} patch vectors x (import, apply)",
+    )
     shutil.rmtree(Path("/tmp") / "forkpatch-hardening-abs.txt", ignore_errors=True)

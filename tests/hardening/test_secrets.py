@@ -26,8 +26,11 @@ from forkpatch.smoke.report import REPORT_SUFFIX, SCHEMA
 
 CANARY = "canary-Zq8v3-NEVER-PRINT-ME"
 USER = "publisher"
-FORMS = (CANARY, base64.b64encode(f"{USER}:{CANARY}".encode()).decode(),
-         base64.b64encode(CANARY.encode()).decode())
+FORMS = (
+    CANARY,
+    base64.b64encode(f"{USER}:{CANARY}".encode()).decode(),
+    base64.b64encode(CANARY.encode()).decode(),
+)
 _outcomes: Counter[str] = Counter()
 
 
@@ -85,10 +88,15 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
     make_fork(root / "fork")
     wheel = build_release_wheel(root / "fork", "v1.2.1", root / "dist")
     sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
-    report = {"kind": "forkpatch-smoke-report", "schema": SCHEMA, "passed": True,
-              "wheel": {"sha256": sha}, "wheels": [{"sha256": sha, "file": wheel.name}],
-              "checks": [], "tiers": {"status": {"static": "passed", "sm70": "passed"},
-                                      "not_run": {}, "detail": {}}}
+    report = {
+        "kind": "forkpatch-smoke-report",
+        "schema": SCHEMA,
+        "passed": True,
+        "wheel": {"sha256": sha},
+        "wheels": [{"sha256": sha, "file": wheel.name}],
+        "checks": [],
+        "tiers": {"status": {"static": "passed", "sm70": "passed"}, "not_run": {}, "detail": {}},
+    }
     wheel.with_name(wheel.name + REPORT_SUFFIX).write_text(json.dumps(report))
     return root / "dist"
 
@@ -113,8 +121,9 @@ def _files_with_canary(root: Path) -> list[str]:
 
 @pytest.mark.parametrize("mode", ["unreachable", "401", "500", "upload-fails"])
 @pytest.mark.parametrize("debug", [False, True], ids=["plain", "debug"])
-def test_canary_never_leaks(dist: Path, server: _Server, mode: str, debug: bool,
-                            tmp_path: Path) -> None:
+def test_canary_never_leaks(
+    dist: Path, server: _Server, mode: str, debug: bool, tmp_path: Path
+) -> None:
     work = tmp_path / "dist"
     import shutil
 
@@ -126,8 +135,15 @@ def test_canary_never_leaks(dist: Path, server: _Server, mode: str, debug: bool,
         url = f"http://127.0.0.1:{server.server_address[1]}/"
     wheel = next(work.glob("*.whl"))
     args = (["--debug"] if debug else []) + ["publish", str(wheel), "--to", url]
-    got = fp(tmp_path, *args, extra_env={"TWINE_USERNAME": USER, "TWINE_PASSWORD": CANARY,
-                                         "FORKPATCH_DEBUG": "1" if debug else "0"})
+    got = fp(
+        tmp_path,
+        *args,
+        extra_env={
+            "TWINE_USERNAME": USER,
+            "TWINE_PASSWORD": CANARY,
+            "FORKPATCH_DEBUG": "1" if debug else "0",
+        },
+    )
     assert got.returncode != 0, got.stderr  # every mode fails, each in its own way
     text = got.stdout + got.stderr
     for form in FORMS:
@@ -155,6 +171,11 @@ def test_fork_url_token_is_hidden(tmp_path: Path) -> None:
 
 
 def test_record_secrets() -> None:
-    record("secrets", "canary token", tried=sum(_outcomes.values()), unit="cases",
-           outcomes=_outcomes, note="canary in TWINE_PASSWORD / URLs; stdout, stderr, "
-                                    "--debug, every file written")
+    record(
+        "secrets",
+        "canary token",
+        tried=sum(_outcomes.values()),
+        unit="cases",
+        outcomes=_outcomes,
+        note="canary in TWINE_PASSWORD / URLs; stdout, stderr, --debug, every file written",
+    )

@@ -36,8 +36,14 @@ def _template() -> Path:
         atexit.register(shutil.rmtree, root, True)
         make_fork(root / "fork")
         incoming = write_example_patches(root / "fork", "v1.2.1", root / "incoming")
-        project = init_project(root / "project", fork_url=str(root / "fork"), base_tag="v1.2.1",
-                               fork_name=None, distribution="1cat-vllm", fork_override=None)
+        project = init_project(
+            root / "project",
+            fork_url=str(root / "fork"),
+            base_tag="v1.2.1",
+            fork_name=None,
+            distribution="1cat-vllm",
+            fork_override=None,
+        )
         import_patches(project, files=incoming, quilt_dir=None)
         _TEMPLATE = root
     return _TEMPLATE
@@ -85,9 +91,13 @@ def copy_example(dest: Path, capsys, *, with_project: bool = True) -> Example:
         alt.write_text(f"{(dest / 'fork' / '.git' / 'objects').resolve()}\n")
     else:
         project.mkdir()
-    return Example(root=dest, fork=_fork_repo(dest / "fork"), project=project,
-                   incoming=sorted((dest / "incoming").glob("*.patch")),
-                   run=Runner(project, capsys))
+    return Example(
+        root=dest,
+        fork=_fork_repo(dest / "fork"),
+        project=project,
+        incoming=sorted((dest / "incoming").glob("*.patch")),
+        run=Runner(project, capsys),
+    )
 
 
 def git(cwd: Path, *args: str, input: bytes | None = None, check: bool = True) -> str:
@@ -96,8 +106,13 @@ def git(cwd: Path, *args: str, input: bytes | None = None, check: bool = True) -
     env = {**os.environ, **GIT_ENV}
     for k in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
         env.pop(k, None)
-    proc = subprocess.run(["git", "-C", str(cwd), *args], env=env, input=input,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=check)
+    proc = subprocess.run(
+        ["git", "-C", str(cwd), *args],
+        env=env,
+        input=input,
+        capture_output=True,
+        check=check,
+    )
     return proc.stdout.decode("utf-8", "surrogateescape").strip()
 
 
@@ -129,8 +144,9 @@ def mtimes(project: Path) -> dict[str, int]:
     return {str(p.relative_to(project)): p.stat().st_mtime_ns for p in paths if p.is_file()}
 
 
-def scratch_project(tmp_path: Path, capsys, files: dict[str, str | bytes],
-                    *, tag: str = "v1") -> tuple[ScratchRepo, Path, Runner]:
+def scratch_project(
+    tmp_path: Path, capsys, files: dict[str, str | bytes], *, tag: str = "v1"
+) -> tuple[ScratchRepo, Path, Runner]:
     """A scratch fork holding ``files`` tagged ``tag``, and an initialised project on it."""
     fork = ScratchRepo(tmp_path / "fork")
     for rel, content in files.items():

@@ -19,15 +19,15 @@ def _add_compiled_patch(project: Path, run, fork: Path, tmp_path: Path) -> None:
     subprocess.run(["git", "clone", "-q", str(fork), str(wt)], check=True)
     subprocess.run(["git", "-C", str(wt), "checkout", "-q", "v1.2.1"], check=True)
     (wt / "csrc" / "ops.cu").write_text("// faster\n__global__ void noop() {}\n")
-    diff = subprocess.run(["git", "-C", str(wt), "diff"], check=True,
-                          capture_output=True).stdout
+    diff = subprocess.run(["git", "-C", str(wt), "diff"], check=True, capture_output=True).stdout
     patch = tmp_path / "kernel-tweak.patch"
     patch.write_bytes(b"Tweak the kernel.\n\n" + diff)
     run("import", str(patch))
 
 
-def test_overlay_refuses_a_series_that_touches_compiled_code(example_project, example_fork,
-                                                             tmp_path):
+def test_overlay_refuses_a_series_that_touches_compiled_code(
+    example_project, example_fork, tmp_path
+):
     project, run = example_project
     _add_compiled_patch(project, run, example_fork.path, tmp_path)
     base = build_release_wheel(example_fork.path, "v1.2.1", tmp_path / "release")
@@ -36,8 +36,9 @@ def test_overlay_refuses_a_series_that_touches_compiled_code(example_project, ex
     assert _dist(project) == []
 
 
-def test_auto_mode_says_why_it_picks_the_container(example_project, example_fork, tmp_path,
-                                                   monkeypatch):
+def test_auto_mode_says_why_it_picks_the_container(
+    example_project, example_fork, tmp_path, monkeypatch
+):
     project, run = example_project
     _add_compiled_patch(project, run, example_fork.path, tmp_path)
     base = build_release_wheel(example_fork.path, "v1.2.1", tmp_path / "release")

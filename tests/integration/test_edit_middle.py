@@ -8,12 +8,15 @@ from fptest import snapshot
 
 def _series(tmp_path, capsys):
     """Three patches on one file: low (line 3), mid (line 20), high (line 5, near low)."""
-    fork, project, run = scratch_project(tmp_path, capsys, {"f.txt": numbered(40)})
+    _fork, project, run = scratch_project(tmp_path, capsys, {"f.txt": numbered(40)})
     run("apply")
     wt = project / ".forkpatch" / "worktree"
     f = wt / "f.txt"
-    for name, old, new in (("low", "line 3\n", "LINE 3\n"), ("mid", "line 20\n", "LINE 20\n"),
-                           ("high", "line 5\n", "line five\n")):
+    for name, old, new in (
+        ("low", "line 3\n", "LINE 3\n"),
+        ("mid", "line 20\n", "LINE 20\n"),
+        ("high", "line 5\n", "line five\n"),
+    ):
         run("new", name)
         f.write_text(f.read_text().replace(old, new))
         run("refresh")
@@ -40,7 +43,7 @@ def test_edit_middle_not_touching_upper(tmp_path, capsys):
 
 
 def test_edit_middle_breaking_upper_changes_nothing_then_resolve(tmp_path, capsys):
-    project, run, wt, f = _series(tmp_path, capsys)
+    project, run, _wt, f = _series(tmp_path, capsys)
     run("edit", "low")
     before = snapshot(project)
     m = mtimes(project)
@@ -55,8 +58,9 @@ def test_edit_middle_breaking_upper_changes_nothing_then_resolve(tmp_path, capsy
     assert '"editing": "low"' in out
 
     # Resolution 1: adjust the edit so 'high' applies again; refresh re-applies it.
-    f.write_text(f.read_text().replace("line FOUR\n", "line 4\n")
-                 .replace("line 10\n", "line TEN\n"))
+    f.write_text(
+        f.read_text().replace("line FOUR\n", "line 4\n").replace("line 10\n", "line TEN\n")
+    )
     run("refresh")
     _, out, _ = run("top")
     assert out.strip() == "high"

@@ -34,8 +34,9 @@ def _odd_fork(tmp_path) -> tuple[ScratchRepo, list]:
     fork.add_file("newbin.dat", b"\x00\x01\x02binary\xff" * 10)
     (fork.path / "link").symlink_to("long.txt")
     fork.commit("odd-things: every odd kind of change\n\nA description.")
-    fork.add_file("long.txt", "".join(f"line {i}\n" for i in range(1, 31)).replace(
-        "line 7\n", "line seven\n"))
+    fork.add_file(
+        "long.txt", "".join(f"line {i}\n" for i in range(1, 31)).replace("line 7\n", "line seven\n")
+    )
     fork.commit("second: a plain one")
     out = tmp_path / "incoming"
     fork.git("format-patch", "-q", "--zero-commit", "-o", str(out), "v1..work")
@@ -77,8 +78,9 @@ def test_odd_changes_round_trip_exactly(tmp_path, capsys):
     project2, run2 = _project(tmp_path, capsys, fork, "project2")
     run2("import", *(str(project / "patches" / f"{n}.patch") for n in ("odd-things", "second")))
     s2 = snapshot(project2)
-    assert {k: v for k, v in s2.items() if k.startswith("patches/")} == \
-        {k: v for k, v in first.items() if k.startswith("patches/")}
+    assert {k: v for k, v in s2.items() if k.startswith("patches/")} == {
+        k: v for k, v in first.items() if k.startswith("patches/")
+    }
     run2("apply")
     wt2 = project2 / ".forkpatch" / "worktree"
     assert tree_files(wt2) == tree_files(wt)
@@ -103,8 +105,9 @@ def test_example_export_is_a_fixed_point(tmp_path, capsys):
     # import and status apply in memory: no work tree, no checkout anywhere.
     assert not (p2 / ".forkpatch" / "worktree").exists()
     assert git(p2 / ".forkpatch" / "repo.git", "worktree", "list").count("\n") == 0
-    assert {k: v for k, v in snapshot(p2).items() if k != "series.yaml"} == \
-        {k: v for k, v in first.items() if k != "series.yaml"}
+    assert {k: v for k, v in snapshot(p2).items() if k != "series.yaml"} == {
+        k: v for k, v in first.items() if k != "series.yaml"
+    }
     run2("apply")
     assert tree_files(p2 / ".forkpatch" / "worktree") == tree_files(ex.wt)
 
@@ -128,7 +131,7 @@ def test_import_mbox_with_several_patches(tmp_path, capsys):
     mbox = tmp_path / "series.mbox"
     mbox.write_bytes(b"".join(p.read_bytes() for p in ex.incoming))
     ex.run("init", "--fork-url", str(ex.fork.path), "--base", "v1.2.1")
-    _, _, err = ex.run("import", str(mbox))
+    _, _, _err = ex.run("import", str(mbox))
     assert load(ex.project).names() == EXAMPLE_NAMES
     ref = copy_example(tmp_path / "ref", capsys)
     for n in EXAMPLE_NAMES:
@@ -137,12 +140,15 @@ def test_import_mbox_with_several_patches(tmp_path, capsys):
 
 def test_import_plain_diff_with_name_and_after(tmp_path, capsys):
     ex = copy_example(tmp_path, capsys)
-    diff = ("Describe it.\n\n--- a/README.md\n+++ b/README.md\n@@ -1,5 +1,5 @@\n"
-            " # 1Cat-vLLM (example)\n \n-A scratch repository shaped like the fork.\n"
-            "+A scratch repository shaped like the fork (patched).\n \n ## Release 1.2.1\n")
+    diff = (
+        "Describe it.\n\n--- a/README.md\n+++ b/README.md\n@@ -1,5 +1,5 @@\n"
+        " # 1Cat-vLLM (example)\n \n-A scratch repository shaped like the fork.\n"
+        "+A scratch repository shaped like the fork (patched).\n \n ## Release 1.2.1\n"
+    )
     (tmp_path / "readme.diff").write_text(diff)
-    ex.run("import", str(tmp_path / "readme.diff"), "--name", "readme",
-           "--after", "capability-floor")
+    ex.run(
+        "import", str(tmp_path / "readme.diff"), "--name", "readme", "--after", "capability-floor"
+    )
     assert load(ex.project).names()[:2] == ["capability-floor", "readme"]
     text = ex.patch("readme").read_text()
     assert text.startswith("Describe it.\n\ndiff --git a/README.md b/README.md\n")
@@ -157,12 +163,14 @@ def _quilt_dir(tmp_path):
     (qp / "first.patch").write_text(
         "Make line 3 louder.\n\nIndex: b/long.txt\n" + "=" * 67 + "\n"
         "--- a/long.txt\n+++ b/long.txt\n@@ -1,5 +1,5 @@\n line 1\n line 2\n-line 3\n"
-        "+LINE 3\n line 4\n line 5\n")
+        "+LINE 3\n line 4\n line 5\n"
+    )
     (qp / "sub").mkdir()
     (qp / "sub" / "second.diff").write_text(
         "--- a/long.txt\n+++ b/long.txt\n@@ -26,5 +26,6 @@\n line 26\n line 27\n line 28\n"
         "+line 28.5\n line 29\n line 30\n--- /dev/null\n+++ b/added/file.txt\n"
-        "@@ -0,0 +1,2 @@\n+hello\n+world\n")
+        "@@ -0,0 +1,2 @@\n+hello\n+world\n"
+    )
     (qp / "series").write_text("# quilt series\nfirst.patch\n\nsub/second.diff -p1\n")
     return qp
 
@@ -174,9 +182,13 @@ def test_import_quilt_gives_the_tree_of_quilt_push(tmp_path, capsys):
     # quilt itself, for real, in a copy of the fork at the base.
     qfork = tmp_path / "qfork"
     git(tmp_path, "clone", "-q", "--branch", "v1", str(fork.path), str(qfork))
-    subprocess.run(["quilt", "push", "-a", "-q"], cwd=qfork, check=True,
-                   env={"QUILT_PATCHES": str(qp), "PATH": "/usr/bin:/bin",
-                        "HOME": str(tmp_path)}, capture_output=True)
+    subprocess.run(
+        ["quilt", "push", "-a", "-q"],
+        cwd=qfork,
+        check=True,
+        env={"QUILT_PATCHES": str(qp), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+        capture_output=True,
+    )
     project, run = _project(tmp_path, capsys, fork)
     run("import", "--quilt", str(qp))
     assert load(project).names() == ["first", "second"]
@@ -219,8 +231,7 @@ def test_import_refusals_change_nothing(tmp_path, capsys):
     assert "junk.diff" in err and "Traceback" not in err
     # Does not apply: names the patch, the file and the hunk; nothing imported.
     bad = tmp_path / "bad.diff"
-    bad.write_text("--- a/README.md\n+++ b/README.md\n@@ -1,2 +1,2 @@\n-no such line\n"
-                   "+x\n \n")
+    bad.write_text("--- a/README.md\n+++ b/README.md\n@@ -1,2 +1,2 @@\n-no such line\n+x\n \n")
     _, _, err = ex.run("import", str(bad), expect=3)
     assert "'bad'" in err and "README.md" in err and "hunk 1" in err
     assert "nothing was imported" in err

@@ -14,8 +14,17 @@ from fptest import Runner, snapshot
 
 def test_init_writes_series_and_patches(tmp_path, capsys):
     ex = copy_example(tmp_path, capsys, with_project=False)
-    ex.run("init", "--fork-url", str(ex.fork.path), "--base", "v1.2.1", "--name", "1cat",
-           "--distribution", "my-dist")
+    ex.run(
+        "init",
+        "--fork-url",
+        str(ex.fork.path),
+        "--base",
+        "v1.2.1",
+        "--name",
+        "1cat",
+        "--distribution",
+        "my-dist",
+    )
     data = yaml.safe_load((ex.project / "series.yaml").read_text())
     assert data["fork"] == {"name": "1cat", "url": str(ex.fork.path), "distribution": "my-dist"}
     assert data["base"] == {"tag": "v1.2.1", "commit": ex.fork.rev("v1.2.1^{commit}")}
@@ -37,8 +46,7 @@ def test_init_default_name_and_refusals(tmp_path, capsys):
     assert data["fork"]["name"] == "fork"
     assert data["fork"]["distribution"] == "1cat-vllm"
     before = snapshot(ex.project)
-    code, _, err = ex.run("init", "--fork-url", str(ex.fork.path), "--base", "v1.2.0",
-                          expect=2)
+    _code, _, err = ex.run("init", "--fork-url", str(ex.fork.path), "--base", "v1.2.0", expect=2)
     assert "already exists" in err
     assert snapshot(ex.project) == before
 
@@ -68,7 +76,7 @@ def test_moved_tag_is_refused(tmp_path, capsys):
     moved = ex.fork.rev("v1.2.1^{commit}")
     assert moved != recorded
     for cmd in (["status"], ["status", "--json"], ["apply", "--force"]):
-        code, out, err = ex.run(*cmd, expect=1)
+        _code, out, err = ex.run(*cmd, expect=1)
         assert "tag 'v1.2.1'" in err
         assert recorded in err and moved in err, err
         assert "Traceback" not in err
@@ -80,8 +88,9 @@ def test_moved_tag_is_refused(tmp_path, capsys):
 def _clone_state(path, bare=False):
     refs = git(path, "for-each-ref", "--format=%(refname) %(objectname)")
     head = git(path, "symbolic-ref", "HEAD") + " " + git(path, "rev-parse", "HEAD")
-    status = "" if bare else git(path, "status", "--porcelain", "--ignored",
-                                 "--untracked-files=all")
+    status = (
+        "" if bare else git(path, "status", "--porcelain", "--ignored", "--untracked-files=all")
+    )
     files = sorted(p.name for p in path.iterdir())
     return refs, head, status, files
 
@@ -98,8 +107,9 @@ def test_fork_repo_override_and_user_clone_untouched(tmp_path, capsys, monkeypat
         (clone / "scratch.txt").write_text("uncommitted\n")
     # series.yaml names a URL that cannot be reached: the override must be used.
     series = ex.project / "series.yaml"
-    series.write_text(series.read_text().replace(str(ex.fork.path),
-                                                 "https://forkpatch.invalid/1cat-vllm.git"))
+    series.write_text(
+        series.read_text().replace(str(ex.fork.path), "https://forkpatch.invalid/1cat-vllm.git")
+    )
     # The store must not rely on the template's fork: move that away.
     ex.fork.path.rename(tmp_path / "fork-gone")
     if how == "env":
@@ -131,30 +141,51 @@ def test_fork_url_unreachable_without_override_is_clear(tmp_path, capsys, monkey
     monkeypatch.delenv("FORKPATCH_FORK_REPO", raising=False)
     monkeypatch.setenv("FORKPATCH_FETCH_TIMEOUT", "20")
     ex = copy_example(tmp_path, capsys, with_project=False)
-    code, _, err = ex.run("init", "--fork-url", str(tmp_path / "nope"), "--base", "v1",
-                          expect=1)
+    _code, _, err = ex.run("init", "--fork-url", str(tmp_path / "nope"), "--base", "v1", expect=1)
     assert "nope" in err and "Traceback" not in err
 
 
 def test_pip_entry_point_help_version_completion(tmp_path):
     exe = [sys.executable, "-m", "forkpatch"]
     out = subprocess.run([*exe, "--help"], capture_output=True, text=True, check=True).stdout
-    for cmd in ("init", "status", "apply", "push", "pop", "top", "new", "edit", "refresh",
-                "delete", "rename", "move", "export", "import"):
+    for cmd in (
+        "init",
+        "status",
+        "apply",
+        "push",
+        "pop",
+        "top",
+        "new",
+        "edit",
+        "refresh",
+        "delete",
+        "rename",
+        "move",
+        "export",
+        "import",
+    ):
         assert f"  {cmd}" in out, cmd
     assert "_FORKPATCH_COMPLETE" in out
     ver = subprocess.run([*exe, "--version"], capture_output=True, text=True, check=True)
     assert "forkpatch" in ver.stdout
-    comp = subprocess.run([*exe], capture_output=True, text=True,
-                          env={**__import__("os").environ, "_FORKPATCH_COMPLETE": "bash_source"})
+    comp = subprocess.run(
+        [*exe],
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ, "_FORKPATCH_COMPLETE": "bash_source"},
+    )
     del comp  # `python -m` has another prog name; the console script is checked below
     import shutil as _sh
 
     script = _sh.which("forkpatch")
     if script is None:
         pytest.skip("the forkpatch console script is not installed (pip install .)")
-    src = subprocess.run([script], capture_output=True, text=True,
-                         env={**__import__("os").environ, "_FORKPATCH_COMPLETE": "bash_source"})
+    src = subprocess.run(
+        [script],
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ, "_FORKPATCH_COMPLETE": "bash_source"},
+    )
     assert "complete" in src.stdout and "_forkpatch_completion" in src.stdout
 
 

@@ -8,11 +8,15 @@ from fptest import snapshot
 
 
 def test_status_json_lists_patches_in_order(example_project):
-    project, run = example_project
-    code, out, _ = run("status", "--json")
+    _project, run = example_project
+    _code, out, _ = run("status", "--json")
     data = json.loads(out)
     assert [p["name"] for p in data["patches"]] == [
-        "capability-floor", "odd-width-padding", "eager-block-cast", "cli-version"]
+        "capability-floor",
+        "odd-width-padding",
+        "eager-block-cast",
+        "cli-version",
+    ]
     assert {p["status"] for p in data["patches"]} == {"clean"}
     assert data["base"] == "v1.2.1"
 

@@ -80,7 +80,7 @@ def test_new_refresh_export(tmp_path, capsys):
     ex.run("pop")  # new goes above the current top: between eager-block-cast and cli-version
     ex.run("new", "my-fix", "-m", "Fix the thing")
     series = load(ex.project)
-    assert series.names() == EXAMPLE_NAMES[:3] + ["my-fix", "cli-version"]
+    assert series.names() == [*EXAMPLE_NAMES[:3], "my-fix", "cli-version"]
     assert series.get("my-fix").summary == "Fix the thing"
     assert ex.patch("my-fix").read_bytes() == b""
     _, out, _ = ex.run("top")
@@ -110,8 +110,11 @@ def test_new_refresh_export(tmp_path, capsys):
     assert "+FIXED = 2\n" in ex.patch("my-fix").read_text()
     ex.run("push")
     _, out, _ = ex.run("status", "--json")
-    assert [p["name"] for p in json.loads(out)["patches"] if p["applied"]] == \
-        EXAMPLE_NAMES[:3] + ["my-fix", "cli-version"]
+    assert [p["name"] for p in json.loads(out)["patches"] if p["applied"]] == [
+        *EXAMPLE_NAMES[:3],
+        "my-fix",
+        "cli-version",
+    ]
 
 
 def test_edit_lower_patch_and_refresh_reapplies_above(tmp_path, capsys):
@@ -123,7 +126,7 @@ def test_edit_lower_patch_and_refresh_reapplies_above(tmp_path, capsys):
     assert out.strip() == "odd-width-padding"
     fp8 = ex.wt / "vllm/model_executor/layers/quantization/online/fp8.py"
     fp8.write_text(fp8.read_text().replace("zero-pad the rows", "pad the rows with zeros"))
-    _, _, err = ex.run("refresh")
+    _, _, _err = ex.run("refresh")
     after = snapshot(ex.project)
     changed = {k for k in after if after[k] != before.get(k)}
     assert changed == {"patches/odd-width-padding.patch"}
@@ -163,13 +166,11 @@ def test_rename(tmp_path, capsys):
     content = ex.patch("eager-block-cast").read_bytes()
     ex.run("rename", "eager-block-cast", "eager-cast")
     series = load(ex.project)
-    assert series.names() == ["capability-floor", "odd-width-padding", "eager-cast",
-                              "cli-version"]
+    assert series.names() == ["capability-floor", "odd-width-padding", "eager-cast", "cli-version"]
     assert series.get("eager-cast").file == "eager-cast.patch"
     assert ex.patch("eager-cast").read_bytes() == content
     assert not ex.patch("eager-block-cast").exists()
-    assert _log(ex.wt) == ["capability-floor", "odd-width-padding", "eager-cast",
-                           "cli-version"]
+    assert _log(ex.wt) == ["capability-floor", "odd-width-padding", "eager-cast", "cli-version"]
     before = snapshot(ex.project)
     ex.run("rename", "eager-cast", "cli-version", expect=2)
     ex.run("rename", "eager-cast", "Bad/Name", expect=2)

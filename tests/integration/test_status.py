@@ -26,10 +26,16 @@ def _lines(a: int, b: int) -> list[str]:
 
 
 def test_status_reports_each_kind(tmp_path, capsys):
-    fork, project, run = scratch_project(tmp_path, capsys, {
-        "clean.txt": BASE_TEXT, "offset.txt": BASE_TEXT, "fuzz.txt": BASE_TEXT,
-        "conflict.txt": BASE_TEXT,
-    })
+    fork, project, run = scratch_project(
+        tmp_path,
+        capsys,
+        {
+            "clean.txt": BASE_TEXT,
+            "offset.txt": BASE_TEXT,
+            "fuzz.txt": BASE_TEXT,
+            "conflict.txt": BASE_TEXT,
+        },
+    )
     inc = tmp_path / "incoming"
     # clean: exactly where it says.
     write_diff(inc / "a-clean.diff", _patch("clean.txt", _hunk(10, _lines(10, 16), ["new"])))
@@ -48,20 +54,27 @@ def test_status_reports_each_kind(tmp_path, capsys):
     for n in ("b-offset", "c-fuzz", "d-conflict"):
         (project / "patches" / f"{n}.patch").write_bytes((inc / f"{n}.diff").read_bytes())
     series = project / "series.yaml"
-    series.write_text(series.read_text() + (
-        "  - name: b-offset\n    file: b-offset.patch\n    summary: needs an offset\n"
-        "  - name: c-fuzz\n    file: c-fuzz.patch\n    summary: needs fuzz\n"
-        "  - name: d-conflict\n    file: d-conflict.patch\n    summary: conflicts\n"))
+    series.write_text(
+        series.read_text()
+        + (
+            "  - name: b-offset\n    file: b-offset.patch\n    summary: needs an offset\n"
+            "  - name: c-fuzz\n    file: c-fuzz.patch\n    summary: needs fuzz\n"
+            "  - name: d-conflict\n    file: d-conflict.patch\n    summary: conflicts\n"
+        )
+    )
     (project / "patches" / "orphan.patch").write_text("not listed\n")
     before = snapshot(project)
 
     code, out, err = run("status", "--json", expect=3)
     data = json.loads(out)
     by = {p["name"]: p for p in data["patches"]}
-    assert [p["name"] for p in data["patches"]] == ["a-clean", "b-offset", "c-fuzz",
-                                                    "d-conflict"]
+    assert [p["name"] for p in data["patches"]] == ["a-clean", "b-offset", "c-fuzz", "d-conflict"]
     assert {n: p["status"] for n, p in by.items()} == {
-        "a-clean": "clean", "b-offset": "offset", "c-fuzz": "fuzz", "d-conflict": "conflict"}
+        "a-clean": "clean",
+        "b-offset": "offset",
+        "c-fuzz": "fuzz",
+        "d-conflict": "conflict",
+    }
     assert by["a-clean"]["files"] == ["clean.txt"]
     assert (by["a-clean"]["added"], by["a-clean"]["removed"]) == (1, 1)
     assert any("offset" in d for d in by["b-offset"]["detail"])
@@ -70,17 +83,27 @@ def test_status_reports_each_kind(tmp_path, capsys):
     assert data["orphans"] == ["orphan.patch"]
     assert data["base_commit"] == fork.rev("v1^{commit}")
 
-    code, out, err = run("series", expect=3)
+    _code, out, err = run("series", expect=3)
     assert out == ""
-    for word in ("a-clean", "clean", "b-offset", "offset", "c-fuzz", "fuzz", "d-conflict",
-                 "conflict", "+1/-1", "clean.txt"):
+    for word in (
+        "a-clean",
+        "clean",
+        "b-offset",
+        "offset",
+        "c-fuzz",
+        "fuzz",
+        "d-conflict",
+        "conflict",
+        "+1/-1",
+        "clean.txt",
+    ):
         assert word in err
     assert "orphan.patch" in err and "orphan" in err
     assert snapshot(project) == before
 
 
 def test_import_canonicalises_an_offset_patch(tmp_path, capsys):
-    fork, project, run = scratch_project(tmp_path, capsys, {"f.txt": BASE_TEXT})
+    _fork, project, run = scratch_project(tmp_path, capsys, {"f.txt": BASE_TEXT})
     write_diff(tmp_path / "o.diff", _patch("f.txt", _hunk(4, _lines(10, 16), ["new"])))
     run("import", str(tmp_path / "o.diff"))
     assert b"@@ -10,7 +10,7 @@" in (project / "patches" / "o.patch").read_bytes()
@@ -89,7 +112,7 @@ def test_import_canonicalises_an_offset_patch(tmp_path, capsys):
 
 
 def test_status_exit_zero_when_all_apply(tmp_path, capsys):
-    fork, project, run = scratch_project(tmp_path, capsys, {"f.txt": BASE_TEXT})
+    _fork, _project, run = scratch_project(tmp_path, capsys, {"f.txt": BASE_TEXT})
     write_diff(tmp_path / "x.diff", _patch("f.txt", _hunk(10, _lines(10, 16), ["a", "b"])))
     run("import", str(tmp_path / "x.diff"))
     _, out, _ = run("status", "--json")

@@ -21,8 +21,7 @@ def example_build(tmp_path_factory: pytest.TempPathFactory) -> smokekit.ExampleB
 
 
 @pytest.fixture(scope="session")
-def smoked(example_build: smokekit.ExampleBuild, tmp_path_factory: pytest.TempPathFactory
-           ) -> Path:
+def smoked(example_build: smokekit.ExampleBuild, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A directory holding the wheel and the real static-tier smoke report beside it
     (no project: `--deps none`, only the baseline checks)."""
     from forkpatch.smoke import SmokeOptions, run_smoke
@@ -67,8 +66,17 @@ def pypiserver(tmp_path: Path) -> Iterator[IndexServer]:
     ht = passlib.HtpasswdFile(str(tmp_path / "htpasswd"), new=True, default_scheme="apr_md5_crypt")
     ht.set_password(user, password)
     ht.save()
-    options = ["-P", str(tmp_path / "htpasswd"), "-a", "update,download,list",
-               "--disable-fallback", "--hash-algo", "sha256", "--log-stream", "none"]
+    options = [
+        "-P",
+        str(tmp_path / "htpasswd"),
+        "-a",
+        "update,download,list",
+        "--disable-fallback",
+        "--hash-algo",
+        "sha256",
+        "--log-stream",
+        "none",
+    ]
     try:
         with serve_pypiserver(root, options, ready_path="health") as (url, proc):
             yield IndexServer(url=url, root=root, user=user, password=password, proc=proc)

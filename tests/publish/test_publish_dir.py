@@ -28,8 +28,7 @@ def test_publish_to_directory_and_pip_install_back(wheel_dir, tmp_path, capsys):
 
     # Idempotent: the same file again is a no-op.
     before = {p: p.stat().st_mtime_ns for p in (target / "simple").rglob("*.html")}
-    _, _, err = run("publish", str(wheel), "--to", target.as_uri(), "--allow-missing-tier",
-                    "sm70")
+    _, _, err = run("publish", str(wheel), "--to", target.as_uri(), "--allow-missing-tier", "sm70")
     assert "already published" in err
     assert pkg.read_bytes() == wheel.read_bytes()
     assert {p: p.stat().st_mtime_ns for p in (target / "simple").rglob("*.html")} == before
@@ -37,8 +36,15 @@ def test_publish_to_directory_and_pip_install_back(wheel_dir, tmp_path, capsys):
     # pip installs it from file://DIR/simple into a fresh venv.
     version = wheel.name.split("-")[1]
     py = smokekit.new_venv(tmp_path / "consumer")
-    res = smokekit.pip_into(py, "install", "--no-deps", "--no-cache-dir", "--index-url",
-                            (target / "simple").as_uri() + "/", f"1cat-vllm=={version}")
+    res = smokekit.pip_into(
+        py,
+        "install",
+        "--no-deps",
+        "--no-cache-dir",
+        "--index-url",
+        (target / "simple").as_uri() + "/",
+        f"1cat-vllm=={version}",
+    )
     assert res.returncode == 0, res.stdout
     got = smokekit.venv_version(py)
     assert got["dist"] == got["vllm"] == version
@@ -56,10 +62,12 @@ def test_different_file_same_version_is_refused(wheel_dir, tmp_path, capsys):
     w2 = other / wheel.name
     w2.write_bytes(w2.read_bytes() + b"\0")
     report = other / (wheel.name + ".smoke.json")
-    text = report.read_text().replace(hashlib.sha256(wheel.read_bytes()).hexdigest(),
-                                      hashlib.sha256(w2.read_bytes()).hexdigest())
+    text = report.read_text().replace(
+        hashlib.sha256(wheel.read_bytes()).hexdigest(), hashlib.sha256(w2.read_bytes()).hexdigest()
+    )
     report.write_text(text)
-    _, _, err = run("publish", str(w2), "--to", str(target), "--allow-missing-tier", "sm70",
-                    expect=1)
+    _, _, err = run(
+        "publish", str(w2), "--to", str(target), "--allow-missing-tier", "sm70", expect=1
+    )
     assert "already published with different content" in err
     assert (target / "packages" / wheel.name).read_bytes() == wheel.read_bytes()

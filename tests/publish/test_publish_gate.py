@@ -49,6 +49,7 @@ def test_failing_report(wheel_dir, tmp_path):
     def fail(data):
         data["checks"][1]["outcome"] = "failed"
         data["passed"] = False
+
     _edit_report(wheel_dir, fail)
     with pytest.raises(PublishError, match="did not pass: static.version-metadata"):
         _publish(wheel_dir, tmp_path / "idx", allow_missing_tiers=("sm70",))
@@ -74,8 +75,9 @@ def test_missing_tier_refused_then_override_is_recorded(wheel_dir, tmp_path):
     assert _nothing_published(target)
     done = _publish(wheel_dir, target, allow_missing_tiers=("sm70",))
     assert done[0].action == "uploaded" and "sm70" in done[0].overrides
-    published = json.loads((target / "packages" / (_wheel(wheel_dir).name + REPORT_SUFFIX))
-                           .read_text())
+    published = json.loads(
+        (target / "packages" / (_wheel(wheel_dir).name + REPORT_SUFFIX)).read_text()
+    )
     assert "sm70" in published["publish"]["allowed_missing_tiers"]
     assert published["wheel"]["sha256"] == done[0].sha256
 
@@ -84,6 +86,7 @@ def test_override_never_covers_a_failed_tier(wheel_dir, tmp_path):
     def sm70_incomplete(data):
         data["tiers"]["status"]["sm70"] = "incomplete"
         data["tiers"]["not_run"].pop("sm70", None)
+
     _edit_report(wheel_dir, sm70_incomplete)
     with pytest.raises(PublishError, match="only covers a tier that did not run"):
         _publish(wheel_dir, tmp_path / "idx", allow_missing_tiers=("sm70",))
@@ -96,6 +99,7 @@ def test_required_tiers_from_the_series(wheel_dir, tmp_path, example_build):
     smokekit.set_smoke(project, {}, sections={"publish": {"required-tiers": ["static"]}})
     from forkpatch.project import Project
 
-    done = publish(PublishOptions(wheels=(_wheel(wheel_dir),), to=str(tmp_path / "idx")),
-                   Project(project))
+    done = publish(
+        PublishOptions(wheels=(_wheel(wheel_dir),), to=str(tmp_path / "idx")), Project(project)
+    )
     assert done[0].overrides == {}

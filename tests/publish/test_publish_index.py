@@ -19,7 +19,7 @@ def _all_text(*dirs: Path) -> str:
     out = []
     for d in dirs:
         for p in d.rglob("*"):
-            if p.is_file() and p.suffix in (".json", ".html", "") or p.name == "SHA256SUMS":
+            if (p.is_file() and p.suffix in (".json", ".html", "")) or p.name == "SHA256SUMS":
                 try:
                     out.append(p.read_text(errors="replace"))
                 except (IsADirectoryError, OSError):
@@ -27,14 +27,16 @@ def _all_text(*dirs: Path) -> str:
     return "\n".join(out)
 
 
-def test_publish_to_pypiserver_and_install_back(pypiserver, wheel_dir, tmp_path, capsys,
-                                                monkeypatch):
+def test_publish_to_pypiserver_and_install_back(
+    pypiserver, wheel_dir, tmp_path, capsys, monkeypatch
+):
     wheel = next(wheel_dir.glob("*.whl"))
     monkeypatch.setenv("TWINE_USERNAME", pypiserver.user)
     monkeypatch.setenv("TWINE_PASSWORD", pypiserver.password)
     run = smokekit.Runner(tmp_path, capsys)
-    _, out, err = run("publish", str(wheel), "--to", pypiserver.url, "--allow-missing-tier",
-                      "sm70", "--json")
+    _, out, err = run(
+        "publish", str(wheel), "--to", pypiserver.url, "--allow-missing-tier", "sm70", "--json"
+    )
     assert pypiserver.files() == [wheel.name]
     assert (pypiserver.root / wheel.name).read_bytes() == wheel.read_bytes()
     assert pypiserver.password not in out + err
@@ -44,29 +46,44 @@ def test_publish_to_pypiserver_and_install_back(pypiserver, wheel_dir, tmp_path,
     assert pypiserver.password not in _all_text(wheel_dir)
 
     # Idempotent.
-    _, out, err = run("publish", str(wheel), "--to", pypiserver.url, "--allow-missing-tier",
-                      "sm70")
+    _, out, err = run("publish", str(wheel), "--to", pypiserver.url, "--allow-missing-tier", "sm70")
     assert "already published" in err and pypiserver.files() == [wheel.name]
 
     version = wheel.name.split("-")[1]
     py = smokekit.new_venv(tmp_path / "consumer")
     index = pypiserver.url.replace("http://", f"http://{pypiserver.user}:{pypiserver.password}@")
-    res = smokekit.pip_into(py, "install", "--no-deps", "--no-cache-dir", "--index-url",
-                            index + "simple/", f"1cat-vllm=={version}")
+    res = smokekit.pip_into(
+        py,
+        "install",
+        "--no-deps",
+        "--no-cache-dir",
+        "--index-url",
+        index + "simple/",
+        f"1cat-vllm=={version}",
+    )
     assert res.returncode == 0, res.stdout
     got = smokekit.venv_version(py)
     assert got["dist"] == got["vllm"] == version
 
 
-def test_bad_credentials_are_refused_and_never_shown(pypiserver, wheel_dir, tmp_path, capsys,
-                                                     monkeypatch):
+def test_bad_credentials_are_refused_and_never_shown(
+    pypiserver, wheel_dir, tmp_path, capsys, monkeypatch
+):
     canary = f"canary-{uuid.uuid4().hex}"
     monkeypatch.setenv("TWINE_USERNAME", pypiserver.user)
     monkeypatch.setenv("TWINE_PASSWORD", canary)
     wheel = next(wheel_dir.glob("*.whl"))
     run = smokekit.Runner(tmp_path, capsys)
-    _code, out, err = run("--debug", "publish", str(wheel), "--to", pypiserver.url,
-                         "--allow-missing-tier", "sm70", expect=1)
+    _code, out, err = run(
+        "--debug",
+        "publish",
+        str(wheel),
+        "--to",
+        pypiserver.url,
+        "--allow-missing-tier",
+        "sm70",
+        expect=1,
+    )
     assert "refused access (HTTP 401)" in err or "refused access (HTTP 403)" in err
     assert pypiserver.files() == []
     assert canary not in out + err
@@ -92,8 +109,15 @@ def test_bad_credentials_are_refused_and_never_shown(pypiserver, wheel_dir, tmp_
 def test_credentials_in_the_url_are_refused(wheel_dir, tmp_path, capsys):
     wheel = next(wheel_dir.glob("*.whl"))
     run = smokekit.Runner(tmp_path, capsys)
-    _, out, err = run("publish", str(wheel), "--to", "http://u:hunter2@127.0.0.1:1/",
-                      "--allow-missing-tier", "sm70", expect=1)
+    _, out, err = run(
+        "publish",
+        str(wheel),
+        "--to",
+        "http://u:hunter2@127.0.0.1:1/",
+        "--allow-missing-tier",
+        "sm70",
+        expect=1,
+    )
     assert "carries credentials" in err and "hunter2" not in out + err
 
 
@@ -103,14 +127,20 @@ def test_index_down(wheel_dir, tmp_path, capsys, monkeypatch):
     wheel = next(wheel_dir.glob("*.whl"))
     run = smokekit.Runner(tmp_path, capsys)
     port = smokekit.free_port()
-    _, out, err = run("publish", str(wheel), "--to", f"http://127.0.0.1:{port}/",
-                      "--allow-missing-tier", "sm70", expect=1)
+    _, out, err = run(
+        "publish",
+        str(wheel),
+        "--to",
+        f"http://127.0.0.1:{port}/",
+        "--allow-missing-tier",
+        "sm70",
+        expect=1,
+    )
     assert "cannot reach the index" in err and "nothing was uploaded" in err
     assert "p-canary-down" not in out + err
 
 
-def test_different_file_same_name_is_refused(pypiserver, wheel_dir, tmp_path, capsys,
-                                             monkeypatch):
+def test_different_file_same_name_is_refused(pypiserver, wheel_dir, tmp_path, capsys, monkeypatch):
     import hashlib
     import shutil
 
@@ -124,9 +154,14 @@ def test_different_file_same_name_is_refused(pypiserver, wheel_dir, tmp_path, ca
     w2 = other / wheel.name
     w2.write_bytes(w2.read_bytes() + b"\0")
     rep = other / (wheel.name + ".smoke.json")
-    rep.write_text(rep.read_text().replace(hashlib.sha256(wheel.read_bytes()).hexdigest(),
-                                           hashlib.sha256(w2.read_bytes()).hexdigest()))
-    _, _, err = run("publish", str(w2), "--to", pypiserver.url, "--allow-missing-tier", "sm70",
-                    expect=1)
+    rep.write_text(
+        rep.read_text().replace(
+            hashlib.sha256(wheel.read_bytes()).hexdigest(),
+            hashlib.sha256(w2.read_bytes()).hexdigest(),
+        )
+    )
+    _, _, err = run(
+        "publish", str(w2), "--to", pypiserver.url, "--allow-missing-tier", "sm70", expect=1
+    )
     assert "already published with different content" in err
     assert (pypiserver.root / wheel.name).read_bytes() == wheel.read_bytes()

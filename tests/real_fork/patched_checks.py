@@ -71,16 +71,18 @@ def check_cli_version(ops: Ops) -> None:
         return fake_dist[name] if name in fake_dist else real_version(name)
 
     out = io.StringIO()
-    with incheck.patched(importlib.metadata, "version", no_vllm_dist), \
-            incheck.patched(sys, "argv", ["vllm", "--version"]), \
-            contextlib.redirect_stdout(out):
+    with (
+        incheck.patched(importlib.metadata, "version", no_vllm_dist),
+        incheck.patched(sys, "argv", ["vllm", "--version"]),
+        contextlib.redirect_stdout(out),
+    ):
         import vllm.entrypoints.cli.main as cli_main
         from vllm.entrypoints.cli import run_batch
         from vllm.version import __version__
 
         for mod in (cli_main, run_batch):
             assert 'metadata.version("vllm")' not in inspect.getsource(mod), mod
-            assert mod.VLLM_VERSION == __version__, mod
+            assert __version__ == mod.VLLM_VERSION, mod
         try:
             cli_main.main()
         except SystemExit as e:
@@ -95,8 +97,10 @@ CHECKS: dict[str, Callable[[Ops], Any]] = {
     # A 4,120-row layer: padded to 4,224 rows, packed, GEMM sliced back.
     "sm70-linear-odd-width": lambda ops: incheck._sm70_linear(ops, ODD_WIDTH, 256, 3, bias=False),
     # A 128-multiple width (no padding), without and with a bias.
-    "sm70-linear-block-width": lambda ops: (incheck._sm70_linear(ops, 512, 384, 5, bias=False),
-                                            incheck._sm70_linear(ops, 512, 384, 5, bias=True)),
+    "sm70-linear-block-width": lambda ops: (
+        incheck._sm70_linear(ops, 512, 384, 5, bias=False),
+        incheck._sm70_linear(ops, 512, 384, 5, bias=True),
+    ),
     # An odd width with a bias: the bias is added after slicing.
     "sm70-linear-odd-width-bias": lambda ops: incheck._sm70_linear(ops, 264, 128, 4, bias=True),
     "cli-version": check_cli_version,

@@ -57,8 +57,10 @@ BASE_TAG = "v1.2.1"
 pytestmark = [
     pytest.mark.real_fork,
     pytest.mark.slow,
-    pytest.mark.skipif(not FORK or not Path(FORK).is_dir(),
-                       reason="set FORKPATCH_FORK_REPO to a local clone of the 1Cat-vLLM fork"),
+    pytest.mark.skipif(
+        not FORK or not Path(FORK).is_dir(),
+        reason="set FORKPATCH_FORK_REPO to a local clone of the 1Cat-vLLM fork",
+    ),
 ]
 
 _TOOLCHAIN_PROBE = """
@@ -80,8 +82,13 @@ print("; ".join(missing))
 
 def _toolchain_problem() -> str | None:
     try:
-        out = subprocess.run([BUILD_PYTHON, "-c", _TOOLCHAIN_PROBE], capture_output=True,
-                             text=True, timeout=300, check=False)
+        out = subprocess.run(
+            [BUILD_PYTHON, "-c", _TOOLCHAIN_PROBE],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
     except OSError as exc:
         return f"{BUILD_PYTHON}: {exc}"
     if out.returncode != 0:
@@ -89,12 +96,25 @@ def _toolchain_problem() -> str | None:
     return out.stdout.strip() or None
 
 
-def _run(*args: str | Path, cwd: Path | None = None, env: dict[str, str] | None = None,
-         timeout: float = 900) -> str:
-    result = subprocess.run([str(a) for a in args], cwd=cwd, capture_output=True, text=True,
-                            env={**os.environ, **(env or {})}, timeout=timeout, check=False)
-    assert result.returncode == 0, (f"{' '.join(map(str, args))} exited {result.returncode}:\n"
-                                    f"{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
+def _run(
+    *args: str | Path,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 900,
+) -> str:
+    result = subprocess.run(
+        [str(a) for a in args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=timeout,
+        check=False,
+    )
+    assert result.returncode == 0, (
+        f"{' '.join(map(str, args))} exited {result.returncode}:\n"
+        f"{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+    )
     return result.stdout
 
 
@@ -116,12 +136,30 @@ def _no_cargo_path() -> str:
 
 
 def _start_build(tree: Path, version: str, out: Path, log: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "VLLM_TARGET_DEVICE": "empty", "VLLM_VERSION_OVERRIDE": version,
-           "PATH": _no_cargo_path()}
+    env = {
+        **os.environ,
+        "VLLM_TARGET_DEVICE": "empty",
+        "VLLM_VERSION_OVERRIDE": version,
+        "PATH": _no_cargo_path(),
+    }
     with open(log, "wb") as fh:
-        return subprocess.Popen([BUILD_PYTHON, "-m", "build", "--wheel", "--no-isolation",
-                                 "--skip-dependency-check", "-o", str(out), "."],
-                                cwd=tree, env=env, stdout=fh, stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            [
+                BUILD_PYTHON,
+                "-m",
+                "build",
+                "--wheel",
+                "--no-isolation",
+                "--skip-dependency-check",
+                "-o",
+                str(out),
+                ".",
+            ],
+            cwd=tree,
+            env=env,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+        )
 
 
 def _finish_build(proc: subprocess.Popen[bytes], out: Path, log: Path) -> Path:
@@ -158,20 +196,28 @@ class Built:
 def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
     problem = _toolchain_problem()
     if problem:
-        pytest.skip(f"the fork's empty-wheel build toolchain is not importable in "
-                    f"{BUILD_PYTHON}: {problem} (set FORKPATCH_WHEEL_BUILD_PYTHON)")
-    if subprocess.run(["git", "-C", FORK, "rev-parse", "-q", "--verify", f"refs/tags/{BASE_TAG}"],
-                      capture_output=True, check=False).returncode != 0:
+        pytest.skip(
+            f"the fork's empty-wheel build toolchain is not importable in "
+            f"{BUILD_PYTHON}: {problem} (set FORKPATCH_WHEEL_BUILD_PYTHON)"
+        )
+    if (
+        subprocess.run(
+            ["git", "-C", FORK, "rev-parse", "-q", "--verify", f"refs/tags/{BASE_TAG}"],
+            capture_output=True,
+            check=False,
+        ).returncode
+        != 0
+    ):
         pytest.skip(f"{FORK} has no tag {BASE_TAG}")
-    from forkpatch.build.buildwheel import (
+    from forkpatch.project import open_project
+    from forkpatch.wheels.buildwheel import (
         build_steps,
         expected_provenance,
         fork_version,
         patch_items,
     )
-    from forkpatch.build.identity import BuilderInfo, build_version, patchset_label
-    from forkpatch.build.overlay import overlay_wheel
-    from forkpatch.project import open_project
+    from forkpatch.wheels.identity import BuilderInfo, build_version, patchset_label
+    from forkpatch.wheels.overlay import overlay_wheel
 
     tmp = tmp_path_factory.mktemp("wheels")
     seconds: dict[str, float] = {}
@@ -184,16 +230,18 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
     proj = open_project(project, FORK)
     series = proj.series
     assert series.base.tag == BASE_TAG
-    version = build_version(fork_version(series.base.tag),
-                            patchset_label(series.base.commit, patch_items(proj, series)))
+    version = build_version(
+        fork_version(series.base.tag), patchset_label(series.base.commit, patch_items(proj, series))
+    )
     head = _run("git", "-C", tmp / "wt", "rev-parse", "HEAD").strip()
     seconds["apply"] = time.monotonic() - start
 
     start = time.monotonic()
     _checkout(FORK, series.base.commit, tmp / "base-tree")
     _checkout(tmp / "wt", head, tmp / "patched-tree")
-    patched_files = _run("git", "-C", tmp / "patched-tree", "diff", "--name-only",
-                         series.base.commit, head).split()
+    patched_files = _run(
+        "git", "-C", tmp / "patched-tree", "diff", "--name-only", series.base.commit, head
+    ).split()
     seconds["checkouts"] = time.monotonic() - start
 
     start = time.monotonic()  # the two builds run side by side
@@ -201,14 +249,26 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
         "base": (tmp / "base-tree", fork_version(BASE_TAG), tmp / "dist-base"),
         "source": (tmp / "patched-tree", version, tmp / "dist-source"),
     }
-    procs = {k: _start_build(tree, v, out, tmp / f"build-{k}.log")
-             for k, (tree, v, out) in jobs.items()}
+    procs = {
+        k: _start_build(tree, v, out, tmp / f"build-{k}.log") for k, (tree, v, out) in jobs.items()
+    }
     wheels = {k: _finish_build(p, jobs[k][2], tmp / f"build-{k}.log") for k, p in procs.items()}
     seconds["empty builds (2, in parallel)"] = time.monotonic() - start
 
     start = time.monotonic()
-    result = json.loads(_forkpatch(project, "build-wheel", "--mode", "overlay", "--base-wheel",
-                                   wheels["base"], "-o", tmp / "dist-overlay", "--json"))
+    result = json.loads(
+        _forkpatch(
+            project,
+            "build-wheel",
+            "--mode",
+            "overlay",
+            "--base-wheel",
+            wheels["base"],
+            "-o",
+            tmp / "dist-overlay",
+            "--json",
+        )
+    )
     assert result["mode"] == "overlay" and result["version"] == version, result
     (overlay,) = (Path(w) for w in result["wheels"])
     seconds["overlay build"] = time.monotonic() - start
@@ -217,13 +277,24 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
     container_out = tmp / "dist-container"
     container_out.mkdir()
     container = overlay_wheel(
-        wheels["source"], replacements={}, new_version=version,
+        wheels["source"],
+        replacements={},
+        new_version=version,
         provenance=expected_provenance(proj, BuilderInfo(mode="container")),
-        out_dir=container_out, extra_steps=build_steps(series))
+        out_dir=container_out,
+        extra_steps=build_steps(series),
+    )
     seconds["container post-processing"] = time.monotonic() - start
-    built = Built(project=project, version=version, base=wheels["base"], overlay=overlay,
-                  source=wheels["source"], container=container, patched_files=patched_files,
-                  seconds=seconds)
+    built = Built(
+        project=project,
+        version=version,
+        base=wheels["base"],
+        overlay=overlay,
+        source=wheels["source"],
+        container=container,
+        patched_files=patched_files,
+        seconds=seconds,
+    )
     yield built
     print("\n" + "\n".join(f"  {k}: {v:.1f}s" for k, v in seconds.items()))
 
@@ -250,7 +321,10 @@ def test_overlay_python_files_match_source_build(built: Built) -> None:
     di = _dist_info(overlay)
     assert di == _dist_info(source)
     assert set(overlay) - set(source) == {
-        *alias, "1cat_vllm_dist_alias.pth", f"{di}/forkpatch-provenance.json"}
+        *alias,
+        "1cat_vllm_dist_alias.pth",
+        f"{di}/forkpatch-provenance.json",
+    }
     assert sorted(n for n in source if n != f"{di}/RECORD" and overlay[n] != source[n]) == []
 
 
@@ -261,8 +335,10 @@ def test_container_path_equals_overlay(built: Built) -> None:
     di = _dist_info(overlay)
     prov = f"{di}/forkpatch-provenance.json"
     assert set(overlay) == set(container)
-    assert sorted(n for n in overlay if n not in (prov, f"{di}/RECORD")
-                  and overlay[n] != container[n]) == []
+    assert (
+        sorted(n for n in overlay if n not in (prov, f"{di}/RECORD") and overlay[n] != container[n])
+        == []
+    )
     a, b = json.loads(overlay[prov]), json.loads(container[prov])
     assert a.pop("builder")["mode"] == "overlay" and b.pop("builder")["mode"] == "container"
     assert a == b
@@ -294,29 +370,42 @@ def test_overlay_wheel_installs_runs_and_uninstalls(built: Built, tmp_path: Path
         shim.mkdir()
         write_cpu_platform_plugin(str(shim))
         env["PYTHONPATH"] = str(shim)
-    out = subprocess.run([venv / "bin" / "vllm", "--version"], capture_output=True, text=True,
-                         env=env, cwd=tmp_path, timeout=600, check=False)
+    out = subprocess.run(
+        [venv / "bin" / "vllm", "--version"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=600,
+        check=False,
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert out.stdout.strip().splitlines()[-1] == built.version, out.stdout
 
-    got = json.loads(_run(py, "-c", (
-        "import importlib.metadata as m, json, vllm.version as v; print(json.dumps("
-        "[m.version('vllm'), m.version('1cat-vllm'), v.__version__]))")))
+    got = json.loads(
+        _run(
+            py,
+            "-c",
+            (
+                "import importlib.metadata as m, json, vllm.version as v; print(json.dumps("
+                "[m.version('vllm'), m.version('1cat-vllm'), v.__version__]))"
+            ),
+        )
+    )
     assert got == [built.version] * 3
 
     # pip sees one distribution, 1cat-vllm; what `pip check` says about it concerns
     # the fork's own requirements (identical to the unpatched wheel's), not the alias.
-    listed = {d["name"].lower() for d in json.loads(_run(py, "-m", "pip", "list",
-                                                        "--format=json"))}
+    listed = {d["name"].lower() for d in json.loads(_run(py, "-m", "pip", "list", "--format=json"))}
     assert "1cat-vllm" in listed and "vllm" not in listed
     overlay_meta = _members(built.overlay)[f"{_dist_info(_members(built.overlay))}/METADATA"]
     base_meta = _members(built.base)[f"{_dist_info(_members(built.base))}/METADATA"]
     requires = [ln for ln in base_meta.decode().splitlines() if ln.startswith("Requires-Dist:")]
-    assert [ln for ln in overlay_meta.decode().splitlines()
-            if ln.startswith("Requires-Dist:")] == requires
+    assert [
+        ln for ln in overlay_meta.decode().splitlines() if ln.startswith("Requires-Dist:")
+    ] == requires
     required = {canonicalize_name(Requirement(ln.split(":", 1)[1]).name) for ln in requires}
-    check = subprocess.run([py, "-m", "pip", "check"], capture_output=True, text=True,
-                           check=False)
+    check = subprocess.run([py, "-m", "pip", "check"], capture_output=True, text=True, check=False)
     for line in check.stdout.splitlines():
         assert not line.startswith("vllm "), line
         if line.startswith("1cat-vllm "):
@@ -327,19 +416,43 @@ def test_overlay_wheel_installs_runs_and_uninstalls(built: Built, tmp_path: Path
     _run(py, "-m", "pip", "uninstall", "-y", "1cat-vllm")
     left = sorted(_files_under(venv) - before)
     assert left == [], left
-    gone = subprocess.run([py, "-c", "import importlib.metadata as m; m.version('vllm')"],
-                          capture_output=True, text=True, check=False)
+    gone = subprocess.run(
+        [py, "-c", "import importlib.metadata as m; m.version('vllm')"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert gone.returncode != 0 and "PackageNotFoundError" in gone.stderr
 
 
 def test_smoke_static_tier(built: Built, tmp_path: Path) -> None:
     report = tmp_path / "smoke.json"
-    subprocess.run([sys.executable, "-m", "forkpatch", "-C", str(built.project), "--fork-repo",
-                    FORK, "smoke", str(built.overlay), "--tier", "static", "--report",
-                    str(report)], capture_output=True, text=True, timeout=1800, check=False)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "forkpatch",
+            "-C",
+            str(built.project),
+            "--fork-repo",
+            FORK,
+            "smoke",
+            str(built.overlay),
+            "--tier",
+            "static",
+            "--report",
+            str(report),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
     data = json.loads(report.read_text())
     outcomes = {c["id"]: c["outcome"] for c in data["checks"]}
     static = {k: v for k, v in outcomes.items() if k.startswith("static.")}
     assert static and set(static.values()) == {"passed"}, {
-        c["id"]: c.get("detail") for c in data["checks"] if c["outcome"] != "passed"
-        and c["id"].startswith("static.")}
+        c["id"]: c.get("detail")
+        for c in data["checks"]
+        if c["outcome"] != "passed" and c["id"].startswith("static.")
+    }

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from fptest import Runner, snapshot  # noqa: E402 - shared test helpers
+from fptest import Runner, snapshot
 
 pytestmark = pytest.mark.real_fork
 
@@ -24,14 +24,28 @@ FORK = os.environ.get("FORKPATCH_FORK_REPO")
 def real_series(tmp_path: Path, capsys) -> tuple[Path, Runner]:
     if not FORK or not Path(FORK).exists():
         pytest.skip("set FORKPATCH_FORK_REPO to a clone of the 1Cat-vLLM fork")
-    tags = subprocess.run(["git", "-C", FORK, "tag", "--list"], check=True,
-                          capture_output=True, text=True).stdout.split()
+    tags = subprocess.run(
+        ["git", "-C", FORK, "tag", "--list"], check=True, capture_output=True, text=True
+    ).stdout.split()
     missing = {"v1.2.1", "v1.2.2", "v1.3.0"} - set(tags)
     if missing:
         pytest.skip(f"the fork clone lacks tags {sorted(missing)}")
     incoming = tmp_path / "incoming"
-    subprocess.run(["git", "-C", FORK, "format-patch", "-q", "--zero-commit", "--no-signature",
-                    "-o", str(incoming), "v1.2.1..v1.2.2"], check=True)
+    subprocess.run(
+        [
+            "git",
+            "-C",
+            FORK,
+            "format-patch",
+            "-q",
+            "--zero-commit",
+            "--no-signature",
+            "-o",
+            str(incoming),
+            "v1.2.1..v1.2.2",
+        ],
+        check=True,
+    )
     project = tmp_path / "project"
     project.mkdir()
     run = Runner(project, capsys)

@@ -53,9 +53,22 @@ def test_track_run_no_publish_writes_the_summary(real_project: Path, tmp_path: P
     out_dir = tmp_path / "out"
     base_wheel = os.environ.get("FORKPATCH_REAL_BASE_WHEEL")
     steps = "rebase,build,smoke" if base_wheel else "rebase"
-    args = ["-C", str(real_project), "--fork-repo", str(FORK), "track", "--run",
-            "--no-publish", "--json", "--out", str(out_dir), "--steps", steps,
-            "--smoke-tier", "static"]
+    args = [
+        "-C",
+        str(real_project),
+        "--fork-repo",
+        str(FORK),
+        "track",
+        "--run",
+        "--no-publish",
+        "--json",
+        "--out",
+        str(out_dir),
+        "--steps",
+        steps,
+        "--smoke-tier",
+        "static",
+    ]
     if base_wheel:
         args += ["--base-wheel", base_wheel]
     code = main(args)

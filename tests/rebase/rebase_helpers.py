@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from fptest import Runner, ScratchRepo, snapshot  # noqa: E402, F401 - shared test helpers, re-exported
+from fptest import Runner, ScratchRepo, snapshot
 
 LINES = "".join(f"line {i}\n" for i in range(1, 41))
 
@@ -30,13 +30,15 @@ class Scenario:
         return (self.project / "patches" / f"{name}.patch").read_text()
 
 
-def scenario_factory(tmp_path: Path, capsys: pytest.CaptureFixture[str]
-                     ) -> Callable[..., Scenario]:
+def scenario_factory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Callable[..., Scenario]:
     """Build a fork at tag v1, a project on v1 with ``patches`` (name -> {path: text}),
     then let ``upstream`` (a callable on the ScratchRepo) make and tag later versions."""
 
-    def make(files: Mapping[str, str], patches: list[tuple[str, Mapping[str, str | None]]],
-             upstream: Callable[[ScratchRepo], None] | None = None) -> Scenario:
+    def make(
+        files: Mapping[str, str],
+        patches: list[tuple[str, Mapping[str, str | None]]],
+        upstream: Callable[[ScratchRepo], None] | None = None,
+    ) -> Scenario:
         fork = ScratchRepo(tmp_path / "fork")
         for rel, text in files.items():
             fork.add_file(rel, text)
@@ -51,8 +53,15 @@ def scenario_factory(tmp_path: Path, capsys: pytest.CaptureFixture[str]
                     fork.add_file(rel, text)
             fork.commit(f"{name}: {name} summary\n\nWhy {name}.")
         incoming = tmp_path / "incoming"
-        fork.git("format-patch", "-q", "--zero-commit", "--no-signature", "-o", str(incoming),
-                 "v1..series")
+        fork.git(
+            "format-patch",
+            "-q",
+            "--zero-commit",
+            "--no-signature",
+            "-o",
+            str(incoming),
+            "v1..series",
+        )
         fork.git("checkout", "-q", "main")
         if upstream is not None:
             upstream(fork)

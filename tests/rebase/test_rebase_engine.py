@@ -31,8 +31,11 @@ def test_check_example_reports_each_status_and_changes_nothing(example_project):
     assert len(data["onto_commit"]) == 40 and len(data["base_commit"]) == 40
     st = {p["name"]: p for p in data["patches"]}
     assert {n: p["status"] for n, p in st.items()} == {
-        "capability-floor": "clean", "odd-width-padding": "merged",
-        "eager-block-cast": "clean", "cli-version": "upstreamed"}
+        "capability-floor": "clean",
+        "odd-width-padding": "merged",
+        "eager-block-cast": "clean",
+        "cli-version": "upstreamed",
+    }
     assert "patch-id matches upstream commit" in st["cli-version"]["evidence"]
     assert "[Bugfix] Read CLI version from the package" in st["cli-version"]["evidence"]
     assert "[2/4] odd-width-padding ... merged" in err
@@ -69,10 +72,15 @@ def test_rebase_example_writes_result_and_report(example_project, tmp_path):
     assert [d["name"] for d in rep["dropped"]] == ["cli-version"]
     assert "patch-id matches" in rep["dropped"][0]["reason"]
     padding = next(p for p in rep["patches"] if p["name"] == "odd-width-padding")
-    assert padding["rewritten"] and "+         layer.weight_scale = scales.float()" in \
-        padding["range_diff"]
-    assert sorted(rep["changed_files"]) == ["patches/cli-version.patch",
-                                           "patches/odd-width-padding.patch", "series.yaml"]
+    assert (
+        padding["rewritten"]
+        and "+         layer.weight_scale = scales.float()" in padding["range_diff"]
+    )
+    assert sorted(rep["changed_files"]) == [
+        "patches/cli-version.patch",
+        "patches/odd-width-padding.patch",
+        "series.yaml",
+    ]
     md = (tmp_path / "rep" / "rebase-v1.2.1-to-v1.3.0.md").read_text()
     assert "| 4 | `cli-version` | upstreamed |" in md and "```diff" in md
     assert (project / ".forkpatch" / "reports" / "rebase-v1.2.1-to-v1.3.0.md").exists()
@@ -108,7 +116,10 @@ def test_rebase_moves_the_stack_work_tree(example_project):
     data = json.loads(out)
     assert data["base"] == "v1.3.0"
     assert [p["name"] for p in data["patches"] if p["applied"]] == [
-        "capability-floor", "odd-width-padding", "eager-block-cast"]
+        "capability-floor",
+        "odd-width-padding",
+        "eager-block-cast",
+    ]
 
 
 # --------------------------------------------------------------------------- statuses
@@ -123,8 +134,9 @@ def test_offset_is_reported_and_refreshed(scenario):
         fork.commit("upstream: prepend")
         fork.tag("v2")
 
-    s = scenario(BASE_FILES, [("p1", {"a.py": _edit(LINES, "line 20\n", "line 20 patched\n")})],
-                 upstream)
+    s = scenario(
+        BASE_FILES, [("p1", {"a.py": _edit(LINES, "line 20\n", "line 20 patched\n")})], upstream
+    )
     assert s.statuses("v2") == {"p1": "offset"}
     s.run("rebase", "--onto", "v2")
     assert "@@ -20,7 +20,7 @@" in s.patch("p1")
@@ -145,8 +157,9 @@ def test_upstreamed_verbatim_by_patch_id(scenario):
     s = scenario(BASE_FILES, [("p1", {"a.py": patched})], upstream)
     p = s.check("v2")["patches"][0]
     assert p["status"] == "upstreamed"
-    assert "patch-id matches upstream commit" in p["evidence"] and "Upstream takes p1" in \
-        p["evidence"]
+    assert (
+        "patch-id matches upstream commit" in p["evidence"] and "Upstream takes p1" in p["evidence"]
+    )
 
 
 def test_upstreamed_in_a_different_form_content_present(scenario):
@@ -159,13 +172,18 @@ def test_upstreamed_in_a_different_form_content_present(scenario):
         fork.commit("Upstream: a different commit with the same change")
         fork.tag("v2")
 
-    s = scenario(BASE_FILES, [("p1", {"a.py": patched}), ("p2", {"b.py": "bee 0\n" + BASE_FILES["b.py"]})],
-                 upstream)
+    s = scenario(
+        BASE_FILES,
+        [("p1", {"a.py": patched}), ("p2", {"b.py": "bee 0\n" + BASE_FILES["b.py"]})],
+        upstream,
+    )
     st = {p["name"]: p for p in s.check("v2")["patches"]}
     assert st["p1"]["status"] == "upstreamed"
     assert "patch-id" not in st["p1"]["evidence"]
-    assert ("content already present" in st["p1"]["evidence"]
-            or "reverse-applies" in st["p1"]["evidence"])
+    assert (
+        "content already present" in st["p1"]["evidence"]
+        or "reverse-applies" in st["p1"]["evidence"]
+    )
     assert st["p2"]["status"] == "clean"
 
 
@@ -175,8 +193,7 @@ def test_patch_follows_a_file_upstream_moved(scenario):
         fork.commit("Upstream moves a.py")
         fork.tag("v2")
 
-    s = scenario(BASE_FILES, [("p1", {"a.py": _edit(LINES, "line 9\n", "line nine\n")})],
-                 upstream)
+    s = scenario(BASE_FILES, [("p1", {"a.py": _edit(LINES, "line 9\n", "line nine\n")})], upstream)
     p = s.check("v2")["patches"][0]
     assert p["status"] in ("clean", "offset", "merged")
     assert p["moved"] == {"a.py": "pkg_a.py"}
@@ -191,8 +208,14 @@ def test_file_upstream_rewrote_conflicts_with_files_and_hunks(scenario):
         fork.commit("Upstream rewrites a.py")
         fork.tag("v2")
 
-    s = scenario(BASE_FILES, [("p1", {"a.py": _edit(LINES, "line 9\n", "line nine\n")}),
-                              ("p2", {"b.py": "bee 0\n" + BASE_FILES["b.py"]})], upstream)
+    s = scenario(
+        BASE_FILES,
+        [
+            ("p1", {"a.py": _edit(LINES, "line 9\n", "line nine\n")}),
+            ("p2", {"b.py": "bee 0\n" + BASE_FILES["b.py"]}),
+        ],
+        upstream,
+    )
     data = s.check("v2", expect=3)
     p1, p2 = data["patches"]
     assert p1["status"] == "conflict" and p1["conflicts"][0]["path"] == "a.py"
@@ -206,8 +229,9 @@ def test_fuzz_is_reported_and_refreshed_away(scenario):
         fork.commit("Upstream touches a context line")
         fork.tag("v2")
 
-    s = scenario(BASE_FILES, [("p1", {"a.py": _edit(LINES, "line 20\n", "line 20 patched\n")})],
-                 upstream)
+    s = scenario(
+        BASE_FILES, [("p1", {"a.py": _edit(LINES, "line 20\n", "line 20 patched\n")})], upstream
+    )
     assert s.statuses("v2", "--fuzz", "1") == {"p1": "fuzz"}
     assert s.statuses("v2", "--no-3way", expect=3) == {"p1": "conflict"}
     s.run("rebase", "--onto", "v2", "--fuzz", "1")
@@ -225,17 +249,28 @@ def test_no_3way_with_fuzz_is_a_usage_error(example_project):
 
 def _conflict_scenario(scenario):
     """p1 conflicts on v2 (upstream changed the line it changes); p2 and p3 are fine."""
+
     def upstream(fork):
         fork.add_file("a.py", _edit(LINES, "line 9\n", "line 9 upstream\n"))
         fork.commit("Upstream edits line 9")
         fork.tag("v2")
 
-    return scenario(BASE_FILES, [
-        ("p0", {"b.py": "bee 0\n" + BASE_FILES["b.py"]}),
-        ("p1", {"a.py": _edit(LINES, "line 9\n", "line 9 ours\n")}),
-        ("p2", {"a.py": _edit(_edit(LINES, "line 9\n", "line 9 ours\n"),
-                              "line 30\n", "line 30 p2\n")}),
-    ], upstream)
+    return scenario(
+        BASE_FILES,
+        [
+            ("p0", {"b.py": "bee 0\n" + BASE_FILES["b.py"]}),
+            ("p1", {"a.py": _edit(LINES, "line 9\n", "line 9 ours\n")}),
+            (
+                "p2",
+                {
+                    "a.py": _edit(
+                        _edit(LINES, "line 9\n", "line 9 ours\n"), "line 30\n", "line 30 p2\n"
+                    )
+                },
+            ),
+        ],
+        upstream,
+    )
 
 
 def _conflict_files(project: Path) -> Path:
@@ -325,17 +360,16 @@ def test_patch_taken_then_reverted_upstream_is_not_upstreamed(scenario):
     assert s.statuses("v2") == {"p1": "clean"}
 
 
-
 def test_rebase_json_describes_where_it_stopped(scenario):
     """`rebase --json` that stops at a conflict still prints JSON on stdout: the patch,
     the work tree to resolve in and what to run next (exit 3)."""
+
     def upstream(fork):
         fork.add_file("a.py", "".join(f"rewritten {i}\n" for i in range(1, 41)))
         fork.commit("Upstream rewrites a.py")
         fork.tag("v2")
 
-    s = scenario(BASE_FILES, [("p1", {"a.py": _edit(LINES, "line 9\n", "line nine\n")})],
-                 upstream)
+    s = scenario(BASE_FILES, [("p1", {"a.py": _edit(LINES, "line 9\n", "line nine\n")})], upstream)
     _code, out, _err = s.run("rebase", "--onto", "v2", "--json", expect=3)
     data = json.loads(out)
     assert data["status"] == "stopped" and data["onto"] == "v2"

@@ -20,12 +20,18 @@ from rebase_helpers import snapshot
 def _killed_at(project: Path, point: str, *args: str) -> None:
     env = {**os.environ, "FORKPATCH_TEST_PAUSE_AFTER": point}
     env.pop("FORKPATCH_FORK_REPO", None)
-    proc = subprocess.Popen([sys.executable, "-m", "forkpatch", *args], cwd=project, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "forkpatch", *args],
+        cwd=project,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         _, status = os.waitpid(proc.pid, os.WUNTRACED)
-        assert os.WIFSTOPPED(status), f"forkpatch ended before {point}: " + \
-            (proc.stderr.read().decode() if proc.stderr else "")
+        assert os.WIFSTOPPED(status), f"forkpatch ended before {point}: " + (
+            proc.stderr.read().decode() if proc.stderr else ""
+        )
         os.kill(proc.pid, signal.SIGKILL)
         os.waitpid(proc.pid, 0)
     finally:

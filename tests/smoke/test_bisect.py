@@ -37,8 +37,7 @@ def _broken_project(build: smokekit.ExampleBuild, dest: Path) -> Path:
     s = load_series(path)
     names = s.names()
     at = names.index("odd-width-padding") + 1
-    entry = PatchEntry(name="break-cli", file="break-cli.patch",
-                       summary="Break the CLI on purpose")
+    entry = PatchEntry(name="break-cli", file="break-cli.patch", summary="Break the CLI on purpose")
     patches = [*s.patches[:at], entry, *s.patches[at:]]
     # Only checks that need no torch: the bisect must not depend on the smoke box.
     patches = [replace(p, smoke=()) for p in patches]
@@ -49,9 +48,18 @@ def _broken_project(build: smokekit.ExampleBuild, dest: Path) -> Path:
 def test_bisect_names_the_patch_that_breaks_a_check(example_build, tmp_path, capsys):
     project = _broken_project(example_build, tmp_path / "project")
     run = Runner(project, capsys)
-    _, out, err = run("smoke", "--bisect", "series.yaml", "--base-wheel",
-                      str(example_build.base_wheel), "--tier", "static", "--deps", "none",
-                      "--json")
+    _, out, err = run(
+        "smoke",
+        "--bisect",
+        "series.yaml",
+        "--base-wheel",
+        str(example_build.base_wheel),
+        "--tier",
+        "static",
+        "--deps",
+        "none",
+        "--json",
+    )
     data = json.loads(out)
     assert data["status"] == "found"
     assert "static.cli-version" in data["failing"]
@@ -71,22 +79,41 @@ def test_bisect_names_the_patch_that_breaks_a_check(example_build, tmp_path, cap
 
 
 def test_bisect_a_wheel_and_refuse_one_from_another_series(example_build, tmp_path, capsys):
-    from forkpatch.build.buildwheel import BuildOptions, build_wheel
     from forkpatch.project import Project
+    from forkpatch.wheels.buildwheel import BuildOptions, build_wheel
 
     project = _broken_project(example_build, tmp_path / "project")
-    wheel = build_wheel(Project(project), BuildOptions(
-        mode="overlay", base_wheel=example_build.base_wheel, out_dir=tmp_path / "dist")).wheels[0]
+    wheel = build_wheel(
+        Project(project),
+        BuildOptions(
+            mode="overlay", base_wheel=example_build.base_wheel, out_dir=tmp_path / "dist"
+        ),
+    ).wheels[0]
     run = Runner(project, capsys)
     # The pristine example wheel does not hold break-cli: a clear refusal, before any build.
-    _, _, err = run("smoke", "--bisect", str(example_build.wheel), "--base-wheel",
-                    str(example_build.base_wheel), expect=1)
+    _, _, err = run(
+        "smoke",
+        "--bisect",
+        str(example_build.wheel),
+        "--base-wheel",
+        str(example_build.base_wheel),
+        expect=1,
+    )
     assert "was not built from the series in series.yaml" in err
     assert "break-cli" in err
 
-    _, out, err = run("smoke", "--bisect", str(wheel), "--base-wheel",
-                      str(example_build.base_wheel), "--tier", "static", "--deps", "none",
-                      "--json")
+    _, out, err = run(
+        "smoke",
+        "--bisect",
+        str(wheel),
+        "--base-wheel",
+        str(example_build.base_wheel),
+        "--tier",
+        "static",
+        "--deps",
+        "none",
+        "--json",
+    )
     data = json.loads(out)
     assert data["status"] == "found"
     assert [c["patch"] for c in data["first_bad"]] == ["break-cli"]
@@ -97,8 +124,17 @@ def test_nothing_to_bisect_when_no_check_fails(example_build, tmp_path, capsys):
     project = smokekit.copy_project(example_build, tmp_path / "project")
     smokekit.set_smoke(project, {p: [] for p in load_series(project / "series.yaml").names()})
     run = Runner(project, capsys)
-    _, out, err = run("smoke", "--bisect", "--base-wheel", str(example_build.base_wheel),
-                      "--tier", "static", "--deps", "none", "--json")
+    _, out, err = run(
+        "smoke",
+        "--bisect",
+        "--base-wheel",
+        str(example_build.base_wheel),
+        "--tier",
+        "static",
+        "--deps",
+        "none",
+        "--json",
+    )
     data = json.loads(out)
     assert data["status"] == "nothing-to-bisect" and data["failing"] == {}
     assert data["builds"] == 1 and data["first_bad"] == []

@@ -14,16 +14,25 @@ from forkpatch.smoke.report import CheckResult, SmokeReport, junit_xml
 
 # The ids the real patch set's series.yaml uses (FORK-NOTES, "What a V100 smoke check must prove").
 REAL_SET = [
-    "static.version-metadata", "static.cli-version", "static.import-patched-modules",
-    "static.capability-floor-cpu", "static.odd-width-padding-cpu", "static.eager-block-cast-cpu",
-    "static.packed-repack-cpu", "sm70.capability", "sm70.ops-registered",
-    "sm70.fp8-per-block-config", "sm70.odd-width-linear", "sm70.tiny-model-generates",
+    "static.version-metadata",
+    "static.cli-version",
+    "static.import-patched-modules",
+    "static.capability-floor-cpu",
+    "static.odd-width-padding-cpu",
+    "static.eager-block-cast-cpu",
+    "static.packed-repack-cpu",
+    "sm70.capability",
+    "sm70.ops-registered",
+    "sm70.fp8-per-block-config",
+    "sm70.odd-width-linear",
+    "sm70.tiny-model-generates",
 ]
 
 
 def _series(*patches: PatchEntry) -> Series:
-    return Series(fork=ForkInfo("f", "u", "1cat-vllm"), base=BaseRef("v1", "0" * 40),
-                  patches=patches)
+    return Series(
+        fork=ForkInfo("f", "u", "1cat-vllm"), base=BaseRef("v1", "0" * 40), patches=patches
+    )
 
 
 def test_registry_has_the_real_patch_sets_checks():
@@ -43,10 +52,12 @@ def test_incheck_is_standalone():
     import sys
 
     tree = ast.parse(Path(incheck.__file__).read_text())
-    every = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import)
-             for a in n.names}
-    every |= {(n.module or "").split(".")[0] for n in ast.walk(tree)
-              if isinstance(n, ast.ImportFrom)}
+    every = {
+        a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
+    }
+    every |= {
+        (n.module or "").split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+    }
     assert "forkpatch" not in every
     top = {a.name.split(".")[0] for n in tree.body if isinstance(n, ast.Import) for a in n.names}
     top |= {(n.module or "").split(".")[0] for n in tree.body if isinstance(n, ast.ImportFrom)}
@@ -61,8 +72,9 @@ def test_the_projects_real_series_names_only_known_checks():
 
 
 def test_unknown_check_id_is_refused_with_a_suggestion():
-    s = _series(PatchEntry(name="p", summary="s", file="p.patch",
-                           smoke=("static.cli-versoin",), line=12))
+    s = _series(
+        PatchEntry(name="p", summary="s", file="p.patch", smoke=("static.cli-versoin",), line=12)
+    )
     with pytest.raises(SeriesError) as exc:
         checks.validate_series(s)
     assert "series.yaml:12" in exc.value.message
@@ -72,8 +84,12 @@ def test_unknown_check_id_is_refused_with_a_suggestion():
 
 
 def test_plan_baseline_then_patch_checks_in_tier_order():
-    a = PatchEntry(name="a", summary="s", file="a.patch",
-                   smoke=("sm70.odd-width-linear", "static.odd-width-padding-cpu"))
+    a = PatchEntry(
+        name="a",
+        summary="s",
+        file="a.patch",
+        smoke=("sm70.odd-width-linear", "static.odd-width-padding-cpu"),
+    )
     b = PatchEntry(name="b", summary="s", file="b.patch", smoke=("sm70.odd-width-linear",))
     plan = checks.plan([a, b])
     ids = list(plan)
@@ -86,59 +102,103 @@ def test_plan_baseline_then_patch_checks_in_tier_order():
         checks.tiers_up_to("sm7")
 
 
-@pytest.mark.parametrize("device,check_id,reason", [
-    ({"torch": None, "reason": "torch is not importable (x)"}, "static.packed-repack-cpu",
-     "torch is not importable (x)"),
-    ({"torch": "2.10", "cuda_available": False, "reason": "no CUDA device: x"},
-     "gpu.cuda-compute", "no CUDA device: x"),
-    ({"torch": "2.10", "cuda_available": True,
-      "devices": [{"index": 0, "name": "NVIDIA H200", "capability": [9, 0]}]},
-     "sm70.capability", "device NVIDIA H200 has capability (9, 0), not (7, 0)"),
-    ({"torch": "2.10", "cuda_available": True,
-      "devices": [{"index": 0, "name": "Tesla V100-SXM2-32GB", "capability": [7, 0]}]},
-     "sm70.capability", None),
-    ({"torch": None}, "static.version-metadata", None),
-])
+@pytest.mark.parametrize(
+    "device,check_id,reason",
+    [
+        (
+            {"torch": None, "reason": "torch is not importable (x)"},
+            "static.packed-repack-cpu",
+            "torch is not importable (x)",
+        ),
+        (
+            {"torch": "2.10", "cuda_available": False, "reason": "no CUDA device: x"},
+            "gpu.cuda-compute",
+            "no CUDA device: x",
+        ),
+        (
+            {
+                "torch": "2.10",
+                "cuda_available": True,
+                "devices": [{"index": 0, "name": "NVIDIA H200", "capability": [9, 0]}],
+            },
+            "sm70.capability",
+            "device NVIDIA H200 has capability (9, 0), not (7, 0)",
+        ),
+        (
+            {
+                "torch": "2.10",
+                "cuda_available": True,
+                "devices": [{"index": 0, "name": "Tesla V100-SXM2-32GB", "capability": [7, 0]}],
+            },
+            "sm70.capability",
+            None,
+        ),
+        ({"torch": None}, "static.version-metadata", None),
+    ],
+)
 def test_tier_gate_reasons(device, check_id, reason):
     assert incheck.gate(incheck.REGISTRY[check_id], device) == reason
 
 
 def test_gated_check_is_not_run_never_passed():
-    res = incheck.run_one(incheck.REGISTRY["sm70.odd-width-linear"],
-                          incheck.Ctx(spec={"version": "1"}, device={"torch": None,
-                                                                     "reason": "no torch"}))
+    res = incheck.run_one(
+        incheck.REGISTRY["sm70.odd-width-linear"],
+        incheck.Ctx(spec={"version": "1"}, device={"torch": None, "reason": "no torch"}),
+    )
     assert res["outcome"] == "not-run" and res["detail"] == "no torch"
 
 
 def _report(outcomes: dict[str, str], requested=("static", "gpu", "sm70")) -> SmokeReport:
     reg = checks.registry()
     return SmokeReport(
-        wheels=[{"file": "w.whl", "sha256": "a" * 64}], primary_sha256="a" * 64, version="1",
+        wheels=[{"file": "w.whl", "sha256": "a" * 64}],
+        primary_sha256="a" * 64,
+        version="1",
         requested_tiers=list(requested),
-        checks=[CheckResult(cid, reg[cid].tier, o, 0.5, f"why {cid}",
-                            ["p"] if cid.endswith("-cpu") else []) for cid, o in outcomes.items()],
-        environment={"deps": "none"}, device={}, patches=["p"])
+        checks=[
+            CheckResult(
+                cid, reg[cid].tier, o, 0.5, f"why {cid}", ["p"] if cid.endswith("-cpu") else []
+            )
+            for cid, o in outcomes.items()
+        ],
+        environment={"deps": "none"},
+        device={},
+        patches=["p"],
+    )
 
 
 def test_tier_status():
-    r = _report({"static.version-metadata": "passed", "static.packed-repack-cpu": "not-run",
-                 "gpu.cuda-compute": "not-run", "sm70.capability": "passed"},
-                requested=("static", "gpu", "sm70"))
+    r = _report(
+        {
+            "static.version-metadata": "passed",
+            "static.packed-repack-cpu": "not-run",
+            "gpu.cuda-compute": "not-run",
+            "sm70.capability": "passed",
+        },
+        requested=("static", "gpu", "sm70"),
+    )
     st = r.to_json()["tiers"]
     assert st["status"] == {"static": "incomplete", "gpu": "not-run", "sm70": "passed"}
     assert st["not_run"] == {"gpu": "why gpu.cuda-compute"}
     assert st["run"] == ["static", "sm70"]
     assert r.passed
-    assert r.per_patch() == [{"name": "p", "status": "not-run",
-                              "checks": {"static.packed-repack-cpu": "not-run"}}]
+    assert r.per_patch() == [
+        {"name": "p", "status": "not-run", "checks": {"static.packed-repack-cpu": "not-run"}}
+    ]
     r2 = _report({"static.version-metadata": "error"}, requested=("static",))
     assert not r2.passed and r2.to_json()["tiers"]["status"]["static"] == "failed"
     assert r2.to_json()["tiers"]["status"]["sm70"] == "not-run"
 
 
 def test_junit_marks_not_run_as_skipped():
-    data = _report({"static.version-metadata": "passed", "static.cli-version": "failed",
-                    "gpu.cuda-compute": "not-run", "sm70.capability": "error"}).to_json()
+    data = _report(
+        {
+            "static.version-metadata": "passed",
+            "static.cli-version": "failed",
+            "gpu.cuda-compute": "not-run",
+            "sm70.capability": "error",
+        }
+    ).to_json()
     root = ET.fromstring(junit_xml(data))
     assert root.get("tests") == "4" and root.get("failures") == "1"
     assert root.get("errors") == "1" and root.get("skipped") == "1"

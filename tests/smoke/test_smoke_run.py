@@ -21,15 +21,20 @@ def _cuda() -> tuple[bool, list[tuple[int, int]]]:
         return False, []
     if not torch.cuda.is_available():
         return False, []
-    return True, [tuple(torch.cuda.get_device_capability(i))
-                  for i in range(torch.cuda.device_count())]
+    return True, [
+        tuple(torch.cuda.get_device_capability(i)) for i in range(torch.cuda.device_count())
+    ]
 
 
 def test_static_tier_passes_and_missing_hardware_is_not_run(example_build, tmp_path, capsys):
     project = smokekit.copy_project(example_build, tmp_path / "project")
-    smokekit.set_smoke(project, {"cli-version": ["static.cli-version"],
-                                 "capability-floor": ["sm70.capability",
-                                                      "sm70.fp8-per-block-config"]})
+    smokekit.set_smoke(
+        project,
+        {
+            "cli-version": ["static.cli-version"],
+            "capability-floor": ["sm70.capability", "sm70.fp8-per-block-config"],
+        },
+    )
     run = Runner(project, capsys)
     junit = tmp_path / "smoke.xml"
     _code, out, err = run("smoke", str(example_build.wheel), "--json", "--junit", str(junit))
@@ -63,8 +68,12 @@ def test_static_tier_passes_and_missing_hardware_is_not_run(example_build, tmp_p
     assert patches["cli-version"]["status"] == "passed"
     assert patches["capability-floor"]["status"] in ("not-run", "passed", "failed")
     assert [p["name"] for p in data["patches"]] == [
-        "capability-floor", "odd-width-padding", "eager-block-cast", "cli-version",
-        "vllm-dist-info"]
+        "capability-floor",
+        "odd-width-padding",
+        "eager-block-cast",
+        "cli-version",
+        "vllm-dist-info",
+    ]
 
     stored = project / ".forkpatch" / "smoke" / f"{sha}.json"
     assert json.loads(stored.read_text()) == data
@@ -80,8 +89,9 @@ def test_deps_none_reports_torch_checks_as_not_run(example_build, tmp_path, caps
     project = smokekit.copy_project(example_build, tmp_path / "project")
     smokekit.set_smoke(project, {"odd-width-padding": ["static.odd-width-padding-cpu"]})
     run = Runner(project, capsys)
-    _, out, _ = run("smoke", str(example_build.wheel), "--tier", "static", "--deps", "none",
-                    "--json")
+    _, out, _ = run(
+        "smoke", str(example_build.wheel), "--tier", "static", "--deps", "none", "--json"
+    )
     data = json.loads(out)
     by_id = {c["id"]: c for c in data["checks"]}
     assert by_id["static.odd-width-padding-cpu"]["outcome"] == "not-run"
@@ -101,8 +111,7 @@ def test_failing_check_exits_1_and_names_the_patch(example_build, tmp_path, caps
     project = smokekit.copy_project(example_build, tmp_path / "project")
     smokekit.set_smoke(project, {"capability-floor": ["static.capability-floor-cpu"]})
     run = Runner(project, capsys)
-    _code, out, err = run("smoke", str(example_build.wheel), "--tier", "static", "--json",
-                         expect=1)
+    _code, out, err = run("smoke", str(example_build.wheel), "--tier", "static", "--json", expect=1)
     data = json.loads(out)
     assert data["passed"] is False and data["tiers"]["status"]["static"] == "failed"
     assert {p["name"]: p["status"] for p in data["patches"]}["capability-floor"] == "failed"
@@ -114,8 +123,9 @@ def test_edited_patch_fails_the_provenance_check(example_build, tmp_path, capsys
     patch = project / "patches" / "cli-version.patch"
     patch.write_bytes(b"An edited description.\n\n" + patch.read_bytes())
     run = Runner(project, capsys)
-    _, out, _ = run("smoke", str(example_build.wheel), "--tier", "static", "--deps", "none",
-                    "--json", expect=1)
+    _, out, _ = run(
+        "smoke", str(example_build.wheel), "--tier", "static", "--deps", "none", "--json", expect=1
+    )
     prov = {c["id"]: c for c in json.loads(out)["checks"]}["static.provenance"]
     assert prov["outcome"] == "failed"
     assert "cli-version" in prov["detail"] and "sha256" in prov["detail"]
@@ -132,7 +142,8 @@ def test_refusals_before_any_environment_is_made(example_build, tmp_path, capsys
     not_a_wheel.write_text("nope")
     _, _, err = Runner(tmp_path, capsys)("smoke", str(not_a_wheel), expect=1)
     assert "not a wheel file name" in err
-    _, _, err = Runner(tmp_path, capsys)("smoke", str(example_build.base_wheel), "--tier",
-                                         "bogus", expect=2)
+    _, _, err = Runner(tmp_path, capsys)(
+        "smoke", str(example_build.base_wheel), "--tier", "bogus", expect=2
+    )
     _, _, err = Runner(tmp_path, capsys)("smoke", expect=2)
     assert "no wheel given" in err

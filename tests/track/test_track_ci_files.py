@@ -20,9 +20,14 @@ DRIVER = CI / "forkpatch-ci.sh"
 def _check_jsonschema(schema: str, path: Path) -> None:
     exe = shutil.which("check-jsonschema")
     cmd = [exe] if exe else [sys.executable, "-m", "check_jsonschema"]
-    proc = subprocess.run([*cmd, "--builtin-schema", schema, str(path)],
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=120, check=False)
+    proc = subprocess.run(
+        [*cmd, "--builtin-schema", schema, str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout
 
 
@@ -56,19 +61,25 @@ def test_gitlab_jobs_tags_and_schedule():
     assert {"if": '$CI_PIPELINE_SOURCE == "schedule"'} in gl["workflow"]["rules"]
     assert gl["forkpatch-smoke"]["tags"] == ["sm70"]
     assert gl["forkpatch-build"]["tags"] == ["docker"]
-    for job, step in (("forkpatch-track", "track"), ("forkpatch-build", "build"),
-                      ("forkpatch-smoke", "smoke"), ("forkpatch-publish", "publish"),
-                      ("forkpatch-open-change", "open-change")):
+    for job, step in (
+        ("forkpatch-track", "track"),
+        ("forkpatch-build", "build"),
+        ("forkpatch-smoke", "smoke"),
+        ("forkpatch-publish", "publish"),
+        ("forkpatch-open-change", "open-change"),
+    ):
         assert gl[job]["script"] == [f'bash "$FORKPATCH_TOOL/ci/forkpatch-ci.sh" {step}']
 
 
 def test_driver_script_parses_and_explains_itself():
     subprocess.run(["bash", "-n", str(DRIVER)], check=True)
-    out = subprocess.run(["bash", str(DRIVER), "--help"], stdout=subprocess.PIPE, text=True,
-                         check=True).stdout
+    out = subprocess.run(
+        ["bash", str(DRIVER), "--help"], stdout=subprocess.PIPE, text=True, check=True
+    ).stdout
     assert "open-change" in out and "FORKPATCH_CI_DRY_RUN" in out
-    bad = subprocess.run(["bash", str(DRIVER), "bake"], stderr=subprocess.PIPE, text=True,
-                         check=False)
+    bad = subprocess.run(
+        ["bash", str(DRIVER), "bake"], stderr=subprocess.PIPE, text=True, check=False
+    )
     assert bad.returncode == 1 and "unknown step" in bad.stderr
 
 
@@ -76,6 +87,11 @@ def test_driver_script_is_shellcheck_clean():
     exe = shutil.which("shellcheck")
     if exe is None:
         pytest.skip("shellcheck is not installed")
-    proc = subprocess.run([exe, "-S", "warning", str(DRIVER)], stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, check=False)
+    proc = subprocess.run(
+        [exe, "-S", "warning", str(DRIVER)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout

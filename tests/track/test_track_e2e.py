@@ -35,8 +35,11 @@ def _outputs(setup) -> dict[str, bytes]:
 
 def test_new_release_is_rebased_built_smoked_published_and_proposed(tmp_path):
     with pypiserver(tmp_path / "index") as url:
-        setup = make_setup(tmp_path, tag_v130=False, sections={
-            "publish": {"to": url, "required-tiers": ["static"]}})
+        setup = make_setup(
+            tmp_path,
+            tag_v130=False,
+            sections={"publish": {"to": url, "required-tiers": ["static"]}},
+        )
 
         # Before the release: up to date, and the forecast already sees main.
         first = run_ci("track", setup)
@@ -55,11 +58,13 @@ def test_new_release_is_rebased_built_smoked_published_and_proposed(tmp_path):
         assert [t["tag"] for t in data["newer"]] == ["v1.3.0", "v1.4.0rc1"]
         assert data["newer"][1]["held_back"].startswith("pre-release")
         st = data["stages"]
-        assert st["rebase"]["patches"] == {"capability-floor": "clean",
-                                           "odd-width-padding": "merged",
-                                           "eager-block-cast": "clean",
-                                           "cli-version": "upstreamed",
-                                           "vllm-dist-info": "clean"}
+        assert st["rebase"]["patches"] == {
+            "capability-floor": "clean",
+            "odd-width-padding": "merged",
+            "eager-block-cast": "clean",
+            "cli-version": "upstreamed",
+            "vllm-dist-info": "clean",
+        }
         assert st["build"]["mode"] == "overlay"
         (wheel,) = st["build"]["wheels"]
         assert wheel.startswith("1cat_vllm-1.3.0+fp.")
@@ -72,17 +77,28 @@ def test_new_release_is_rebased_built_smoked_published_and_proposed(tmp_path):
         change = json.loads((setup.out / "change.json").read_text())
         assert change["kind"] == "pull" and change["branch"] == branch
         assert git(setup.project, "rev-parse", branch) == change["commit"]
-        assert git(setup.project, "rev-parse", f"{branch}^") == \
-            git(setup.project, "rev-parse", "HEAD")
+        assert git(setup.project, "rev-parse", f"{branch}^") == git(
+            setup.project, "rev-parse", "HEAD"
+        )
         changed = git(setup.project, "diff", "--name-status", "HEAD", branch).splitlines()
-        assert sorted(changed) == ["D\tpatches/cli-version.patch",
-                                   "M\tpatches/odd-width-padding.patch", "M\tseries.yaml"]
+        assert sorted(changed) == [
+            "D\tpatches/cli-version.patch",
+            "M\tpatches/odd-width-padding.patch",
+            "M\tseries.yaml",
+        ]
         assert "tag: v1.3.0" in git(setup.project, "show", f"{branch}:series.yaml")
         assert git(setup.project, "status", "--porcelain") == ""  # work tree untouched
         body = (setup.out / "v1.3.0" / "change-body.md").read_text()
-        for needle in ("v1.2.1 → v1.3.0 (published)", "odd-width-padding", "merged",
-                       "upstreamed", wheel, st["build"]["wheels"][wheel],
-                       "`static.provenance` | passed", f"to {url}"):
+        for needle in (
+            "v1.2.1 → v1.3.0 (published)",
+            "odd-width-padding",
+            "merged",
+            "upstreamed",
+            wheel,
+            st["build"]["wheels"][wheel],
+            "`static.provenance` | passed",
+            f"to {url}",
+        ):
             assert needle in body, needle
         assert "would run: git push --force origin" in run_ci("open-change", setup).stderr
 
@@ -106,15 +122,21 @@ def test_conflicting_release_reports_the_patch_and_publishes_nothing(tmp_path):
     from forkpatch.example import ONLINE
 
     index = tmp_path / "published"
-    setup = make_setup(tmp_path, tag_v130=False, sections={
-        "publish": {"to": str(index), "required-tiers": ["static"]}})
+    setup = make_setup(
+        tmp_path,
+        tag_v130=False,
+        sections={"publish": {"to": str(index), "required-tiers": ["static"]}},
+    )
     base_py = setup.fork / ONLINE / "base.py"
     git(setup.fork, "checkout", "-q", "main")
-    base_py.write_text(base_py.read_text().replace(
-        "        # Online FP8 needs hardware FP8 or Marlin: Turing and newer.\n"
-        "        return 75\n",
-        "        # Online FP8 needs hardware FP8 (Ada) or Marlin (Turing and newer).\n"
-        "        return 75 if marlin_available() else 89\n"))
+    base_py.write_text(
+        base_py.read_text().replace(
+            "        # Online FP8 needs hardware FP8 or Marlin: Turing and newer.\n"
+            "        return 75\n",
+            "        # Online FP8 needs hardware FP8 (Ada) or Marlin (Turing and newer).\n"
+            "        return 75 if marlin_available() else 89\n",
+        )
+    )
     git(setup.fork, "commit", "-q", "-am", "Raise the online FP8 floor without Marlin")
     tag_release(setup, "v1.3.1")
 
@@ -129,9 +151,14 @@ def test_conflicting_release_reports_the_patch_and_publishes_nothing(tmp_path):
     assert {data["stages"][s]["status"] for s in ("build", "smoke", "publish")} == {"skipped"}
     assert not index.exists()
     summary = (setup.out / "v1.3.1" / "summary.md").read_text()
-    for needle in ("does not rebase cleanly onto `v1.3.1`", "`capability-floor` conflicts",
-                   f"`{ONLINE}/base.py`", "forkpatch rebase --onto v1.3.1",
-                   "forkpatch rebase --continue", "Not tried (they come after it)"):
+    for needle in (
+        "does not rebase cleanly onto `v1.3.1`",
+        "`capability-floor` conflicts",
+        f"`{ONLINE}/base.py`",
+        "forkpatch rebase --onto v1.3.1",
+        "forkpatch rebase --continue",
+        "Not tried (they come after it)",
+    ):
         assert needle in summary, needle
 
     change = run_ci("open-change", setup)
@@ -164,8 +191,7 @@ def test_cli_exit_codes_and_conflict_exit_3(tmp_path, capsys):
     base_py.write_text(base_py.read_text().replace("return 75\n", "return 80\n"))
     git(setup.fork, "commit", "-q", "-am", "floor 80")
     git(setup.fork, "tag", "-a", "v1.3.1", "-m", "v1.3.1")
-    code = main(["-C", str(setup.project), "track", "--run", "--json", "--out",
-                 str(setup.out)])
+    code = main(["-C", str(setup.project), "track", "--run", "--json", "--out", str(setup.out)])
     out, err = capsys.readouterr()
     assert code == 3, err
     assert json.loads(out)["status"] == "conflict"

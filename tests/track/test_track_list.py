@@ -20,12 +20,17 @@ from forkpatch.track import DEFAULT_PATTERN, list_releases, parse_tag
 def _project(tmp_path: Path, fork: Path, base: str = "v1.2.1", **track: object) -> Project:
     from forkpatch.ops import init_project
 
-    project = init_project(tmp_path / "project", fork_url=str(fork), base_tag=base,
-                           fork_name="f", distribution="1cat-vllm", fork_override=None)
+    project = init_project(
+        tmp_path / "project",
+        fork_url=str(fork),
+        base_tag=base,
+        fork_name="f",
+        distribution="1cat-vllm",
+        fork_override=None,
+    )
     if track:
         s = load_series(project.series_path)
-        save_series(replace(s, sections={**s.sections, "track": dict(track)}),
-                    project.series_path)
+        save_series(replace(s, sections={**s.sections, "track": dict(track)}), project.series_path)
         project.reload()
     return project
 
@@ -87,8 +92,9 @@ def test_min_age_holds_back_a_young_tag(tmp_path, fork):
 def test_custom_pattern_and_a_base_it_does_not_match(tmp_path, fork):
     _tag_many(fork, "release-1.3.0", "v9.0.0")
     fork.git("tag", "-a", "release-1.2.1", "-m", "r", "v1.2.1")
-    project = _project(tmp_path, fork.path, base="release-1.2.1",
-                       pattern=r"^release-(?P<version>\d+(\.\d+)*)$")
+    project = _project(
+        tmp_path, fork.path, base="release-1.2.1", pattern=r"^release-(?P<version>\d+(\.\d+)*)$"
+    )
     report = list_releases(project)
     assert [t.tag for t in report.newer] == ["release-1.3.0"]
     with pytest.raises(SeriesError, match="does not match track.pattern"):
@@ -106,18 +112,27 @@ def test_cli_json_and_the_forecast_names_the_conflicting_patch(tmp_path, example
 
     project = tmp_path / "project"
     project.mkdir()
-    assert main(["-C", str(project), "init", "--fork-url", str(example_fork.path),
-                 "--base", "v1.2.1"]) == 0
+    assert (
+        main(["-C", str(project), "init", "--fork-url", str(example_fork.path), "--base", "v1.2.1"])
+        == 0
+    )
     incoming = write_example_patches(example_fork.path, "v1.2.1", tmp_path / "incoming")
     assert main(["-C", str(project), "import", *map(str, incoming)]) == 0
     base_py = example_fork.path / ONLINE / "base.py"
     base_py.write_text(base_py.read_text().replace("return 75\n", "return 80\n"))
     import subprocess
 
-    subprocess.run(["git", "-C", str(example_fork.path), "commit", "-qam", "floor"],
-                   check=True, env={"GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@b",
-                                    "GIT_COMMITTER_NAME": "a", "GIT_COMMITTER_EMAIL": "a@b",
-                                    "PATH": "/usr/bin:/bin"})
+    subprocess.run(
+        ["git", "-C", str(example_fork.path), "commit", "-qam", "floor"],
+        check=True,
+        env={
+            "GIT_AUTHOR_NAME": "a",
+            "GIT_AUTHOR_EMAIL": "a@b",
+            "GIT_COMMITTER_NAME": "a",
+            "GIT_COMMITTER_EMAIL": "a@b",
+            "PATH": "/usr/bin:/bin",
+        },
+    )
     capsys.readouterr()
     code = main(["-C", str(project), "track", "--json"])
     out, err = capsys.readouterr()

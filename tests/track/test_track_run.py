@@ -17,8 +17,18 @@ from forkpatch.track import MAX_BODY, _bounded, overall_status
 
 
 def _run(setup, *args: str) -> int:
-    return main(["-C", str(setup.project), "track", "--run", "--no-forecast", "--out",
-                 str(setup.out), *args])
+    return main(
+        [
+            "-C",
+            str(setup.project),
+            "track",
+            "--run",
+            "--no-forecast",
+            "--out",
+            str(setup.out),
+            *args,
+        ]
+    )
 
 
 def test_stages_resume_across_invocations_and_inputs_change_starts_over(tmp_path, capsys):
@@ -39,8 +49,10 @@ def test_stages_resume_across_invocations_and_inputs_change_starts_over(tmp_path
     assert git(setup.project, "status", "--porcelain") == ""
     # A change to the series is new input: the run starts over.
     (setup.project / "patches" / "cli-version.patch").write_bytes(
-        (setup.project / "patches" / "cli-version.patch").read_bytes().replace(
-            b"The wheel", b"The 1cat wheel", 1))
+        (setup.project / "patches" / "cli-version.patch")
+        .read_bytes()
+        .replace(b"The wheel", b"The 1cat wheel", 1)
+    )
     capsys.readouterr()
     assert _run(setup, "--steps", "rebase") == 0
     assert "starting over" in capsys.readouterr().err
@@ -50,8 +62,7 @@ def test_stages_resume_across_invocations_and_inputs_change_starts_over(tmp_path
 
 def test_base_wheel_from_a_url_template(tmp_path):
     setup = make_setup(tmp_path, tag_v130=True)
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler,
-                                directory=str(setup.release))
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(setup.release))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
@@ -73,8 +84,10 @@ def test_missing_base_wheel_fails_the_build_with_a_tip(tmp_path, capsys):
     assert "the base wheel for v1.3.0 is not there" in err
     data = json.loads((setup.out / "v1.3.0" / "result.json").read_text())
     assert data["status"] == "failed"
-    assert data["stages"]["smoke"] == {"status": "skipped",
-                                       "reason": "the build stage did not succeed"}
+    assert data["stages"]["smoke"] == {
+        "status": "skipped",
+        "reason": "the build stage did not succeed",
+    }
 
 
 def test_make_branch_for_a_project_in_a_subdirectory(tmp_path, capsys):
@@ -96,9 +109,11 @@ def test_make_branch_for_a_project_in_a_subdirectory(tmp_path, capsys):
     change = json.loads(capsys.readouterr().out)
     assert change["kind"] == "pull" and change["updated"] is True
     names = git(repo, "diff", "--name-only", "main", change["branch"]).splitlines()
-    assert sorted(names) == ["deploy/forkpatch/patches/cli-version.patch",
-                             "deploy/forkpatch/patches/odd-width-padding.patch",
-                             "deploy/forkpatch/series.yaml"]
+    assert sorted(names) == [
+        "deploy/forkpatch/patches/cli-version.patch",
+        "deploy/forkpatch/patches/odd-width-padding.patch",
+        "deploy/forkpatch/series.yaml",
+    ]
     assert main([*args, "--make-branch", "--json"]) == 0
     again = json.loads(capsys.readouterr().out)
     assert again["commit"] == change["commit"] and again["updated"] is False
@@ -115,12 +130,22 @@ def test_pre_release_tags_are_ignored_by_run(tmp_path, capsys):
 def test_overall_status_and_body_bound():
     assert overall_status({"stages": {}}) == "pending"
     assert overall_status({"stages": {"rebase": {"status": "conflict"}}}) == "conflict"
-    assert overall_status({"stages": {"rebase": {"status": "done"},
-                                      "build": {"status": "done"},
-                                      "smoke": {"status": "failed", "passed": False}}}) \
+    assert (
+        overall_status(
+            {
+                "stages": {
+                    "rebase": {"status": "done"},
+                    "build": {"status": "done"},
+                    "smoke": {"status": "failed", "passed": False},
+                }
+            }
+        )
         == "failed"
-    assert overall_status({"stages": {"rebase": {"status": "done"},
-                                      "publish": {"status": "skipped"}}}) == "rebased"
+    )
+    assert (
+        overall_status({"stages": {"rebase": {"status": "done"}, "publish": {"status": "skipped"}}})
+        == "rebased"
+    )
     text = "line\n" * (MAX_BODY // 4)
     cut = _bounded(text)
     assert len(cut) <= MAX_BODY and "cut at" in cut

@@ -23,7 +23,7 @@ SRC = "patches/t.patch"
 # --------------------------------------------------------------------------- helpers
 
 
-from fptest import git_diff  # noqa: E402 - shared with the other parser tests
+from fptest import git_diff
 
 
 def roundtrip(tmp: Path, before: dict[str, bytes], after: dict[str, bytes], **kw: object) -> None:

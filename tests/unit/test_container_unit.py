@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from fptest import make_synthetic_fork
 
-from forkpatch.build.container import (
+from forkpatch.errors import BuildError
+from forkpatch.wheels.container import (
     CacheConfig,
     builder_context,
     builder_image_key,
@@ -19,8 +20,7 @@ from forkpatch.build.container import (
     write_sha256sums,
     write_source_tar,
 )
-from forkpatch.build.runner import redact, run
-from forkpatch.errors import BuildError
+from forkpatch.wheels.runner import redact, run
 
 GiB = 1024**3
 REPO = Path(__file__).resolve().parents[2]
@@ -206,4 +206,3 @@ def test_builder_files_ship_as_package_data() -> None:
     assert found.read_bytes() == (REPO / "ci" / "builder.Dockerfile").read_bytes()
     assert (found.parent / "container-build.sh").is_file()
     builder_context(REPO, dockerfile=found, install_toolchain=False)
-

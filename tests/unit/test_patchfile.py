@@ -23,7 +23,7 @@ SRC = "patches/foo.patch"
 # --------------------------------------------------------------------------- helpers
 
 
-from fptest import git_diff  # noqa: E402 - shared with the other parser tests
+from fptest import git_diff
 
 # --------------------------------------------------------------------------- git diffs
 

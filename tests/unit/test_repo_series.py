@@ -19,8 +19,14 @@ from forkpatch.smoke.checks import registry
 
 ROOT = Path(__file__).resolve().parents[2]
 SERIES = load_series(ROOT / "series.yaml")
-EXPECTED = ["capability-floor", "odd-width-padding", "eager-block-cast", "packed-repack",
-            "vllm-dist-info", "cli-version"]
+EXPECTED = [
+    "capability-floor",
+    "odd-width-padding",
+    "eager-block-cast",
+    "packed-repack",
+    "vllm-dist-info",
+    "cli-version",
+]
 
 
 def test_the_six_patches_in_order_on_the_recorded_base():

@@ -33,44 +33,67 @@ def test_minimal_and_defaults():
 
 
 def test_entries_parse_with_lines():
-    s = parse_series(HEAD + "patches:\n  - name: a\n    file: a.patch\n    summary: A\n"
-                     "    smoke: [x, y]\n  - name: b\n    build-step: vllm-dist-info\n"
-                     "    summary: B\n")
+    s = parse_series(
+        HEAD + "patches:\n  - name: a\n    file: a.patch\n    summary: A\n"
+        "    smoke: [x, y]\n  - name: b\n    build-step: vllm-dist-info\n"
+        "    summary: B\n"
+    )
     assert s.names() == ["a", "b"]
     assert s.get("a").line == 9 and s.get("a").smoke == ("x", "y")
     assert s.get("b").build_step == "vllm-dist-info" and not s.get("b").is_diff
 
 
-@pytest.mark.parametrize(("text", "words"), [
-    (HEAD + "patchs: []\n", ["series.yaml:8", "unknown key 'patchs'", "did you mean 'patches'"]),
-    (HEAD.replace("  url", "  ulr"), ["series.yaml:4", "did you mean 'url'"]),
-    (HEAD + "patches:\n  - name: a\n    file: a.patch\n    sumary: x\n",
-     ["series.yaml:11", "did you mean 'summary'"]),
-    (HEAD + "patches:\n  - name: a\n    file: a.patch\n    summary: x\n"
-     "  - name: a\n    file: b.patch\n    summary: y\n",
-     ["series.yaml:12", "duplicate patch name 'a'", "first at line 9"]),
-    (HEAD + "patches:\n  - name: a\n    file: a.patch\n    summary: x\n"
-     "  - name: b\n    file: a.patch\n    summary: y\n", ["series.yaml:12", "already used"]),
-    (HEAD + "fork: {}\n", ["series.yaml:", "duplicate key 'fork'"]),
-    (HEAD + "patches:\n  - &a {name: a, file: a.patch, summary: x}\n  - *a\n",
-     ["series.yaml:9", "anchors and aliases"]),
-    (HEAD.replace(C, "abc"), ["series.yaml:7", "40-hex"]),
-    (HEAD.replace("tag: v1", "tag: 1.2"), ["series.yaml:6", "quote it"]),
-    (HEAD + "patches:\n  - name: Bad\n    file: a.patch\n    summary: x\n",
-     ["series.yaml:9", "slug"]),
-    (HEAD + "patches:\n  - name: a\n    summary: x\n", ["series.yaml:9", "exactly one of"]),
-    (HEAD + "patches:\n  - name: a\n    file: /etc/a.patch\n    summary: x\n",
-     ["series.yaml:10", "inside patches/"]),
-    (HEAD + "patches:\n  - name: a\n    build-step: vllm-dist-inf\n    summary: x\n",
-     ["did you mean 'vllm-dist-info'"]),
-    (HEAD + "build:\n  mode: overlay\n  max-jobs: yes\n", ["series.yaml:10", "must be a int"]),
-    (HEAD + "version: 2\n", ["duplicate key 'version'"]),
-    (HEAD.replace("version: 1", "version: 2"), ["series.yaml:1", "unsupported"]),
-    ("", ["empty"]),
-    ("fork: [\n", ["not valid YAML"]),
-    ("- a\n", ["top level must be a mapping"]),
-    (HEAD.replace("base:\n  tag: v1\n", "base:\n"), ["missing required key 'tag'"]),
-])
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        (
+            HEAD + "patchs: []\n",
+            ["series.yaml:8", "unknown key 'patchs'", "did you mean 'patches'"],
+        ),
+        (HEAD.replace("  url", "  ulr"), ["series.yaml:4", "did you mean 'url'"]),
+        (
+            HEAD + "patches:\n  - name: a\n    file: a.patch\n    sumary: x\n",
+            ["series.yaml:11", "did you mean 'summary'"],
+        ),
+        (
+            HEAD + "patches:\n  - name: a\n    file: a.patch\n    summary: x\n"
+            "  - name: a\n    file: b.patch\n    summary: y\n",
+            ["series.yaml:12", "duplicate patch name 'a'", "first at line 9"],
+        ),
+        (
+            HEAD + "patches:\n  - name: a\n    file: a.patch\n    summary: x\n"
+            "  - name: b\n    file: a.patch\n    summary: y\n",
+            ["series.yaml:12", "already used"],
+        ),
+        (HEAD + "fork: {}\n", ["series.yaml:", "duplicate key 'fork'"]),
+        (
+            HEAD + "patches:\n  - &a {name: a, file: a.patch, summary: x}\n  - *a\n",
+            ["series.yaml:9", "anchors and aliases"],
+        ),
+        (HEAD.replace(C, "abc"), ["series.yaml:7", "40-hex"]),
+        (HEAD.replace("tag: v1", "tag: 1.2"), ["series.yaml:6", "quote it"]),
+        (
+            HEAD + "patches:\n  - name: Bad\n    file: a.patch\n    summary: x\n",
+            ["series.yaml:9", "slug"],
+        ),
+        (HEAD + "patches:\n  - name: a\n    summary: x\n", ["series.yaml:9", "exactly one of"]),
+        (
+            HEAD + "patches:\n  - name: a\n    file: /etc/a.patch\n    summary: x\n",
+            ["series.yaml:10", "inside patches/"],
+        ),
+        (
+            HEAD + "patches:\n  - name: a\n    build-step: vllm-dist-inf\n    summary: x\n",
+            ["did you mean 'vllm-dist-info'"],
+        ),
+        (HEAD + "build:\n  mode: overlay\n  max-jobs: yes\n", ["series.yaml:10", "must be a int"]),
+        (HEAD + "version: 2\n", ["duplicate key 'version'"]),
+        (HEAD.replace("version: 1", "version: 2"), ["series.yaml:1", "unsupported"]),
+        ("", ["empty"]),
+        ("fork: [\n", ["not valid YAML"]),
+        ("- a\n", ["top level must be a mapping"]),
+        (HEAD.replace("base:\n  tag: v1\n", "base:\n"), ["missing required key 'tag'"]),
+    ],
+)
 def test_errors_name_file_and_line(text, words):
     message = err(text)
     for w in words:
@@ -86,13 +109,22 @@ def test_load_series_errors(tmp_path):
 
 
 def test_dump_is_canonical_and_round_trips(tmp_path):
-    s = new_series(fork_name="1Cat: vLLM", fork_url="https://x/y.git", distribution="d",
-                   tag="v1.2.1", commit=C)
-    s = s.with_patches([
-        PatchEntry(name="a", file="a.patch", summary="A: colon, 'quotes' # hash",
-                   why="line one\nline two\n", upstream="https://u/1", smoke=("t1",)),
-        PatchEntry(name="b", build_step="vllm-dist-info", summary="yes", drop_when="1.3"),
-    ])
+    s = new_series(
+        fork_name="1Cat: vLLM", fork_url="https://x/y.git", distribution="d", tag="v1.2.1", commit=C
+    )
+    s = s.with_patches(
+        [
+            PatchEntry(
+                name="a",
+                file="a.patch",
+                summary="A: colon, 'quotes' # hash",
+                why="line one\nline two\n",
+                upstream="https://u/1",
+                smoke=("t1",),
+            ),
+            PatchEntry(name="b", build_step="vllm-dist-info", summary="yes", drop_when="1.3"),
+        ]
+    )
     text = dump_series(s)
     again = parse_series(text)
     assert dump_series(again) == text
@@ -117,9 +149,17 @@ def test_dump_round_trips_list_items_that_would_break_a_flow_list():
     """Found by the atheris series target: an item like 'sm70]' inside [...]."""
     from forkpatch.series import PatchEntry, dump_series, new_series, parse_series
 
-    series = new_series(fork_name="f", fork_url="u", distribution="d", tag="v1",
-                        commit="0" * 40).with_patches([PatchEntry(
-                            name="p", file="p.patch", summary="s",
-                            smoke=("static.a", "sm70]", "x, y", "#c", "it's"))])
+    series = new_series(
+        fork_name="f", fork_url="u", distribution="d", tag="v1", commit="0" * 40
+    ).with_patches(
+        [
+            PatchEntry(
+                name="p",
+                file="p.patch",
+                summary="s",
+                smoke=("static.a", "sm70]", "x, y", "#c", "it's"),
+            )
+        ]
+    )
     again = parse_series(dump_series(series))
     assert again.patches[0].smoke == series.patches[0].smoke

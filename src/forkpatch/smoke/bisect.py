@@ -70,8 +70,13 @@ class Probe:
         return [c for c in checks if self.outcomes.get(c) in (FAILED, ERROR)]
 
     def to_json(self) -> dict[str, Any]:
-        return {"prefix": self.prefix, "patches": self.patches, "wheel": self.wheel,
-                "checks": self.outcomes, "seconds": round(self.seconds, 3)}
+        return {
+            "prefix": self.prefix,
+            "patches": self.patches,
+            "wheel": self.wheel,
+            "checks": self.outcomes,
+            "seconds": round(self.seconds, 3),
+        }
 
 
 @dataclass
@@ -84,8 +89,12 @@ class Culprit:
     details: dict[str, str]
 
     def to_json(self) -> dict[str, Any]:
-        return {"patch": self.patch, "position": self.position, "checks": self.checks,
-                "details": self.details}
+        return {
+            "patch": self.patch,
+            "position": self.position,
+            "checks": self.checks,
+            "details": self.details,
+        }
 
 
 @dataclass
@@ -103,14 +112,20 @@ class BisectResult:
     seconds: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": "forkpatch-smoke-bisect", "status": self.status, "target": self.target,
-                "series": self.series_patches, "failing": self.failing,
-                "first_bad": [c.to_json() for c in self.culprits],
-                "fails_without_patches": self.without_patches,
-                "not_reproduced": self.not_reproduced,
-                "builds": self.builds, "smokes": self.smokes,
-                "probes": [p.to_json() for p in self.probes],
-                "seconds": round(self.seconds, 3)}
+        return {
+            "kind": "forkpatch-smoke-bisect",
+            "status": self.status,
+            "target": self.target,
+            "series": self.series_patches,
+            "failing": self.failing,
+            "first_bad": [c.to_json() for c in self.culprits],
+            "fails_without_patches": self.without_patches,
+            "not_reproduced": self.not_reproduced,
+            "builds": self.builds,
+            "smokes": self.smokes,
+            "probes": [p.to_json() for p in self.probes],
+            "seconds": round(self.seconds, 3),
+        }
 
 
 def _failed(report: dict[str, Any]) -> dict[str, str]:
@@ -123,53 +138,75 @@ def _wheel_vs_series(prov: dict[str, Any], project: Project) -> list[str]:
     The builder (overlay or container) is a fact of one build, not of the series,
     so it is not compared: the prefixes are built with the overlay path either way.
     """
-    from forkpatch.build.buildwheel import expected_provenance
-    from forkpatch.build.identity import BuilderInfo
+    from forkpatch.wheels.buildwheel import expected_provenance
+    from forkpatch.wheels.identity import BuilderInfo
 
     want = expected_provenance(project, BuilderInfo(mode="overlay"))
-    diffs = [f"{key}: wheel has {prov.get(key)!r}, series has {getattr(want, attr)!r}"
-             for key, attr in (("tag", "tag"), ("commit", "commit"))
-             if prov.get(key) != getattr(want, attr)]
-    got = [(str(p.get("name")), p.get("sha256"), p.get("build_step"))
-           for p in prov.get("patches") or []]
+    diffs = [
+        f"{key}: wheel has {prov.get(key)!r}, series has {getattr(want, attr)!r}"
+        for key, attr in (("tag", "tag"), ("commit", "commit"))
+        if prov.get(key) != getattr(want, attr)
+    ]
+    got = [
+        (str(p.get("name")), p.get("sha256"), p.get("build_step"))
+        for p in prov.get("patches") or []
+    ]
     exp = [(p.name, p.sha256, p.build_step) for p in want.patches]
     if [g[0] for g in got] != [e[0] for e in exp]:
-        diffs.append(f"patches: wheel has {', '.join(g[0] for g in got) or 'none'}; series has "
-                     f"{', '.join(e[0] for e in exp) or 'none'}")
+        diffs.append(
+            f"patches: wheel has {', '.join(g[0] for g in got) or 'none'}; series has "
+            f"{', '.join(e[0] for e in exp) or 'none'}"
+        )
     else:
-        diffs += [f"patch '{g[0]}' differs (sha256 {str(g[1])[:12]} in the wheel, "
-                  f"{str(e[1])[:12]} in {project.rel(project.patches_dir)}/)"
-                  for g, e in zip(got, exp, strict=True) if g != e]
+        diffs += [
+            f"patch '{g[0]}' differs (sha256 {str(g[1])[:12]} in the wheel, "
+            f"{str(e[1])[:12]} in {project.rel(project.patches_dir)}/)"
+            for g, e in zip(got, exp, strict=True)
+            if g != e
+        ]
     return diffs
 
 
-def _resolve(opts: BisectOptions, project: Project | None, fork_override: str | None
-             ) -> tuple[Project, Path | None]:
+def _resolve(
+    opts: BisectOptions, project: Project | None, fork_override: str | None
+) -> tuple[Project, Path | None]:
     """The project whose series is bisected, and the wheel to start from (None: build it)."""
     target = opts.target
     if target is not None and target.suffix == ".whl":
         if project is None:
-            raise UsageError(f"no {SERIES_FILE} here: bisecting {target.name} needs the project "
-                             "whose series built it",
-                             tip="run it in that project or pass -C PROJECT")
+            raise UsageError(
+                f"no {SERIES_FILE} here: bisecting {target.name} needs the project "
+                "whose series built it",
+                tip="run it in that project or pass -C PROJECT",
+            )
         return project, target
     if target is not None:
         root = target if target.is_dir() else target.parent
         if not (root / SERIES_FILE).is_file():
-            raise UsageError(f"{target} is neither a wheel nor a project with a {SERIES_FILE}",
-                             tip="forkpatch smoke --bisect dist/1cat_vllm-*.whl | series.yaml")
+            raise UsageError(
+                f"{target} is neither a wheel nor a project with a {SERIES_FILE}",
+                tip="forkpatch smoke --bisect dist/1cat_vllm-*.whl | series.yaml",
+            )
         return Project(root=root.resolve(), fork_override=fork_override), None
     if project is None:
-        raise UsageError(f"nothing to bisect: no wheel given and no {SERIES_FILE} here",
-                         tip="forkpatch smoke --bisect WHEEL|series.yaml (or -C PROJECT)")
+        raise UsageError(
+            f"nothing to bisect: no wheel given and no {SERIES_FILE} here",
+            tip="forkpatch smoke --bisect WHEEL|series.yaml (or -C PROJECT)",
+        )
     return project, None
 
 
 class _Prefixes:
     """Builds and smokes prefixes of the series in a scratch copy of the project."""
 
-    def __init__(self, project: Project, base_wheel: Path, opts: BisectOptions, work: Path,
-                 result: BisectResult) -> None:
+    def __init__(
+        self,
+        project: Project,
+        base_wheel: Path,
+        opts: BisectOptions,
+        work: Path,
+        result: BisectResult,
+    ) -> None:
         self.project = project
         self.series: Series = project.series
         self.diff_positions = [i for i, e in enumerate(self.series.patches) if e.is_diff]
@@ -202,7 +239,7 @@ class _Prefixes:
 
     def probe(self, k: int, checks: Sequence[str]) -> Probe:
         """Build prefix ``k`` and smoke it with ``checks`` (empty: the full plan); cached."""
-        from forkpatch.build.buildwheel import BuildOptions, build_wheel
+        from forkpatch.wheels.buildwheel import BuildOptions, build_wheel
 
         got = self.cache.get(k)
         if got is not None and checks and all(c in got.outcomes for c in checks):
@@ -211,21 +248,36 @@ class _Prefixes:
         entries = self.entries(k)
         scratch = Project(root=self.copy, fork_override=self.store)
         scratch.save_series(self.series.with_patches(entries))
-        built = build_wheel(scratch, BuildOptions(mode="overlay", base_wheel=self.base_wheel,
-                                                  out_dir=self.work / f"dist-{k}"))
+        built = build_wheel(
+            scratch,
+            BuildOptions(
+                mode="overlay", base_wheel=self.base_wheel, out_dir=self.work / f"dist-{k}"
+            ),
+        )
         self.result.builds += 1
-        outcome = run_smoke(SmokeOptions(wheels=(built.wheels[0],), tier=self.opts.tier,
-                                         deps=self.opts.deps, python=self.opts.python,
-                                         index_url=self.opts.index_url,
-                                         keep_env=self.opts.keep_env,
-                                         timeout_s=self.opts.timeout_s,
-                                         checks=tuple(checks)), scratch)
+        outcome = run_smoke(
+            SmokeOptions(
+                wheels=(built.wheels[0],),
+                tier=self.opts.tier,
+                deps=self.opts.deps,
+                python=self.opts.python,
+                index_url=self.opts.index_url,
+                keep_env=self.opts.keep_env,
+                timeout_s=self.opts.timeout_s,
+                checks=tuple(checks),
+            ),
+            scratch,
+        )
         self.result.smokes += 1
         report = outcome.report
-        probe = Probe(prefix=k, patches=[e.name for e in entries],
-                      outcomes={c["id"]: c["outcome"] for c in report["checks"]},
-                      details={c["id"]: c["detail"] for c in report["checks"]},
-                      wheel=built.wheels[0].name, seconds=time.monotonic() - t0)
+        probe = Probe(
+            prefix=k,
+            patches=[e.name for e in entries],
+            outcomes={c["id"]: c["outcome"] for c in report["checks"]},
+            details={c["id"]: c["detail"] for c in report["checks"]},
+            wheel=built.wheels[0].name,
+            seconds=time.monotonic() - t0,
+        )
         if got is not None:  # keep what an earlier smoke of this prefix learnt
             probe.outcomes = {**got.outcomes, **probe.outcomes}
             probe.details = {**got.details, **probe.details}
@@ -233,20 +285,25 @@ class _Prefixes:
         self.result.probes.append(probe)
         for c in checks:
             if probe.outcomes.get(c) == NOT_RUN:
-                log.warn(f"{c} could not run on prefix {self._label(k)} "
-                         f"({probe.details.get(c, '')}): counted as not failing there")
+                log.warn(
+                    f"{c} could not run on prefix {self._label(k)} "
+                    f"({probe.details.get(c, '')}): counted as not failing there"
+                )
         failed = probe.failed(list(probe.outcomes))
-        log.info(f"bisect: prefix {self._label(k)}: "
-                 + (f"fails {', '.join(failed)}" if failed else "passes")
-                 + f" ({probe.seconds:.1f}s)")
+        log.info(
+            f"bisect: prefix {self._label(k)}: "
+            + (f"fails {', '.join(failed)}" if failed else "passes")
+            + f" ({probe.seconds:.1f}s)"
+        )
         return probe
 
     def _label(self, k: int) -> str:
         return "(no patches)" if k == 0 else f"1..{k}"
 
 
-def bisect(opts: BisectOptions, project: Project | None = None, *,
-           fork_override: str | None = None) -> BisectResult:
+def bisect(
+    opts: BisectOptions, project: Project | None = None, *, fork_override: str | None = None
+) -> BisectResult:
     """Find the first patch whose addition makes a smoke check fail (see the module doc).
 
     Raises SmokeError/UsageError when it cannot run; a bisect that ran returns its
@@ -258,31 +315,42 @@ def bisect(opts: BisectOptions, project: Project | None = None, *,
     cfg = series.section("build")
     base_wheel = opts.base_wheel or (Path(cfg["base-wheel"]) if cfg.get("base-wheel") else None)
     if base_wheel is None:
-        raise UsageError("bisecting builds the series' prefixes with the overlay path, which "
-                         f"needs the fork's released wheel for {series.base.tag}",
-                         tip="pass --base-wheel PATH or set build.base-wheel in series.yaml")
+        raise UsageError(
+            "bisecting builds the series' prefixes with the overlay path, which "
+            f"needs the fork's released wheel for {series.base.tag}",
+            tip="pass --base-wheel PATH or set build.base-wheel in series.yaml",
+        )
     if not base_wheel.is_absolute():
         base_wheel = project.root / base_wheel if opts.base_wheel is None else base_wheel.resolve()
     if not base_wheel.is_file():
-        raise UsageError(f"base wheel {base_wheel} does not exist",
-                         tip="download the fork's release wheel for the base tag")
-    result = BisectResult(status=NOTHING, target=str(wheel or project.series_path),
-                          series_patches=series.names(), failing={})
+        raise UsageError(
+            f"base wheel {base_wheel} does not exist",
+            tip="download the fork's release wheel for the base tag",
+        )
+    result = BisectResult(
+        status=NOTHING,
+        target=str(wheel or project.series_path),
+        series_patches=series.names(),
+        failing={},
+    )
 
     if wheel is not None:
         info = read_wheel(wheel)
         prov = info.provenance()
         if prov is None:
-            raise SmokeError(f"{wheel.name} has no forkpatch provenance: which patches it holds "
-                             "is unknown", tip="bisect the series instead: "
-                                               "forkpatch smoke --bisect series.yaml")
+            raise SmokeError(
+                f"{wheel.name} has no forkpatch provenance: which patches it holds is unknown",
+                tip="bisect the series instead: forkpatch smoke --bisect series.yaml",
+            )
         diffs = _wheel_vs_series(prov, project)
         if diffs:
-            raise SmokeError(f"{wheel.name} was not built from the series in "
-                             f"{project.rel(project.series_path)}: " + "; ".join(diffs),
-                             tip="run the bisect in the project (and at the version of "
-                                 "patches/) that built the wheel, or bisect the series itself: "
-                                 "forkpatch smoke --bisect series.yaml")
+            raise SmokeError(
+                f"{wheel.name} was not built from the series in "
+                f"{project.rel(project.series_path)}: " + "; ".join(diffs),
+                tip="run the bisect in the project (and at the version of "
+                "patches/) that built the wheel, or bisect the series itself: "
+                "forkpatch smoke --bisect series.yaml",
+            )
 
     with tempfile.TemporaryDirectory(prefix="forkpatch-bisect-") as tmp:
         px = _Prefixes(project, base_wheel, opts, Path(tmp), result)
@@ -290,16 +358,26 @@ def bisect(opts: BisectOptions, project: Project | None = None, *,
         # ---- 1. the failing checks on the full series
         if wheel is not None:
             log.info(f"bisect: smoking {wheel.name} to find the failing checks")
-            outcome = run_smoke(SmokeOptions(wheels=(wheel,), tier=opts.tier, deps=opts.deps,
-                                             python=opts.python, index_url=opts.index_url,
-                                             keep_env=opts.keep_env, timeout_s=opts.timeout_s),
-                                project)
+            outcome = run_smoke(
+                SmokeOptions(
+                    wheels=(wheel,),
+                    tier=opts.tier,
+                    deps=opts.deps,
+                    python=opts.python,
+                    index_url=opts.index_url,
+                    keep_env=opts.keep_env,
+                    timeout_s=opts.timeout_s,
+                ),
+                project,
+            )
             result.smokes += 1
             result.failing = _failed(outcome.report)
             full_checked = False  # the overlay build of the full series is not smoked yet
         else:
-            log.info(f"bisect: building and smoking the whole series ({n} patch(es)) to find "
-                     "the failing checks")
+            log.info(
+                f"bisect: building and smoking the whole series ({n} patch(es)) to find "
+                "the failing checks"
+            )
             full = px.probe(n, ())
             result.failing = {c: full.details[c] for c in full.failed(list(full.outcomes))}
             full_checked = True
@@ -309,8 +387,10 @@ def bisect(opts: BisectOptions, project: Project | None = None, *,
         log.info(f"bisect: failing on the full series: {', '.join(result.failing)}")
 
         # ---- 2. the empty prefix (base wheel + build steps)
-        log.info(f"bisect: {n} patch(es) left, testing the empty prefix (base wheel and build "
-                 "steps only) ...")
+        log.info(
+            f"bisect: {n} patch(es) left, testing the empty prefix (base wheel and build "
+            "steps only) ..."
+        )
         empty = px.probe(0, list(result.failing))
         result.without_patches = {c: empty.details[c] for c in empty.failed(list(result.failing))}
         remaining = [c for c in result.failing if c not in result.without_patches]
@@ -321,23 +401,32 @@ def bisect(opts: BisectOptions, project: Project | None = None, *,
             hi = n
             while hi - lo > 1:
                 mid = (lo + hi) // 2
-                log.info(f"bisect: {hi - lo} patches left, testing prefix 1..{mid} "
-                         f"(up to '{px.patch_at(mid)[0].name}') ...")
+                log.info(
+                    f"bisect: {hi - lo} patches left, testing prefix 1..{mid} "
+                    f"(up to '{px.patch_at(mid)[0].name}') ..."
+                )
                 if px.probe(mid, remaining).failed(remaining):
                     hi = mid
                 else:
                     lo = mid
             if hi == n and not full_checked:
-                log.info(f"bisect: testing the whole series (1..{n}) built with the overlay "
-                         "path ...")
+                log.info(
+                    f"bisect: testing the whole series (1..{n}) built with the overlay path ..."
+                )
             probe = px.probe(hi, remaining)
             bad = probe.failed(remaining)
             if not bad:
                 result.not_reproduced = remaining
                 break
             entry, position = px.patch_at(hi)
-            result.culprits.append(Culprit(patch=entry.name, position=position, checks=bad,
-                                           details={c: probe.details[c] for c in bad}))
+            result.culprits.append(
+                Culprit(
+                    patch=entry.name,
+                    position=position,
+                    checks=bad,
+                    details={c: probe.details[c] for c in bad},
+                )
+            )
             remaining = [c for c in remaining if c not in bad]
             lo = hi
     if result.culprits:
@@ -362,21 +451,27 @@ def _gist(detail: str) -> str:
 def print_result(result: BisectResult) -> None:
     """The human summary on stderr."""
     if result.status == NOTHING:
-        log.info("bisect: nothing to bisect: no smoke check fails on "
-                 f"{Path(result.target).name}")
+        log.info(f"bisect: nothing to bisect: no smoke check fails on {Path(result.target).name}")
     for c in result.culprits:
-        log.info(f"bisect: first bad patch: '{c.patch}' (#{c.position} in series.yaml) makes "
-                 f"{', '.join(c.checks)} fail")
+        log.info(
+            f"bisect: first bad patch: '{c.patch}' (#{c.position} in series.yaml) makes "
+            f"{', '.join(c.checks)} fail"
+        )
         for cid, detail in c.details.items():
             log.info(f"    {cid}: {_gist(detail)}")
     if result.without_patches:
-        log.info("bisect: fails without any patch (base wheel and build steps only): "
-                 + ", ".join(result.without_patches))
+        log.info(
+            "bisect: fails without any patch (base wheel and build steps only): "
+            + ", ".join(result.without_patches)
+        )
         for cid, detail in result.without_patches.items():
             log.info(f"    {cid}: {_gist(detail)}")
     if result.not_reproduced:
-        log.warn(f"{', '.join(result.not_reproduced)} failed on {Path(result.target).name} but "
-                 "not on the same series built with the overlay path: the failure comes from "
-                 "the wheel's build, not from a patch")
-    log.info(f"bisect: {result.builds} build(s), {result.smokes} smoke run(s) in "
-             f"{result.seconds:.1f}s")
+        log.warn(
+            f"{', '.join(result.not_reproduced)} failed on {Path(result.target).name} but "
+            "not on the same series built with the overlay path: the failure comes from "
+            "the wheel's build, not from a patch"
+        )
+    log.info(
+        f"bisect: {result.builds} build(s), {result.smokes} smoke run(s) in {result.seconds:.1f}s"
+    )

@@ -31,15 +31,18 @@ class CheckSpec:
 
 def registry() -> dict[str, CheckSpec]:
     """Every known check, by id, in registration order."""
-    return {d.id: CheckSpec(d.id, d.tier, d.needs, d.baseline, d.summary)
-            for d in incheck.REGISTRY.values()}
+    return {
+        d.id: CheckSpec(d.id, d.tier, d.needs, d.baseline, d.summary)
+        for d in incheck.REGISTRY.values()
+    }
 
 
 def tiers_up_to(tier: str) -> tuple[str, ...]:
     """Tiers are cumulative: ``gpu`` runs static and gpu; ``sm70`` runs all three."""
     if tier not in TIERS:
-        raise SmokeError(f"unknown tier {tier!r}{_suggest(tier, TIERS)}",
-                         tip=f"tiers: {', '.join(TIERS)}")
+        raise SmokeError(
+            f"unknown tier {tier!r}{_suggest(tier, TIERS)}", tip=f"tiers: {', '.join(TIERS)}"
+        )
     return TIERS[: TIERS.index(tier) + 1]
 
 
@@ -51,8 +54,10 @@ def _suggest(word: str, candidates: Iterable[str]) -> str:
 def get(check_id: str) -> CheckSpec:
     reg = registry()
     if check_id not in reg:
-        raise SmokeError(f"unknown smoke check '{check_id}'{_suggest(check_id, reg)}",
-                         tip="`forkpatch smoke --list-checks` lists them")
+        raise SmokeError(
+            f"unknown smoke check '{check_id}'{_suggest(check_id, reg)}",
+            tip="`forkpatch smoke --list-checks` lists them",
+        )
     return reg[check_id]
 
 
@@ -63,11 +68,14 @@ def validate_series(series: Series, *, path: str = SERIES_FILE) -> None:
     for entry in series.patches:
         for cid in entry.smoke:
             if cid not in reg:
-                problems.append(f"{path}:{entry.line}: patch '{entry.name}' names unknown smoke "
-                                f"check '{cid}'{_suggest(cid, reg)}")
+                problems.append(
+                    f"{path}:{entry.line}: patch '{entry.name}' names unknown smoke "
+                    f"check '{cid}'{_suggest(cid, reg)}"
+                )
     if problems:
-        raise SeriesError("\n".join(problems),
-                          tip="`forkpatch smoke --list-checks` lists the known checks")
+        raise SeriesError(
+            "\n".join(problems), tip="`forkpatch smoke --list-checks` lists the known checks"
+        )
 
 
 def baseline(tiers: Sequence[str]) -> list[str]:
@@ -88,9 +96,10 @@ def plan(patches: Sequence[PatchEntry]) -> dict[str, list[str]]:
     for entry in patches:
         for cid in entry.smoke:
             if cid not in reg:
-                raise SmokeError(f"patch '{entry.name}' names unknown smoke check '{cid}'"
-                                 f"{_suggest(cid, reg)}",
-                                 tip="fix series.yaml; `forkpatch smoke --list-checks` lists them")
+                raise SmokeError(
+                    f"patch '{entry.name}' names unknown smoke check '{cid}'{_suggest(cid, reg)}",
+                    tip="fix series.yaml; `forkpatch smoke --list-checks` lists them",
+                )
             out.setdefault(cid, [])
             if entry.name not in out[cid]:
                 out[cid].append(entry.name)

@@ -25,8 +25,9 @@ def stage_smoke_publish(ctx: Any) -> None:
         outcome = run_smoke(SmokeOptions(wheels=(wheel,), tier="static", deps="system"), project)
         print_summary(outcome.report)
     static = outcome.report["tiers"]["status"]["static"]
-    ctx.summary.update({"smoke_passed": outcome.passed,
-                        "smoke_tiers": outcome.report["tiers"]["status"]})
+    ctx.summary.update(
+        {"smoke_passed": outcome.passed, "smoke_tiers": outcome.report["tiers"]["status"]}
+    )
     if static != "passed":
         # Not passed (e.g. no torch here, so the patched modules cannot import): the
         # publish gate would refuse, as it should; the demo says so instead of failing.
@@ -34,7 +35,8 @@ def stage_smoke_publish(ctx: Any) -> None:
         return
     index = ctx.root / "index"
     with log.step(f"forkpatch publish <wheel> --to {index} --allow-missing-tier sm70"):
-        done = publish(PublishOptions(wheels=(wheel,), to=str(index),
-                                      allow_missing_tiers=("sm70",)), project)
+        done = publish(
+            PublishOptions(wheels=(wheel,), to=str(index), allow_missing_tiers=("sm70",)), project
+        )
     log.info(f"    pip install --index-url {(index / 'simple').as_uri()}/ 1cat-vllm")
     ctx.summary.update({"published": [p.to_json() for p in done], "index": str(index)})

@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from forkpatch import log
-from forkpatch.build.runner import redact
-from forkpatch.build.runner import tail as _tail
 from forkpatch.errors import SmokeError
+from forkpatch.wheels.runner import redact
+from forkpatch.wheels.runner import tail as _tail
 
 DEPS_MODES = ("system", "index", "none")
 KEEP_ENV_VAR = "FORKPATCH_KEEP_SMOKE_ENV"
@@ -57,10 +57,14 @@ class SmokeEnv:
         return self.python.parent
 
     def to_json(self) -> dict[str, object]:
-        return {"deps": self.deps, "base_python": self.base_python,
-                "system_site_packages": self.system_site_packages,
-                "index_url": _public_url(self.index_url), "installed": self.installed,
-                "missing_requirements": self.missing_requirements}
+        return {
+            "deps": self.deps,
+            "base_python": self.base_python,
+            "system_site_packages": self.system_site_packages,
+            "index_url": _public_url(self.index_url),
+            "installed": self.installed,
+            "missing_requirements": self.missing_requirements,
+        }
 
 
 def _public_url(url: str | None) -> str | None:
@@ -74,36 +78,55 @@ def _public_url(url: str | None) -> str | None:
         netloc = parts.hostname or ""
         if parts.port:
             netloc += f":{parts.port}"
-        return urlunsplit((parts.scheme, "****@" + netloc, parts.path, parts.query,
-                           parts.fragment))
+        return urlunsplit((parts.scheme, "****@" + netloc, parts.path, parts.query, parts.fragment))
     return url
 
 
 def clean_env() -> dict[str, str]:
     """The environment for commands in the venv: no PYTHON* variables, no user site."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("PYTHON") and k not in ("VIRTUAL_ENV", "PIP_REQUIRE_VIRTUALENV")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("PYTHON") and k not in ("VIRTUAL_ENV", "PIP_REQUIRE_VIRTUALENV")
+    }
     env["PYTHONNOUSERSITE"] = "1"
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
     return env
 
 
-def _run(cmd: Sequence[str], *, what: str, cwd: Path, env: dict[str, str],
-         secrets: Sequence[str | None] = (), timeout: float = 1800) -> str:
+def _run(
+    cmd: Sequence[str],
+    *,
+    what: str,
+    cwd: Path,
+    env: dict[str, str],
+    secrets: Sequence[str | None] = (),
+    timeout: float = 1800,
+) -> str:
     shown = redact(" ".join(str(c) for c in cmd), secrets)
     log.info(f"+ {shown}")
     try:
-        proc = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, errors="replace",
-                              timeout=timeout, check=False)
+        proc = subprocess.run(
+            [str(c) for c in cmd],
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            timeout=timeout,
+            check=False,
+        )
     except FileNotFoundError as exc:
         raise SmokeError(f"cannot {what}: {exc}", tip="check --python / the PATH") from None
     except subprocess.TimeoutExpired:
         raise SmokeError(f"cannot {what}: `{shown}` did not finish in {timeout:.0f} s") from None
     if proc.returncode != 0:
         out = redact(proc.stdout or "", secrets)
-        raise SmokeError(f"cannot {what}: `{shown}` exited with code {proc.returncode}; "
-                         f"last lines:\n{_tail(out, 20)}")
+        raise SmokeError(
+            f"cannot {what}: `{shown}` exited with code {proc.returncode}; "
+            f"last lines:\n{_tail(out, 20)}"
+        )
     return proc.stdout
 
 
@@ -115,7 +138,7 @@ def _pip_cmd(python: Path) -> list[str]:
 
 def _host_pip_ok() -> bool:
     try:
-        import pip  # noqa: F401
+        import pip
     except ImportError:
         return False
     import pip as _pip
@@ -125,8 +148,14 @@ def _host_pip_ok() -> bool:
 
 
 @contextlib.contextmanager
-def smoke_env(wheels: Sequence[Path], *, deps: str = "system", python: str | None = None,
-              index_url: str | None = None, keep: bool = False) -> Iterator[SmokeEnv]:
+def smoke_env(
+    wheels: Sequence[Path],
+    *,
+    deps: str = "system",
+    python: str | None = None,
+    index_url: str | None = None,
+    keep: bool = False,
+) -> Iterator[SmokeEnv]:
     """Create the venv, install exactly ``wheels``, yield it, remove it afterwards.
 
     ``keep`` (or FORKPATCH_KEEP_SMOKE_ENV=1) leaves it in place for debugging.
@@ -161,15 +190,28 @@ def smoke_env(wheels: Sequence[Path], *, deps: str = "system", python: str | Non
             install.append("--no-deps")
         install += [str(Path(w).resolve()) for w in wheels]
         with log.step(f"install {len(wheels)} wheel(s) into the smoke environment"):
-            _run(install, what="install the wheel(s) into the smoke venv", cwd=root, env=env,
-                 secrets=secrets)
-        senv = SmokeEnv(path=venv, python=vpython, deps=deps, base_python=base_python,
-                        system_site_packages=deps == "system", index_url=index_url,
-                        installed=[Path(w).name for w in wheels])
+            _run(
+                install,
+                what="install the wheel(s) into the smoke venv",
+                cwd=root,
+                env=env,
+                secrets=secrets,
+            )
+        senv = SmokeEnv(
+            path=venv,
+            python=vpython,
+            deps=deps,
+            base_python=base_python,
+            system_site_packages=deps == "system",
+            index_url=index_url,
+            installed=[Path(w).name for w in wheels],
+        )
         senv.missing_requirements = _missing_requirements(senv, wheels, root)
         if senv.missing_requirements:
-            log.info(f"    not installed in the smoke environment: "
-                     f"{', '.join(senv.missing_requirements)}")
+            log.info(
+                f"    not installed in the smoke environment: "
+                f"{', '.join(senv.missing_requirements)}"
+            )
         yield senv
     finally:
         if keep:
@@ -190,22 +232,35 @@ print(json.dumps({"paths": paths, "site": sysconfig.get_paths()["purelib"]}))
 """
 
 
-def _inherit_parent_venv(base_python: str, vpython: Path, cwd: Path,
-                         env: dict[str, str]) -> None:
+def _inherit_parent_venv(base_python: str, vpython: Path, cwd: Path, env: dict[str, str]) -> None:
     """``--system-site-packages`` from a python that is itself a venv (a common way
     to install torch on a GPU box) reaches only the *base* interpreter's packages.
     Make the parent venv's site-packages visible too, after the smoke venv's own, so
     the wheel under test still wins."""
     import json
 
-    parent = json.loads(subprocess.run([base_python, "-I", "-c", _PATHS_SCRIPT], cwd=cwd,
-                                       env=env, check=True, capture_output=True,
-                                       text=True).stdout)
+    parent = json.loads(
+        subprocess.run(
+            [base_python, "-I", "-c", _PATHS_SCRIPT],
+            cwd=cwd,
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    )
     if not parent["paths"]:
         return
-    own = json.loads(subprocess.run([str(vpython), "-I", "-c", _PATHS_SCRIPT], cwd=cwd,
-                                    env=env, check=True, capture_output=True,
-                                    text=True).stdout)["site"]
+    own = json.loads(
+        subprocess.run(
+            [str(vpython), "-I", "-c", _PATHS_SCRIPT],
+            cwd=cwd,
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    )["site"]
     Path(own, "_forkpatch_parent_venv.pth").write_text("\n".join(parent["paths"]) + "\n")
     log.info(f"    {base_python} is a virtual environment: its packages are visible too")
 
@@ -222,16 +277,22 @@ print(json.dumps(out))
 """
 
 
-def installed_versions(python: Path, names: Sequence[str], *, cwd: Path | None = None
-                       ) -> dict[str, str | None]:
+def installed_versions(
+    python: Path, names: Sequence[str], *, cwd: Path | None = None
+) -> dict[str, str | None]:
     """Distribution name -> installed version (None: absent) as ``python`` sees it."""
     import json
 
     try:
-        proc = subprocess.run([str(python), "-I", "-c", _VERSIONS_SCRIPT, json.dumps(list(names))],
-                              cwd=cwd or tempfile.gettempdir(), env=clean_env(),
-                              capture_output=True, text=True,
-                              timeout=120, check=False)
+        proc = subprocess.run(
+            [str(python), "-I", "-c", _VERSIONS_SCRIPT, json.dumps(list(names))],
+            cwd=cwd or tempfile.gettempdir(),
+            env=clean_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         return dict(json.loads(proc.stdout)) if proc.returncode == 0 else {}
     except (subprocess.TimeoutExpired, ValueError):
         return {}

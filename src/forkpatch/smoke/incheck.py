@@ -72,8 +72,9 @@ class CheckDef:
 REGISTRY: dict[str, CheckDef] = {}
 
 
-def check(check_id: str, *, needs: tuple[str, ...] = (), baseline: bool = False
-          ) -> Callable[[Callable[[Ctx], str | None]], Callable[[Ctx], str | None]]:
+def check(
+    check_id: str, *, needs: tuple[str, ...] = (), baseline: bool = False
+) -> Callable[[Callable[[Ctx], str | None]], Callable[[Ctx], str | None]]:
     """Register a check under ``check_id`` ("<tier>.<name>")."""
     tier, _, name = check_id.partition(".")
     if tier not in TIERS or not name:
@@ -87,8 +88,9 @@ def check(check_id: str, *, needs: tuple[str, ...] = (), baseline: bool = False
         if check_id in REGISTRY:
             raise ValueError(f"check {check_id!r} registered twice")
         doc = (func.__doc__ or "").strip().split("\n\n")[0]
-        REGISTRY[check_id] = CheckDef(check_id, tier, func, tuple(needs), baseline,
-                                      " ".join(doc.split()))
+        REGISTRY[check_id] = CheckDef(
+            check_id, tier, func, tuple(needs), baseline, " ".join(doc.split())
+        )
         return func
 
     return deco
@@ -148,8 +150,10 @@ def _import_vllm_module(name: str) -> Any:
     except ModuleNotFoundError as exc:
         missing = (exc.name or "").split(".")[0]
         if missing and missing != "vllm":
-            raise NotRun(f"importing {name} needs {missing!r}, which is not installed in the "
-                         f"smoke environment (deps mode {_deps_mode()})") from None
+            raise NotRun(
+                f"importing {name} needs {missing!r}, which is not installed in the "
+                f"smoke environment (deps mode {_deps_mode()})"
+            ) from None
         raise
 
 
@@ -179,8 +183,16 @@ def _ref_prepare(qweight: Any, scales: Any, group_size: int, gated: bool) -> lis
     return [tm_weight, tm_scales, torch.tensor([n, n], dtype=torch.int64)]
 
 
-def _ref_gemm_out(out: Any, x: Any, tm_weight: Any, tm_scales: Any, group_size: int,
-                  k_ld: int, q_ld: int, gated: bool) -> None:
+def _ref_gemm_out(
+    out: Any,
+    x: Any,
+    tm_weight: Any,
+    tm_scales: Any,
+    group_size: int,
+    k_ld: int,
+    q_ld: int,
+    gated: bool,
+) -> None:
     """Float stand-in for fp8_gemm_sm70_out: out = x @ dequant(weight)."""
     import torch
 
@@ -217,10 +229,14 @@ class ReferenceSm70Ops:
             self.can_toggle = False
         else:
             lib = torch.library.Library("_C", "FRAGMENT")
-            lib.define("fp8_sm70_prepare(Tensor qweight, Tensor scales, int group_size, "
-                       "bool interleave_gated_silu) -> Tensor[]")
-            lib.define("fp8_gemm_sm70_out(Tensor(a!) out, Tensor input, Tensor qweight, "
-                       "Tensor scales, int group_size, int k_ld, int q_ld, bool gated_silu) -> ()")
+            lib.define(
+                "fp8_sm70_prepare(Tensor qweight, Tensor scales, int group_size, "
+                "bool interleave_gated_silu) -> Tensor[]"
+            )
+            lib.define(
+                "fp8_gemm_sm70_out(Tensor(a!) out, Tensor input, Tensor qweight, "
+                "Tensor scales, int group_size, int k_ld, int q_ld, bool gated_silu) -> ()"
+            )
             lib.impl("fp8_sm70_prepare", _ref_prepare, "CompositeExplicitAutograd")
             lib.impl("fp8_gemm_sm70_out", _ref_gemm_out, "CompositeExplicitAutograd")
         self._lib = lib
@@ -278,8 +294,10 @@ def device_capability(ops: Ops, cap: tuple[int, int] | None) -> Iterator[None]:
 
     cls = type(current_platform)
     fake = DeviceCapability(*cap)
-    with patched(cls, "is_cuda", lambda self: True), \
-            patched(cls, "get_device_capability", classmethod(lambda c, device_id=0: fake)):
+    with (
+        patched(cls, "is_cuda", lambda self: True),
+        patched(cls, "get_device_capability", classmethod(lambda c, device_id=0: fake)),
+    ):
         yield
 
 
@@ -305,11 +323,19 @@ def _make_layer(method: Any, n: int, k: int, device: str, bias: bool) -> Any:
     from vllm.model_executor import parameter
 
     layer: Any = torch.nn.Module()
-    with patched(parameter, "get_tensor_model_parallel_rank", lambda: 0), \
-            patched(parameter, "get_tensor_model_parallel_world_size", lambda: 1):
-        method.create_weights(layer, input_size_per_partition=k, output_partition_sizes=[n],
-                              input_size=k, output_size=n, params_dtype=torch.float16,
-                              weight_loader=lambda *a, **kw: None)
+    with (
+        patched(parameter, "get_tensor_model_parallel_rank", lambda: 0),
+        patched(parameter, "get_tensor_model_parallel_world_size", lambda: 1),
+    ):
+        method.create_weights(
+            layer,
+            input_size_per_partition=k,
+            output_partition_sizes=[n],
+            input_size=k,
+            output_size=n,
+            params_dtype=torch.float16,
+            weight_loader=lambda *a, **kw: None,
+        )
     gen = torch.Generator().manual_seed(n * 31 + k)
     w = (torch.randn(n, k, generator=gen) * 0.05).to(torch.float16).to(device)
     layer.register_parameter("weight", torch.nn.Parameter(w, requires_grad=False))
@@ -368,7 +394,7 @@ def _eager_block_cast(ops: Ops) -> str:
     def spy(*args: Any, **kwargs: Any) -> Any:
         compiled_calls.append(1)
         if isinstance(ops, RealSm70Ops):
-            raise AssertionError("compiled block cast called on SM70")  # noqa: TRY004
+            raise AssertionError("compiled block cast called on SM70")
         return dg._per_block_cast_to_fp8_eager(*args, **kwargs)
 
     assert dg._per_block_cast_to_fp8_eager is not dg._per_block_cast_to_fp8_compiled
@@ -410,9 +436,12 @@ def _sm70_linear(ops: Ops, n: int, k: int, m: int, bias: bool) -> str:
 
         return SimpleNamespace(model_config=SimpleNamespace(dtype=torch.float16))
 
-    with device_capability(ops, SM70), patched(f, "get_current_vllm_config", fake_config), \
-            patched(f, "init_fp8_linear_kernel", no_generic_kernel), \
-            patched(sm70_ops, "fp8_gemm_sm70_out", gemm_spy):
+    with (
+        device_capability(ops, SM70),
+        patched(f, "get_current_vllm_config", fake_config),
+        patched(f, "init_fp8_linear_kernel", no_generic_kernel),
+        patched(sm70_ops, "fp8_gemm_sm70_out", gemm_spy),
+    ):
         method = f.Fp8PerBlockOnlineLinearMethod()
         assert method.use_sm70_fp8, "SM70 path not selected"
         layer = _make_layer(method, n, k, ops.device, bias)
@@ -422,14 +451,17 @@ def _sm70_linear(ops: Ops, n: int, k: int, m: int, bias: bool) -> str:
         method.process_weights_after_loading(layer)
         padded = -(-n // BLOCK) * BLOCK
         assert layer.sm70_fp8_turbomind and layer.fp8_true_n == n
-        assert layer.weight.dtype == torch.uint8 and tuple(layer.weight.shape) == (k, padded), \
+        assert layer.weight.dtype == torch.uint8 and tuple(layer.weight.shape) == (k, padded), (
             f"packed weight {layer.weight.dtype} {tuple(layer.weight.shape)}, want uint8 {(k, padded)}"
-        assert layer.output_size_per_partition == n, \
+        )
+        assert layer.output_size_per_partition == n, (
             f"output_size_per_partition is {layer.output_size_per_partition}, want the true {n}"
+        )
         if isinstance(ops, ReferenceSm70Ops):  # the compiled op's scale layout is its own
             want = (-(-k // BLOCK), padded)
-            assert tuple(layer.weight_scale_inv.shape) == want, \
+            assert tuple(layer.weight_scale_inv.shape) == want, (
                 f"packed scales {tuple(layer.weight_scale_inv.shape)}, want {want}"
+            )
         gen = torch.Generator().manual_seed(7)
         x = (torch.randn(2, m, k, generator=gen) * 0.5).to(torch.float16).to(ops.device)
         out = method.apply(layer, x, layer.bias)
@@ -459,17 +491,20 @@ def installed_from_wheel(ctx: Ctx) -> str:
 
     expected_prefix = ctx.spec.get("prefix")
     if expected_prefix:
-        assert os.path.realpath(sys.prefix) == os.path.realpath(expected_prefix), \
+        assert os.path.realpath(sys.prefix) == os.path.realpath(expected_prefix), (
             f"running in {sys.prefix}, not the smoke environment {expected_prefix}"
+        )
     assert sys.prefix != sys.base_prefix, "not running inside a virtual environment"
     dist = md.distribution(ctx.dist)
-    assert dist.version == ctx.version, \
+    assert dist.version == ctx.version, (
         f"installed {ctx.dist} is {dist.version}, the wheel is {ctx.version}"
+    )
     import vllm
 
     sites = _site_dirs()
-    assert vllm.__file__ and _inside(vllm.__file__, sites), \
+    assert vllm.__file__ and _inside(vllm.__file__, sites), (
         f"vllm imported from {vllm.__file__}, not from {', '.join(sites)}"
+    )
     forbidden = [os.path.realpath(p) for p in ctx.spec.get("forbidden_paths", [])]
     leaked = [p for p in sys.path if p and _inside(p, forbidden)]
     assert not leaked, f"sys.path contains source-tree paths: {leaked}"
@@ -486,14 +521,24 @@ def version_metadata(ctx: Ctx) -> str:
     try:
         got_vllm = md.version("vllm")
     except md.PackageNotFoundError:
-        raise AssertionError(f'importlib.metadata.version("vllm") raises PackageNotFoundError '
-                             f"(the wheel is {ctx.dist} {ctx.version})") from None
+        raise AssertionError(
+            f'importlib.metadata.version("vllm") raises PackageNotFoundError '
+            f"(the wheel is {ctx.dist} {ctx.version})"
+        ) from None
     version_mod = _import_vllm_module("vllm.version")
     got_attr = getattr(version_mod, "__version__", None)
-    bad = {k: v for k, v in (("version('vllm')", got_vllm), (f"version('{ctx.dist}')", got_dist),
-                             ("vllm.version.__version__", got_attr)) if v != ctx.version}
-    assert not bad, "; ".join(f"{k} is {v!r}" for k, v in bad.items()) + \
-        f", the wheel is {ctx.version!r}"
+    bad = {
+        k: v
+        for k, v in (
+            ("version('vllm')", got_vllm),
+            (f"version('{ctx.dist}')", got_dist),
+            ("vllm.version.__version__", got_attr),
+        )
+        if v != ctx.version
+    }
+    assert not bad, (
+        "; ".join(f"{k} is {v!r}" for k, v in bad.items()) + f", the wheel is {ctx.version!r}"
+    )
     return ctx.version
 
 
@@ -518,12 +563,15 @@ def cli_version(ctx: Ctx) -> str:
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     if proc.returncode != 0:
         if "No module named 'torch'" in text or 'No module named "torch"' in text:
-            raise NotRun(f"`vllm --version` needs torch, which is not installed in the smoke "
-                         f"environment (deps mode {_deps_mode()})")
+            raise NotRun(
+                f"`vllm --version` needs torch, which is not installed in the smoke "
+                f"environment (deps mode {_deps_mode()})"
+            )
         tail = "\n".join(lines[-8:])
         raise AssertionError(f"`vllm --version` exited {proc.returncode}:\n{tail}")
-    assert ctx.version in lines, \
+    assert ctx.version in lines, (
         f"`vllm --version` printed {lines[-1] if lines else 'nothing'!r}, want {ctx.version!r}"
+    )
     return f"`vllm --version` -> {ctx.version}{how}"
 
 
@@ -532,9 +580,15 @@ _NO_PLATFORM = "Failed to infer device type"
 
 def _run_version(script: str, env: dict[str, str]) -> tuple[Any, str]:
     try:
-        proc = subprocess.run([script, "--version"], stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, env=env, timeout=300,
-                              cwd=tempfile.gettempdir(), check=False)
+        proc = subprocess.run(
+            [script, "--version"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=env,
+            timeout=300,
+            cwd=tempfile.gettempdir(),
+            check=False,
+        )
     except subprocess.TimeoutExpired:
         raise AssertionError("`vllm --version` did not finish in 300 s") from None
     return proc, proc.stdout.decode("utf-8", "replace")
@@ -546,13 +600,14 @@ def write_cpu_platform_plugin(directory: str) -> None:
     info = os.path.join(directory, "forkpatch_smoke_cpu_platform-0.dist-info")
     os.makedirs(info)
     files = {
-        os.path.join(info, "METADATA"):
-            "Metadata-Version: 2.1\nName: forkpatch-smoke-cpu-platform\nVersion: 0\n",
-        os.path.join(info, "entry_points.txt"):
-            "[vllm.platform_plugins]\n"
-            "forkpatch_smoke_cpu = forkpatch_smoke_cpu_platform:activate\n",
-        os.path.join(directory, "forkpatch_smoke_cpu_platform.py"):
-            'def activate():\n    return "vllm.platforms.cpu.CpuPlatform"\n',
+        os.path.join(
+            info, "METADATA"
+        ): "Metadata-Version: 2.1\nName: forkpatch-smoke-cpu-platform\nVersion: 0\n",
+        os.path.join(info, "entry_points.txt"): "[vllm.platform_plugins]\n"
+        "forkpatch_smoke_cpu = forkpatch_smoke_cpu_platform:activate\n",
+        os.path.join(
+            directory, "forkpatch_smoke_cpu_platform.py"
+        ): 'def activate():\n    return "vllm.platforms.cpu.CpuPlatform"\n',
     }
     for path, text in files.items():
         with open(path, "w", encoding="utf-8") as fh:
@@ -581,18 +636,19 @@ def provenance(ctx: Ctx) -> str:
     want = ctx.spec.get("provenance_sha256")
     text = md.distribution(ctx.dist).read_text(PROVENANCE_FILENAME)
     if want is None:
-        problems.insert(0, f"the wheel has no {PROVENANCE_FILENAME}: it was not built by "
-                           "forkpatch")
+        problems.insert(0, f"the wheel has no {PROVENANCE_FILENAME}: it was not built by forkpatch")
     elif text is None:
         problems.insert(0, f"the installed dist-info has no {PROVENANCE_FILENAME}")
     else:
         got = hashlib.sha256(text.encode("utf-8")).hexdigest()
         if got != want:
-            problems.insert(0, f"installed {PROVENANCE_FILENAME} has sha256 {got}, the wheel's "
-                               f"is {want}")
+            problems.insert(
+                0, f"installed {PROVENANCE_FILENAME} has sha256 {got}, the wheel's is {want}"
+            )
     assert not problems, "; ".join(problems)
-    return "provenance installed intact" + (" and matches the series"
-                                            if ctx.spec.get("series_compared") else "")
+    return "provenance installed intact" + (
+        " and matches the series" if ctx.spec.get("series_compared") else ""
+    )
 
 
 @check("static.capability-floor-cpu", needs=("torch",))
@@ -712,15 +768,30 @@ def sm70_tiny_model_generates(ctx: Ctx) -> str:
     tmp = tempfile.mkdtemp(prefix="forkpatch-tiny-model-")
     try:
         torch.manual_seed(0)
-        cfg = Qwen2Config(vocab_size=1024, hidden_size=256, intermediate_size=512,
-                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                          max_position_embeddings=512, tie_word_embeddings=False)
+        cfg = Qwen2Config(
+            vocab_size=1024,
+            hidden_size=256,
+            intermediate_size=512,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=512,
+            tie_word_embeddings=False,
+        )
         Qwen2ForCausalLM(cfg).to(torch.float16).save_pretrained(tmp, safe_serialization=True)
-        llm = llm_mod.LLM(model=tmp, skip_tokenizer_init=True, dtype="float16",
-                          quantization="fp8_per_block", max_model_len=256, enforce_eager=True,
-                          gpu_memory_utilization=0.3, max_num_seqs=4)
-        params = llm_mod.SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True,
-                                        detokenize=False)
+        llm = llm_mod.LLM(
+            model=tmp,
+            skip_tokenizer_init=True,
+            dtype="float16",
+            quantization="fp8_per_block",
+            max_model_len=256,
+            enforce_eager=True,
+            gpu_memory_utilization=0.3,
+            max_num_seqs=4,
+        )
+        params = llm_mod.SamplingParams(
+            max_tokens=8, temperature=0.0, ignore_eos=True, detokenize=False
+        )
         outs = llm.generate([{"prompt_token_ids": [1, 2, 3, 4, 5]}], params)
         tokens = list(outs[0].outputs[0].token_ids)
         assert len(tokens) == 8, f"generated {len(tokens)} tokens, want 8"
@@ -734,8 +805,14 @@ def sm70_tiny_model_generates(ctx: Ctx) -> str:
 
 def probe_device() -> dict[str, Any]:
     """What the environment has: torch, CUDA devices (name, capability), driver."""
-    info: dict[str, Any] = {"torch": None, "cuda_available": False, "devices": [],
-                            "driver": None, "torch_cuda": None, "reason": None}
+    info: dict[str, Any] = {
+        "torch": None,
+        "cuda_available": False,
+        "devices": [],
+        "driver": None,
+        "torch_cuda": None,
+        "reason": None,
+    }
     try:
         import torch
     except ImportError as exc:
@@ -745,25 +822,35 @@ def probe_device() -> dict[str, Any]:
     info["torch_cuda"] = getattr(torch.version, "cuda", None)
     try:
         available = torch.cuda.is_available()
-    except Exception as exc:  # noqa: BLE001 - a broken driver must not stop the report
+    except Exception as exc:
         info["reason"] = f"torch.cuda.is_available() raised {type(exc).__name__}: {exc}"
         return info
     if not available:
-        info["reason"] = ("no CUDA device: torch.cuda.is_available() is False"
-                          + ("" if info["torch_cuda"] else " (torch is a CPU-only build)"))
+        info["reason"] = "no CUDA device: torch.cuda.is_available() is False" + (
+            "" if info["torch_cuda"] else " (torch is a CPU-only build)"
+        )
         return info
     info["cuda_available"] = True
     for i in range(torch.cuda.device_count()):
         props = torch.cuda.get_device_properties(i)
-        info["devices"].append({"index": i, "name": props.name,
-                                "capability": [props.major, props.minor],
-                                "memory_gib": round(props.total_memory / 2**30, 1)})
+        info["devices"].append(
+            {
+                "index": i,
+                "name": props.name,
+                "capability": [props.major, props.minor],
+                "memory_gib": round(props.total_memory / 2**30, 1),
+            }
+        )
     smi = shutil.which("nvidia-smi")
     if smi:
         with contextlib.suppress(Exception):
-            out = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"],
-                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=30,
-                                 check=False)
+            out = subprocess.run(
+                [smi, "--query-gpu=driver_version", "--format=csv,noheader"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                timeout=30,
+                check=False,
+            )
             versions = sorted({ln.strip() for ln in out.stdout.decode().splitlines() if ln.strip()})
             info["driver"] = ", ".join(versions) or None
     return info
@@ -797,11 +884,15 @@ def run_one(defn: CheckDef, ctx: Ctx) -> dict[str, Any]:
     except AssertionError as exc:
         outcome = FAILED
         detail = str(exc) or "assertion failed: " + _short_tb(exc)
-    except Exception as exc:  # noqa: BLE001 - every other exception is the check's error
+    except Exception as exc:
         outcome = ERROR
         detail = f"{type(exc).__name__}: {exc}\n{_short_tb(exc)}"
-    return {"id": defn.id, "outcome": outcome, "duration_s": round(time.monotonic() - start, 3),
-            "detail": detail or ""}
+    return {
+        "id": defn.id,
+        "outcome": outcome,
+        "duration_s": round(time.monotonic() - start, 3),
+        "detail": detail or "",
+    }
 
 
 def _short_tb(exc: BaseException, lines: int = 12) -> str:
@@ -821,17 +912,33 @@ def main(argv: list[str] | None = None) -> int:
     device = probe_device()
     ctx = Ctx(spec=spec, device=device)
     with open(args.out, "a", encoding="utf-8") as out:
+
         def emit(record: dict[str, Any]) -> None:
             out.write(json.dumps(record) + "\n")
             out.flush()
 
-        emit({"kind": "env", "python": sys.version.split()[0], "executable": sys.executable,
-              "prefix": sys.prefix, "sys_path": sys.path, "device": device})
+        emit(
+            {
+                "kind": "env",
+                "python": sys.version.split()[0],
+                "executable": sys.executable,
+                "prefix": sys.prefix,
+                "sys_path": sys.path,
+                "device": device,
+            }
+        )
         for cid in ids:
             defn = REGISTRY.get(cid)
             if defn is None:
-                emit({"kind": "check", "id": cid, "outcome": ERROR, "duration_s": 0.0,
-                      "detail": "unknown check id (forkpatch and incheck disagree)"})
+                emit(
+                    {
+                        "kind": "check",
+                        "id": cid,
+                        "outcome": ERROR,
+                        "duration_s": 0.0,
+                        "detail": "unknown check id (forkpatch and incheck disagree)",
+                    }
+                )
                 continue
             emit({"kind": "start", "id": cid})
             emit({"kind": "check", **run_one(defn, ctx)})

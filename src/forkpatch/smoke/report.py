@@ -40,8 +40,14 @@ class CheckResult:
     patches: list[str] = field(default_factory=list)  # [] for baseline checks
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "tier": self.tier, "outcome": self.outcome,
-                "duration_s": self.duration_s, "detail": self.detail, "patches": self.patches}
+        return {
+            "id": self.id,
+            "tier": self.tier,
+            "outcome": self.outcome,
+            "duration_s": self.duration_s,
+            "detail": self.detail,
+            "patches": self.patches,
+        }
 
 
 @dataclass
@@ -68,8 +74,12 @@ class SmokeReport:
             results = [c for c in self.checks if c.tier == tier]
             outcomes = {c.outcome for c in results}
             if tier not in self.requested_tiers:
-                status, reason = NOT_RUN, "not requested (--tier " + \
-                    (self.requested_tiers[-1] if self.requested_tiers else "?") + ")"
+                status, reason = (
+                    NOT_RUN,
+                    "not requested (--tier "
+                    + (self.requested_tiers[-1] if self.requested_tiers else "?")
+                    + ")",
+                )
             elif outcomes & {FAILED, ERROR}:
                 status, reason = "failed", ""
             elif not results:
@@ -81,9 +91,14 @@ class SmokeReport:
                 reason = "; ".join(f"{c.id}: {c.detail}" for c in results if c.outcome == NOT_RUN)
             else:
                 status, reason = PASSED, ""
-            out[tier] = {"status": status, "reason": reason,
-                         "checks": {o: sum(1 for c in results if c.outcome == o)
-                                    for o in (PASSED, FAILED, ERROR, NOT_RUN)}}
+            out[tier] = {
+                "status": status,
+                "reason": reason,
+                "checks": {
+                    o: sum(1 for c in results if c.outcome == o)
+                    for o in (PASSED, FAILED, ERROR, NOT_RUN)
+                },
+            }
         return out
 
     @property
@@ -106,8 +121,7 @@ class SmokeReport:
                 status = "partial"
             else:
                 status = NOT_RUN
-            out.append({"name": name, "status": status,
-                        "checks": {c.id: c.outcome for c in mine}})
+            out.append({"name": name, "status": status, "checks": {c.id: c.outcome for c in mine}})
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -123,10 +137,8 @@ class SmokeReport:
             "wheels": self.wheels,
             "tiers": {
                 "requested": self.requested_tiers,
-                "run": [t for t in TIERS if tiers[t]["status"] in (PASSED, "failed",
-                                                                   "incomplete")],
-                "not_run": {t: tiers[t]["reason"] for t in TIERS
-                            if tiers[t]["status"] == NOT_RUN},
+                "run": [t for t in TIERS if tiers[t]["status"] in (PASSED, "failed", "incomplete")],
+                "not_run": {t: tiers[t]["reason"] for t in TIERS if tiers[t]["status"] == NOT_RUN},
                 "status": {t: tiers[t]["status"] for t in TIERS},
                 "detail": tiers,
             },
@@ -171,13 +183,17 @@ def load_report(path: Path) -> dict[str, Any]:
     except FileNotFoundError:
         raise SmokeError(f"{path}: no such smoke report") from None
     except (ValueError, UnicodeDecodeError) as exc:
-        raise SmokeError(f"{path}: not a JSON smoke report ({exc})",
-                         tip="run `forkpatch smoke WHEEL` again to write a fresh one") from None
+        raise SmokeError(
+            f"{path}: not a JSON smoke report ({exc})",
+            tip="run `forkpatch smoke WHEEL` again to write a fresh one",
+        ) from None
     if not isinstance(data, dict) or data.get("kind") != "forkpatch-smoke-report":
         raise SmokeError(f"{path}: not a forkpatch smoke report")
     if data.get("schema") != SCHEMA:
-        raise SmokeError(f"{path}: smoke report schema {data.get('schema')!r} is not {SCHEMA}",
-                         tip="run `forkpatch smoke` with this forkpatch version")
+        raise SmokeError(
+            f"{path}: smoke report schema {data.get('schema')!r} is not {SCHEMA}",
+            tip="run `forkpatch smoke` with this forkpatch version",
+        )
     return data
 
 
@@ -203,25 +219,37 @@ def junit_xml(data: Mapping[str, Any]) -> bytes:
     total = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     for tier in TIERS:
         checks = [c for c in data.get("checks", []) if c["tier"] == tier]
-        counts = {"tests": len(checks),
-                  "failures": sum(c["outcome"] == FAILED for c in checks),
-                  "errors": sum(c["outcome"] == ERROR for c in checks),
-                  "skipped": sum(c["outcome"] == NOT_RUN for c in checks)}
+        counts = {
+            "tests": len(checks),
+            "failures": sum(c["outcome"] == FAILED for c in checks),
+            "errors": sum(c["outcome"] == ERROR for c in checks),
+            "skipped": sum(c["outcome"] == NOT_RUN for c in checks),
+        }
         for k in total:
             total[k] += counts[k]
-        attrs = {"name": f"smoke.{tier}", "time": f"{sum(c['duration_s'] for c in checks):.3f}",
-                 "timestamp": str(data.get("started", "")),
-                 **{k: str(v) for k, v in counts.items()}}
+        attrs = {
+            "name": f"smoke.{tier}",
+            "time": f"{sum(c['duration_s'] for c in checks):.3f}",
+            "timestamp": str(data.get("started", "")),
+            **{k: str(v) for k, v in counts.items()},
+        }
         suite = ET.SubElement(suites, "testsuite", attrs)
         props = ET.SubElement(suite, "properties")
-        for key, value in (("wheel.sha256", data.get("wheel", {}).get("sha256", "")),
-                           ("wheel.version", version),
-                           ("tier.status", data.get("tiers", {}).get("status", {}).get(tier, "")),
-                           ("deps", data.get("environment", {}).get("deps", ""))):
+        for key, value in (
+            ("wheel.sha256", data.get("wheel", {}).get("sha256", "")),
+            ("wheel.version", version),
+            ("tier.status", data.get("tiers", {}).get("status", {}).get(tier, "")),
+            ("deps", data.get("environment", {}).get("deps", "")),
+        ):
             ET.SubElement(props, "property", name=key, value=str(value))
         for c in checks:
-            case = ET.SubElement(suite, "testcase", classname=f"smoke.{tier}", name=c["id"],
-                                 time=f"{c['duration_s']:.3f}")
+            case = ET.SubElement(
+                suite,
+                "testcase",
+                classname=f"smoke.{tier}",
+                name=c["id"],
+                time=f"{c['duration_s']:.3f}",
+            )
             detail = c.get("detail", "")
             first = detail.splitlines()[0] if detail else ""
             if c["outcome"] == FAILED:
@@ -235,5 +263,6 @@ def junit_xml(data: Mapping[str, Any]) -> bytes:
     for k, v in total.items():
         suites.set(k, str(v))
     ET.indent(suites)
-    return b'<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="utf-8") \
-        + b"\n"
+    return (
+        b'<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="utf-8") + b"\n"
+    )

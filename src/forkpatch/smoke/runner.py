@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from forkpatch import log
-from forkpatch.build.runner import tail
 from forkpatch.errors import SmokeError
 from forkpatch.series import PatchEntry
 from forkpatch.smoke import checks as registry
@@ -40,6 +39,7 @@ from forkpatch.smoke.report import (
     write_report,
 )
 from forkpatch.smoke.wheelinfo import WheelInfo, read_wheel, sha256_file
+from forkpatch.wheels.runner import tail
 
 DEFAULT_DISTRIBUTION = "1cat-vllm"
 
@@ -78,11 +78,14 @@ def _pick_primary(infos: Sequence[WheelInfo], distribution: str) -> WheelInfo:
         raise SmokeError(
             f"none of the wheels is the fork's distribution '{distribution}' "
             f"(got {', '.join(w.name for w in infos)})",
-            tip="pass the fork wheel (1cat_vllm-*.whl) first; other wheels may accompany it")
+            tip="pass the fork wheel (1cat_vllm-*.whl) first; other wheels may accompany it",
+        )
     if len(mine) > 1:
-        raise SmokeError(f"{len(mine)} wheels of '{distribution}' given "
-                         f"({', '.join(w.path.name for w in mine)}); smoke one at a time",
-                         tip="a smoke environment holds exactly one build of the fork")
+        raise SmokeError(
+            f"{len(mine)} wheels of '{distribution}' given "
+            f"({', '.join(w.path.name for w in mine)}); smoke one at a time",
+            tip="a smoke environment holds exactly one build of the fork",
+        )
     return mine[0]
 
 
@@ -111,7 +114,7 @@ def _modules_for(project: Any, entries: Sequence[PatchEntry]) -> list[str]:
 def provenance_vs_series(primary: WheelInfo, project: Any) -> list[str]:
     """Integrity of the wheel (RECORD) and where its provenance disagrees with the
     project's series (empty: all is well). Uses the build's own comparison."""
-    from forkpatch.build.verify import matches_series, verify_wheel
+    from forkpatch.wheels.verify import matches_series, verify_wheel
 
     vr = verify_wheel(primary.path)
     problems = []
@@ -119,8 +122,8 @@ def provenance_vs_series(primary: WheelInfo, project: Any) -> list[str]:
         problems.append("the wheel fails RECORD verification: " + "; ".join(vr.problems()[:5]))
     if project is None or vr.provenance is None:
         return problems
-    from forkpatch.build.buildwheel import expected_provenance
-    from forkpatch.build.identity import BuilderInfo
+    from forkpatch.wheels.buildwheel import expected_provenance
+    from forkpatch.wheels.identity import BuilderInfo
 
     expected = expected_provenance(project, BuilderInfo(mode=vr.provenance.builder.mode))
     diffs = [d for d in matches_series(vr, expected) if "fails verification" not in d]
@@ -152,8 +155,7 @@ def run_smoke(opts: SmokeOptions, project: Any = None) -> SmokeOutcome:
     tiers = registry.tiers_up_to(opts.tier)
     if not opts.wheels:
         raise SmokeError("no wheel given", tip="forkpatch smoke dist/1cat_vllm-*.whl")
-    distribution = project.series.fork.distribution if project is not None \
-        else DEFAULT_DISTRIBUTION
+    distribution = project.series.fork.distribution if project is not None else DEFAULT_DISTRIBUTION
     infos = [read_wheel(w) for w in opts.wheels]
     primary = _pick_primary(infos, distribution)
     prov = primary.provenance()
@@ -169,11 +171,15 @@ def run_smoke(opts: SmokeOptions, project: Any = None) -> SmokeOutcome:
             if name in by_name:
                 entries.append(by_name[name])
             else:
-                notes.append(f"patch '{name}' (in the wheel) is not in series.yaml: its checks "
-                             "are unknown and were not run")
+                notes.append(
+                    f"patch '{name}' (in the wheel) is not in series.yaml: its checks "
+                    "are unknown and were not run"
+                )
     elif patch_names:
-        notes.append("no series.yaml (run with -C PROJECT): only the baseline checks ran; the "
-                     "patches' own checks are listed in series.yaml")
+        notes.append(
+            "no series.yaml (run with -C PROJECT): only the baseline checks ran; the "
+            "patches' own checks are listed in series.yaml"
+        )
     if prov is None:
         notes.append("the wheel has no forkpatch provenance: no patch checks can be chosen")
     plan = registry.plan(entries)
@@ -187,32 +193,51 @@ def run_smoke(opts: SmokeOptions, project: Any = None) -> SmokeOutcome:
     results: dict[str, CheckResult] = {}
     for cid, pats in plan.items():
         if reg[cid].tier not in tiers:
-            results[cid] = CheckResult(cid, reg[cid].tier, incheck.NOT_RUN, 0.0,
-                                       f"tier {reg[cid].tier} not requested (--tier {opts.tier})",
-                                       pats)
+            results[cid] = CheckResult(
+                cid,
+                reg[cid].tier,
+                incheck.NOT_RUN,
+                0.0,
+                f"tier {reg[cid].tier} not requested (--tier {opts.tier})",
+                pats,
+            )
 
     env_info: dict[str, Any] = {}
     device: dict[str, Any] = {}
-    with smoke_env([w.path for w in infos], deps=opts.deps, python=opts.python,
-                   index_url=opts.index_url, keep=opts.keep_env) as senv:
+    with smoke_env(
+        [w.path for w in infos],
+        deps=opts.deps,
+        python=opts.python,
+        index_url=opts.index_url,
+        keep=opts.keep_env,
+    ) as senv:
         spec = {
-            "checks": to_run, "dist": primary.name, "version": primary.version,
-            "prefix": str(senv.path), "deps": senv.deps,
+            "checks": to_run,
+            "dist": primary.name,
+            "version": primary.version,
+            "prefix": str(senv.path),
+            "deps": senv.deps,
             "forbidden_paths": _forbidden_paths(project, senv.path),
             "modules": _modules_for(project, entries),
             "provenance_sha256": primary.provenance_sha256,
             "provenance_problems": problems,
             "series_compared": project is not None and prov is not None,
         }
-        with log.step(f"run {len(to_run)} check(s) in the smoke environment "
-                      f"(tiers {', '.join(tiers)})"):
+        with log.step(
+            f"run {len(to_run)} check(s) in the smoke environment (tiers {', '.join(tiers)})"
+        ):
             records, proc_note = _run_incheck(senv.python, senv.path.parent, spec, opts.timeout_s)
         env_info = senv.to_json()
         for rec in records:
             if rec.get("kind") == "env":
                 device = rec.get("device", {})
-                env_info.update({"python": rec.get("python"), "executable": rec.get("executable"),
-                                 "sys_path": rec.get("sys_path")})
+                env_info.update(
+                    {
+                        "python": rec.get("python"),
+                        "executable": rec.get("executable"),
+                        "sys_path": rec.get("sys_path"),
+                    }
+                )
         running = None
         for rec in records:
             if rec.get("kind") == "start":
@@ -220,35 +245,60 @@ def run_smoke(opts: SmokeOptions, project: Any = None) -> SmokeOutcome:
             elif rec.get("kind") == "check":
                 running = None
                 cid = rec["id"]
-                results[cid] = CheckResult(cid, reg[cid].tier if cid in reg else "?",
-                                           rec["outcome"], float(rec.get("duration_s", 0.0)),
-                                           str(rec.get("detail", "")), plan.get(cid, []))
+                results[cid] = CheckResult(
+                    cid,
+                    reg[cid].tier if cid in reg else "?",
+                    rec["outcome"],
+                    float(rec.get("duration_s", 0.0)),
+                    str(rec.get("detail", "")),
+                    plan.get(cid, []),
+                )
         for cid in to_run:
             if cid not in results:
-                why = f"the check process ended while running it: {proc_note}" \
-                    if cid == running else f"the check process ended before it ran: {proc_note}"
-                results[cid] = CheckResult(cid, reg[cid].tier, incheck.ERROR, 0.0, why,
-                                           plan.get(cid, []))
+                why = (
+                    f"the check process ended while running it: {proc_note}"
+                    if cid == running
+                    else f"the check process ended before it ran: {proc_note}"
+                )
+                results[cid] = CheckResult(
+                    cid, reg[cid].tier, incheck.ERROR, 0.0, why, plan.get(cid, [])
+                )
     if not device.get("devices"):
         device.setdefault("devices", [])
     ordered = [results[cid] for cid in plan]
     report = SmokeReport(
-        wheels=[w.to_json() for w in infos], primary_sha256=primary.sha256,
-        version=primary.version, requested_tiers=list(tiers), checks=ordered,
-        environment=env_info, device=device, patches=patch_names, provenance=prov,
-        series_compared=project is not None and prov is not None, started=started,
-        duration_s=time.monotonic() - t0, notes=notes)
+        wheels=[w.to_json() for w in infos],
+        primary_sha256=primary.sha256,
+        version=primary.version,
+        requested_tiers=list(tiers),
+        checks=ordered,
+        environment=env_info,
+        device=device,
+        patches=patch_names,
+        provenance=prov,
+        series_compared=project is not None and prov is not None,
+        started=started,
+        duration_s=time.monotonic() - t0,
+        notes=notes,
+    )
     data = report.to_json()
     written = _store(data, primary, infos, project, opts)
     return SmokeOutcome(report=data, written=written)
 
 
-def _store(data: dict[str, Any], primary: WheelInfo, infos: Sequence[WheelInfo], project: Any,
-           opts: SmokeOptions) -> list[Path]:
+def _store(
+    data: dict[str, Any],
+    primary: WheelInfo,
+    infos: Sequence[WheelInfo],
+    project: Any,
+    opts: SmokeOptions,
+) -> list[Path]:
     # The wheel must not have changed while it was smoked: the report is for a sha256.
     if sha256_file(primary.path) != primary.sha256:
-        raise SmokeError(f"{primary.path.name} changed while it was being smoked; "
-                         "no report written", tip="run the smoke again on the final file")
+        raise SmokeError(
+            f"{primary.path.name} changed while it was being smoked; no report written",
+            tip="run the smoke again on the final file",
+        )
     written = []
     if project is not None:
         for w in infos:
@@ -265,8 +315,9 @@ def _store(data: dict[str, Any], primary: WheelInfo, infos: Sequence[WheelInfo],
     return written
 
 
-def _run_incheck(python: Path, workdir: Path, spec: dict[str, Any], timeout_s: float
-                 ) -> tuple[list[dict[str, Any]], str]:
+def _run_incheck(
+    python: Path, workdir: Path, spec: dict[str, Any], timeout_s: float
+) -> tuple[list[dict[str, Any]], str]:
     """Run the checks in the venv; the records it wrote, and how the process ended."""
     script = workdir / "forkpatch_incheck.py"
     shutil.copyfile(incheck.__file__, script)
@@ -278,9 +329,17 @@ def _run_incheck(python: Path, workdir: Path, spec: dict[str, Any], timeout_s: f
     log.info("+ " + " ".join(cmd))
     note = "exited normally"
     try:
-        proc = subprocess.run(cmd, cwd=workdir, env=clean_env(), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, errors="replace",
-                              timeout=timeout_s, check=False)
+        proc = subprocess.run(
+            cmd,
+            cwd=workdir,
+            env=clean_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            timeout=timeout_s,
+            check=False,
+        )
         if proc.returncode != 0:
             note = f"exit code {proc.returncode}; last output:\n{tail(proc.stdout or '', 15)}"
             log.warn(f"the check process {note}")
@@ -299,13 +358,17 @@ def _run_incheck(python: Path, workdir: Path, spec: dict[str, Any], timeout_s: f
 def print_summary(data: dict[str, Any]) -> None:
     """The human summary on stderr."""
     wheel = data["wheel"]
-    log.info(f"smoke {wheel['version']} (sha256 {wheel['sha256'][:16]}…), deps "
-             f"{data['environment'].get('deps')}, {data['duration_s']:.1f}s")
+    log.info(
+        f"smoke {wheel['version']} (sha256 {wheel['sha256'][:16]}…), deps "
+        f"{data['environment'].get('deps')}, {data['duration_s']:.1f}s"
+    )
     dev = data.get("device", {})
     if dev.get("devices"):
         for d in dev["devices"]:
-            log.info(f"  device cuda:{d['index']}: {d['name']}, capability "
-                     f"{tuple(d['capability'])}, driver {dev.get('driver') or '?'}")
+            log.info(
+                f"  device cuda:{d['index']}: {d['name']}, capability "
+                f"{tuple(d['capability'])}, driver {dev.get('driver') or '?'}"
+            )
     else:
         log.info(f"  device: none ({dev.get('reason') or 'no CUDA device'})")
     width = max((len(c["id"]) for c in data["checks"]), default=10)

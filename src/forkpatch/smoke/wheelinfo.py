@@ -49,8 +49,13 @@ class WheelInfo:
         return data if isinstance(data, dict) else None
 
     def to_json(self) -> dict[str, Any]:
-        return {"file": self.path.name, "sha256": self.sha256, "name": self.name,
-                "version": self.version, "size": self.path.stat().st_size}
+        return {
+            "file": self.path.name,
+            "sha256": self.sha256,
+            "name": self.name,
+            "version": self.version,
+            "size": self.path.stat().st_size,
+        }
 
 
 def read_wheel(path: Path) -> WheelInfo:
@@ -61,32 +66,49 @@ def read_wheel(path: Path) -> WheelInfo:
     try:
         name, _version, _build, _tags = parse_wheel_filename(path.name)
     except InvalidWheelFilename as exc:
-        raise SmokeError(f"{path.name} is not a wheel file name ({exc})",
-                         tip="give the .whl file that a build produced") from None
+        raise SmokeError(
+            f"{path.name} is not a wheel file name ({exc})",
+            tip="give the .whl file that a build produced",
+        ) from None
     tags = "-".join(path.name[: -len(".whl")].split("-")[-3:])
     try:
         with zipfile.ZipFile(path) as zf:
             names = zf.namelist()
-            dist_infos = sorted({n.split("/", 1)[0] for n in names
-                                 if "/" in n and n.split("/", 1)[0].endswith(".dist-info")})
+            dist_infos = sorted(
+                {
+                    n.split("/", 1)[0]
+                    for n in names
+                    if "/" in n and n.split("/", 1)[0].endswith(".dist-info")
+                }
+            )
             if len(dist_infos) != 1:
-                raise SmokeError(f"{path.name}: expected one .dist-info directory, found "
-                                 f"{len(dist_infos)}", tip="rebuild the wheel")
+                raise SmokeError(
+                    f"{path.name}: expected one .dist-info directory, found {len(dist_infos)}",
+                    tip="rebuild the wheel",
+                )
             di = dist_infos[0]
             meta = BytesHeaderParser().parsebytes(zf.read(f"{di}/METADATA"))
             prov_name = f"{di}/{PROVENANCE_FILENAME}"
             prov = zf.read(prov_name) if prov_name in names else None
     except (zipfile.BadZipFile, KeyError, OSError) as exc:
-        raise SmokeError(f"{path}: not a readable wheel ({exc})",
-                         tip="rebuild or re-download the wheel") from None
+        raise SmokeError(
+            f"{path}: not a readable wheel ({exc})", tip="rebuild or re-download the wheel"
+        ) from None
     meta_name = meta.get("Name") or ""
     if canonicalize_name(meta_name) != name:
-        raise SmokeError(f"{path.name}: METADATA names {meta_name!r}, the file name {name!r}",
-                         tip="the wheel was renamed by hand; use the file the build wrote")
-    return WheelInfo(path=path.resolve(), sha256=sha256_file(path), name=str(name),
-                     version=str(meta.get("Version") or ""), tags=tags,
-                     requires=tuple(meta.get_all("Requires-Dist") or ()),
-                     provenance_bytes=prov)
+        raise SmokeError(
+            f"{path.name}: METADATA names {meta_name!r}, the file name {name!r}",
+            tip="the wheel was renamed by hand; use the file the build wrote",
+        )
+    return WheelInfo(
+        path=path.resolve(),
+        sha256=sha256_file(path),
+        name=str(name),
+        version=str(meta.get("Version") or ""),
+        tags=tags,
+        requires=tuple(meta.get_all("Requires-Dist") or ()),
+        provenance_bytes=prov,
+    )
 
 
 def dist_names(wheel_names: Iterable[str]) -> list[str]:

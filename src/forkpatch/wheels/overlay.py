@@ -4,7 +4,7 @@ When a patch set touches only Python files, the compiled part of the fork's
 wheel is still right, so instead of a source build (tens of minutes with
 CUDA) we take the released wheel, swap the changed files, and give the result
 its own version and provenance. Untouched members are copied as raw
-compressed bytes (:mod:`forkpatch.build.wheelzip`), so the cost is one file
+compressed bytes (:mod:`forkpatch.wheels.wheelzip`), so the cost is one file
 copy, not a decompress/recompress of 80 MB.
 
 :func:`compiled_paths_touched` decides whether overlay is valid at all: any
@@ -28,8 +28,9 @@ from typing import Protocol
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from forkpatch.build.identity import PROVENANCE_FILENAME, Provenance
-from forkpatch.build.wheelzip import (
+from forkpatch.errors import BuildError
+from forkpatch.wheels.identity import PROVENANCE_FILENAME, Provenance
+from forkpatch.wheels.wheelzip import (
     DEFAULT_FILE_ATTR,
     CopyMember,
     NewMember,
@@ -38,7 +39,6 @@ from forkpatch.build.wheelzip import (
     ZipEntry,
     write_zip,
 )
-from forkpatch.errors import BuildError
 
 __all__ = [
     "DEFAULT_COMPILED_PATTERNS",

@@ -46,7 +46,7 @@ __version_tuple__ = version_tuple = {vtuple}
 
 
 def scm_version_file(version: str) -> bytes:
-    from forkpatch.build.overlay import version_tuple
+    from forkpatch.wheels.overlay import version_tuple
 
     return SCM_VERSION_FILE.format(version=version, vtuple=repr(version_tuple(version))).encode()
 

@@ -9,7 +9,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import wheelfactory
 
-from forkpatch.build.identity import BuilderInfo, PatchRecord, Provenance
+from forkpatch.wheels.identity import BuilderInfo, PatchRecord, Provenance
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 

@@ -13,10 +13,10 @@ import pytest
 import wheelfactory
 from wheelfactory import make_venv, pip
 
-from forkpatch.build.dist_alias import add_vllm_dist_alias, alias_module_name, alias_pth_name
-from forkpatch.build.identity import Provenance
-from forkpatch.build.overlay import overlay_wheel
 from forkpatch.errors import BuildError
+from forkpatch.wheels.dist_alias import add_vllm_dist_alias, alias_module_name, alias_pth_name
+from forkpatch.wheels.identity import Provenance
+from forkpatch.wheels.overlay import overlay_wheel
 
 NEW = "1.2.1+cpu.fp.abcdef0123"  # a local suffix that a hand-typed version would lose
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from forkpatch.build.dist_alias import add_vllm_dist_alias
-from forkpatch.build.identity import Provenance
-from forkpatch.build.overlay import overlay_wheel
-from forkpatch.build.verify import verify_wheel
-from forkpatch.build.wheelzip import WheelZip
+from forkpatch.wheels.dist_alias import add_vllm_dist_alias
+from forkpatch.wheels.identity import Provenance
+from forkpatch.wheels.overlay import overlay_wheel
+from forkpatch.wheels.verify import verify_wheel
+from forkpatch.wheels.wheelzip import WheelZip
 
 NEW = "1.2.1+fp.abcdef0123"
 CHANGED = ("vllm/pkg00/mod0000.py", "vllm/pkg01/mod0001.py", "vllm/pkg02/mod0002.py")

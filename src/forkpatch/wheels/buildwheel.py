@@ -24,7 +24,13 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from forkpatch import __version__, log
-from forkpatch.build.identity import (
+from forkpatch.engine import SeriesApplier
+from forkpatch.errors import BuildError, PatchApplyError
+from forkpatch.fsutil import file_sha256
+from forkpatch.project import Project
+from forkpatch.series import Series
+from forkpatch.stack import describe_failure
+from forkpatch.wheels.identity import (
     BuilderInfo,
     PatchRecord,
     Provenance,
@@ -32,18 +38,12 @@ from forkpatch.build.identity import (
     patchset_label,
     sha256_hex,
 )
-from forkpatch.build.overlay import (
+from forkpatch.wheels.overlay import (
     DEFAULT_COMPILED_PATTERNS,
     compiled_paths_touched,
     overlay_wheel,
     tree_path_to_wheel_path,
 )
-from forkpatch.engine import SeriesApplier
-from forkpatch.errors import BuildError, PatchApplyError
-from forkpatch.fsutil import file_sha256
-from forkpatch.project import Project
-from forkpatch.series import Series
-from forkpatch.stack import describe_failure
 
 MODES = ("auto", "overlay", "container")
 DEFAULT_BASE_IMAGE = "nvidia/cuda:12.8.1-devel-ubuntu22.04"
@@ -90,8 +90,10 @@ def fork_version(tag: str) -> str:
     try:
         return str(Version(text))
     except InvalidVersion:
-        raise BuildError(f"the base tag '{tag}' is not a version; cannot name the wheel",
-                         tip="base the series on a release tag such as v1.2.1") from None
+        raise BuildError(
+            f"the base tag '{tag}' is not a version; cannot name the wheel",
+            tip="base the series on a release tag such as v1.2.1",
+        ) from None
 
 
 def patch_items(project: Project, series: Series) -> list[tuple[str, bytes]]:
@@ -109,19 +111,26 @@ def expected_provenance(project: Project, builder: BuilderInfo) -> Provenance:
     records = []
     for e in series.patches:
         if e.file is not None:
-            records.append(PatchRecord(e.name, sha256=sha256_hex(
-                project.patch_path(e).read_bytes())))
+            records.append(
+                PatchRecord(e.name, sha256=sha256_hex(project.patch_path(e).read_bytes()))
+            )
         else:
             records.append(PatchRecord(e.name, build_step=e.build_step))
-    return Provenance(fork_url=series.fork.url, tag=series.base.tag, commit=series.base.commit,
-                      patches=tuple(records), forkpatch_version=__version__, builder=builder)
+    return Provenance(
+        fork_url=series.fork.url,
+        tag=series.base.tag,
+        commit=series.base.commit,
+        patches=tuple(records),
+        forkpatch_version=__version__,
+        builder=builder,
+    )
 
 
 def build_steps(series: Series) -> list[Any]:
     steps = []
     for e in series.patches:
         if e.build_step == "vllm-dist-info":
-            from forkpatch.build.dist_alias import make_dist_alias_step
+            from forkpatch.wheels.dist_alias import make_dist_alias_step
 
             steps.append(make_dist_alias_step())
     return steps
@@ -140,17 +149,20 @@ def build_wheel(project: Project, opts: BuildOptions) -> BuildResult:
         result = SeriesApplier(fork.store, base).run(project.items(), write=True)
         bad = result.first_conflict()
         if bad is not None:
-            raise PatchApplyError(describe_failure(bad, series.base.tag),
-                                  tip="fix the series first (`forkpatch status`)")
+            raise PatchApplyError(
+                describe_failure(bad, series.base.tag),
+                tip="fix the series first (`forkpatch status`)",
+            )
     head = result.head or base
     touched = sorted({f for r in result.results for f in r.files})
-    version = build_version(fork_version(series.base.tag),
-                            patchset_label(base, patch_items(project, series)))
+    version = build_version(
+        fork_version(series.base.tag), patchset_label(base, patch_items(project, series))
+    )
     patterns = tuple(cfg.get("compiled-patterns", DEFAULT_COMPILED_PATTERNS))
     compiled = compiled_paths_touched(touched, patterns)
     base_wheel = opts.base_wheel or (Path(cfg["base-wheel"]) if cfg.get("base-wheel") else None)
     if base_wheel is not None and not base_wheel.is_absolute():
-        base_wheel = (project.root / base_wheel)
+        base_wheel = project.root / base_wheel
 
     mode = opts.mode if opts.mode != "auto" else cfg.get("mode", "auto")
     if mode not in MODES:
@@ -158,21 +170,28 @@ def build_wheel(project: Project, opts: BuildOptions) -> BuildResult:
     if mode == "overlay" and compiled:
         raise BuildError(
             "an overlay build cannot include changes to compiled code; the series touches: "
-            + ", ".join(compiled[:10]) + (" ..." if len(compiled) > 10 else ""),
-            tip="build with --mode container")
+            + ", ".join(compiled[:10])
+            + (" ..." if len(compiled) > 10 else ""),
+            tip="build with --mode container",
+        )
     if mode == "overlay" and base_wheel is None:
-        raise BuildError("an overlay build needs the fork's released wheel for "
-                         f"{series.base.tag}",
-                         tip="pass --base-wheel PATH or set build.base-wheel in series.yaml")
+        raise BuildError(
+            f"an overlay build needs the fork's released wheel for {series.base.tag}",
+            tip="pass --base-wheel PATH or set build.base-wheel in series.yaml",
+        )
     if mode == "auto":
         if compiled:
-            mode, reason = "container", ("the series touches compiled code (" +
-                                         ", ".join(compiled[:3]) + ")")
+            mode, reason = (
+                "container",
+                ("the series touches compiled code (" + ", ".join(compiled[:3]) + ")"),
+            )
         elif base_wheel is None:
             mode, reason = "container", "no base wheel is configured (--base-wheel)"
         else:
-            mode, reason = "overlay", ("the series touches only Python files and a base wheel "
-                                       "is configured")
+            mode, reason = (
+                "overlay",
+                ("the series touches only Python files and a base wheel is configured"),
+            )
     else:
         reason = "requested"
     log.info(f"build mode: {mode} ({reason}); version {version}")
@@ -183,8 +202,9 @@ def build_wheel(project: Project, opts: BuildOptions) -> BuildResult:
         # killed at any point leaves dist/ exactly as it was or exactly as it ends.
         stage = Path(tempfile.mkdtemp(prefix=".forkpatch-stage-", dir=out_dir))
         try:
-            staged, prov = _overlay(project, fork.store, head, touched, version, base_wheel,
-                                    stage, series)
+            staged, prov = _overlay(
+                project, fork.store, head, touched, version, base_wheel, stage, series
+            )
             moves: dict[Path, bytes | Path | None] = {out_dir / w.name: w for w in staged}
             moves[out_dir / "SHA256SUMS"] = _sums_text(out_dir, staged).encode()
             project.commit(extra=moves)
@@ -193,15 +213,22 @@ def build_wheel(project: Project, opts: BuildOptions) -> BuildResult:
             shutil.rmtree(stage, ignore_errors=True)
         log_path = None
     else:
-        wheels, prov, log_path = _container(project, fork.store, head, version, out_dir,
-                                            series, opts)
-        from forkpatch.build.container import write_sha256sums
+        wheels, prov, log_path = _container(
+            project, fork.store, head, version, out_dir, series, opts
+        )
+        from forkpatch.wheels.container import write_sha256sums
 
         write_sha256sums(out_dir)
-    res = BuildResult(mode=mode, reason=reason, version=version, wheels=wheels,
-                      provenance=prov, log_path=log_path,
-                      seconds=time.monotonic() - started,
-                      sha256={w.name: file_sha256(w) for w in wheels})
+    res = BuildResult(
+        mode=mode,
+        reason=reason,
+        version=version,
+        wheels=wheels,
+        provenance=prov,
+        log_path=log_path,
+        seconds=time.monotonic() - started,
+        sha256={w.name: file_sha256(w) for w in wheels},
+    )
     return res
 
 
@@ -212,11 +239,21 @@ def _sums_text(out_dir: Path, staged: list[Path]) -> str:
     return "".join(f"{file_sha256(wheels[name])}  {name}\n" for name in sorted(wheels))
 
 
-def _overlay(project: Project, store: Any, head: str, touched: list[str], version: str,
-             base_wheel: Path, out_dir: Path, series: Series) -> tuple[list[Path], Provenance]:
+def _overlay(
+    project: Project,
+    store: Any,
+    head: str,
+    touched: list[str],
+    version: str,
+    base_wheel: Path,
+    out_dir: Path,
+    series: Series,
+) -> tuple[list[Path], Provenance]:
     if not base_wheel.is_file():
-        raise BuildError(f"base wheel {base_wheel} does not exist",
-                         tip="download the fork's release wheel for the base tag")
+        raise BuildError(
+            f"base wheel {base_wheel} does not exist",
+            tip="download the fork's release wheel for the base tag",
+        )
     replacements: dict[str, bytes | None] = {}
     with store.reader() as reader:
         for path in touched:
@@ -228,15 +265,28 @@ def _overlay(project: Project, store: Any, head: str, touched: list[str], versio
     builder = BuilderInfo(mode="overlay", base_wheel_sha256=file_sha256(base_wheel))
     prov = expected_provenance(project, builder)
     with log.step(f"overlay {len(replacements)} file(s) onto {base_wheel.name}"):
-        wheel = overlay_wheel(base_wheel, replacements=replacements, new_version=version,
-                              provenance=prov, out_dir=out_dir, extra_steps=build_steps(series),
-                              expected_fork_version=fork_version(series.base.tag))
+        wheel = overlay_wheel(
+            base_wheel,
+            replacements=replacements,
+            new_version=version,
+            provenance=prov,
+            out_dir=out_dir,
+            extra_steps=build_steps(series),
+            expected_fork_version=fork_version(series.base.tag),
+        )
     return [wheel], prov
 
 
-def _container(project: Project, store: Any, head: str, version: str, out_dir: Path,
-               series: Series, opts: BuildOptions) -> tuple[list[Path], Provenance, Path]:
-    from forkpatch.build.container import CacheConfig, build_in_container
+def _container(
+    project: Project,
+    store: Any,
+    head: str,
+    version: str,
+    out_dir: Path,
+    series: Series,
+    opts: BuildOptions,
+) -> tuple[list[Path], Provenance, Path]:
+    from forkpatch.wheels.container import CacheConfig, build_in_container
 
     cfg = series.section("build")
     arch = opts.arch_list or cfg.get("arch-list", "7.0")
@@ -251,27 +301,42 @@ def _container(project: Project, store: Any, head: str, version: str, out_dir: P
                 continue  # submodules are not part of the source archive
             data = reader.blob(oid)
             if data is None:
-                raise BuildError(f"{path} ({oid}) is missing from the fork's objects",
-                                 tip="fetch the fork again (`forkpatch status` refreshes it)")
+                raise BuildError(
+                    f"{path} ({oid}) is missing from the fork's objects",
+                    tip="fetch the fork again (`forkpatch status` refreshes it)",
+                )
             entries.append((path, int(mode, 8), data))
     cache_cfg = cfg.get("cache") or {}
     cache = CacheConfig.from_env()
     if cache_cfg:
-        cache = CacheConfig.from_mapping(cache_cfg) if hasattr(CacheConfig, "from_mapping") \
-            else cache
+        cache = (
+            CacheConfig.from_mapping(cache_cfg) if hasattr(CacheConfig, "from_mapping") else cache
+        )
     with tempfile.TemporaryDirectory(prefix="forkpatch-build-", dir=out_dir) as tmp:
         tmp_dir = Path(tmp)
         raw_dir = tmp_dir / "raw"
         raw_dir.mkdir()
-        wheels = build_in_container(entries, out_dir=raw_dir, version=version, arch_list=arch,
-                                    max_jobs=opts.max_jobs or cfg.get("max-jobs"), cache=cache,
-                                    base_image=base_image,
-                                    install_toolchain=opts.install_toolchain,
-                                    log_path=log_path, keep_container=opts.keep_container)
-        builder = BuilderInfo(mode="container", image_id=_image_id(log_path),
-                              build_args={"TORCH_CUDA_ARCH_LIST": arch,
-                                          "BASE_IMAGE": base_image,
-                                          "FLASH_ATTN_V100_CUDA_ARCH_LIST": "7.0"})
+        wheels = build_in_container(
+            entries,
+            out_dir=raw_dir,
+            version=version,
+            arch_list=arch,
+            max_jobs=opts.max_jobs or cfg.get("max-jobs"),
+            cache=cache,
+            base_image=base_image,
+            install_toolchain=opts.install_toolchain,
+            log_path=log_path,
+            keep_container=opts.keep_container,
+        )
+        builder = BuilderInfo(
+            mode="container",
+            image_id=_image_id(log_path),
+            build_args={
+                "TORCH_CUDA_ARCH_LIST": arch,
+                "BASE_IMAGE": base_image,
+                "FLASH_ATTN_V100_CUDA_ARCH_LIST": "7.0",
+            },
+        )
         prov = expected_provenance(project, builder)
         dist = series.fork.distribution.replace("-", "_").lower()
         final: list[Path] = []
@@ -279,9 +344,16 @@ def _container(project: Project, store: Any, head: str, version: str, out_dir: P
         stage.mkdir()
         for w in wheels:
             if w.name.lower().startswith(dist + "-"):
-                final.append(overlay_wheel(w, replacements={}, new_version=version,
-                                           provenance=prov, out_dir=stage,
-                                           extra_steps=build_steps(series)))
+                final.append(
+                    overlay_wheel(
+                        w,
+                        replacements={},
+                        new_version=version,
+                        provenance=prov,
+                        out_dir=stage,
+                        extra_steps=build_steps(series),
+                    )
+                )
             else:
                 target = stage / w.name
                 shutil.copy2(w, target)

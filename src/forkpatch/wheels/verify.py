@@ -17,10 +17,10 @@ from pathlib import Path
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
-from forkpatch.build.identity import PROVENANCE_FILENAME, Provenance
-from forkpatch.build.overlay import metadata_field, record_hash
-from forkpatch.build.wheelzip import WheelZip
 from forkpatch.errors import BuildError, ForkpatchError
+from forkpatch.wheels.identity import PROVENANCE_FILENAME, Provenance
+from forkpatch.wheels.overlay import metadata_field, record_hash
+from forkpatch.wheels.wheelzip import WheelZip
 
 __all__ = ["VerifyReport", "matches_series", "verify_wheel"]
 

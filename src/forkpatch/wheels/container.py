@@ -42,9 +42,9 @@ from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any, Literal
 
 from forkpatch import log
-from forkpatch.build.runner import redact
 from forkpatch.errors import BuildError
 from forkpatch.fsutil import atomic_write
+from forkpatch.wheels.runner import redact
 
 if TYPE_CHECKING:
     import docker
@@ -57,7 +57,7 @@ TreeEntry = tuple[str, int, bytes]
 
 IMAGE_REPO = "forkpatch-builder"
 LABEL_BUILDER_KEY = "org.forkpatch.builder.key"
-LABEL_BUILD = "org.forkpatch.build"
+LABEL_BUILD = "org.forkpatch.wheels"
 KEEP_ENV = "FORKPATCH_KEEP_CONTAINER"
 BUILD_SCRIPT = "/opt/forkpatch/container-build.sh"
 SRC_DIR = "/src"
@@ -380,7 +380,7 @@ def builder_context(
         raise BuildError(
             f"cannot read the in-container build script {script}: {exc.strerror}",
             tip="it ships next to the builder Dockerfile (ci/ in a checkout, forkpatch/data/ "
-                "when installed)",
+            "when installed)",
         ) from None
     read = _source_reader(source)
     todo = list(REQUIREMENT_FILES)
@@ -588,7 +588,7 @@ class BuildContainer:
         if self.keep is None:
             self.keep = os.environ.get(KEEP_ENV, "") not in ("", "0")
 
-    def __enter__(self) -> BuildContainer:  # noqa: PYI034 (py3.10: no typing.Self)
+    def __enter__(self) -> BuildContainer:
         import docker
 
         name = f"forkpatch-build-{uuid.uuid4().hex[:10]}"

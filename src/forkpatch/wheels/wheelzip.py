@@ -169,7 +169,7 @@ class WheelZip:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         try:
-            self._fh = open(self.path, "rb")  # noqa: SIM115 - closed in close()
+            self._fh = open(self.path, "rb")
         except OSError as exc:
             raise BuildError(
                 f"cannot open wheel {self.path}: {exc.strerror}",
@@ -184,7 +184,7 @@ class WheelZip:
             raise
         self.by_name: dict[str, ZipEntry] = {e.name: e for e in self.entries}
 
-    def __enter__(self) -> WheelZip:  # noqa: PYI034 - final in practice
+    def __enter__(self) -> WheelZip:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -212,8 +212,7 @@ class WheelZip:
         )
         eocd_offset = self.size - tail_len + pos
         if (
-            pos >= 20
-            and tail[pos - 20 : pos - 16] == _ZIP64_LOCATOR_SIG
+            (pos >= 20 and tail[pos - 20 : pos - 16] == _ZIP64_LOCATOR_SIG)
             or _U32_MAX
             in (
                 cd_size,

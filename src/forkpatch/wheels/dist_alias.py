@@ -37,7 +37,7 @@ Why this and not the alternatives:
   third-party plugins.
 * *sitecustomize.py*: one per environment, owned by someone else.
 
-Properties this gives (each checked by tests/build/test_dist_alias.py in a
+Properties this gives (each checked by tests/wheels/test_build_dist_alias.py in a
 real venv): ``version("vllm") == version("1cat-vllm")``; pip does not see a
 ``vllm`` (pip's importlib backend enumerates with ``distributions(path=...)``,
 a query without a name, which the finder ignores), so ``pip list`` has no
@@ -63,7 +63,7 @@ from typing import TYPE_CHECKING
 from forkpatch.errors import BuildError
 
 if TYPE_CHECKING:
-    from forkpatch.build.overlay import WheelMembers
+    from forkpatch.wheels.overlay import WheelMembers
 
 __all__ = [
     "STEP_NAME",

@@ -8,7 +8,7 @@ on the same base always gives the same version, and any change gives another.
 
 The provenance (``<dist-info>/forkpatch-provenance.json``, listed in RECORD)
 says where the wheel came from in enough detail to check it against a series
-later (:func:`forkpatch.build.verify.matches_series`).
+later (:func:`forkpatch.wheels.verify.matches_series`).
 """
 
 from __future__ import annotations

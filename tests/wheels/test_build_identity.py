@@ -3,14 +3,14 @@ from __future__ import annotations
 import pytest
 from packaging.version import Version
 
-from forkpatch.build.identity import (
+from forkpatch.errors import BuildError
+from forkpatch.wheels.identity import (
     BuilderInfo,
     PatchRecord,
     Provenance,
     build_version,
     patchset_label,
 )
-from forkpatch.errors import BuildError
 
 C = "0123456789abcdef0123456789abcdef01234567"
 

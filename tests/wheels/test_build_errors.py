@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import wheelfactory
 
-from forkpatch.build.identity import Provenance
-from forkpatch.build.overlay import overlay_wheel
-from forkpatch.build.verify import matches_series, verify_wheel
-from forkpatch.build.wheelzip import WheelZip
 from forkpatch.errors import BuildError
+from forkpatch.wheels.identity import Provenance
+from forkpatch.wheels.overlay import overlay_wheel
+from forkpatch.wheels.verify import matches_series, verify_wheel
+from forkpatch.wheels.wheelzip import WheelZip
 
 NEW = "1.2.1+fp.abcdef0123"
 

@@ -10,17 +10,17 @@ from pathlib import Path
 import pytest
 import wheelfactory
 
-from forkpatch.build.dist_alias import add_vllm_dist_alias
-from forkpatch.build.identity import Provenance
-from forkpatch.build.overlay import (
+from forkpatch.wheels.dist_alias import add_vllm_dist_alias
+from forkpatch.wheels.identity import Provenance
+from forkpatch.wheels.overlay import (
     compiled_paths_touched,
     overlay_wheel,
     record_hash,
     rewrite_version_file,
     tree_path_to_wheel_path,
 )
-from forkpatch.build.verify import matches_series, verify_wheel
-from forkpatch.build.wheelzip import WheelZip
+from forkpatch.wheels.verify import matches_series, verify_wheel
+from forkpatch.wheels.wheelzip import WheelZip
 
 NEW = "1.2.1+fp.abcdef0123"
 DI = f"1cat_vllm-{NEW}.dist-info"
