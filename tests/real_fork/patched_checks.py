@@ -103,6 +103,11 @@ CHECKS: dict[str, Callable[[Ops], Any]] = {
     ),
     # An odd width with a bias: the bias is added after slicing.
     "sm70-linear-odd-width-bias": lambda ops: incheck._sm70_linear(ops, 264, 128, 4, bias=True),
+    # A K the SM70 GEMM cannot take: the layer keeps fp16 weights, named in a warning.
+    "unsupported-k": incheck._sm70_unsupported_k,
+    # The fork's own SM70 warmup over patched layers (odd and 128-multiple widths,
+    # with and without a bias, and an fp16-fallback layer).
+    "sm70-warmup": incheck._sm70_warmup,
     "cli-version": check_cli_version,
 }
 
