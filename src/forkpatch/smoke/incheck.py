@@ -14,10 +14,15 @@ and :class:`NotRun` when the check cannot run here. ``baseline=True`` runs it
 for every wheel; otherwise it runs when a patch lists it under ``smoke:``.
 
 The SM70 checks and their ``static.*-cpu`` twins share one implementation: the
-twin passes :class:`ReferenceSm70Ops` (float reference ops registered with
-torch.library, capability mocked to 7.0), the SM70 check :class:`RealSm70Ops`
-(the wheel's compiled ops on a real 7.0 device). That is how CI exercises the
-patch set's logic without a V100.
+twin passes :class:`ReferenceSm70Ops` (CPU stand-ins for the fork's SM70 ops,
+registered with torch.library under their real schemas, capability mocked to
+7.0), the SM70 check :class:`RealSm70Ops` (the wheel's compiled ops on a real
+7.0 device). The stand-ins are as strict as the kernels (every check they make,
+with their messages, plus the rules they rely on unchecked), keep the packed
+weight and the (k_ld, q_ld) meta opaque, and dequantize in fp16 as the kernel
+does, so that what passes on the CPU would pass on a V100. The fork's own SM70
+warmup runs over the patched layers in both. That is how CI exercises the patch
+set's logic without a V100.
 
 Results are written as JSON lines to ``--out``, one per check, flushed as each
 finishes, so a crash (a CUDA fault kills the process) loses only the check
@@ -678,8 +683,15 @@ def _moe_refused(base: Any) -> str:
         _online_config("fp8_per_block").get_quant_method(layer, prefix=prefix)
     except ValueError as exc:
         assert prefix in str(exc), f"the MoE refusal does not name the layer: {exc}"
-        return "MoE layers refused by name"
-    raise AssertionError(f"fp8_per_block on SM70 accepted the MoE layer {prefix}")
+        assert '{"linear": "fp8_per_block"}' in str(exc), f"no way out in: {exc}"
+    else:
+        raise AssertionError(f"fp8_per_block on SM70 accepted the MoE layer {prefix}")
+    # The way out it names: linear layers only, which 7.0 admits.
+    qconf = _import_vllm_module("vllm.config.quantization")
+    args = qconf.resolve_quantization_config("online", {"linear": "fp8_per_block"})
+    floor = base.OnlineQuantizationConfig(args=args).get_min_capability()
+    assert args.moe is None and floor == 70, f"linear-only config: moe={args.moe}, floor {floor}"
+    return "MoE layers refused by name, pointing at the linear-only config 7.0 admits"
 
 
 def _padding_helpers(ops: Ops) -> str:
