@@ -60,6 +60,7 @@ class Forge:
     token: str = TOKEN
     scopes: tuple[str, ...] = ("api", "write_repository")
     calls: list[tuple[str, str]] = field(default_factory=list)
+    sent: list[tuple[str, str, Any]] = field(default_factory=list)  # writes, with their body
     merge_requests: list[dict[str, Any]] = field(default_factory=list)
     issues: list[dict[str, Any]] = field(default_factory=list)
     url: str = ""
@@ -69,6 +70,8 @@ class Forge:
 
     def answer(self, method: str, path: str, query: dict[str, str], body: Any) -> tuple[int, Any]:
         self.calls.append((method, path))
+        if method in ("POST", "PUT"):
+            self.sent.append((method, path, body))
         if path == "/api/v4/personal_access_tokens/self":
             return 200, {"scopes": list(self.scopes), "active": True}
         m = re.fullmatch(r"/api/v4/projects/[^/]+/(merge_requests|issues)(?:/(\d+))?", path)
@@ -205,7 +208,7 @@ def gitlab_ci_local(setup: Setup, forge: Forge, origin: Path, **variables: str) 
         "FORKPATCH_TOOL": str(REPO_ROOT),
         "PYTHON": sys.executable,
         "FORKPATCH_FORK_REPO": str(setup.fork),
-        "FORKPATCH_GITLAB_TOKEN": forge.token,
+        "FORKPATCH_GITLAB_TOKEN": TOKEN,
         "FORKPATCH_GITLAB_API": forge.url,
         "FORKPATCH_PUSH_URL": str(origin),
         "FORKPATCH_SMOKE_TIER": "static",

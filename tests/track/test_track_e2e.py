@@ -166,7 +166,7 @@ def test_conflicting_release_reports_the_patch_and_publishes_nothing(tmp_path):
     info = json.loads((setup.out / "change.json").read_text())
     assert info["kind"] == "issue" and info["branch"] is None
     assert info["title"] == "forkpatch: patch 'capability-floor' conflicts with v1.3.1"
-    assert "would open an issue" in change.stderr or "gh issue create" in change.stderr
+    assert "dry run: would open or update the issue" in change.stderr
     assert git(setup.project, "branch", "--list", "forkpatch/*") == ""
 
     # Again: the same summary, still nothing published, same exit.
