@@ -139,7 +139,7 @@ def serve_forge(forge: Forge) -> Iterator[Forge]:
 def add_origin(setup: Setup) -> Path:
     """A bare `origin` for the team repository (the bot branch is pushed there)."""
     origin = setup.project.parent / "origin.git"
-    git(setup.project.parent, "init", "-q", "--bare", str(origin))
+    git(setup.project.parent, "init", "-q", "--bare", "-b", "main", str(origin))
     git(setup.project, "remote", "add", "origin", str(origin))
     git(setup.project, "push", "-q", "origin", "main")
     return origin
