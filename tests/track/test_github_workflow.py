@@ -7,9 +7,11 @@ scheduled run that must do nothing)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from cikit import add_origin, tool
@@ -34,17 +36,19 @@ EVENTS = {
 
 
 def _lint(*extra: str) -> subprocess.CompletedProcess[str]:
+    # actionlint runs shellcheck on the run: scripts when it finds it on PATH.
+    path = f"{Path(tool('shellcheck')).parent}:{os.environ['PATH']}"
     return subprocess.run(
         [tool("actionlint"), *extra, str(WORKFLOW)],
         capture_output=True,
         text=True,
         check=False,
         timeout=120,
+        env={**os.environ, "PATH": path},
     )
 
 
 def test_actionlint_is_clean_with_the_runner_labels():
-    tool("shellcheck")  # actionlint checks the run: scripts with it when it is there
     proc = _lint("-config-file", str(CONFIG))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     # Without the configuration the self-hosted labels are unknown: the file matters.
