@@ -1747,7 +1747,7 @@ def prepare_change(
     title = f"forkpatch: rebase the series onto {tag}"
     if status == "failed":
         title += " (a stage failed: see the summary)"
-    elif not is_final(state.stages) and isinstance(state.stages.build, BuildDone):
+    elif state.stages.smoke is None and isinstance(state.stages.build, BuildDone):
         title += " (smoke not run yet)"
     git, prefix = _project_repo(project.root if repo is None else repo, project.root)
     head = git.commit_of("HEAD")

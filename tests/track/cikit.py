@@ -166,6 +166,8 @@ forkpatch:
     include:
       - local: .forkpatch-ci/gitlab-ci.yml
     strategy: depend
+    forward:
+      pipeline_variables: true
 """
 
 

@@ -117,3 +117,22 @@ def test_shell_scripts_are_shellcheck_clean():
         check=False,
     )
     assert proc.returncode == 0, proc.stdout
+
+
+def test_readme_team_pipeline_is_the_one_the_tests_run():
+    """ci/README.md's team .gitlab-ci.yml is the tests' (bar where the file comes from)."""
+    import re
+
+    from cikit import TEAM_PIPELINE
+
+    text = (CI / "README.md").read_text()
+    block = re.search(r"## GitLab.*?```yaml\n(.*?)```", text, re.S)
+    assert block is not None
+    documented = yaml.safe_load(re.sub(r"^   ", "", block.group(1), flags=re.M))
+    tested = yaml.safe_load(TEAM_PIPELINE)
+    doc_job, test_job = documented["forkpatch"], tested["forkpatch"]
+    assert doc_job["rules"] == test_job["rules"]
+    for key in ("strategy", "forward"):
+        assert doc_job["trigger"][key] == test_job["trigger"][key]
+    assert doc_job["trigger"]["include"][0]["file"] == "ci/gitlab-ci.yml"
+    assert doc_job["stage"] in documented["stages"]
