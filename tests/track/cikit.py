@@ -228,7 +228,7 @@ def gitlab_ci_local(setup: Setup, forge: Forge, origin: Path, **variables: str) 
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("GITHUB_", "GITLAB_", "CI_", "FORKPATCH_"))
+        if k != "CI" and not k.startswith(("GITHUB_", "GITLAB_", "CI_", "FORKPATCH_"))
     }
     env.update(GIT_ENV)
     env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
