@@ -406,7 +406,8 @@ def _restyle(old: _Section, rfp: FilePatch, cfp: FilePatch) -> bytes:
     if cfp.is_binary or not cfp.hunks:
         return cfp.raw + old.junk
     hunks = new.hunks
-    if not any(h.section for h in old.fp.hunks):
+    if not old.is_git and not any(h.section for h in old.fp.hunks):
+        # diff -u without -p: no function names after the @@ either.
         hunks = b"".join(
             _drop_section_text(ln) if ln.startswith(b"@@") else ln for ln in split_lines(hunks)
         )
