@@ -20,8 +20,8 @@ listed by a quilt ``series`` file (or any list of patches in order, ``--series``
   stores forkpatch's own form instead (description + canonical git diff), as
   for forkpatch's own mails.
 
-The patch name is a slug (of the subject for a mail, of the file name
-otherwise), made unique. Every patch is validated (parsed, paths checked),
+The patch name is a slug of the file name (without format-patch's ``0001-``;
+of the subject for the mails of an mbox), made unique. Every patch is validated (parsed, paths checked),
 applied in memory on top of the series, and nothing is written unless all of
 them apply; patch files and series.yaml are written as one unit.
 """
@@ -187,7 +187,7 @@ def _read(
                 summary = summary[len(name) + 2 :]
             description = _TRAILER.sub("", description).strip()
             canonical = True
-        slug = slugify(summary)
+        slug = _file_slug(stem) if stem else slugify(summary)
     else:
         summary = next(
             (

@@ -18,8 +18,8 @@ starts from the bytes the file has now and the commit the patch became:
 * **the header** is kept, except for what the commit changed: the description
   (the text a commit message carries) is replaced in place, a mail's
   ``Subject:`` follows the summary, and a diffstat block is regenerated (git's
-  ``--stat=72 --summary``, as ``format-patch`` writes it) whenever the diff
-  was rewritten: a diffstat never goes stale.
+  ``--stat=72 --summary``, as ``format-patch`` writes it) when the diff was
+  rewritten and the counts it shows changed: a diffstat never goes stale.
 * **the tail** (format-patch's ``-- `` signature and anything after it) is kept.
 
 A file that forkpatch writes from scratch gets the canonical form
@@ -29,6 +29,7 @@ A file that forkpatch writes from scratch gets the canonical form
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -248,7 +249,9 @@ class PatchTexts:
         if diff_changed:
             again = HeaderLayout.parse(text)
             if again.stat_span is not None:
-                text = again.with_stat(self._diffstat(parent, commit))
+                stat = self._diffstat(parent, commit)
+                if _stat_counts(again.text[slice(*again.stat_span)]) != _stat_counts(stat):
+                    text = again.with_stat(stat)
         header = text.encode("utf-8", "surrogateescape")
         header_changed = header != header_bytes
         if not patch.files or not canonical:
@@ -440,6 +443,18 @@ def _restyle(old: _Section, rfp: FilePatch, cfp: FilePatch) -> bytes:
             line += (b" " + rest) if rest else b"\n"
             head = _insert_index(head, line)
     return head + hunks + old.junk
+
+
+_STAT_COUNT = re.compile(r"^ (.*?) +\| +(\d+|Bin)", re.M)
+_STAT_TOTALS = re.compile(
+    r"^ (\d+) files? changed(?:, (\d+) insertions?)?(?:, (\d+) deletions?)?", re.M
+)
+
+
+def _stat_counts(stat: str) -> tuple[list[tuple[str, str]], list[tuple[str, ...]]]:
+    """What a diffstat says (files and counts, totals), whatever tool aligned it: a
+    block that still says the same is kept as it is."""
+    return _STAT_COUNT.findall(stat), _STAT_TOTALS.findall(stat)
 
 
 def _drop_section_text(line: bytes) -> bytes:

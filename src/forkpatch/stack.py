@@ -156,6 +156,16 @@ class Stack:
                     tip="choose another --worktree DIR or remove it",
                 )
             self.store.run("worktree", "prune")
+            other = self._stack_worktree()
+            if other is not None and other != path:
+                # git would refuse with "cannot force update the branch ... checked out".
+                raise UsageError(
+                    f"this project already has a work tree at {other}; forkpatch keeps "
+                    f"one work tree per project, so {path} was not created",
+                    tip=f"work in {other} (`forkpatch apply` re-applies the series there); "
+                    f"to move it, save your work (`forkpatch export`), delete {other}, then "
+                    f"run `forkpatch apply --worktree {path}` again",
+                )
             self.store.run("worktree", "add", "-q", "-f", "-B", BRANCH, str(path), head)
         state = self.state
         state.update({"worktree": str(path), "base": self.project.series.base.commit})
@@ -163,6 +173,17 @@ class Stack:
         state.pop("merge_bases", None)
         self.project.write_state(state)
         return path
+
+    def _stack_worktree(self) -> Path | None:
+        """The work tree that has the stack branch checked out, if one exists."""
+        listing = self.store.run("worktree", "list", "--porcelain", "-z").stdout
+        path: Path | None = None
+        for field in listing.split(b"\0"):
+            if field.startswith(b"worktree "):
+                path = Path(field[len(b"worktree ") :].decode("utf-8", "surrogateescape"))
+            elif field == f"branch refs/heads/{BRANCH}".encode() and path is not None:
+                return path.resolve() if path.exists() else None
+        return None
 
     @staticmethod
     def _admin_of(path: Path) -> Path:
