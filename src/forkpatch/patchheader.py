@@ -42,8 +42,8 @@ _HEADER_LINE = re.compile(r"\A([!-9;-~]+):(.*)\Z", re.DOTALL)
 _MAIL_FIELDS = frozenset({"from", "date", "subject", "message-id", "to", "cc", "in-reply-to"})
 # Leading subject tags that say "this is a patch mail", not part of the summary:
 # [PATCH], [PATCH 2/7], [PATCH v3 2/7], [RFC PATCH net-next], [RFC], [2/7], [v2].
-_SUBJECT_TAG = re.compile(r"\A\s*\[(?:[^\]]*\bpatch\b[^\]]*|rfc|v\d+|\d+/\d+)\]\s*", re.IGNORECASE)
-_REPLY = re.compile(r"\A\s*(?:re|fwd?):\s*", re.IGNORECASE)
+_SUBJECT_TAG = re.compile(r"\s*\[(?:[^\]]*\bpatch\b[^\]]*|rfc|v\d+|\d+/\d+)\]\s*", re.IGNORECASE)
+_REPLY = re.compile(r"\s*(?:re|fwd?):\s*", re.IGNORECASE)  # used with .match(text, pos)
 
 # A diffstat block: "<path> | <n> +-" lines (git or the diffstat tool), the total
 # line, then git's --summary lines.
