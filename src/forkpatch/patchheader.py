@@ -193,7 +193,8 @@ class HeaderLayout:
             return self.text
         head, tail = self.text[: self.desc_start], self.text[self.desc_end :]
         if not self.mail and not head.strip() and not tail.strip():
-            return new  # only a description: the canonical form (see format_patch)
+            # Only a description: its line ends are kept; none at all without one.
+            return new + tail if new else ""
         if not new:
             # Drop the description and the line end after it.
             if tail.startswith("\r\n"):

@@ -602,3 +602,107 @@ def test_a_second_work_tree_is_refused_naming_the_first(tmp_path, capsys):
     run("apply", "--worktree", str(tmp_path / "wt2"))
     assert (tmp_path / "wt2" / "README").read_text().startswith("Line one.\n")
     subprocess.run(["git", "-C", str(tmp_path / "wt2"), "status"], check=True, capture_output=True)
+
+
+def _amend(wt, name: str, subject: str, body: str) -> None:
+    git(
+        wt,
+        "commit",
+        "-q",
+        "--amend",
+        "-m",
+        f"{name}: {subject}\n\n{body}\n\nForkpatch-Patch: {name}",
+    )
+
+
+def test_commit_message_edits_go_back_into_the_file_in_place(tmp_path, capsys):
+    fork = _fork(tmp_path)
+    _m, made = _mixed_series(fork, tmp_path / "make")
+    project, run = _project(tmp_path, capsys, fork)
+    run("import", *(str(p) for _, p in made))
+    run("apply")
+    wt = project / ".forkpatch" / "worktree"
+    before = snapshot(project)
+    # A mail: a new summary goes to its Subject (tags kept), a new body to the body.
+    run("edit", "testsuite-fix-the-runner")
+    _amend(wt, "testsuite-fix-the-runner", "testsuite: keep the exit code", "Reworded.")
+    run("refresh")
+    # A quilt patch: its description is the free text above the diff.
+    run("edit", "fail_on_no_media")
+    _amend(wt, "fail_on_no_media", "Fail without media", "Fail without media, loudly.")
+    run("refresh")
+    after = snapshot(project)
+    assert {k for k in after if after[k] != before[k]} == {
+        "series.yaml",
+        "patches/0002-testsuite-fix-the-runner.patch",
+        "patches/fail_on_no_media.patch",
+    }
+    old = before["patches/0002-testsuite-fix-the-runner.patch"].decode()
+    new = after["patches/0002-testsuite-fix-the-runner.patch"].decode()
+    assert new == old.replace(
+        "Subject: [PATCH] testsuite: fix the runner",
+        "Subject: [PATCH] testsuite: keep the exit code",
+    ).replace("The runner lost its exit code.", "Reworded.")
+    old_q = before["patches/fail_on_no_media.patch"].decode()
+    assert after["patches/fail_on_no_media.patch"].decode() == old_q.replace(
+        "Fail when there is no media.\n\nUpstream-Status: Pending", "Fail without media, loudly."
+    )
+    series = load(project)
+    assert series.get("testsuite-fix-the-runner").summary == "testsuite: keep the exit code"
+    assert series.get("fail_on_no_media").summary == "Fail without media"
+    run("export")
+    assert snapshot(project) == after
+
+
+def test_mbox_of_several_mails_and_encoded_mails(tmp_path, capsys):
+    fork = _fork(tmp_path)
+    m = SeriesMaker(fork, tmp_path / "make", "v1")
+    mails = [
+        m.format_patch(
+            f"{i}.patch",
+            f"readme: change line {i}",
+            {"README": m.read("README").replace(f"Line {i} ", f"Line {i}. ")},
+        )
+        for i in (1, 2, 3)
+    ]
+    mbox = tmp_path / "three.mbox"
+    mbox.write_bytes(b"".join(p.read_bytes() for p in mails))
+    # The same mail as a mailer sends it: quoted-printable body.
+    qp = m.format_patch(
+        "qp.patch",
+        "readme: change line 5 – ü",
+        {"README": m.read("README").replace("5 of", "5 öf")},
+    )
+    raw = qp.read_bytes()
+    head, _, body = raw.partition(b"\n\n")
+    import quopri
+
+    encoded = (
+        head.replace(
+            b"Content-Transfer-Encoding: 8bit", b"Content-Transfer-Encoding: quoted-printable"
+        )
+        + b"\n\n"
+        + quopri.encodestring(body)
+    )
+    assert encoded != raw and b"=C3=B6" in encoded
+    qp.write_bytes(encoded)
+    project, run = _project(tmp_path, capsys, fork)
+    run("import", str(mbox), str(qp))
+    series = load(project)
+    assert series.names() == [
+        "readme-change-line-1",
+        "readme-change-line-2",
+        "readme-change-line-3",
+        "qp",
+    ]
+    # Each mail of the mbox byte for byte, named after its subject.
+    for entry, mail in zip(series.patches[:3], mails, strict=True):
+        assert entry.file == f"{entry.name}.patch"
+        assert (project / "patches" / entry.file).read_bytes() == mail.read_bytes()
+    # The encoded mail is decoded: its bytes are not a diff. Stored in forkpatch's form.
+    assert series.patches[3].summary == "readme: change line 5 – ü"
+    assert series.patches[3].file == "qp.patch"
+    text = (project / "patches" / "qp.patch").read_text()
+    assert text.startswith("diff --git a/README b/README\n") and "5 öf" in text
+    run("apply")
+    assert "Line 5 öf" in (project / ".forkpatch" / "worktree" / "README").read_text()

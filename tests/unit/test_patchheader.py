@@ -114,7 +114,9 @@ def test_rewrites_keep_every_other_character():
     stat = h.with_stat(" a | 1 +\n 1 file changed, 1 insertion(+)\n")
     assert " a | 1 +\n" in stat and "tools/depmod.c" not in stat
     # A plain header that is only a description stays canonical.
-    assert HeaderLayout.parse("Old.\n\n").with_description("New.") == "New."
+    assert HeaderLayout.parse("Old.\n\n").with_description("New.") == "New.\n\n"
+    assert HeaderLayout.parse("Old.\n").with_description("New.") == "New.\n"
+    assert HeaderLayout.parse("Old.\n\n").with_description("") == ""
     assert HeaderLayout.parse("").with_description("New.") == "New."
     # An empty mail body gets the description on lines of its own.
     empty = "From: a <a@b>\nSubject: s\n\n---\n x | 1 +\n 1 file changed, 1 insertion(+)\n"
