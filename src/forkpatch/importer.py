@@ -142,6 +142,25 @@ def _decoded(msg: email.message.Message) -> bytes:
     return head + b"\n" + body
 
 
+_DIFF_START = re.compile(rb"^(?:diff --git |Index: |--- (?=.*\n\+\+\+ ))", re.MULTILINE)
+
+
+def _recoded_mail(data: bytes) -> bytes | None:
+    """A mail whose header is in its declared charset (say ISO-8859-1), with the header
+    recoded to UTF-8 and the diff's bytes untouched; None when it is no such mail."""
+    if not (_MBOX_SEPARATOR.match(data[:200]) or re.match(rb"(From|Subject|Date): ", data)):
+        return None
+    m = _DIFF_START.search(data)
+    cut = m.start() if m else len(data)
+    msg = email.message_from_bytes(data[:cut], policy=email.policy.compat32)
+    charset = msg.get_content_charset() or "latin-1"
+    try:
+        lead = data[:cut].decode(charset)
+    except (LookupError, UnicodeDecodeError):
+        lead = data[:cut].decode("latin-1")
+    return lead.encode("utf-8") + data[cut:]
+
+
 def read_patch_file(path: Path, *, file: str | None, canonical: bool = False) -> list[Incoming]:
     """The patches in one file: one, or one per message of an mbox holding several.
 
@@ -165,7 +184,14 @@ def _read(
     if encoded is not None:
         data = _decoded(encoded)
         canonical = True  # the file's own bytes are not a diff: store the decoded form
-    patch = parse_patch(data, source=source)
+    try:
+        patch = parse_patch(data, source=source)
+    except PatchParseError as exc:
+        recoded = _recoded_mail(data) if "not valid UTF-8" in exc.message else None
+        if recoded is None:
+            raise
+        data, canonical = recoded, True
+        patch = parse_patch(data, source=source)
     if not patch.files:
         raise PatchParseError(
             f"{source}: contains no diff (no 'diff --git' or '--- / +++' lines)",

@@ -363,9 +363,31 @@ class PatchTexts:
         """Whether the old diff, applied exactly to ``parent``, gives ``commit``."""
         new = parse_patch(raw_diff, source=commit)
         paths = self._touched(files) | self._touched(new.files)
-        pre = self._entries(parent, paths)
-        post = self._entries(commit, paths)
+        pre, post = self._images(new, paths, parent, commit)
         return self._effect_holds(files, paths, pre, post)
+
+    def _images(
+        self, new: PatchFile, paths: set[str], parent: str, commit: str
+    ) -> tuple[dict[str, tuple[str, str]], dict[str, tuple[str, str]]]:
+        """(mode, blob id) of ``paths`` in ``parent`` and in ``commit``: from the full-index
+        diff when it names them all (no git process), else from ``git ls-tree``."""
+        pre: dict[str, tuple[str, str]] = {}
+        post: dict[str, tuple[str, str]] = {}
+        complete = paths <= self._touched(new.files)
+        for fp in new.files:
+            if fp.old_path is not None:
+                if fp.old_oid is None or fp.old_mode is None:
+                    complete = False  # a pure rename or mode change prints no ids
+                else:
+                    pre[fp.old_path] = (fp.old_mode, fp.old_oid)
+            if fp.new_path is not None:
+                if fp.new_oid is None or fp.new_mode is None:
+                    complete = False
+                else:
+                    post[fp.new_path] = (fp.new_mode, fp.new_oid)
+        if complete:
+            return pre, post
+        return self._entries(parent, paths), self._entries(commit, paths)
 
     # ------------------------------------------------------------------ rewriting
 
@@ -376,8 +398,7 @@ class PatchTexts:
         raw_new = parse_patch(raw_diff, source=commit)
         canon_new = parse_patch(canonical_diff(raw_diff), source=commit)
         paths = self._touched([s.fp for s in sections]) | self._touched(raw_new.files)
-        pre = self._entries(parent, paths)
-        post = self._entries(commit, paths)
+        pre, post = self._images(raw_new, paths, parent, commit)
         by_key = {(s.fp.old_path, s.fp.new_path): i for i, s in enumerate(sections)}
         out: list[tuple[int, bytes]] = []
         matched = 0

@@ -98,13 +98,13 @@ class SeriesMaker:
             argv.append("--numbered")
         if not signature:
             argv.append("--no-signature")
-        text = run(self.tree, *argv).decode()
+        text = run(self.tree, *argv).decode("utf-8", "surrogateescape")
         if below_dashes:
             text = text.replace("\n---\n", f"\n---\n{below_dashes}", 1)
         if not envelope:
             lines = text.split("\n")
             text = "\n".join(ln for ln in lines[1:] if not ln.startswith("Date: "))
-        return self._save(name, text.encode())
+        return self._save(name, text.encode("utf-8", "surrogateescape"))
 
     def quilt(
         self,

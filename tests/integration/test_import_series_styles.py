@@ -686,15 +686,30 @@ def test_mbox_of_several_mails_and_encoded_mails(tmp_path, capsys):
     )
     assert encoded != raw and b"=C3=B6" in encoded
     qp.write_bytes(encoded)
+    # A mail in ISO-8859-1 (description and file content), as old mailers wrote them.
+    latin = m.format_patch(
+        "latin.patch",
+        "readme: line 6 – done\n\nMüller's fix.",
+        {"README": m.read("README").encode().replace(b"6 of", b"6 \xf6f")},
+    )
+    text8 = latin.read_bytes()
+    cut = text8.index(b"\ndiff --git ")
+    head8 = text8[:cut].replace(b"charset=UTF-8", b"charset=ISO-8859-1")
+    latin.write_bytes(head8.decode("utf-8").encode("latin-1") + text8[cut:])
     project, run = _project(tmp_path, capsys, fork)
-    run("import", str(mbox), str(qp))
+    run("import", str(mbox), str(qp), str(latin))
     series = load(project)
     assert series.names() == [
         "readme-change-line-1",
         "readme-change-line-2",
         "readme-change-line-3",
         "qp",
+        "latin",
     ]
+    assert series.get("latin").summary == "readme: line 6 – done"  # RFC 2047 in UTF-8
+    stored = (project / "patches" / "latin.patch").read_bytes()
+    assert stored.startswith("Müller's fix.\n\ndiff --git".encode())
+    assert b"+Line 6 \xf6f the readme." in stored  # the file's own bytes, not recoded
     # Each mail of the mbox byte for byte, named after its subject.
     for entry, mail in zip(series.patches[:3], mails, strict=True):
         assert entry.file == f"{entry.name}.patch"
@@ -705,4 +720,5 @@ def test_mbox_of_several_mails_and_encoded_mails(tmp_path, capsys):
     text = (project / "patches" / "qp.patch").read_text()
     assert text.startswith("diff --git a/README b/README\n") and "5 öf" in text
     run("apply")
-    assert "Line 5 öf" in (project / ".forkpatch" / "worktree" / "README").read_text()
+    readme = (project / ".forkpatch" / "worktree" / "README").read_bytes()
+    assert "Line 5 öf".encode() in readme and b"Line 6 \xf6f" in readme
