@@ -549,6 +549,7 @@ def test_rebase_keeps_each_file_in_its_own_form(tmp_path, capsys):
     project, run = _project(tmp_path, capsys, fork)
     run("import", *(str(p) for _, p in made))
     before = snapshot(project)
+    meta = [(p.origin, p.upstream, p.upstream_commits) for p in load(project).patches]
     _, out, _ = run("rebase", "--onto", "v2", "--json")
     statuses = {p["name"]: p["status"] for p in json.loads(out)["patches"]}
     # A hunk at the top of a file has no context above it: it is merged, not moved.
@@ -556,6 +557,9 @@ def test_rebase_keeps_each_file_in_its_own_form(tmp_path, capsys):
     assert set(statuses.values()) == {"offset"}, statuses
     after = snapshot(project)
     series = load(project)
+    assert series.base.tag == "v2"
+    # The metadata import mapped survives the rebase, in series.yaml and in the files.
+    assert [(p.origin, p.upstream, p.upstream_commits) for p in series.patches] == meta
     for entry in series.patches:
         old, new = before[f"patches/{entry.file}"], after[f"patches/{entry.file}"]
         assert old != new
