@@ -127,6 +127,32 @@ def _sections(patch: PatchFile) -> tuple[list[_Section], bytes]:
     return sections, tail
 
 
+_GIT_SECTION = re.compile(rb"^diff --git ", re.MULTILINE)
+_PLAIN_SECTION = re.compile(rb"^--- [^\n]*\n\+\+\+ ", re.MULTILINE)
+
+
+def _quick_split(old: bytes, canonical: bytes) -> tuple[bytes, bytes] | None:
+    """(header, diff with its tail) of a file whose diff is ``canonical`` once its text
+    ``index`` lines are dropped, as a git-made patch (format-patch, git diff) usually is;
+    None otherwise. Sound however the split is found: the comparison is the proof (and
+    a plain section before the first git one makes it parse the file properly)."""
+    if not canonical:
+        return None
+    m = _GIT_SECTION.search(old)
+    if m is None or _PLAIN_SECTION.search(old, 0, m.start()):
+        return None
+    start = m.start()
+    ends = [len(old)]
+    sig = old.rfind(b"\n-- \n", start)
+    if sig != -1:
+        ends.append(sig + 1)
+    for end in ends:
+        body = old[start:end]
+        if body == canonical or canonical_diff(body) == canonical:
+            return old[:start], old[start:]
+    return None
+
+
 def _blob_id(data: bytes, length: int) -> str:
     h = hashlib.sha256() if length == 64 else hashlib.sha1()
     h.update(b"blob %d\0" % len(data))
@@ -221,12 +247,18 @@ class PatchTexts:
         canonical = canonical_diff(raw_diff)
         if not old:
             return Rendered(format_patch(description or "", canonical), bool(canonical), True)
+        quick = _quick_split(old, canonical)
+        if quick is not None:
+            # A git diff that is the commit's own (index lines aside): no parse needed.
+            header_bytes, diff = quick
+            return self._finish(
+                header_bytes, diff, description=description, summary=summary, has_diff=True
+            )
         try:
             patch = parse_patch(old, source=source)
         except PatchParseError:
             return Rendered(format_patch(description or "", canonical), True, True)
         header_bytes = old[: len(old) - len(patch.diff)]
-        layout = HeaderLayout.parse(header_bytes.decode("utf-8", "surrogateescape"))
         sections, tail = _sections(patch)
         body = b"".join(s.raw for s in sections)
 
@@ -235,30 +267,54 @@ class PatchTexts:
             diff = body + tail
         elif not patch.files or not canonical:
             diff, diff_changed = canonical, True
-        elif self._same_effect(patch.files, raw_diff, parent, commit):
+        elif self._same_effect(patch.files, parent, commit):
             diff = body + tail
         else:
             diff = self._rewrite(sections, raw_diff, parent, commit) + tail
             diff_changed = True
 
+        return self._finish(
+            header_bytes,
+            diff,
+            description=description,
+            summary=summary,
+            has_diff=bool(patch.files and canonical),
+            canonical=canonical,
+            changed_by=(parent, commit) if diff_changed else None,
+        )
+
+    def _finish(
+        self,
+        header_bytes: bytes,
+        diff: bytes,
+        *,
+        description: str | None,
+        summary: str | None,
+        has_diff: bool,
+        canonical: bytes = b"",
+        changed_by: tuple[str, str] | None = None,
+    ) -> Rendered:
+        """The header with the commit's description, summary and (when the diff was
+        rewritten for the commit ``changed_by`` = (parent, commit)) diffstat, then ``diff``."""
+        layout = HeaderLayout.parse(header_bytes.decode("utf-8", "surrogateescape"))
         text = layout.text
         if description is not None:
             text = layout.with_description(description)
         if summary is not None:
             text = HeaderLayout.parse(text).with_subject(summary)
-        if diff_changed:
+        if changed_by is not None:
             again = HeaderLayout.parse(text)
             if again.stat_span is not None:
-                stat = self._diffstat(parent, commit)
+                stat = self._diffstat(*changed_by)
                 if _stat_counts(again.text[slice(*again.stat_span)]) != _stat_counts(stat):
                     text = again.with_stat(stat)
         header = text.encode("utf-8", "surrogateescape")
         header_changed = header != header_bytes
-        if not patch.files or not canonical:
+        if not has_diff:
             data = format_patch(text, canonical)  # no diff before or after: canonical joint
         else:
             data = header + diff
-        return Rendered(data, diff_changed, header_changed)
+        return Rendered(data, changed_by is not None, header_changed)
 
     # ------------------------------------------------------------------ effect
 
@@ -357,37 +413,42 @@ class PatchTexts:
     def _touched(files: tuple[FilePatch, ...] | list[FilePatch]) -> set[str]:
         return {p for fp in files for p in (fp.old_path, fp.new_path) if p is not None}
 
-    def _same_effect(
-        self, files: tuple[FilePatch, ...], raw_diff: bytes, parent: str, commit: str
-    ) -> bool:
+    def _same_effect(self, files: tuple[FilePatch, ...], parent: str, commit: str) -> bool:
         """Whether the old diff, applied exactly to ``parent``, gives ``commit``."""
-        new = parse_patch(raw_diff, source=commit)
-        paths = self._touched(files) | self._touched(new.files)
-        pre, post = self._images(new, paths, parent, commit)
+        pre, post, changed = self._changes(parent, commit)
+        paths = self._touched(files) | changed
+        if not paths <= changed:
+            # The old diff touches a file the commit leaves alone (it cannot hold, but
+            # that is for the check to say): read those files too.
+            pre.update(self._entries(parent, paths - changed))
+            post.update(self._entries(commit, paths - changed))
         return self._effect_holds(files, paths, pre, post)
 
-    def _images(
-        self, new: PatchFile, paths: set[str], parent: str, commit: str
-    ) -> tuple[dict[str, tuple[str, str]], dict[str, tuple[str, str]]]:
-        """(mode, blob id) of ``paths`` in ``parent`` and in ``commit``: from the full-index
-        diff when it names them all (no git process), else from ``git ls-tree``."""
+    def _changes(
+        self, parent: str, commit: str
+    ) -> tuple[dict[str, tuple[str, str]], dict[str, tuple[str, str]], set[str]]:
+        """(mode, blob id) before and after of every path ``commit`` changes, and the
+        paths: one ``git diff-tree --raw`` (a rename is a deletion and a creation here)."""
+        out = self.git.run(
+            "diff-tree", "-r", "-z", "--raw", "--full-index", "--no-renames", parent, commit
+        ).stdout
+        fields = out.split(b"\0")
         pre: dict[str, tuple[str, str]] = {}
         post: dict[str, tuple[str, str]] = {}
-        complete = paths <= self._touched(new.files)
-        for fp in new.files:
-            if fp.old_path is not None:
-                if fp.old_oid is None or fp.old_mode is None:
-                    complete = False  # a pure rename or mode change prints no ids
-                else:
-                    pre[fp.old_path] = (fp.old_mode, fp.old_oid)
-            if fp.new_path is not None:
-                if fp.new_oid is None or fp.new_mode is None:
-                    complete = False
-                else:
-                    post[fp.new_path] = (fp.new_mode, fp.new_oid)
-        if complete:
-            return pre, post
-        return self._entries(parent, paths), self._entries(commit, paths)
+        i = 0
+        while i + 1 < len(fields):
+            meta = fields[i]
+            if not meta.startswith(b":"):
+                i += 1
+                continue
+            old_mode, new_mode, old_oid, new_oid, _status = meta[1:].decode().split()
+            path = fields[i + 1].decode("utf-8", "surrogateescape")
+            if old_mode != "000000":
+                pre[path] = (old_mode, old_oid)
+            if new_mode != "000000":
+                post[path] = (new_mode, new_oid)
+            i += 2
+        return pre, post, set(pre) | set(post)
 
     # ------------------------------------------------------------------ rewriting
 
@@ -397,8 +458,11 @@ class PatchTexts:
         """The diff for ``commit``, each file in its old section's style where it had one."""
         raw_new = parse_patch(raw_diff, source=commit)
         canon_new = parse_patch(canonical_diff(raw_diff), source=commit)
-        paths = self._touched([s.fp for s in sections]) | self._touched(raw_new.files)
-        pre, post = self._images(raw_new, paths, parent, commit)
+        pre, post, changed = self._changes(parent, commit)
+        paths = self._touched([s.fp for s in sections]) | changed
+        if not paths <= changed:
+            pre.update(self._entries(parent, paths - changed))
+            post.update(self._entries(commit, paths - changed))
         by_key = {(s.fp.old_path, s.fp.new_path): i for i, s in enumerate(sections)}
         out: list[tuple[int, bytes]] = []
         matched = 0

@@ -726,3 +726,33 @@ def test_mbox_of_several_mails_and_encoded_mails(tmp_path, capsys):
     run("apply")
     readme = (project / ".forkpatch" / "worktree" / "README").read_bytes()
     assert "Line 5 öf".encode() in readme and b"Line 6 \xf6f" in readme
+
+
+@pytest.mark.parametrize("first", ["plain", "git"])
+def test_export_sees_a_file_taken_out_of_a_patch_by_hand(tmp_path, capsys, first):
+    """A diff that no longer describes its commit is rewritten, whatever its sections."""
+    fork = _fork(tmp_path)
+    project, run = _project(tmp_path, capsys, fork)
+    plain = (
+        "Index: busybox-1.36/README\n" + "=" * 67 + "\n"
+        "--- busybox-1.36.orig/README\n+++ busybox-1.36/README\n"
+        "@@ -1,3 +1,3 @@\n-Line 1 of the readme.\n+Line one of the readme.\n"
+        " Line 2 of the readme.\n Line 3 of the readme.\n"
+    )
+    git_section = (
+        "diff --git a/Makefile b/Makefile\n--- a/Makefile\n+++ b/Makefile\n"
+        # Exactly git's own section for the change, as git diff prints it.
+        "@@ -1,5 +1,5 @@\n all:\n-\t$(CC) -o busybox *.c\n+\t$(CC) -O2 -o busybox *.c\n \n"
+        " clean:\n \trm -f busybox\n"
+    )
+    body = plain + git_section if first == "plain" else git_section + plain
+    (tmp_path / "two.patch").write_text("Two files.\n\n" + body + "-- \n2.39.5\n\n")
+    run("import", str(tmp_path / "two.patch"))
+    run("apply")
+    wt = project / ".forkpatch" / "worktree"
+    (wt / "README").write_text(FILES["README"])  # take the README change out again
+    git(wt, "commit", "-q", "-a", "--amend", "--no-edit")
+    run("export")
+    text = (project / "patches" / "two.patch").read_text()
+    assert "README" not in text and "-O2" in text
+    assert text.startswith("Two files.\n\n") and text.endswith("-- \n2.39.5\n\n")
