@@ -493,7 +493,7 @@ class Stack:
                     parent=parent,
                     raw_diff=raw,
                     description=header,
-                    summary=summary,
+                    summary=summary or None,
                 ).data,
             )
         ]
