@@ -13,8 +13,10 @@ and write patch files and series.yaml last, each atomically.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import stat
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -36,6 +38,7 @@ from forkpatch.errors import (
     StateError,
     UsageError,
 )
+from forkpatch.fsutil import remove_in_tree, write_in_tree
 from forkpatch.git import Git, commit_date
 from forkpatch.patchfile import format_patch
 from forkpatch.project import Project
@@ -91,9 +94,7 @@ class Stack:
             raise StateError(
                 "no work tree: the series is not applied", tip="run `forkpatch apply` to create one"
             )
-        text = (path / ".git").read_text().strip()
-        admin = Path(text.split(":", 1)[1].strip())
-        return Git(admin if admin.is_absolute() else (path / admin).resolve(), work_tree=path)
+        return self.project.linked_worktree(path)
 
     def base_commit(self) -> str:
         return self.state.get("base") or self.project.series.base.commit
@@ -146,7 +147,7 @@ class Stack:
         path = worktree or self.worktree_path() or self.project.state_dir / DEFAULT_WORKTREE
         path = path.resolve()
         if (path / ".git").exists():
-            wt = Git(self._admin_of(path), work_tree=path)
+            wt = self.project.linked_worktree(path)  # never another project's work tree
             wt.run("checkout", "-q", "-f", "-B", BRANCH, head)
             wt.run("clean", "-q", "-fdx")
         else:
@@ -163,12 +164,6 @@ class Stack:
         state.pop("merge_bases", None)
         self.project.write_state(state)
         return path
-
-    @staticmethod
-    def _admin_of(path: Path) -> Path:
-        text = (path / ".git").read_text().strip()
-        admin = Path(text.split(":", 1)[1].strip())
-        return admin if admin.is_absolute() else (path / admin).resolve()
 
     def apply(
         self, worktree: Path | None = None, force: bool = False, upto: str | None = None
@@ -364,12 +359,13 @@ class Stack:
         entry = self.project.series.get(bad.name)
         patch = self.project.load_patch(entry)
         assert patch is not None and wt.work_tree is not None
-        # Apply what applies, then write the merged files with their markers.
+        # Apply what applies, then write the merged files with their markers. Every write
+        # refuses a symbolic link at any component (a tag or an earlier patch may have
+        # turned a patched directory into a link that points outside the tree).
+        root = wt.work_tree
         for c in bad.conflicts:
             if c.merged is not None:
-                target = wt.work_tree / c.path
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(c.merged)
+                write_in_tree(root, c.path, c.merged, mode=_file_mode(root, c.path))
         clean_files = {fp.path for fp in patch.files} - {c.path for c in bad.conflicts}
         if clean_files:
             partial = replace(
@@ -380,12 +376,16 @@ class Stack:
                     TreeState(self.store, reader, self.head(wt)), Item(entry=entry, patch=partial)
                 )[1]
             for ch in res:
-                target = wt.work_tree / ch.path
                 if ch.is_delete:
-                    target.unlink(missing_ok=True)
+                    remove_in_tree(root, ch.path)
                 else:
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    target.write_bytes(ch.data or b"")
+                    write_in_tree(
+                        root,
+                        ch.path,
+                        ch.data or b"",
+                        mode=0o755 if ch.mode == "100755" else 0o644,
+                        symlink=ch.mode == "120000",
+                    )
         self._commit_worktree(wt, parent=self.head(wt), message=commit_message(entry, patch.header))
 
     def pop(self, name: str | None = None, all_: bool = False, force: bool = False) -> list[str]:
@@ -519,11 +519,13 @@ class Stack:
 
     def _refuse_markers(self, wt: Git, commit: str) -> None:
         changed = wt.run("diff", "--name-only", "-z", commit).stdout.split(b"\0")
+        assert wt.work_tree is not None
         for raw in changed:
             if not raw:
                 continue
-            path = wt.work_tree / raw.decode("utf-8", "surrogateescape")  # type: ignore[operator]
-            if path.is_file() and CONFLICT_MARKER.search(path.read_bytes()):
+            path = wt.work_tree / raw.decode("utf-8", "surrogateescape")
+            # lstat: a symbolic link is a link in the patch, never a file to read through.
+            if _regular(path) and CONFLICT_MARKER.search(path.read_bytes()):
                 raise ConflictError(
                     f"{path} still contains conflict markers",
                     tip="resolve them, or pass --force to keep them",
@@ -741,6 +743,22 @@ class Stack:
         state.pop("worktree", None)
         state.pop("editing", None)
         self.project.write_state(state or None)
+
+
+def _regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _file_mode(root: Path, rel: str) -> int:
+    """The permission bits for rewriting ``root/rel``: its own when it is a regular file."""
+    try:
+        st = os.lstat(root / rel)
+    except OSError:
+        return 0o644
+    return 0o755 if stat.S_ISREG(st.st_mode) and st.st_mode & 0o100 else 0o644
 
 
 def _split(data: bytes) -> tuple[str, bytes]:

@@ -154,3 +154,74 @@ def record(
         "note": note,
     }
     (RESULTS / f"{safe}.json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+# ----------------------------------------------------------------------------- scratch projects
+
+
+def scratch_fork(path: Path, files: Mapping[str, str], *, tag: str = "v1") -> Path:
+    """A real git repository with ``files`` committed and tagged ``tag``."""
+    path.mkdir(parents=True)
+    git(path, "init", "-q", "-b", "main")
+    for rel, text in files.items():
+        f = path / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(text)
+    git(path, "add", "-A")
+    git(path, "commit", "-q", "-m", "fork")
+    git(path, "tag", "-a", tag, "-m", tag)
+    return path
+
+
+def modify(path: str, old: str, new: str, *, header: str = "") -> str:
+    """A git diff of ``path`` from the text ``old`` to ``new`` (made by git itself)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        a, b = Path(tmp, "a"), Path(tmp, "b")
+        a.write_text(old)
+        b.write_text(new)
+        proc = subprocess.run(
+            ["git", "diff", "--no-index", "--no-color", str(a), str(b)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    body = proc.stdout.split("\n@@", 1)[1]
+    return f"{header}diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n@@" + body
+
+
+def scratch_project(
+    tmp_path: Path, files: Mapping[str, str], patches: list[tuple[str, str]]
+) -> tuple[Path, Path]:
+    """(project, fork): a project on a scratch fork at v1 with ``patches`` (name, diff)."""
+    fork = scratch_fork(tmp_path / "fork", files)
+    project = tmp_path / "project"
+    project.mkdir()
+    code, _, err = fp_in(project, "init", "--fork-url", str(fork), "--base", "v1")
+    assert code == 0, err
+    series = (project / "series.yaml").read_text().replace("patches: []\n", "patches:\n")
+    for name, text in patches:
+        (project / "patches" / f"{name}.patch").write_text(f"Patch {name}.\n\n{text}")
+        series += f"  - name: {name}\n    file: {name}.patch\n    summary: {name}\n"
+    (project / "series.yaml").write_text(series)
+    return project, fork
+
+
+def tree_state(root: Path) -> dict[str, tuple[str, bytes]]:
+    """Every entry under ``root`` (links as links, never followed): to prove nothing moved."""
+    out: dict[str, tuple[str, bytes]] = {}
+    if not root.exists():
+        return out
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in [*dirnames, *filenames]:
+            p = Path(dirpath, name)
+            rel = p.relative_to(root).as_posix()
+            if p.is_symlink():
+                out[rel] = ("link", os.readlink(p).encode())
+            elif p.is_file():
+                out[rel] = (oct(p.stat().st_mode & 0o777), p.read_bytes())
+            elif p.is_dir():
+                out[rel] = ("dir", b"")
+    return out

@@ -26,7 +26,7 @@ from packaging.version import InvalidVersion, Version
 from forkpatch import __version__, log
 from forkpatch.engine import SeriesApplier
 from forkpatch.errors import BuildError, PatchApplyError
-from forkpatch.fsutil import file_sha256
+from forkpatch.fsutil import commit_files, file_sha256, recover_files, sweep_temps
 from forkpatch.project import Project
 from forkpatch.series import Series
 from forkpatch.stack import describe_failure
@@ -47,6 +47,8 @@ from forkpatch.wheels.overlay import (
 
 MODES = ("auto", "overlay", "container")
 DEFAULT_BASE_IMAGE = "nvidia/cuda:12.8.1-devel-ubuntu22.04"
+# The multi-file commit journal of a dist directory outside the project.
+DIST_JOURNAL = ".forkpatch-commit.json"
 
 
 @dataclass(frozen=True)
@@ -144,6 +146,9 @@ def build_wheel(project: Project, opts: BuildOptions) -> BuildResult:
     base = fork.verify_base(series.base.tag, series.base.commit)
     out_dir = (opts.out_dir or project.root / cfg.get("dist-dir", "dist")).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
+    if not out_dir.is_relative_to(project.root):
+        recover_files(out_dir / DIST_JOURNAL, root=out_dir)  # a build killed mid-commit
+        sweep_temps(out_dir)
 
     with log.step(f"apply {len(series.patches)} patch(es) to {series.base.tag} in memory"):
         result = SeriesApplier(fork.store, base).run(project.items(), write=True)
@@ -207,7 +212,11 @@ def build_wheel(project: Project, opts: BuildOptions) -> BuildResult:
             )
             moves: dict[Path, bytes | Path | None] = {out_dir / w.name: w for w in staged}
             moves[out_dir / "SHA256SUMS"] = _sums_text(out_dir, staged).encode()
-            project.commit(extra=moves)
+            if out_dir.is_relative_to(project.root):
+                project.commit(extra=moves)
+            else:
+                # A dist directory outside the project keeps its own journal there.
+                commit_files(moves, journal=out_dir / DIST_JOURNAL, root=out_dir)
             wheels = [out_dir / w.name for w in staged]
         finally:
             shutil.rmtree(stage, ignore_errors=True)
