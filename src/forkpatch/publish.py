@@ -51,6 +51,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from forkpatch import log
 from forkpatch.errors import PublishError, SmokeError
 from forkpatch.fsutil import atomic_write, project_lock
+from forkpatch.redact import MIN_SECRET_LENGTH, redact
 from forkpatch.smoke.incheck import TIERS
 from forkpatch.smoke.report import (
     REPORT_SUFFIX,
@@ -61,8 +62,8 @@ from forkpatch.smoke.report import (
     store_path,
 )
 from forkpatch.smoke.wheelinfo import WheelInfo, read_wheel, sha256_file
-from forkpatch.wheels.runner import redact, tail
 from forkpatch.wheels.runner import run as run_tool
+from forkpatch.wheels.runner import tail
 
 DEFAULT_REQUIRED_TIERS = ("static", "sm70")
 SUMS_FILE = "SHA256SUMS"
@@ -414,6 +415,12 @@ def credentials_for(url: str) -> Credentials:
             import keyring
 
             password = keyring.get_password(url, user)
+    if password is not None and len(password) < MIN_SECRET_LENGTH:
+        log.warn(
+            f"the index password is shorter than {MIN_SECRET_LENGTH} characters: forkpatch "
+            "hides it where a credential is expected (URLs, Authorization headers) but not "
+            "everywhere it might occur in the index's answers; use a long token"
+        )
     return Credentials(user, password)
 
 

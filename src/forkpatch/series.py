@@ -26,6 +26,7 @@ import yaml
 
 from forkpatch.errors import SeriesError
 from forkpatch.fsutil import atomic_write
+from forkpatch.redact import CREDENTIAL_TIP, hide_url_secrets, url_has_credentials
 
 SERIES_FILE = "series.yaml"
 PATCHES_DIR = "patches"
@@ -313,9 +314,18 @@ def _parse_series(text: str, *, path: str) -> Series:
     fork_node = _required(top, "fork", loc, "top level", root)
     fm = _mapping(fork_node, loc, "fork")
     _check_keys(fm, FORK_KEYS, loc, "fork", fork_node)
+    url_node = _required(fm, "url", loc, "fork", fork_node)
+    url = _scalar(url_node, loc, "fork.url")
+    if url_has_credentials(url):
+        raise loc.err(
+            url_node,
+            f"fork.url {hide_url_secrets(url)} carries a password or token; forkpatch never "
+            "stores credentials (series.yaml, wheels and reports are shared)",
+            tip=CREDENTIAL_TIP,
+        )
     fork = ForkInfo(
         name=_scalar(_required(fm, "name", loc, "fork", fork_node), loc, "fork.name"),
-        url=_scalar(_required(fm, "url", loc, "fork", fork_node), loc, "fork.url"),
+        url=url,
         distribution=_scalar(fm["distribution"], loc, "fork.distribution")
         if "distribution" in fm
         else "1cat-vllm",

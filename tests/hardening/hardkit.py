@@ -225,3 +225,45 @@ def tree_state(root: Path) -> dict[str, tuple[str, bytes]]:
             elif p.is_dir():
                 out[rel] = ("dir", b"")
     return out
+
+
+def make_wheel(
+    path: Path,
+    members: Mapping[str, bytes],
+    *,
+    name: str = "1cat-vllm",
+    version: str = "1.2.1",
+    record: bool = True,
+    extra_record_rows: tuple[tuple[str, str, str], ...] = (),
+) -> Path:
+    """A wheel written with :mod:`zipfile` (member names kept exactly as given, hostile
+    ones included), with METADATA, WHEEL and a RECORD listing every member."""
+    import base64
+    import hashlib
+    import zipfile
+
+    di = f"{name.replace('-', '_')}-{version}.dist-info"
+    files = dict(members)
+    files.setdefault(
+        f"{di}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n\n".encode()
+    )
+    files.setdefault(
+        f"{di}/WHEEL", b"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    )
+    rows = [
+        f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},{len(d)}"
+        for n, d in files.items()
+    ]
+    rows += [",".join(r) for r in extra_record_rows]
+    rows.append(f"{di}/RECORD,,")
+    if record:
+        files[f"{di}/RECORD"] = ("\n".join(rows) + "\n").encode()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for n, d in files.items():
+            zi = zipfile.ZipInfo(n, date_time=(2026, 1, 1, 0, 0, 0))
+            zi.filename = n  # ZipInfo would normalise some names; keep them as given
+            zi.compress_type = zipfile.ZIP_DEFLATED
+            zi.external_attr = 0o100644 << 16
+            zf.writestr(zi, d)
+    return path

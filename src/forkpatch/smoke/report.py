@@ -23,6 +23,7 @@ from typing import Any
 from forkpatch import __version__
 from forkpatch.errors import SmokeError
 from forkpatch.fsutil import atomic_write
+from forkpatch.redact import scrub
 from forkpatch.smoke.incheck import ERROR, FAILED, NOT_RUN, PASSED, TIERS
 
 SCHEMA = 1
@@ -168,7 +169,8 @@ def now_iso() -> str:
 
 
 def dumps(data: Mapping[str, Any]) -> bytes:
-    return (json.dumps(data, indent=2, sort_keys=False) + "\n").encode("utf-8")
+    """A report's bytes; credentials in URLs (e.g. an old wheel's fork URL) are hidden."""
+    return (json.dumps(scrub(data), indent=2, sort_keys=False) + "\n").encode("utf-8")
 
 
 def write_report(data: Mapping[str, Any], path: Path) -> Path:
