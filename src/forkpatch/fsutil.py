@@ -41,6 +41,16 @@ def write_event(label: str) -> None:
         _fire(label)
 
 
+def pause_point(point: str) -> None:
+    """Test hook: stop (SIGSTOP) when ``FORKPATCH_TEST_PAUSE_AFTER`` names ``point``, so a
+    test can change the world at a known moment and then SIGCONT the process."""
+    if os.environ.get("FORKPATCH_TEST_PAUSE_AFTER") == point:
+        import sys
+
+        print(f"forkpatch: test pause at {point}", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+
 def _fire(label: str) -> None:
     global _events
     _events += 1

@@ -267,3 +267,23 @@ def make_wheel(
             zi.external_attr = 0o100644 << 16
             zf.writestr(zi, d)
     return path
+
+
+def passing_report(wheel: Path, tiers: tuple[str, ...] = ("static", "sm70")) -> Path:
+    """A consistent smoke report beside ``wheel`` in which ``tiers`` passed (one check each)."""
+    import hashlib
+
+    from forkpatch.smoke.report import REPORT_SUFFIX, CheckResult, SmokeReport, write_report
+
+    sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    report = SmokeReport(
+        wheels=[{"file": wheel.name, "sha256": sha}],
+        primary_sha256=sha,
+        version="1.2.1",
+        requested_tiers=list(tiers),
+        checks=[CheckResult(f"{t}.check", t, "passed") for t in tiers],
+        environment={},
+        device={},
+        patches=[],
+    )
+    return write_report(report.to_json(), wheel.with_name(wheel.name + REPORT_SUFFIX))

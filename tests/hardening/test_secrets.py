@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import hashlib
 import http.server
 import json
 import re
@@ -20,10 +19,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hardkit import fp
+from hardkit import fp, passing_report
 
 from forkpatch.example import build_release_wheel, make_fork
-from forkpatch.smoke.report import REPORT_SUFFIX, SCHEMA
 
 CANARY = "canary-Zq8v3-NEVER-PRINT-ME"
 USER = "publisher"
@@ -85,17 +83,7 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("secrets")
     make_fork(root / "fork")
     wheel = build_release_wheel(root / "fork", "v1.2.1", root / "dist")
-    sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
-    report = {
-        "kind": "forkpatch-smoke-report",
-        "schema": SCHEMA,
-        "passed": True,
-        "wheel": {"sha256": sha},
-        "wheels": [{"sha256": sha, "file": wheel.name}],
-        "checks": [],
-        "tiers": {"status": {"static": "passed", "sm70": "passed"}, "not_run": {}, "detail": {}},
-    }
-    wheel.with_name(wheel.name + REPORT_SUFFIX).write_text(json.dumps(report))
+    passing_report(wheel)
     return root / "dist"
 
 
