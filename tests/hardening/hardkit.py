@@ -287,3 +287,86 @@ def passing_report(wheel: Path, tiers: tuple[str, ...] = ("static", "sm70")) -> 
         patches=[],
     )
     return write_report(report.to_json(), wheel.with_name(wheel.name + REPORT_SUFFIX))
+
+
+def raw_zip(path: Path, members: list[dict[str, object]]) -> Path:
+    """A zip written byte by byte, so that a test can lie in it: each member is a dict with
+    ``name``, ``data`` (the stored bytes, already compressed for method 8), ``method``,
+    ``crc``, ``size`` (the declared uncompressed size) and optionally ``at`` (reuse the
+    local header of member number ``at``: overlapping members)."""
+    import struct
+
+    out = bytearray()
+    central = bytearray()
+    offsets: list[int] = []
+    for m in members:
+        name = str(m["name"]).encode("utf-8")
+        data = bytes(m["data"])  # type: ignore[arg-type]
+        method, crc, size = int(m["method"]), int(m["crc"]), int(m["size"])  # type: ignore[call-overload]
+        if "at" in m:
+            offset = offsets[int(m["at"])]  # type: ignore[call-overload]
+        else:
+            offset = len(out)
+            out += struct.pack(
+                "<4s2B4HL2L2H",
+                b"PK\x03\x04",
+                20,
+                0,
+                0x800,
+                method,
+                0,
+                33,
+                crc,
+                len(data),
+                size,
+                len(name),
+                0,
+            )
+            out += name + data
+        offsets.append(offset)
+        central += struct.pack(
+            "<4s4B4HL2L5H2L",
+            b"PK\x01\x02",
+            20,
+            3,
+            20,
+            0,
+            0x800,
+            method,
+            0,
+            33,
+            crc,
+            len(data),
+            size,
+            len(name),
+            0,
+            0,
+            0,
+            0,
+            0o100644 << 16,
+            offset,
+        )
+        central += name
+    cd_offset = len(out)
+    out += central
+    out += struct.pack(
+        "<4s4H2LH", b"PK\x05\x06", 0, 0, len(members), len(members), len(central), cd_offset, 0
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(bytes(out))
+    return path
+
+
+def deflate_zeros(mib: int, *, crc: bool = True) -> tuple[bytes, int]:
+    """(raw deflate stream of ``mib`` MiB of zeros, its CRC or 0): one full-flushed 1 MiB
+    block repeated (each block starts afresh, so they are identical), about 1 KiB each."""
+    import zlib
+
+    co = zlib.compressobj(9, zlib.DEFLATED, -15)
+    chunk = bytes(1 << 20)
+    block = co.compress(chunk) + co.flush(zlib.Z_FULL_FLUSH)
+    value = 0
+    if crc:
+        for _ in range(mib):
+            value = zlib.crc32(chunk, value)
+    return block * mib + co.flush(), value
