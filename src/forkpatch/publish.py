@@ -139,10 +139,9 @@ def _user() -> str:
 def required_tiers(project: Any) -> tuple[str, ...]:
     if project is not None:
         s = project.series
-        for section in ("publish", "smoke"):
-            tiers = s.section(section).get("required-tiers")
+        for tiers in (s.publish.required_tiers, s.smoke.required_tiers):
             if tiers:
-                return tuple(str(t) for t in tiers)
+                return tiers
     return DEFAULT_REQUIRED_TIERS
 
 
