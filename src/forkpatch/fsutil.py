@@ -513,28 +513,28 @@ def check_inside(root: Path, path: Path | str, *, where: str) -> Path:
     """
     from forkpatch.errors import PathSafetyError
 
-    root = Path(os.path.abspath(root))
-    p = Path(path)
-    if not p.is_absolute():
-        p = root / p
-    if ".." in p.parts or "\0" in str(p):
-        raise PathSafetyError(f"{where}: {str(path)!r} leaves {root}")
-    try:
-        rel = p.relative_to(root)
-    except ValueError:
+    # Strings and os.path, not pathlib: this runs for every patch file of a series.
+    root_s = os.path.abspath(root)
+    text = os.fspath(path)
+    full = text if os.path.isabs(text) else os.path.join(root_s, text)
+    parts = full.split(os.sep)
+    if ".." in parts or "\0" in full:
+        raise PathSafetyError(f"{where}: {text!r} leaves {root_s}")
+    prefix = root_s.rstrip(os.sep) + os.sep
+    if not full.startswith(prefix) or len(full) == len(prefix):
         raise PathSafetyError(
-            f"{where}: {str(path)!r} is outside {root}",
+            f"{where}: {text!r} is outside {root_s}",
             tip="the file was not written by forkpatch for this project; remove it",
-        ) from None
-    cur = root
-    for comp in rel.parts[:-1]:
-        cur = cur / comp
-        if cur.is_symlink():
+        )
+    cur = root_s
+    for comp in full[len(prefix) :].split(os.sep)[:-1]:
+        cur = os.path.join(cur, comp)
+        if os.path.islink(cur):
             raise PathSafetyError(
-                f"{where}: {str(path)!r} goes through the symbolic link {cur}",
+                f"{where}: {text!r} goes through the symbolic link {cur}",
                 tip="the file was not written by forkpatch for this project; remove it",
             )
-    return p
+    return Path(full)
 
 
 # --------------------------------------------------------------------------- state files

@@ -29,6 +29,7 @@ from forkpatch.engine import (
     TreeState,
     canonical_diff,
     commit_message,
+    diffs_between,
     diffs_of_commits,
     parse_commit_message,
 )
@@ -55,6 +56,8 @@ DIFF_CONFLICT_MARKER = re.compile(rb"^\+(<{7} |>{7} |\|{7} )", re.M)
 class AppliedPatch:
     name: str
     commits: tuple[str, ...]  # the trailer commit first, then hand-made commits on top
+    parent: str = ""  # the first commit's parent ("" when not known: ask git)
+    message: str = ""  # the first (trailer) commit's message
 
     @property
     def commit(self) -> str:
@@ -107,21 +110,24 @@ class Stack:
     def applied(self, wt: Git | None = None) -> list[AppliedPatch]:
         wt = wt or self.wt()
         base = self.base_commit()
+        # One git process for the whole stack: ids, first parents and messages.
         raw = wt.run(
-            "log", "--first-parent", "--reverse", "--format=%H%x00%B%x1e", f"{base}..HEAD"
+            "log", "--first-parent", "--reverse", "--format=%H%x00%P%x00%B%x1e", f"{base}..HEAD"
         ).stdout.decode("utf-8", "surrogateescape")
         patches: list[AppliedPatch] = []
         for record in raw.split("\x1e"):
             record = record.strip("\n")
             if not record:
                 continue
-            commit, _, message = record.partition("\x00")
+            commit, _, rest = record.partition("\x00")
+            parents, _, message = rest.partition("\x00")
             name, _summary, _header = parse_commit_message(message)
             if name:
-                patches.append(AppliedPatch(name, (commit,)))
+                first_parent = parents.split(" ", 1)[0]
+                patches.append(AppliedPatch(name, (commit,), first_parent, message))
             elif patches:
                 last = patches[-1]
-                patches[-1] = AppliedPatch(last.name, (*last.commits, commit))
+                patches[-1] = replace(last, commits=(*last.commits, commit))
             else:
                 raise StateError(
                     f"commit {commit[:12]} in the work tree sits on the base without a patch",
@@ -220,21 +226,28 @@ class Stack:
     def _unsaved(self, wt: Git, applied: list[AppliedPatch]) -> list[str]:
         if not applied:
             return []
-        parents = [self._parent(wt, a) for a in applied]
+        by_name = {p.name: p for p in self.project.series.patches}
+        mine = [a for a in applied if by_name.get(a.name) and by_name[a.name].file is not None]
+        diffs = self._diffs(wt, mine)
         out = []
-        for a, parent in zip(applied, parents, strict=True):
-            entry = (
-                self.project.series.get(a.name) if a.name in self.project.series.names() else None
-            )
-            if entry is None or entry.file is None:
-                continue
-            diff = canonical_diff(wt.diff_trees(parent, a.commit))
+        for a in mine:
+            entry = by_name[a.name]
+            diff = canonical_diff(diffs[a.commit])
             path = self.project.patch_path(entry)
             current = path.read_bytes() if path.exists() else b""
-            header = parse_commit_message(wt.out("show", "-s", "--format=%B", a.first))[2]
+            header = parse_commit_message(self._message(wt, a))[2]
             if format_patch(header, diff) != current and self._diff_part(current) != diff:
                 out.append(a.name)
         return out
+
+    def _diffs(self, wt: Git, applied: list[AppliedPatch]) -> dict[str, bytes]:
+        """Each applied patch's diff (its parent to its last commit), keyed by that last
+        commit: one git process for the whole stack, not three per patch."""
+        return diffs_between(wt, [(self._parent(wt, a), a.commit) for a in applied])
+
+    @staticmethod
+    def _message(wt: Git, a: AppliedPatch) -> str:
+        return a.message or wt.out("show", "-s", "--format=%B", a.first)
 
     @staticmethod
     def _diff_part(data: bytes) -> bytes:
@@ -242,6 +255,8 @@ class Stack:
         return data[idx:] if idx >= 0 else b""
 
     def _parent(self, wt: Git, a: AppliedPatch) -> str:
+        if a.parent:
+            return a.parent
         parent = wt.rev_parse(f"{a.first}^")
         assert parent is not None
         return parent
@@ -711,24 +726,29 @@ class Stack:
                 "(`forkpatch refresh` folds them into the top patch)"
             )
         series = self.project.series
-        new_entries = list(series.patches)
+        by_name = {p.name: p for p in series.patches}
+        summaries: dict[str, str] = {}
         writes: dict[PatchEntry, tuple[str, bytes]] = {}
+        mine = []
         for a in applied:
-            entry = series.get(a.name)
-            if entry.file is None:
-                continue
-            parent = self._parent(wt, a)
-            diff = canonical_diff(wt.diff_trees(parent, a.commit))
-            _name, summary, header = parse_commit_message(
-                wt.out("show", "-s", "--format=%B", a.first)
-            )
-            writes[entry] = (header, diff)
+            if a.name not in by_name:
+                series.get(a.name)  # a commit for a patch series.yaml does not have: an error
+            if by_name[a.name].file is not None:
+                mine.append(a)
+        diffs = self._diffs(wt, mine)  # one git process, whatever the number of patches
+        for a in mine:
+            entry = by_name[a.name]
+            _name, summary, header = parse_commit_message(self._message(wt, a))
+            writes[entry] = (header, canonical_diff(diffs[a.commit]))
             if summary and summary != entry.summary:
-                new_entries = [
-                    replace(p, summary=summary) if p.name == entry.name else p for p in new_entries
-                ]
+                summaries[entry.name] = summary
         new_series = (
-            series.with_patches(new_entries) if tuple(new_entries) != series.patches else None
+            series.with_patches(
+                replace(p, summary=summaries[p.name]) if p.name in summaries else p
+                for p in series.patches
+            )
+            if summaries
+            else None
         )
         # Every file and series.yaml as one unit: a kill leaves all old or all new.
         written = set(self.project.commit(writes, new_series))
