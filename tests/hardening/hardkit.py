@@ -6,27 +6,25 @@
   (git worktrees and state.json hold absolute paths, so copies must live where the
   original did);
 - :func:`visible` is what the user owns: series.yaml, patches/ and dist/;
-- :func:`record` saves counts for docs/reliability.md (``.results/``, git-ignored),
-  rendered by ``make_reliability_table.py``.
+- :class:`Row` is one row of docs/reliability.md (see ``reliability.py``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
-import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from fptest import GIT_ENV
 
 HERE = Path(__file__).resolve().parent
-RESULTS = HERE / ".results"
 TMP_NAME = re.compile(r"\A\..+(?:\.forkpatch-tmp|\.forkpatch-\d+\.tmp)\Z")
 OWNED = ("series.yaml", "patches", "dist")
 
@@ -133,27 +131,17 @@ def git(cwd: Path, *args: str) -> str:
     ).stdout.strip()
 
 
-def record(
-    category: str,
-    name: str,
-    *,
-    tried: int,
-    outcomes: Mapping[str, int],
-    unit: str = "inputs",
-    note: str = "",
-) -> None:
-    """Save one row of docs/reliability.md (merged by make_reliability_table.py)."""
-    RESULTS.mkdir(exist_ok=True)
-    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{category}--{name}")
-    data = {
-        "category": category,
-        "name": name,
-        "tried": tried,
-        "unit": unit,
-        "outcomes": dict(sorted(outcomes.items())),
-        "note": note,
-    }
-    (RESULTS / f"{safe}.json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+@dataclass(frozen=True)
+class Row:
+    """One row of docs/reliability.md: each hardening module lists its rows in
+    ``RELIABILITY``, computed from its case tables (so the figures are the tests')."""
+
+    category: str
+    what: str
+    tried: str
+    outcome: str
+    refused: str = "-"  # how many of the cases were refused (where refusal is the outcome)
+    outside: str = "-"  # what was found written outside the project, in how many checks
 
 
 # ----------------------------------------------------------------------------- scratch projects

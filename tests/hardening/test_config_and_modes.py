@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hardkit import fp_in, scratch_project
+from hardkit import Row, fp_in, scratch_project
 
 from forkpatch.errors import SeriesError
 from forkpatch.series import parse_series
@@ -306,3 +306,28 @@ def test_modes_and_long_names_are_refused_while_parsing(tmp_path: Path, variant:
         for leak in ("fatal:", "fast-import", "internal error", "Traceback", "`git "):
             assert leak not in message, err
         assert not (project / ".forkpatch" / "worktree").exists()
+
+
+RELIABILITY = [
+    Row(
+        "bad input: series.yaml",
+        "build/smoke/publish/track values of the wrong type, range or form",
+        f"{len(BAD_CONFIG)} values (+ 2 x 4 commands)",
+        "refused on load naming series.yaml:LINE and the key; never a TypeError later",
+        refused=str(len(BAD_CONFIG) + 8),
+    ),
+    Row(
+        "bad input: series.yaml",
+        "version: true / 1.0 / '1' / 2, base.commit of digits, _ or exponents",
+        f"{len(BAD_TOP)} cases (+ 2 all-digit ids read as written)",
+        "the right message (never 'quote it' for a value that is no commit id)",
+        refused=str(len(BAD_TOP)),
+    ),
+    Row(
+        "bad input: patch files",
+        "file modes 160000/040000/100777/100664/120777 and names over 255/4095 bytes",
+        f"{len(BAD_HEADERS)} patches x (import, apply)",
+        "refused while parsing, naming the patch and the line; no git error, no work tree",
+        refused=str(2 * len(BAD_HEADERS)),
+    ),
+]

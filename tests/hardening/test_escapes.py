@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from hardkit import fp_in, git, modify, scratch_project, tree_state
+from hardkit import Row, fp_in, git, modify, scratch_project, tree_state
 
 from forkpatch.fsutil import dump_state
 
@@ -432,3 +432,59 @@ def test_a_copy_during_a_rebase_never_touches_the_original(tmp_path: Path) -> No
         assert "Traceback" not in err and "internal error" not in err, err
         assert tree_state(project) == original, f"{args} changed the original"
     assert not (copy / ".forkpatch" / "rebase").exists()
+
+
+RELIABILITY = [
+    Row(
+        "writes outside the project",
+        "push --merge writing conflict markers where the stack has a link (file links "
+        "in and out of the tree, dangling links, a linked directory)",
+        f"{len(LINK_TARGETS) + 2} cases",
+        f"{len(LINK_TARGETS)} written as a plain file in the tree (the link replaced), 2 "
+        "refused (the path goes through a linked directory)",
+        refused="2",
+        outside=f"nothing (checked in {len(LINK_TARGETS) + 2})",
+    ),
+    Row(
+        "writes outside the project",
+        "stack commands with a link out of the tree in the stack",
+        f"{len(STACK_COMMANDS)} commands x 2 links",
+        "done or refused with an error, never a traceback; git's own writes never follow a link",
+        outside=f"nothing (checked in {2 * len(STACK_COMMANDS)})",
+    ),
+    Row(
+        "writes outside the project",
+        "crafted .forkpatch/commit.json (paths outside, .., linked directories, files "
+        "forkpatch does not own, bad version or checksum, old format)",
+        f"{len(JOURNALS)} journals x (status, apply)",
+        "refused naming commit.json, nothing renamed or deleted in the project either; a "
+        "genuine journal is still finished",
+        refused=str(2 * len(JOURNALS)),
+        outside=f"nothing (checked in {2 * len(JOURNALS)})",
+    ),
+    Row(
+        "writes outside the project",
+        "crafted .forkpatch/state.json (work tree = the fork's clone or another project, "
+        ".., links, bad names, unknown fields, old format, edited)",
+        f"{len(STATES)} states x (apply --force, pop, refresh, status)",
+        "refused naming state.json or the unlinked work tree; status still answers",
+        refused=str(3 * len(STATES)),
+        outside=f"nothing; the other repository unchanged (checked in {4 * len(STATES)})",
+    ),
+    Row(
+        "writes outside the project",
+        "patches/ or a directory below it a symbolic link",
+        f"{len(LAYOUTS)} layouts x {len(PATCH_COMMANDS)} commands",
+        "refused naming the link",
+        refused=str(len(LAYOUTS) * len(PATCH_COMMANDS)),
+        outside=f"nothing (checked in {len(LAYOUTS) * len(PATCH_COMMANDS)})",
+    ),
+    Row(
+        "writes outside the project",
+        "a project copied (cp -a) or moved (mv), work tree inside or outside it, or mid-rebase",
+        f"{2 * len(COPY_COMMANDS) + 4 + 3} commands",
+        "the copy re-linked to its own store, or it forgets the original's outside work "
+        "tree; a rebase in the copy is refused or done in the copy",
+        outside=f"the original unchanged (checked in {len(COPY_COMMANDS) + 4 + 3})",
+    ),
+]

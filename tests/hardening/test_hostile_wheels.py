@@ -20,7 +20,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from hardkit import deflate_zeros, env, fp_in, make_wheel, passing_report, raw_zip, tree_state
+from hardkit import (
+    Row,
+    deflate_zeros,
+    env,
+    fp_in,
+    make_wheel,
+    passing_report,
+    raw_zip,
+    tree_state,
+)
 
 from forkpatch.example import build_release_wheel, make_fork, write_example_patches
 
@@ -292,3 +301,30 @@ def test_an_honest_large_member_is_read_in_bounded_memory(tmp_path: Path) -> Non
     got, _ = _run(tmp_path, "verify", str(wheel))
     assert "MemoryError" not in got.stderr and "internal error" not in got.stderr, got.stderr
     assert "vllm/big.py" in got.stderr  # RECORD has no hash for it: a mismatch, reported
+
+
+RELIABILITY = [
+    Row(
+        "hostile wheels",
+        "zip-slip member names (.., absolute, drive letter, backslash, ., //, duplicate)",
+        f"{len(SLIP_NAMES)} names x (verify, publish, build-wheel)",
+        "refused naming the wheel and the member; no wheel built, nothing published",
+        refused=str(3 * len(SLIP_NAMES)),
+        outside=f"nothing (checked in {len(SLIP_NAMES)})",
+    ),
+    Row(
+        "hostile wheels",
+        "RECORD rows naming paths outside the environment",
+        f"{len(RECORD_ROWS)} rows",
+        "verify fails naming the row",
+        refused=str(len(RECORD_ROWS)),
+    ),
+    Row(
+        "hostile wheels",
+        "zip bombs (size lies, impossible ratios, overlapping members, over the cap)",
+        f"{len(BOMBS)} bombs, {sum(len(b[2]) for b in BOMBS.values())} command runs",
+        "each refused in < 60 s under a 768 MiB address-space limit, never MemoryError; "
+        "an honest 1 GiB member is streamed",
+        refused=str(sum(len(b[2]) for b in BOMBS.values())),
+    ),
+]

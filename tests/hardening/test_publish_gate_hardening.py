@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 from fptest import serve_pypiserver
-from hardkit import env, fp, make_wheel, passing_report
+from hardkit import Row, env, fp, make_wheel, passing_report
 
 from forkpatch.smoke.report import REPORT_SUFFIX
 
@@ -315,3 +315,32 @@ def test_a_crafted_publish_journal_is_refused(dist: Path, tmp_path: Path, journa
     assert got.returncode == 1 and ".forkpatch-publish.json" in got.stderr, got.stderr
     assert (tmp_path / "victim").read_text() == "keep\n"
     assert _published(target) == []
+
+
+RELIABILITY = [
+    Row(
+        "publish gate",
+        "smoke reports with a summary that disagrees with their checks, wrong types, "
+        "unknown values, missing fields, or not an object",
+        f"{len(TAMPERED) + 5} reports",
+        "one error naming the file (and the field), never a traceback; nothing published",
+        refused=str(len(TAMPERED) + 5),
+    ),
+    Row(
+        "publish gate",
+        "the wheel replaced, rewritten, linked, deleted or truncated after the gate",
+        f"{len(SWAPS)} swaps x (directory, index)",
+        "the index and the directory hold exactly the gated bytes, SHA256SUMS and simple/ "
+        "their sha256",
+    ),
+    Row(
+        "publish gate",
+        "publish --to DIR killed at each write; an older version's leftovers; crafted "
+        "publish journals",
+        "every write event + 1 + 5 journals",
+        "the next run finishes it (wheel, report, SHA256SUMS, simple/ agree); crafted "
+        "journals refused",
+        refused="5",
+        outside="nothing (checked in 5)",
+    ),
+]

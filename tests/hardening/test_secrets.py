@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hardkit import fp, passing_report
+from hardkit import Row, fp, passing_report
 
 from forkpatch.example import build_release_wheel, make_fork
 
@@ -283,3 +283,35 @@ def test_redact_hides_positions_and_long_values() -> None:
     assert "password=****" in out and "token: ****" in out
     assert "**** here" in out and " e and pw elsewhere" in out
     assert redact("tok=s3cr3t, x: s3cr3t; s3cr3ts", ["s3cr3t"]) == "tok=****, x: ****; s3cr3ts"
+
+
+RELIABILITY = [
+    Row(
+        "secrets",
+        "a canary TWINE_PASSWORD; the index unreachable, refusing, failing, echoing",
+        "4 answers x (plain, --debug)",
+        "the canary and its base64 forms in no output and no file written",
+    ),
+    Row(
+        "secrets",
+        "credentials in the fork URL (user:password@, token@, x-access-token, ssh, "
+        "upper case, %-encoded) at init and in series.yaml; an old wheel's provenance",
+        f"{len(FORK_URLS)} URLs x (init, series.yaml x 3 commands) + 1 wheel",
+        "refused with the tip on credential helpers; the token never printed, stored, or "
+        "copied into reports",
+        refused=str(4 * len(FORK_URLS)),
+    ),
+    Row(
+        "secrets",
+        "short passwords (1-7 characters, common words) answered by 401 and 500",
+        f"{len(SHORT)} passwords x 2 answers",
+        "hidden in credential positions, never by replacing letters inside other words",
+    ),
+    Row(
+        "secrets",
+        "credentials in the index URL",
+        "1 case",
+        "refused, not echoed",
+        refused="1",
+    ),
+]
