@@ -198,6 +198,10 @@ class TreeState:
                 return found
         return None
 
+    def copy(self) -> TreeState:
+        """An independent copy: changes to either do not show in the other."""
+        return _Overlay(self, self._links)
+
     def set(self, path: str, mode: str, data: bytes) -> None:
         if mode == "120000" or (self.entries.get(path, ("",))[0] == "120000"):
             self._links = None
@@ -446,7 +450,7 @@ class SeriesApplier:
         statuses: list[str] = []
         images: dict[str, tuple[bytes | None, bytes | None]] = {}
         # Apply on a scratch overlay so a failing patch leaves ``state`` intact.
-        scratch = _Overlay(state)
+        scratch = state.copy()
         for i, fp in enumerate(patch.files):
             out = self._apply_file(scratch, fp, entry.name, i)  # type: ignore[arg-type]
             statuses.append(out.status)
@@ -583,13 +587,13 @@ class SeriesApplier:
 class _Overlay(TreeState):
     """A copy-on-write view of a TreeState, discarded if a patch fails."""
 
-    def __init__(self, under: TreeState) -> None:
+    def __init__(self, under: TreeState, links: dict[str, str] | None) -> None:
         self.reader = under.reader
         self._under = under
         self.entries = dict(under.entries)
         self.content = dict(under.content)
         self._dirs = None
-        self._links = under._links
+        self._links = links
 
 
 def _unique(items: Iterable[str]) -> list[str]:

@@ -78,7 +78,7 @@ class Git:
     git_dir: Path
     work_tree: Path | None = None
 
-    def _argv(self, args: Sequence[str]) -> list[str]:
+    def argv(self, args: Sequence[str]) -> list[str]:
         argv = ["git", f"--git-dir={self.git_dir}"]
         if self.work_tree is not None:
             argv.append(f"--work-tree={self.work_tree}")
@@ -94,7 +94,7 @@ class Git:
         cwd: Path | None = None,
         timeout: float | None = None,
     ) -> subprocess.CompletedProcess[bytes]:
-        argv = self._argv(args)
+        argv = self.argv(args)
         try:
             proc = subprocess.run(
                 argv,
@@ -200,8 +200,9 @@ class Git:
             args.insert(1, "-w")
         return self.run(*args, input=data).stdout.decode().strip()
 
-    def reader(self) -> ObjectReader:
-        return ObjectReader(self)
+    def reader(self, cache: dict[str, bytes | None] | None = None) -> ObjectReader:
+        """A ``cat-file --batch`` reader; ``cache`` (blob id -> bytes) may be shared by readers."""
+        return ObjectReader(self, cache)
 
     def fast_import(self) -> FastImport:
         return FastImport(self)
@@ -224,14 +225,14 @@ def identity_env(date: str | None = None) -> dict[str, str]:
 class ObjectReader:
     """A persistent ``git cat-file --batch``: read many objects for one process."""
 
-    def __init__(self, git: Git) -> None:
+    def __init__(self, git: Git, cache: dict[str, bytes | None] | None = None) -> None:
         self._proc = subprocess.Popen(
-            git._argv(["cat-file", "--batch"]),
+            git.argv(["cat-file", "--batch"]),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=_base_env(),
         )
-        self._cache: dict[str, bytes | None] = {}
+        self._cache: dict[str, bytes | None] = {} if cache is None else cache
 
     def read(self, spec: str) -> tuple[str, bytes] | None:
         """Return (type, content) for an object id or ``rev:path``; None when missing."""

@@ -37,6 +37,9 @@ from forkpatch.series import (
 STATE_FILE = "state.json"
 # The journal of a multi-file write (fsutil.commit_files) in progress.
 COMMIT_JOURNAL = "commit.json"
+# The journal of a rebase in progress (written by forkpatch.rebase.state): while it
+# exists, patches/ and series.yaml belong to the rebase.
+REBASE_JOURNAL = "rebase/state.json"
 
 
 def find_root(start: Path) -> Path:
@@ -209,10 +212,20 @@ class Project:
             self.recover()
             # While a rebase is in progress patches/ belongs to it: only `rebase`
             # (--continue / --skip / --abort) may change the project.
-            from forkpatch.rebase import refuse_during_rebase
-
-            refuse_during_rebase(self, command)
+            if command != "rebase":
+                self.refuse_during_rebase(command)
             yield
+
+    def refuse_during_rebase(self, command: str) -> None:
+        """Refuse ``command`` while the rebase journal exists (mutating commands only)."""
+        path = self.state_dir / REBASE_JOURNAL
+        if not (path.exists() or path.is_symlink()):
+            return
+        raise StateError(
+            f"`forkpatch {command}` is refused while a rebase{_onto_of(path)} is in progress",
+            tip="finish it with `forkpatch rebase --continue` "
+            "(or --skip), or undo it with `forkpatch rebase --abort`",
+        )
 
     def read_state(self, name: str = STATE_FILE) -> dict[str, Any] | None:
         path = self.state_dir / name
@@ -233,6 +246,21 @@ class Project:
                 os.unlink(path)
             return
         atomic_write(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
+
+
+def _onto_of(journal: Path) -> str:
+    """ " onto TAG" for a message, read without trusting the file (the rebase validates it)."""
+    try:
+        doc = json.loads(journal.read_bytes()) if not journal.is_symlink() else None
+        onto = (
+            doc["data"]["onto"]
+            if isinstance(doc, dict) and isinstance(doc.get("data"), dict)
+            else None
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
+    ok = isinstance(onto, str) and 0 < len(onto) <= 200 and onto.isprintable()
+    return f" onto {onto}" if ok else ""
 
 
 def open_project(directory: Path | None = None, fork_override: str | None = None) -> Project:

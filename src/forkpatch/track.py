@@ -280,19 +280,8 @@ def forecast(project: Project) -> dict[str, Any]:
     fork = project.fork()
     branch, head = fork_branch_head(project)
     fork.verify_base(series.base.tag, series.base.commit)
-    items = project.items()
-    # rebase.check() takes a tag; a branch head has none, so drive the same walker.
-    walker = rb._Walker(
-        fork.store,
-        base_commit=series.base.commit,
-        onto=branch,
-        onto_commit=head,
-        items=items,
-        options=rb.RebaseOptions(onto=branch),
-    )
-    outcomes, _head, _conflict = walker.walk(
-        items, parent=head, write=False, number=1, total=len(items)
-    )
+    # The same classification as `check --onto` and the rebase, on a branch head.
+    outcomes = rb.classify(project, rb.Target(branch, head)).outcomes
     conflicts = [_conflict_entry(o.to_json()) for o in outcomes if o.status == "conflict"]
     return {
         "branch": branch,
@@ -632,7 +621,7 @@ class _RunCtx:
             return self.fail("rebase", exc)
         except ForkpatchError as exc:
             return self.fail("rebase", exc)
-        from forkpatch import report as report_mod
+        from forkpatch.rebase import report as report_mod
 
         stem = report_mod.file_stem(result.report)
         self.stages["rebase"] = {
@@ -909,12 +898,20 @@ def _download(url: str, dest_dir: Path) -> Path:
 
 def _conflict_stage(plan: Mapping[str, Any], tag: str) -> dict[str, Any]:
     outcomes = plan["patches"]
-    first = next(o for o in outcomes if o["status"] == "conflict")
+    at = next(i for i, o in enumerate(outcomes) if o["status"] == "conflict")
     return {
         "status": "conflict",
         "relation": plan.get("relation"),
-        "conflict": _conflict_entry(first),
-        "blocked": [o["name"] for o in outcomes if o["status"] == "blocked"],
+        "conflict": _conflict_entry(outcomes[at]),
+        # Above the conflict: forecast as if it were skipped (rebase.plan's Forecast).
+        "blocked": [o["name"] for o in outcomes[at + 1 :]],
+        "forecast": {
+            o["name"]: {
+                "status": o["status"],
+                "depends_on": list(o.get("forecast", {}).get("depends_on", [])),
+            }
+            for o in outcomes[at + 1 :]
+        },
         "patches": {o["name"]: o["status"] for o in outcomes},
     }
 
@@ -1022,13 +1019,19 @@ def _rebase_section(
                 f"{x.get('line') or '-'} | {x['reason'].replace('|', '/')} |"
             )
         if st.get("blocked"):
+            after = st.get("forecast", {})
             out += [
                 "",
-                "Not tried (they come after it): " + ", ".join(_code(b) for b in st["blocked"]),
+                "After it (forecast as if it were skipped): "
+                + ", ".join(
+                    f"{_code(b)} {after.get(b, {}).get('status', '?')}"
+                    + (" (shares files with it)" if after.get(b, {}).get("depends_on") else "")
+                    for b in st["blocked"]
+                ),
             ]
-        others = {
-            n: s for n, s in st.get("patches", {}).items() if s not in ("conflict", "blocked")
-        }
+        names = list(st.get("patches", {}))
+        below = names[: names.index(c["patch"])] if c["patch"] in names else []
+        others = {n: st["patches"][n] for n in below}
         if others:
             out += ["", "Before it: " + ", ".join(f"{_code(n)} {s}" for n, s in others.items())]
         out += [
