@@ -119,7 +119,9 @@ def _tamper_cases(outside: Path):
         p.write_text(json.dumps(doc))
 
     def dotdot(project):
-        _rewrite(_journal(project), lambda d: d["original"].append("patches/../../outside/victim.txt"))
+        _rewrite(
+            _journal(project), lambda d: d["original"].append("patches/../../outside/victim.txt")
+        )
 
     def absolute(project):
         _rewrite(_journal(project), lambda d: d["original"].append(str(outside / "victim.txt")))
@@ -205,7 +207,9 @@ def test_a_journal_that_does_not_validate_is_refused(scenario, outside, how, tmp
         before_outside = _tree(outside)
         tamper(base.project)
         after_tamper = _tree(outside)
-        before = _tree(base.project / "patches") if not (base.project / "patches").is_symlink() else {}
+        before = (
+            _tree(base.project / "patches") if not (base.project / "patches").is_symlink() else {}
+        )
         series = (base.project / "series.yaml").read_bytes()
         code, _out, err = base.run("rebase", how, expect=None)
         assert code not in (0, 3), f"{label}: {how} accepted it\n{err}"
