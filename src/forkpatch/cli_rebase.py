@@ -189,9 +189,10 @@ def register(cli: click.Group) -> None:
                     result = core.continue_(project, report_dir.resolve() if report_dir else None)
                 else:
                     result = core.skip(project, report_dir.resolve() if report_dir else None)
-            except ConflictError:
+            except ConflictError as exc:
                 if as_json:
-                    stopped = core.stopped_json(project)
+                    state = exc.state if isinstance(exc, core.RebaseStopped) else None
+                    stopped = core.stopped_json(project, state)
                     if stopped is not None:
                         log.emit_json(stopped)
                 raise

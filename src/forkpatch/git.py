@@ -381,8 +381,17 @@ class FastImport:
         self._chunks.extend(out)
         return mark
 
+    def blob(self, data: bytes) -> str:
+        """Queue a blob. Returns its mark (its id comes back from :meth:`finish`)."""
+        self._mark += 1
+        mark = f":{self._mark}"
+        self._chunks.extend(
+            [b"blob\nmark " + mark.encode() + b"\n", b"data %d\n" % len(data), data, b"\n"]
+        )
+        return mark
+
     def finish(self) -> dict[str, str]:
-        """Run fast-import; return mark -> commit id."""
+        """Run fast-import; return mark -> object id (commits and blobs)."""
         if not self._mark:
             return {}
         with tempfile.TemporaryDirectory(prefix="forkpatch-fi-") as tmp:

@@ -30,6 +30,7 @@ from forkpatch.rebase.plan import (
 )
 from forkpatch.rebase.run import (
     RebaseResult,
+    RebaseStopped,
     abort,
     continue_,
     pending_hint,
@@ -44,6 +45,7 @@ __all__ = [
     "Plan",
     "RebaseOptions",
     "RebaseResult",
+    "RebaseStopped",
     "Target",
     "abort",
     "check",

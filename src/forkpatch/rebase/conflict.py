@@ -89,16 +89,19 @@ class ConflictTree:
     def exists(self) -> bool:
         return self._admin() is not None
 
-    def checkout(self, head: str) -> Git:
+    def checkout(self, head: str, *, recorded: bool = False) -> Git:
         """The work tree at ``head``, exactly (untracked files removed; ignored ones kept).
 
         An existing work tree is moved in place: git rewrites only the paths that
-        differ between what it holds and ``head``.
+        differ between what it holds and ``head``. Its untracked files are staged first
+        and so removed with the rest, unless ``recorded`` says :meth:`record` just
+        staged everything (one scan of the tree instead of two).
         """
         if self._admin() is not None:
             wt = self.git()
+            if not recorded:
+                wt.run("add", "-A")
             wt.run("reset", "-q", "--hard", head)
-            wt.run("clean", "-q", "-fd")
             return wt
         self._remove_foreign()
         self.store.run("worktree", "prune")

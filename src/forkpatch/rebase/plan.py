@@ -20,17 +20,19 @@ resolved.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, overload
 
 from forkpatch import log
 from forkpatch.engine import Item, PatchResult, SeriesApplier, TreeState, commit_message
 from forkpatch.errors import ForkRepoError
-from forkpatch.git import FileChange, Git, commit_date
+from forkpatch.git import FileChange, Git, ObjectReader, commit_date
+from forkpatch.patchfile import PatchFile
 from forkpatch.rebase.upstream import ReferenceChecker, UpstreamIndex
-from forkpatch.series import BaseRef
+from forkpatch.series import BaseRef, PatchEntry
 
 if TYPE_CHECKING:
     from forkpatch.forkrepo import ForkRepo
@@ -237,11 +239,53 @@ def relation_of(git: Git, base_commit: str, onto_commit: str) -> str:
     return "diverged"
 
 
-# --------------------------------------------------------------------------- merge bases
+# --------------------------------------------------------------------------- the series
+
+
+class Items(Sequence[Item]):
+    """The patches of a series, each parsed when first used (a resumed rebase only
+    needs the few up to its next stop)."""
+
+    def __init__(
+        self, entries: Sequence[PatchEntry], load: Callable[[str | None], PatchFile | None]
+    ) -> None:
+        self._entries = list(entries)
+        self._load = load
+        self._items: dict[int, Item] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @overload
+    def __getitem__(self, index: int) -> Item: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Item]: ...
+
+    def __getitem__(self, index: int | slice) -> Item | list[Item]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if index not in self._items:
+            entry = self._entries[index]
+            self._items[index] = Item(entry, self._load(entry.file))
+        return self._items[index]
+
+    def names(self) -> list[str]:
+        """The patches' names, without parsing any."""
+        return [e.name for e in self._entries]
+
+
+def names_of(items: Sequence[Item]) -> list[str]:
+    return items.names() if isinstance(items, Items) else [i.entry.name for i in items]
 
 
 def paths_of(item: Item) -> set[str]:
     return set(item.patch.paths) if item.patch is not None else set()
+
+
+# --------------------------------------------------------------------------- merge bases
 
 
 class MergeBases(dict):  # type: ignore[type-arg]
@@ -253,32 +297,63 @@ class MergeBases(dict):  # type: ignore[type-arg]
     back from it, every patch touching a file of interest (whose other files then
     become of interest too, for renames and patches that fail as a whole). When
     those replays add up to more than the series, the rest is done in one full pass.
+    Which files a patch touches comes from ``known_paths`` when given (a resumed
+    rebase has them from its first run), so that finding the replays parses nothing.
     """
 
-    def __init__(self, git: Git, base: str, items: Sequence[Item]) -> None:
+    def __init__(self, classifier: Classifier) -> None:
         super().__init__()
-        self._git, self._base, self._items = git, base, items
+        self._owner = classifier
+        self._git, self._base = classifier.git, classifier.base_commit
+        self._items = classifier.items
         self.used = False  # something was computed (see broken)
         self._full = False
         self._tried: set[str] = set()
-        self._index = {it.entry.name: i for i, it in enumerate(items)}
+        self._index = {name: i for i, name in enumerate(names_of(self._items))}
         self._replayed = 0
         self._entries: dict[str, tuple[str, str]] | None = None  # the old base's listing
-        self._blobs: dict[str, bytes | None] = {}  # blobs read so far, by id
+        self.known_paths: dict[str, set[str]] = {}
+        self.known_images: dict[str, dict[str, tuple[str | None, str | None]]] = {}
         self.broken: list[str] = []  # patches that do not apply to their own base
 
     def put(self, name: str, images: dict[str, tuple[bytes | None, bytes | None]]) -> None:
         """Set ``name``'s images without computing anything."""
         dict.__setitem__(self, name, images)
 
+    def computed(self, name: str) -> dict[str, tuple[bytes | None, bytes | None]] | None:
+        """``name``'s images if they were computed (computes nothing)."""
+        got = dict.get(self, name)
+        return got if isinstance(got, dict) else None
+
+    def store(self, names: Iterable[str]) -> dict[str, dict[str, tuple[str | None, str | None]]]:
+        """Write the computed images of ``names`` into the store as blobs (one fast-import);
+        returns name -> path -> (old blob id, new blob id), for :attr:`known_images`."""
+        wanted = {n: imgs for n in names if (imgs := self.computed(n))}
+        if not wanted:
+            return {}
+        fi = self._git.fast_import()
+        marks = {
+            (n, path): tuple(None if data is None else fi.blob(data) for data in pair)
+            for n, imgs in wanted.items()
+            for path, pair in imgs.items()
+        }
+        ids = fi.finish()
+        out: dict[str, dict[str, tuple[str | None, str | None]]] = {}
+        for (n, path), (old, new) in marks.items():
+            out.setdefault(n, {})[path] = (
+                None if old is None else ids[old],
+                None if new is None else ids[new],
+            )
+        return out
+
     def _record(self, items: Sequence[Item]) -> None:
         """Apply ``items`` on the old base, in order, without stopping at a conflict,
-        reusing the base's listing and blobs from one replay to the next."""
+        reusing the base's listing and the classifier's object reader."""
         self.used = True
         if self._entries is None:
             self._entries = self._git.ls_tree(self._base)
         applier = SeriesApplier(self._git, self._base)
-        with self._git.reader(self._blobs) as reader:
+        with self._owner.reading() as reader:
             state = TreeState(self._git, reader, self._base, entries=self._entries)
             state.prefetch(items)
             for item in items:
@@ -291,22 +366,39 @@ class MergeBases(dict):  # type: ignore[type-arg]
     def _fill(self, key: object) -> None:
         if self._full or dict.__contains__(self, key) or key in self._tried:
             return
+        if isinstance(key, str) and key in self.known_images:
+            # Images an earlier run stored as blobs: read them, replay nothing.
+            with self._owner.reading() as reader:
+                images = {
+                    path: (
+                        None if old is None else reader.blob(old),
+                        None if new is None else reader.blob(new),
+                    )
+                    for path, (old, new) in self.known_images[key].items()
+                }
+            dict.__setitem__(self, key, images)
+            return
         index = self._index.get(key) if isinstance(key, str) else None
         if index is None or self._replayed > len(self._items):
             self._full = True
             self._record(self._items)
             return
         self._tried.add(str(key))
-        wanted = paths_of(self._items[index])
-        chosen = [self._items[index]]
-        for item in reversed(self._items[:index]):
-            paths = paths_of(item)
+        by_index = {i: n for n, i in self._index.items()}
+        wanted = self._paths_at(index, by_index)
+        chosen = [index]
+        for i in range(index - 1, -1, -1):
+            paths = self._paths_at(i, by_index)
             if paths & wanted:
                 wanted |= paths
-                chosen.append(item)
+                chosen.append(i)
         chosen.reverse()
         self._replayed += len(chosen)
-        self._record(chosen)
+        self._record([self._items[i] for i in chosen])
+
+    def _paths_at(self, index: int, by_index: Mapping[int, str]) -> set[str]:
+        known = self.known_paths.get(by_index[index])
+        return known if known is not None else paths_of(self._items[index])
 
     def __bool__(self) -> bool:
         return True  # SeriesApplier keeps ``merge_bases or {}``: never look empty
@@ -330,11 +422,13 @@ class MergeBases(dict):  # type: ignore[type-arg]
 @dataclass
 class Walk:
     """What :meth:`Classifier.walk` found: outcomes in order, the head written below the
-    first conflict, and the first conflict's index in the walked items (None: none)."""
+    first conflict, the first conflict's index in the walked items (None: none) and
+    that patch brought in as far as it goes (:meth:`Classifier.conflict_changes`)."""
 
     outcomes: list[Outcome] = field(default_factory=list)
     head: str = ""
     conflict: int | None = None
+    stop: tuple[list[FileChange], list[str]] | None = None
 
 
 @dataclass
@@ -360,20 +454,46 @@ class _Hypotheses:
 
 
 class Classifier:
-    """Applies (the rest of) a series on the new base, classifying each patch."""
+    """Applies (the rest of) a series on the new base, classifying each patch.
+
+    One ``git cat-file --batch`` serves the whole classifier while a walk runs
+    (the merge-base replays on the old base included).
+    """
 
     def __init__(self, git: Git, target: Target, base_commit: str, items: Sequence[Item]) -> None:
         self.git = git
         self.target = target
         self.base_commit = base_commit
-        self.items = list(items)
+        self.items = items
         self.three_way = True
         self.fuzz = 0
-        self.merge_bases = MergeBases(git, base_commit, self.items)
-        self.upstream = UpstreamIndex(git, base_commit, target.commit, self.items)
+        self.merge_bases = MergeBases(self)
+        self.upstream = UpstreamIndex(git, base_commit, target.commit, items)
         self.references = ReferenceChecker(git, target.name, target.commit)
         self._renames: dict[str, str] | None = None
         self._applier: SeriesApplier | None = None
+        self._reader: ObjectReader | None = None
+        self._date: str | None = None
+
+    @property
+    def date(self) -> str:
+        """The date of the commits made on the target (the target's own: reproducible ids)."""
+        if self._date is None:
+            self._date = commit_date(self.git, self.target.commit)
+        return self._date
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[ObjectReader]:
+        """The classifier's object reader: the open one, or one for this block."""
+        if self._reader is not None:
+            yield self._reader
+            return
+        with self.git.reader() as reader:
+            self._reader = reader
+            try:
+                yield reader
+            finally:
+                self._reader = None
 
     @property
     def fork(self) -> ForkRepo | None:
@@ -559,28 +679,31 @@ class Classifier:
         """Classify ``items[start:]`` in order on ``parent``; with ``write`` one commit each
         (objects only) up to the first conflict. Past it, the rest is forecast, or (without
         ``forecast``) not classified at all: the walk ends there."""
-        items = self.items[start:]
         walk = Walk(head=parent)
         marks: list[tuple[int, str]] = []
-        with self.git.reader() as reader:
+        total = len(self.items)
+        with self.reading() as reader:
             state = TreeState(self.git, reader, parent)
-            state.prefetch(items)
             fi = self.git.fast_import() if write else None
-            date = commit_date(self.git, self.target.commit) if write else ""
+            date = self.date if write else ""
             tip = parent
             hypo: _Hypotheses | None = None
-            for n, item in enumerate(items, start + 1):
+            fetched, window = start, 8
+            for n in range(start, total):
+                if n >= fetched:
+                    # Blobs in growing batches: a walk that stops early reads little.
+                    state.prefetch(self.items[fetched : fetched + window])
+                    fetched, window = fetched + window, min(window * 2, 512)
+                item = self.items[n]
                 if hypo is not None:
                     outcome = self._forecast(hypo, item)
                 else:
                     outcome, changes = self.outcome(state, item)
                     if outcome.status == "conflict":
-                        walk.conflict = n - 1 - start
-                        if not forecast:
-                            walk.outcomes.append(outcome)
-                            _progress(n, len(self.items), outcome)
-                            break
-                        hypo = self._split(state, item)
+                        walk.conflict = n - start
+                        walk.stop = self.conflict_changes(state, item)
+                        if forecast:
+                            hypo = self._split(state, item, walk.stop[0])
                     elif (
                         fi is not None and item.patch is not None and outcome.status not in DROPPED
                     ):
@@ -588,7 +711,9 @@ class Classifier:
                         tip = fi.commit(parent=tip, changes=changes, message=message, date=date)
                         marks.append((len(walk.outcomes), tip))
                 walk.outcomes.append(outcome)
-                _progress(n, len(self.items), outcome)
+                _progress(n + 1, total, outcome)
+                if walk.conflict is not None and not forecast:
+                    break
             if fi is not None:
                 ids = fi.finish()
                 for i, mark in marks:
@@ -597,10 +722,10 @@ class Classifier:
                     walk.head = ids[marks[-1][1]]
         return walk
 
-    def _split(self, state: TreeState, item: Item) -> _Hypotheses:
+    def _split(self, state: TreeState, item: Item, changes: list[FileChange]) -> _Hypotheses:
         """Start the forecast at the conflicting ``item``: ``state`` goes on without it."""
         marked = state.copy()
-        self._bring_in(marked, item)
+        _apply_changes(marked, changes)
         hypo = _Hypotheses(skipped=state, marked=marked, first=item.entry.name)
         hypo.spread(item, [item.entry.name])
         return hypo

@@ -34,7 +34,7 @@ from pathlib import Path
 from forkpatch import log
 from forkpatch.engine import TreeState, canonical_diff, commit_message, diffs_of_commits
 from forkpatch.errors import ConflictError, StateError, UsageError
-from forkpatch.git import commit_date
+from forkpatch.git import FileChange
 from forkpatch.patchfile import format_patch, parse_patch
 from forkpatch.project import Project, find_root
 from forkpatch.rebase import report as report_mod
@@ -47,6 +47,7 @@ from forkpatch.rebase.plan import (
     RebaseOptions,
     check_target,
     classifier_for,
+    names_of,
 )
 from forkpatch.rebase.state import Journal, RebaseState, StackPosition
 from forkpatch.series import PATCHES_DIR, SERIES_FILE, BaseRef, Series, dump_series, parse_series
@@ -61,6 +62,15 @@ def _pause(point: str) -> None:
     if os.environ.get(PAUSE_ENV) == point:
         print(f"forkpatch: test pause at {point}", file=sys.stderr, flush=True)
         os.kill(os.getpid(), signal.SIGSTOP)
+
+
+class RebaseStopped(ConflictError):
+    """The rebase stopped at a conflict; ``state`` is where it stands (for ``--json``)."""
+
+    def __init__(self, message: str, *, tip: str, state: RebaseState, worktree: Path) -> None:
+        super().__init__(message, tip=tip)
+        self.state = state
+        self.worktree = worktree
 
 
 @dataclass(frozen=True)
@@ -103,33 +113,46 @@ def rebase(project: Project, options: RebaseOptions) -> RebaseResult:
         stack=stack,
         upstream=tuple((n, c, s) for n, (c, s) in classifier.upstream.matches().items()),
         renames=classifier.known_renames(),
+        images=tuple(
+            (name, path, old, new)
+            for name, paths in classifier.merge_bases.store(
+                o.name for o in walk.outcomes if o.status == "conflict"
+            ).items()
+            for path, (old, new) in paths.items()
+        ),
     )
     state = journal.start(state)
     project.fork().store.update_ref(HEAD_REF, state.head)
     _pause("journal")
-    return _go(project, journal, state, options.report_dir, classifier)
-
-
-def _go(
-    project: Project,
-    journal: Journal,
-    state: RebaseState,
-    report_dir: Path | None,
-    classifier: Classifier | None = None,
-) -> RebaseResult:
     if state.phase == "conflict":
-        _stop(project, journal, state, classifier)
-    return _finish(project, journal, state, report_dir)
+        _stop(project, journal, _Stop(state, classifier, walk.stop))
+    return _finish(project, journal, state, options.report_dir)
+
+
+@dataclass(frozen=True)
+class _Stop:
+    """A stop to write: the state, its classifier, and the conflicting patch brought in as
+    far as it goes (computed by the walk that found it; None: compute it)."""
+
+    state: RebaseState
+    classifier: Classifier | None = None
+    changes: tuple[list[FileChange], list[str]] | None = None
+    recorded: bool = False  # the work tree's changes were just staged (see ConflictTree)
 
 
 def _resume(project: Project, journal: Journal, state: RebaseState) -> Classifier:
-    """The classifier of a resumed rebase, with what the start computed already."""
+    """The classifier of a resumed rebase, with what the start computed already: the
+    patch-id matches, the files upstream moved, the files each patch touches (nothing
+    of that is computed again, and the patches are parsed only when used)."""
     items = journal.original_items()
     classifier = Classifier(project.fork().store, state.target, state.base_commit, items)
     classifier.configure(three_way=state.three_way, fuzz=state.fuzz)
     classifier.fork = project.fork()
+    classifier.merge_bases.known_paths = {o.name: set(o.files) for o in state.outcomes}
+    for name, path, old, new in state.images:
+        classifier.merge_bases.known_images.setdefault(name, {})[path] = (old, new)
     if state.upstream is not None:
-        matches: dict[str, tuple[str, str] | None] = {i.entry.name: None for i in items}
+        matches: dict[str, tuple[str, str] | None] = dict.fromkeys(names_of(items))
         matches.update({n: (c, s) for n, c, s in state.upstream})
         classifier.upstream.preload(matches)
     if state.renames is not None:
@@ -140,28 +163,29 @@ def _resume(project: Project, journal: Journal, state: RebaseState) -> Classifie
 # --------------------------------------------------------------------------- conflicts
 
 
-def _stop(
-    project: Project, journal: Journal, state: RebaseState, classifier: Classifier | None
-) -> None:
-    """Write the conflict work tree, record it, and raise the ConflictError."""
-    classifier = classifier or _resume(project, journal, state)
+def _stop(project: Project, journal: Journal, stop: _Stop) -> None:
+    """Write the conflict work tree, mark it as this stop's, and raise RebaseStopped."""
+    state = stop.state
+    classifier = stop.classifier or _resume(project, journal, state)
     index = state.conflict_index
     item = classifier.items[index]
     outcome = state.outcomes[index]
     tree = ConflictTree(project)
-    wt = tree.checkout(state.head)
-    with wt.reader() as reader:
-        changes, rejected = classifier.conflict_changes(TreeState(wt, reader, state.head), item)
-    tree.bring_in(changes)
+    wt = tree.checkout(state.head, recorded=stop.recorded)
+    changes = stop.changes
+    if changes is None:
+        with wt.reader() as reader:
+            changes = classifier.conflict_changes(TreeState(wt, reader, state.head), item)
+    tree.bring_in(changes[0])
     raws = {fp.path: fp.raw for fp in item.patch.files} if item.patch else {}
-    rejects = tree.save_rejects(journal.dir, [(p, raws.get(p, b"")) for p in rejected])
-    state = state.with_(worktree=True)
-    journal.save(state)
+    rejects = tree.save_rejects(journal.dir, [(p, raws.get(p, b"")) for p in changes[1]])
+    journal.mark_stop(state)
     lines = [f"patch '{item.entry.name}' does not apply to {state.onto}:"]
     lines += [f"  - {c.reason}" for c in outcome.conflicts]
     if outcome.replaced_by:
         lines.append(
-            f"  upstream commit {outcome.replaced_by} is in {state.onto}: it probably replaces this patch"
+            f"  upstream commit {outcome.replaced_by} is in {state.onto}: it probably "
+            "replaces this patch"
         )
     lines.append(
         f"the work tree {tree.path} holds the patches below it and this patch with "
@@ -169,10 +193,12 @@ def _stop(
         + (f"; hunks that could not be merged: {', '.join(rejects)}" if rejects else "")
     )
     lines.append("patches/ and series.yaml are unchanged so far")
-    raise ConflictError(
+    raise RebaseStopped(
         "\n".join(lines),
         tip=f"resolve the files in {tree.path}, then run `forkpatch rebase --continue`; or "
         "`forkpatch rebase --skip` to drop this patch, `forkpatch rebase --abort` to stop",
+        state=state,
+        worktree=tree.path,
     )
 
 
@@ -183,9 +209,9 @@ def continue_(project: Project, report_dir: Path | None = None) -> RebaseResult:
     if state.phase == "writing":
         return _finish(project, journal, state, report_dir)
     tree = ConflictTree(project)
-    if not state.worktree or not tree.exists():
+    if not tree.exists() or not journal.holds_stop(state):
         # Killed before the conflict work tree was written: write it now.
-        _stop(project, journal, state, None)
+        _stop(project, journal, _Stop(state))
     wt, resolved, changed = tree.record()
     markers = tree.markers(changed)
     if markers:
@@ -211,7 +237,7 @@ def continue_(project: Project, report_dir: Path | None = None) -> RebaseResult:
             resolved,
             [head],
             commit_message(item.entry, header),
-            date=commit_date(wt, state.onto_commit),
+            date=classifier.date,
         )
         outcome = Outcome(
             name=outcome.name,
@@ -222,7 +248,8 @@ def continue_(project: Project, report_dir: Path | None = None) -> RebaseResult:
             moved=outcome.moved,
         )
     log.info(f"[{index + 1}/{len(classifier.items)}] {outcome.name} ... {outcome.status}")
-    return _go_on(project, journal, _Step(state, outcome, head, classifier), report_dir)
+    step = _Step(state, outcome, head, classifier, recorded=True)
+    return _go_on(project, journal, step, report_dir)
 
 
 def skip(project: Project, report_dir: Path | None = None) -> RebaseResult:
@@ -255,6 +282,7 @@ class _Step:
     outcome: Outcome
     head: str
     classifier: Classifier
+    recorded: bool = False  # the conflict work tree's changes are staged
 
 
 def _go_on(
@@ -277,11 +305,12 @@ def _go_on(
         outcomes=outcomes,
         head=walk.head,
         conflict=conflict,
-        worktree=False,
     )
     journal.save(state)
     project.fork().store.update_ref(HEAD_REF, state.head)
-    return _go(project, journal, state, report_dir, step.classifier)
+    if conflict is not None:
+        _stop(project, journal, _Stop(state, step.classifier, walk.stop, step.recorded))
+    return _finish(project, journal, state, report_dir)
 
 
 def abort(project: Project) -> list[str]:
@@ -432,13 +461,15 @@ def _move_stack(project: Project, head: str, base: str) -> None:
 # --------------------------------------------------------------------------- telling the user
 
 
-def stopped_json(project: Project) -> dict[str, object] | None:
+def stopped_json(project: Project, stopped: RebaseState | None = None) -> dict[str, object] | None:
     """What `rebase --json` prints when the rebase stops at a conflict: where it
     stopped, the work tree to resolve in, and every patch's outcome so far."""
+    journal = Journal(project)
     try:
-        state = Journal(project).load()
+        state = stopped or journal.load()
     except Exception:
         return None
+    written = stopped is not None or journal.holds_stop(state)
     return {
         "status": "stopped" if state.phase == "conflict" else state.phase,
         "onto": state.onto,
@@ -446,7 +477,7 @@ def stopped_json(project: Project) -> dict[str, object] | None:
         "base": state.base,
         "base_commit": state.base_commit,
         "conflict": state.conflict,
-        "worktree": str(ConflictTree(project).path) if state.worktree else None,
+        "worktree": str(ConflictTree(project).path) if written else None,
         "patches": [o.to_json() for o in state.outcomes],
         "next": [
             "forkpatch rebase --continue",
@@ -474,7 +505,7 @@ def pending_hint(cwd: Path) -> str | None:
         )
     onto = state.onto
     if state.phase == "conflict":
-        if not state.worktree:
+        if not journal.holds_stop(state):
             return (
                 f"a rebase onto {onto} is in progress, stopped at patch "
                 f"'{state.conflict}', which conflicts (its work tree was not written "

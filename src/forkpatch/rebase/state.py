@@ -23,13 +23,13 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import json
 import re
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from forkpatch.engine import Item
 from forkpatch.errors import StateError
 from forkpatch.fsutil import (
     atomic_write,
@@ -46,6 +46,7 @@ from forkpatch.rebase.plan import (
     STATUSES,
     FileConflict,
     Forecast,
+    Items,
     Outcome,
     Target,
 )
@@ -54,6 +55,7 @@ from forkpatch.series import NAME_RE, PATCHES_DIR, SERIES_FILE, Series, parse_se
 JOURNAL_DIR = REBASE_JOURNAL.split("/")[0]
 JOURNAL_FILE = REBASE_JOURNAL.split("/", 1)[1]
 ORIGINAL_FILE = "original.json"
+STOP_FILE = "worktree-stop"  # which stop the conflict work tree holds (see Journal.mark_stop)
 KIND = "rebase"
 ORIGINAL_KIND = "rebase-original"
 VERSION = 2
@@ -85,7 +87,6 @@ class RebaseState:
     outcomes: tuple[Outcome, ...]
     head: str  # the last commit built on the new base
     conflict: str | None = None  # the patch it is stopped at
-    worktree: bool = False  # the conflict work tree holds this stop
     stack: StackPosition | None = None
     original: tuple[str, ...] = ()  # project-relative paths saved in original.json
     original_sha256: str = ""
@@ -93,6 +94,9 @@ class RebaseState:
         None  # patch-id matches (name, commit, subject)
     )
     renames: tuple[tuple[str, str], ...] | None = None  # files upstream moved, once computed
+    # 3-way merge bases of the conflicting patches, as blobs in the store:
+    # (patch, path, blob before, blob after); the next stops need not replay them.
+    images: tuple[tuple[str, str, str | None, str | None], ...] = ()
 
     @property
     def target(self) -> Target:
@@ -118,7 +122,6 @@ class RebaseState:
             "outcomes": [o.to_json() for o in self.outcomes],
             "head": self.head,
             "conflict": self.conflict,
-            "worktree": self.worktree,
             "stack": None
             if self.stack is None
             else {
@@ -130,6 +133,7 @@ class RebaseState:
             "original_sha256": self.original_sha256,
             "upstream": None if self.upstream is None else [list(u) for u in self.upstream],
             "renames": None if self.renames is None else [list(r) for r in self.renames],
+            "images": [list(i) for i in self.images],
         }
 
 
@@ -301,8 +305,18 @@ class _Reader:
                 renames.append(
                     (self.relpath(r[0], f"renames[{i}]"), self.relpath(r[1], f"renames[{i}]"))
                 )
+        images = []
+        for i, img in enumerate(self.items(d, "images", "images")):
+            where = f"images[{i}]"
+            if not (isinstance(img, list) and len(img) == 4):
+                raise self.fail(where, "expected [patch, path, blob, blob]")
+            if not isinstance(img[0], str) or not NAME_RE.match(img[0]):
+                raise self.fail(where, f"{img[0]!r} is not a patch name")
+            for oid in img[2:]:
+                if oid is not None and not (isinstance(oid, str) and _OID.match(oid)):
+                    raise self.fail(where, f"{oid!r} is not an object id")
+            images.append((img[0], self.relpath(img[1], where), img[2], img[3]))
         three_way = self.field(d, "three_way", bool, "three_way")
-        worktree = self.field(d, "worktree", bool, "worktree")
         return RebaseState(
             phase=phase,
             onto=self.text(d, "onto", "onto"),
@@ -315,12 +329,12 @@ class _Reader:
             outcomes=outcomes,
             head=self.oid(d, "head", "head"),
             conflict=conflict,
-            worktree=bool(worktree),
             stack=stack,
             original=tuple(original),
             original_sha256=self.text(d, "original_sha256", "original_sha256"),
             upstream=None if upstream is None else tuple(upstream),
             renames=None if renames is None else tuple(renames),
+            images=tuple(images),
         )
 
     def saved_path(self, value: object, where: str) -> str:
@@ -339,8 +353,10 @@ class Journal:
     """``.forkpatch/rebase/``: where a rebase stands, and the bytes to restore."""
 
     project: Project
-    _bundle: dict[str, bytes] | None = field(default=None, repr=False)
+    _files: dict[str, str] | None = field(default=None, repr=False)  # rel -> base64
+    _decoded_cache: dict[str, bytes] = field(default_factory=dict, repr=False)
     _series: Series | None = field(default=None, repr=False)
+    _state: RebaseState | None = field(default=None, repr=False)
 
     @property
     def dir(self) -> Path:
@@ -370,42 +386,61 @@ class Journal:
         return parse_state(raw, path=path, kind=kind, version=VERSION)
 
     def load(self) -> RebaseState:
-        """The validated state; also checks the saved originals it names."""
+        """The validated state; also checks the saved originals it names.
+
+        original.json is trusted through state.json: its sha256 is sealed in the
+        state, so it is hashed, not re-validated field by field; its files are
+        decoded when used, and its series.yaml must name the state's patches.
+        """
         if not self.exists():
             raise StateError(
                 "no rebase is in progress", tip="start one with `forkpatch rebase --onto TAG`"
             )
         state = _Reader(self.path).state(self._read(self.path, KIND))
-        bundle = self._load_bundle(state)
-        reader = _Reader(self.path)
-        if sorted(bundle) != sorted(state.original):
-            raise reader.fail("original", f"does not list the files of {self.bundle_path.name}")
-        for rel in state.original:
-            check_inside(self.project.root, rel, where=f"{self.path}: original")
-        names = [e.name for e in self.original_series().patches]
-        if [o.name for o in state.outcomes] != names:
-            raise reader.fail("outcomes", f"do not name the saved series' patches {names}")
+        self._check_paths(state.original)
+        self._state = state
+        self._load_bundle(state)
         return state
 
-    def _load_bundle(self, state: RebaseState) -> dict[str, bytes]:
-        if self._bundle is None:
+    def _check_paths(self, rels: Sequence[str]) -> None:
+        """Each saved path is inside the project with no symlink on the way (checked once per
+        directory: they are all series.yaml or files under patches/)."""
+        where = f"{self.path}: original"
+        dirs = {rel.rpartition("/")[0] for rel in rels}
+        for d in sorted(dirs):
+            check_inside(self.project.root, f"{d}/x" if d else "x", where=where)
+
+    def _load_bundle(self, state: RebaseState) -> dict[str, str]:
+        if self._files is None:
             raw = self.bundle_path.read_bytes() if self.bundle_path.is_file() else b""
             if hashlib.sha256(raw).hexdigest() != state.original_sha256:
                 raise _Reader(self.path).fail(
                     "original_sha256", f"does not match {self.bundle_path} (another rebase's copy?)"
                 )
-            data = self._read(self.bundle_path, ORIGINAL_KIND)
+            try:
+                doc = json.loads(raw)
+                files = doc["data"]["files"]
+                ok = doc["kind"] == ORIGINAL_KIND and doc["version"] == VERSION
+            except (ValueError, KeyError, TypeError):
+                ok, files = False, None
             reader = _Reader(self.bundle_path)
-            files = reader.mapping(data.get("files"), "files")
-            bundle: dict[str, bytes] = {}
-            for rel, text in files.items():
-                reader.saved_path(rel, "files")
-                try:
-                    bundle[rel] = base64.b64decode(str(text), validate=True)
-                except (binascii.Error, ValueError):
-                    raise reader.fail(f"files[{rel!r}]", "is not base64") from None
-            self._bundle = bundle
-        return self._bundle
+            if not ok or not isinstance(files, dict):
+                raise reader.fail("files", "is not a rebase's saved copy of the project")
+            if sorted(files) != sorted(state.original):
+                raise _Reader(self.path).fail(
+                    "original", f"does not list the files of {self.bundle_path.name}"
+                )
+            self._files = files
+        return self._files
+
+    def _decoded(self, rel: str) -> bytes:
+        assert self._files is not None, "load() or start() first"
+        if rel not in self._decoded_cache:
+            try:
+                self._decoded_cache[rel] = base64.b64decode(str(self._files[rel]), validate=True)
+            except (binascii.Error, ValueError, KeyError):
+                raise _Reader(self.bundle_path).fail(f"files[{rel!r}]", "is not base64") from None
+        return self._decoded_cache[rel]
 
     def save(self, state: RebaseState) -> None:
         atomic_write(self.path, dump_state(KIND, VERSION, state.to_data()))
@@ -427,27 +462,30 @@ class Journal:
                 p for p in self.project.patches_dir.rglob("*") if p.is_file() and not p.is_symlink()
             )
         bundle = {p.relative_to(root).as_posix(): p.read_bytes() for p in files}
-        raw = dump_state(
-            ORIGINAL_KIND,
-            VERSION,
-            {"files": {k: base64.b64encode(v).decode("ascii") for k, v in bundle.items()}},
-        )
+        self._files = {k: base64.b64encode(v).decode("ascii") for k, v in bundle.items()}
+        raw = dump_state(ORIGINAL_KIND, VERSION, {"files": self._files})
         atomic_write(self.bundle_path, raw)
-        self._bundle = bundle
+        self._decoded_cache = bundle
         self._series = self.project.series  # parsed from the same bytes
         state = state.with_(original=tuple(bundle), original_sha256=hashlib.sha256(raw).hexdigest())
         self.save(state)
+        self._state = state
         return state
 
     def original_bytes(self, rel: str) -> bytes:
-        assert self._bundle is not None, "load() or start() first"
-        return self._bundle[rel]
+        return self._decoded(rel)
 
     def original_series(self) -> Series:
         if self._series is None:
-            self._series = parse_series(
+            series = parse_series(
                 self.original_bytes(SERIES_FILE).decode("utf-8"), path=SERIES_FILE
             )
+            names = [e.name for e in series.patches]
+            if self._state is not None and [o.name for o in self._state.outcomes] != names:
+                raise _Reader(self.path).fail(
+                    "outcomes", f"do not name the saved series' patches {names}"
+                )
+            self._series = series
         return self._series
 
     def original_patch(self, file: str | None) -> PatchFile | None:
@@ -456,15 +494,35 @@ class Journal:
         rel = f"{PATCHES_DIR}/{file}"
         return parse_patch(self.original_bytes(rel), source=rel)
 
-    def original_items(self) -> list[Item]:
-        return [Item(e, self.original_patch(e.file)) for e in self.original_series().patches]
+    def original_items(self) -> Items:
+        """The saved series' patches, each parsed when first used."""
+        return Items(self.original_series().patches, self.original_patch)
+
+    def mark_stop(self, state: RebaseState) -> None:
+        """Record that the conflict work tree now holds ``state``'s stop (written last)."""
+        atomic_write(self.dir / STOP_FILE, f"{state.conflict} {state.head}\n".encode())
+
+    def holds_stop(self, state: RebaseState) -> bool:
+        """Whether the conflict work tree was completely written for ``state``'s stop."""
+        path = self.dir / STOP_FILE
+        try:
+            return (
+                not path.is_symlink()
+                and path.read_bytes() == f"{state.conflict} {state.head}\n".encode()
+            )
+        except OSError:
+            return False
 
     def write_project(self, files: Mapping[str, bytes | None]) -> list[str]:
-        """Write project files (relative path -> bytes, None deletes) as one unit."""
+        """Write project files (relative path -> bytes, None deletes) as one unit: only
+        series.yaml and files under patches/, never through a symbolic link."""
         root = self.project.root
         changes: dict[Path, bytes | Path | None] = {}
+        for rel in files:
+            _Reader(self.path).saved_path(rel, "write")
+        self._check_paths(list(files))
         for rel, data in files.items():
-            changes[check_inside(root, rel, where="rebase")] = data
+            changes[root / rel] = data
         self.project.state_dir.mkdir(parents=True, exist_ok=True)
         changed = commit_files(changes, journal=self.project.state_dir / COMMIT_JOURNAL)
         return [p.relative_to(root).as_posix() for p in changed]
@@ -477,9 +535,10 @@ class Journal:
 
     def changed_since(self, state: RebaseState) -> list[str]:
         """Saved files whose bytes differ now (rewritten or removed), in the journal's order."""
+        self._check_paths(state.original)
         out = []
         for rel in state.original:
-            path = check_inside(self.project.root, rel, where=f"{self.path}: original")
+            path = self.project.root / rel
             if not path.is_file() or path.read_bytes() != self.original_bytes(rel):
                 out.append(rel)
         return out
