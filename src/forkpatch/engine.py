@@ -11,6 +11,7 @@ always rebuild: this is why patch files need no ``index`` lines.
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import tempfile
@@ -224,10 +225,15 @@ class _FileOutcome:
     images: dict[str, tuple[bytes | None, bytes | None]] = field(default_factory=dict)
 
 
+@functools.lru_cache(maxsize=64)
 def _merge_file(
     ours: bytes, base: bytes, theirs: bytes, labels: tuple[str, str, str]
 ) -> tuple[bytes, int]:
-    """3-way merge of three contents with ``git merge-file``; returns (result, conflicts)."""
+    """3-way merge of three contents with ``git merge-file``; returns (result, conflicts).
+
+    A pure function of its inputs, so its results are kept: a rebase that stops at
+    a conflict merges the same file again to write it with its markers.
+    """
     with tempfile.TemporaryDirectory(prefix="forkpatch-merge-") as tmp:
         paths = []
         for name, data in (("ours", ours), ("base", base), ("theirs", theirs)):

@@ -480,7 +480,9 @@ def _state_checksum(data: object) -> str:
 def dump_state(kind: str, version: int, data: Mapping[str, object]) -> bytes:
     """Serialise a state file: ``kind`` and ``version`` identify it, a sha256 seals ``data``."""
     doc = {"kind": kind, "version": version, "sha256": _state_checksum(data), "data": data}
-    return (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode("utf-8")
+    # One line: json's C encoder (an indented dump takes the pure-Python one, 15-20 ms
+    # for a rebase journal of 300 patches, on every step of the rebase).
+    return (json.dumps(doc, sort_keys=True) + "\n").encode("utf-8")
 
 
 def parse_state(raw: bytes, *, path: Path, kind: str, version: int) -> dict[str, object]:

@@ -320,6 +320,10 @@ class MergeBases(dict):  # type: ignore[type-arg]
         """Set ``name``'s images without computing anything."""
         dict.__setitem__(self, name, images)
 
+    def names(self) -> list[str]:
+        """The patches whose images were computed (or loaded) so far."""
+        return list(dict.keys(self))
+
     def computed(self, name: str) -> dict[str, tuple[bytes | None, bytes | None]] | None:
         """``name``'s images if they were computed (computes nothing)."""
         got = dict.get(self, name)
@@ -481,6 +485,10 @@ class Classifier:
         if self._date is None:
             self._date = commit_date(self.git, self.target.commit)
         return self._date
+
+    @date.setter
+    def date(self, date: str) -> None:
+        self._date = date
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[ObjectReader]:

@@ -109,15 +109,14 @@ def rebase(project: Project, options: RebaseOptions) -> RebaseResult:
         fuzz=options.fuzz,
         outcomes=tuple(walk.outcomes),
         head=walk.head,
+        date=classifier.date,
         conflict=walk.outcomes[walk.conflict].name if walk.conflict is not None else None,
         stack=stack,
         upstream=tuple((n, c, s) for n, (c, s) in classifier.upstream.matches().items()),
         renames=classifier.known_renames(),
         images=tuple(
             (name, path, old, new)
-            for name, paths in classifier.merge_bases.store(
-                o.name for o in walk.outcomes if o.status == "conflict"
-            ).items()
+            for name, paths in classifier.merge_bases.store(classifier.merge_bases.names()).items()
             for path, (old, new) in paths.items()
         ),
     )
@@ -148,6 +147,7 @@ def _resume(project: Project, journal: Journal, state: RebaseState) -> Classifie
     classifier = Classifier(project.fork().store, state.target, state.base_commit, items)
     classifier.configure(three_way=state.three_way, fuzz=state.fuzz)
     classifier.fork = project.fork()
+    classifier.date = state.date
     classifier.merge_bases.known_paths = {o.name: set(o.files) for o in state.outcomes}
     for name, path, old, new in state.images:
         classifier.merge_bases.known_images.setdefault(name, {})[path] = (old, new)
@@ -224,7 +224,7 @@ def continue_(project: Project, report_dir: Path | None = None) -> RebaseResult:
     item = classifier.items[index]
     outcome = state.outcomes[index]
     head = state.head
-    if resolved == wt.tree_of(head):
+    if not changed:  # the tree is the one below the patch
         outcome = Outcome(
             name=outcome.name,
             status="upstreamed",

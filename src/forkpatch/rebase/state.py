@@ -86,6 +86,7 @@ class RebaseState:
     fuzz: int
     outcomes: tuple[Outcome, ...]
     head: str  # the last commit built on the new base
+    date: str  # the date of the commits made on it (the target's: reproducible ids)
     conflict: str | None = None  # the patch it is stopped at
     stack: StackPosition | None = None
     original: tuple[str, ...] = ()  # project-relative paths saved in original.json
@@ -121,6 +122,7 @@ class RebaseState:
             "fuzz": self.fuzz,
             "outcomes": [o.to_json() for o in self.outcomes],
             "head": self.head,
+            "date": self.date,
             "conflict": self.conflict,
             "stack": None
             if self.stack is None
@@ -328,6 +330,7 @@ class _Reader:
             fuzz=fuzz,
             outcomes=outcomes,
             head=self.oid(d, "head", "head"),
+            date=self.date(d),
             conflict=conflict,
             stack=stack,
             original=tuple(original),
@@ -336,6 +339,12 @@ class _Reader:
             renames=None if renames is None else tuple(renames),
             images=tuple(images),
         )
+
+    def date(self, d: Mapping[str, object]) -> str:
+        value = self.text(d, "date", "date")
+        if not re.fullmatch(r"@\d{1,12} [+-]\d{4}", value):
+            raise self.fail("date", f"{value!r} is not a commit date")
+        return value
 
     def saved_path(self, value: object, where: str) -> str:
         """A path the journal saved: series.yaml or a file under patches/."""
