@@ -17,8 +17,6 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.version import InvalidVersion, Version
-
 from forkpatch.errors import ForkRepoError, GitError
 from forkpatch.git import Git, hide_url_secrets, init_bare
 
@@ -260,6 +258,8 @@ class ForkRepo:
 
 def nearest_tags(tag: str, tags: dict[str, str] | list[str], n: int = 5) -> list[str]:
     """Known tags closest to ``tag``: by version distance when both parse, else by name."""
+    from packaging.version import InvalidVersion, Version  # only for this message
+
     names = list(tags)
     try:
         want = Version(tag.lstrip("vV"))

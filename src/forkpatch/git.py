@@ -204,8 +204,17 @@ class Git:
         """A ``cat-file --batch`` reader; ``cache`` (blob id -> bytes) may be shared by readers."""
         return ObjectReader(self, cache)
 
-    def fast_import(self) -> FastImport:
-        return FastImport(self)
+    def fast_import(self, *, keep_pack: bool = False) -> FastImport:
+        return FastImport(self, keep_pack=keep_pack)
+
+    def repack_if_many(self, limit: int = 40) -> bool:
+        """Merge this repository's own packs (not its alternates') into one when there are
+        more than ``limit`` (after many imports that kept their packs)."""
+        packs = list((self.git_dir / "objects" / "pack").glob("*.pack"))
+        if len(packs) <= limit:
+            return False
+        self.run("repack", "-a", "-d", "-l", "-q")
+        return True
 
 
 def identity_env(date: str | None = None) -> dict[str, str]:
@@ -336,10 +345,13 @@ class FastImport:
     Nothing becomes reachable from a branch: callers move refs afterwards.
     """
 
-    def __init__(self, git: Git) -> None:
+    def __init__(self, git: Git, *, keep_pack: bool = False) -> None:
+        """``keep_pack``: keep even a small import as one pack instead of unpacking it into
+        loose objects (an extra process and a file per object); the caller repacks."""
         self._git = git
         self._chunks: list[bytes] = []
         self._mark = 0
+        self._keep_pack = keep_pack
 
     def commit(
         self,
@@ -397,8 +409,9 @@ class FastImport:
         with tempfile.TemporaryDirectory(prefix="forkpatch-fi-") as tmp:
             marks = Path(tmp) / "marks"
             stream = b"".join(self._chunks) + b"done\n"
+            limit = ["-c", "fastimport.unpackLimit=1"] if self._keep_pack else []
             self._git.run(
-                "fast-import", "--quiet", "--done", f"--export-marks={marks}", input=stream
+                *limit, "fast-import", "--quiet", "--done", f"--export-marks={marks}", input=stream
             )
             result = {}
             for line in marks.read_text().splitlines():

@@ -692,7 +692,7 @@ class Classifier:
         total = len(self.items)
         with self.reading() as reader:
             state = TreeState(self.git, reader, parent)
-            fi = self.git.fast_import() if write else None
+            fi = self.git.fast_import(keep_pack=True) if write else None
             date = self.date if write else ""
             tip = parent
             hypo: _Hypotheses | None = None

@@ -37,7 +37,6 @@ from forkpatch.errors import ConflictError, StateError, UsageError
 from forkpatch.git import FileChange
 from forkpatch.patchfile import format_patch, parse_patch
 from forkpatch.project import Project, find_root
-from forkpatch.rebase import report as report_mod
 from forkpatch.rebase.conflict import ConflictTree
 from forkpatch.rebase.plan import (
     DROPPED,
@@ -379,6 +378,8 @@ def _finish(
         outcomes=state.outcomes,
         head=state.head,
     )
+    from forkpatch.rebase import report as report_mod  # difflib: only when finishing
+
     # Compared with the journal's copies, so a finish that was interrupted and run
     # again still reports every file the rebase changed.
     changed_files = journal.changed_since(state)
@@ -401,6 +402,7 @@ def _finish(
             state.onto_commit,
         )
     store.delete_ref(HEAD_REF)
+    store.repack_if_many()  # each stop's commits came as one small pack
     journal.clear()
     return RebaseResult(
         plan=plan, report=report, report_paths=tuple(paths), written=tuple(changed_files)
