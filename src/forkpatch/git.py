@@ -409,7 +409,13 @@ class FastImport:
         with tempfile.TemporaryDirectory(prefix="forkpatch-fi-") as tmp:
             marks = Path(tmp) / "marks"
             stream = b"".join(self._chunks) + b"done\n"
-            limit = ["-c", "fastimport.unpackLimit=1"] if self._keep_pack else []
+            # Kept packs: no unpacking, and light compression (the store is private;
+            # building the trees, not zlib, is most of the work).
+            limit = (
+                ["-c", "fastimport.unpackLimit=1", "-c", "pack.compression=1"]
+                if self._keep_pack
+                else []
+            )
             self._git.run(
                 *limit, "fast-import", "--quiet", "--done", f"--export-marks={marks}", input=stream
             )

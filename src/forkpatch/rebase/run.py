@@ -113,13 +113,19 @@ def rebase(project: Project, options: RebaseOptions) -> RebaseResult:
         stack=stack,
         upstream=tuple((n, c, s) for n, (c, s) in classifier.upstream.matches().items()),
         renames=classifier.known_renames(),
-        images=tuple(
-            (name, path, old, new)
-            for name, paths in classifier.merge_bases.store(classifier.merge_bases.names()).items()
-            for path, (old, new) in paths.items()
-        ),
     )
+    if walk.conflict is not None:
+        # For the stops to come: the merge bases computed so far, as blobs in the store.
+        stored = classifier.merge_bases.store(classifier.merge_bases.names())
+        state = state.with_(
+            images=tuple(
+                (name, path, old, new)
+                for name, paths in stored.items()
+                for path, (old, new) in paths.items()
+            )
+        )
     state = journal.start(state)
+    journal.adopt_items(classifier.items)
     project.fork().store.update_ref(HEAD_REF, state.head)
     _pause("journal")
     if state.phase == "conflict":
@@ -344,20 +350,21 @@ def _finish(
         journal.save(state)
     store = project.fork().store
     series = journal.original_series()
-    files = {e.name: e.file for e in series.patches}
+    items = journal.original_items()
     diffs = diffs_of_commits(store, [o.commit for o in state.outcomes if o.refresh and o.commit])
     old_texts: dict[str, bytes] = {}
     new_texts: dict[str, bytes] = {}
     writes: dict[str, bytes | None] = {}
-    for o in state.outcomes:
-        file = files[o.name]
+    for i, o in enumerate(state.outcomes):
+        file = series.patches[i].file
         if file is None:
             continue
         rel = f"{PATCHES_DIR}/{file}"
         old = journal.original_bytes(rel)
         old_texts[o.name] = old
         if o.refresh and o.commit:
-            header = parse_patch(old, source=rel).header
+            patch = items[i].patch
+            header = patch.header if patch is not None else parse_patch(old, source=rel).header
             new_texts[o.name] = format_patch(header, canonical_diff(diffs[o.commit]))
             writes[rel] = new_texts[o.name]
         elif o.status in DROPPED:

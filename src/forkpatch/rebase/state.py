@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from forkpatch.engine import Item
 from forkpatch.errors import StateError
 from forkpatch.fsutil import (
     atomic_write,
@@ -366,6 +367,7 @@ class Journal:
     _decoded_cache: dict[str, bytes] = field(default_factory=dict, repr=False)
     _series: Series | None = field(default=None, repr=False)
     _state: RebaseState | None = field(default=None, repr=False)
+    _items: Sequence[Item] | None = field(default=None, repr=False)
 
     @property
     def dir(self) -> Path:
@@ -503,9 +505,16 @@ class Journal:
         rel = f"{PATCHES_DIR}/{file}"
         return parse_patch(self.original_bytes(rel), source=rel)
 
-    def original_items(self) -> Items:
-        """The saved series' patches, each parsed when first used."""
-        return Items(self.original_series().patches, self.original_patch)
+    def original_items(self) -> Sequence[Item]:
+        """The saved series' patches, each parsed when first used (or those the rebase
+        that saved them had already parsed from the same bytes: see :meth:`adopt_items`)."""
+        if self._items is None:
+            self._items = Items(self.original_series().patches, self.original_patch)
+        return self._items
+
+    def adopt_items(self, items: Sequence[Item]) -> None:
+        """The patches as parsed by the command that saved them (same bytes: no re-parse)."""
+        self._items = items
 
     def mark_stop(self, state: RebaseState) -> None:
         """Record that the conflict work tree now holds ``state``'s stop (written last)."""
