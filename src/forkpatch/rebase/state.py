@@ -211,7 +211,7 @@ class _Reader:
         if not NAME_RE.match(name):
             raise self.fail(where, f"{name!r} is not a patch name")
         status = self.text(d, "status", where)
-        if status not in (*STATUSES, "pending"):
+        if status not in STATUSES:
             raise self.fail(where, f"unknown status {status!r}")
         files = tuple(self.relpath(p, f"{where}.files") for p in self.items(d, "files", where))
         conflicts = []
