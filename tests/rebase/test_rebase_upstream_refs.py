@@ -20,8 +20,6 @@ import pytest
 from fptest import GIT_ENV, ScratchRepo
 from rebase_helpers import LINES, scenario_factory
 
-from forkpatch.rebase.upstream import upstream_refs
-
 
 @pytest.fixture
 def scenario(tmp_path, capsys):
@@ -144,25 +142,27 @@ def test_a_named_commit_outside_the_tag_is_no_evidence(scenario):
     assert st["p1"]["status"] == "conflict" and "replaced_by" not in st["p1"]
 
 
-def test_upstream_refs_reads_every_form():
-    sha = "0123456789abcdef0123456789abcdef01234567"
-    text = "\n".join(
-        [
-            "Some description, mentioning deadbeefcafe in passing.",
-            f"Upstream-Status: Backport [https://x/commit/?id={sha}]",
-            "Origin: upstream, commit:abcdef1234567",
-            "Applied-Upstream: 2.3, https://x/commit/1234567abcdef",
-            "(cherry picked from commit fedcba9876543210fedcba9876543210fedcba98)",
-            "From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001",
-            "Origin: vendor, https://x/commit/9999999999999",
-        ]
+def test_the_commit_named_in_series_yaml_counts_too(scenario):
+    """``import`` records the ids a patch names in series.yaml (``upstream-commits``):
+    the same evidence when the patch file itself no longer says it."""
+    from dataclasses import replace
+
+    from forkpatch.series import load_series, save_series
+
+    up = Upstream()
+    s = _series(scenario, up, lambda sha: "Backported from upstream.")
+    path = s.project / "series.yaml"
+    series = load_series(path)
+    save_series(
+        series.with_patches(
+            replace(e, upstream_commits=(up.fix[:12],)) if e.name == "p1" else e
+            for e in series.patches
+        ),
+        path,
     )
-    assert [r for r, _how in upstream_refs(text)] == [
-        sha,
-        "abcdef1234567",
-        "1234567abcdef",
-        "fedcba9876543210fedcba9876543210fedcba98",
-    ]
+    st = {p["name"]: p for p in s.check("v2")["patches"]}
+    assert st["p1"]["status"] == "upstreamed"
+    assert up.fix[:12] in st["p1"]["evidence"] and "upstream-commits" in st["p1"]["evidence"]
 
 
 # --------------------------------------------------------------------------- shallow clones

@@ -288,7 +288,7 @@ def paths_of(item: Item) -> set[str]:
 # --------------------------------------------------------------------------- merge bases
 
 
-class MergeBases(dict):  # type: ignore[type-arg]
+class MergeBases(dict):
     """Each patch's pre/post images on the old base, computed on first use.
 
     The 3-way merge base is only needed when a hunk does not apply, so a series

@@ -24,6 +24,9 @@ from forkpatch.series import PATCHES_DIR, Series
 
 REPORT_VERSION = 1
 
+# The report is a JSON document for other programs (and the Markdown renders it).
+Report = dict[str, Any]
+
 
 def range_diff(old: bytes, new: bytes, *, name: str, old_label: str, new_label: str) -> str:
     """Unified diff of two versions of one patch file (empty when they are equal)."""
@@ -53,7 +56,7 @@ def build(
     texts: Texts,
     changed_files: Sequence[str],
     options: Mapping[str, Any],
-) -> dict[str, Any]:
+) -> Report:
     """The report as a JSON-ready dict (``series`` is the series before the rebase)."""
     old_texts, new_texts = texts.old, texts.new
     files = {p.name: p.file for p in series.patches}

@@ -32,10 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forkpatch import log
-from forkpatch.engine import TreeState, canonical_diff, commit_message, diffs_of_commits
+from forkpatch.engine import TreeState, commit_message, diffs_of_commits
 from forkpatch.errors import ConflictError, StateError, UsageError
 from forkpatch.git import FileChange
-from forkpatch.patchfile import format_patch, parse_patch
+from forkpatch.patchtext import PatchTexts
 from forkpatch.project import Project, find_root
 from forkpatch.rebase.conflict import ConflictTree
 from forkpatch.rebase.plan import (
@@ -48,6 +48,7 @@ from forkpatch.rebase.plan import (
     classifier_for,
     names_of,
 )
+from forkpatch.rebase.report import Report
 from forkpatch.rebase.state import Journal, RebaseState, StackPosition
 from forkpatch.series import PATCHES_DIR, SERIES_FILE, BaseRef, Series, dump_series, parse_series
 
@@ -77,7 +78,7 @@ class RebaseResult:
     """What a finished rebase did."""
 
     plan: Plan
-    report: dict[str, object]
+    report: Report
     report_paths: tuple[Path, ...]
     written: tuple[str, ...]  # project-relative paths that changed (rewritten or removed)
 
@@ -125,7 +126,6 @@ def rebase(project: Project, options: RebaseOptions) -> RebaseResult:
             )
         )
     state = journal.start(state)
-    journal.adopt_items(classifier.items)
     project.fork().store.update_ref(HEAD_REF, state.head)
     _pause("journal")
     if state.phase == "conflict":
@@ -350,25 +350,25 @@ def _finish(
         journal.save(state)
     store = project.fork().store
     series = journal.original_series()
-    items = journal.original_items()
     diffs = diffs_of_commits(store, [o.commit for o in state.outcomes if o.refresh and o.commit])
     old_texts: dict[str, bytes] = {}
     new_texts: dict[str, bytes] = {}
     writes: dict[str, bytes | None] = {}
-    for i, o in enumerate(state.outcomes):
-        file = series.patches[i].file
-        if file is None:
-            continue
-        rel = f"{PATCHES_DIR}/{file}"
-        old = journal.original_bytes(rel)
-        old_texts[o.name] = old
-        if o.refresh and o.commit:
-            patch = items[i].patch
-            header = patch.header if patch is not None else parse_patch(old, source=rel).header
-            new_texts[o.name] = format_patch(header, canonical_diff(diffs[o.commit]))
-            writes[rel] = new_texts[o.name]
-        elif o.status in DROPPED:
-            writes[rel] = None
+    with PatchTexts(store) as texts:  # one object reader for every rewritten file
+        for i, o in enumerate(state.outcomes):
+            file = series.patches[i].file
+            if file is None:
+                continue
+            rel = f"{PATCHES_DIR}/{file}"
+            old = journal.original_bytes(rel)
+            old_texts[o.name] = old
+            if o.refresh and o.commit:
+                # The file keeps its own form (mail headers, notes, quilt style); a
+                # diffstat is regenerated: see forkpatch.patchtext.
+                new = texts.render(old, commit=o.commit, raw_diff=diffs[o.commit], source=rel)
+                new_texts[o.name] = writes[rel] = new.data
+            elif o.status in DROPPED:
+                writes[rel] = None
     text = dump_series(_new_series(journal, state))
     parse_series(text, path=SERIES_FILE)  # never write what could not be read back
     writes[SERIES_FILE] = text.encode("utf-8")

@@ -506,15 +506,10 @@ class Journal:
         return parse_patch(self.original_bytes(rel), source=rel)
 
     def original_items(self) -> Sequence[Item]:
-        """The saved series' patches, each parsed when first used (or those the rebase
-        that saved them had already parsed from the same bytes: see :meth:`adopt_items`)."""
+        """The saved series' patches, each parsed when first used."""
         if self._items is None:
             self._items = Items(self.original_series().patches, self.original_patch)
         return self._items
-
-    def adopt_items(self, items: Sequence[Item]) -> None:
-        """The patches as parsed by the command that saved them (same bytes: no re-parse)."""
-        self._items = items
 
     def mark_stop(self, state: RebaseState) -> None:
         """Record that the conflict work tree now holds ``state``'s stop (written last)."""

@@ -7,7 +7,8 @@ Two kinds, both cheap and both reported with the upstream commit they name:
   reverted since.
 * :class:`ReferenceChecker`: the patch says which upstream commit it came from
   (``Upstream-Status: Backport [...id=<sha>]``, DEP-3 ``Origin: upstream, <sha>``,
-  ``(cherry picked from commit <sha>)``, a mail's ``From <sha>`` line) and that
+  ``(cherry picked from commit <sha>)``, a mail's ``From <sha>`` line, series.yaml's
+  ``upstream-commits``: :func:`forkpatch.patchfile.upstream_refs`) and that
   commit is in the target's history and makes the same change: it touches the
   patch's files and adds and removes the same lines (the context may differ: a
   backport is often adapted), or the patch reverse-applies to the files as that
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING
 from forkpatch.applier import HunkFailed, apply_file_patch, reverse
 from forkpatch.engine import Item
 from forkpatch.git import DIFF_OPTIONS, Git
-from forkpatch.patchfile import PatchFile, parse_patch
+from forkpatch.patchfile import PatchFile, parse_patch, upstream_refs
 
 if TYPE_CHECKING:
     from forkpatch.forkrepo import ForkRepo
@@ -190,34 +191,35 @@ def _reverse_diff(patch: PatchFile) -> bytes | None:
 
 # --------------------------------------------------------------------------- references
 
-_HEX = r"(?=[a-f]*[0-9])[0-9a-f]{7,40}"  # a commit id has a digit somewhere
-# Where a commit id is written on a reference line: after id=, h=, commit/, commit:, or alone.
-_ID_IN_LINE = re.compile(rf"(?:\bid=|\bh=|/commit/|\bcommit[:= ]\s*|\b)({_HEX})\b", re.I)
-_REFERENCE_LINES = (
-    (re.compile(r"^[ \t]*Upstream-Status:[ \t]*Backport\b(.*)$", re.M | re.I), "Upstream-Status"),
-    (re.compile(r"^[ \t]*Origin:[ \t]*(?:upstream|backport)\b(.*)$", re.M | re.I), "Origin"),
-    (re.compile(r"^[ \t]*Applied-Upstream:(.*)$", re.M | re.I), "Applied-Upstream"),
-    (re.compile(rf"\(cherry picked from commit ({_HEX})\)", re.I), "cherry picked from"),
-    (re.compile(r"^From ([0-9a-f]{40}) ", re.M), "From"),
+# How a line that names an upstream commit says so (for the evidence's wording).
+_NAMED_BY = re.compile(
+    r"^[ \t]*(?:(Upstream-Status|Origin|Applied-Upstream)[ \t]*:|(From) [0-9a-f]{40} |.*"
+    r"\((cherry[ -]picked from) commit|.*\b(commit) [0-9a-f]{40} upstream|.*\[ *([Uu]pstream commit))",
+    re.IGNORECASE,
 )
 
 
-def upstream_refs(text: str) -> list[tuple[str, str]]:
-    """The upstream commits a patch names as its origin: [(commit id, how it names it)].
+def _named_by(text: str, oid: str) -> str:
+    """Which line names ``oid`` (``Origin``, ``cherry picked from``, ...)."""
+    for line in text.splitlines():
+        if oid[:7] in line.lower():
+            m = _NAMED_BY.match(line)
+            if m:
+                return next(g for g in m.groups() if g)
+    return "upstream-commits"
 
-    Reads a patch file's description (and series.yaml's ``origin``/``upstream``
-    fields). Kept to one function so that the importer's parser can replace it.
-    """
-    found: dict[str, str] = {}
-    for pattern, how in _REFERENCE_LINES:
-        for m in pattern.finditer(text):
-            rest = m.group(1)
-            ids = [rest] if re.fullmatch(_HEX, rest, re.I) else _ID_IN_LINE.findall(rest)
-            for oid in ids:
-                oid = oid.lower()
-                if set(oid) != {"0"}:
-                    found.setdefault(oid, how)
-    return list(found.items())
+
+def references(item: Item) -> list[tuple[str, str]]:
+    """The upstream commits ``item`` names as its origin, and how each is named: in its
+    patch file's header or its series entry (``upstream-commits``, ``origin``,
+    ``upstream``), as :func:`forkpatch.patchfile.upstream_refs` finds them."""
+    if item.patch is None:
+        return []
+    header, e = item.patch.header, item.entry
+    entry = "\n".join((f"Origin: {e.origin}", *e.upstream.split("; ")))
+    listed = [c.lower() for c in e.upstream_commits]
+    ids = dict.fromkeys([*upstream_refs(header), *listed, *upstream_refs(entry)])
+    return [(oid, _named_by(header + "\n" + entry, oid)) for oid in ids]
 
 
 def _changed_lines(fp_lines: Sequence[tuple[str, bytes]]) -> Counter[tuple[str, bytes]]:
@@ -263,8 +265,7 @@ class ReferenceChecker:
         """(commit, subject, how) for each reference of ``item`` found in the target."""
         if item.patch is None or not item.patch.files:
             return
-        text = "\n".join((item.patch.header, item.entry.origin, item.entry.upstream))
-        for ref, how in upstream_refs(text):
+        for ref, how in references(item):
             got = self._resolve(ref)
             if got is not None:
                 yield got[0], got[1], how
