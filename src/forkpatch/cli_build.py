@@ -10,7 +10,7 @@ from forkpatch import log
 
 
 def register(cli: click.Group) -> None:
-    from forkpatch.cli import Ctx, pass_ctx
+    from forkpatch.cli_context import Ctx, pass_ctx
 
     @cli.command(name="build-wheel")
     @click.option(
