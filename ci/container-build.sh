@@ -110,6 +110,11 @@ compile_only() {
     grep -E 'CUDA target architectures|CUDA supported target|Building SM70|SM70 Marlin|Skipping|FetchContent|VLLM_CUTLASS_SRC_DIR|triton_kernels|Found CUDA|CUDA compiler' \
         "$out/cmake-configure.log" || true
     say "configure: ok in $((SECONDS - t0)) s"
+    # Every object of the configured build, by target (for extrapolating a full build).
+    ninja -C "$build" -t targets all | sed -n 's#^\(CMakeFiles/[^:]*\.o\): .*#\1#p' | sort -u \
+        >"$out/object-targets.txt"
+    say "the configured build has $(wc -l <"$out/object-targets.txt") objects" \
+        "($(grep -c '^CMakeFiles/_C\.dir/' "$out/object-targets.txt" || true) in _C)"
     printf 'unit\twall_s\tuser_s\tsys_s\tmax_rss_mib\tobject_bytes\n' >"$out/timings.tsv"
     for unit in $FORKPATCH_COMPILE_ONLY; do
         target="$(ninja -C "$build" -t targets all | sed -n "s#^\(CMakeFiles/[^:]*/$unit\.o\): .*#\1#p" | head -1)"

@@ -966,9 +966,12 @@ def _wheelhouse_args(opts: BuildOptions, stack: ExitStack) -> tuple[dict[str, st
             tip="serve it over HTTP where the engine can reach it and pass the URL "
             "(--wheelhouse http://HOST:PORT/), or build on the engine's host",
         )
-    from forkpatch.wheels.wheelhouse import serve
+    from forkpatch.wheels.wheelhouse import serve, stable_port
 
-    url = stack.enter_context(serve(Path(where)))
+    dockerfile = opts.dockerfile or default_dockerfile()
+    lock = dockerfile.parent / "cuda-wheels.lock"
+    port = stable_port(lock.read_bytes() if lock.is_file() else b"")
+    url = stack.enter_context(serve(Path(where), port))
     log.info(f"serving the wheelhouse {where} to the image build at {url}")
     return {"WHEELHOUSE_URL": url}, "host"
 

@@ -25,6 +25,7 @@ wheels alone. The base image brings nvcc (docs/container-build.md).
 from __future__ import annotations
 
 import functools
+import hashlib
 import http.server
 import json
 import re
@@ -167,15 +168,23 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 
 @contextmanager
-def serve(directory: Path) -> Iterator[str]:
-    """Serve ``directory`` read-only on 127.0.0.1 (a free port); yield its URL."""
+def serve(directory: Path, preferred_port: int = 0) -> Iterator[str]:
+    """Serve ``directory`` read-only on 127.0.0.1; yield its URL.
+
+    ``preferred_port`` when it is free, else any free port. A stable port keeps
+    the URL, and so docker's cache of the install step, the same from one image
+    build to the next (the URL is a build argument, part of that cache key).
+    """
     if not directory.is_dir():
         raise BuildError(
             f"the wheelhouse {directory} is not a directory",
             tip="download it first: python -m forkpatch.wheels.wheelhouse download DIR",
         )
     handler = functools.partial(_QuietHandler, directory=str(directory))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    try:
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", preferred_port), handler)
+    except OSError:
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, name="wheelhouse", daemon=True)
     thread.start()
     try:
@@ -184,6 +193,11 @@ def serve(directory: Path) -> Iterator[str]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+def stable_port(key: bytes) -> int:
+    """A port in 40000-59999 derived from ``key`` (the lock's bytes)."""
+    return 40000 + int.from_bytes(hashlib.sha256(key).digest()[:4], "big") % 20000
 
 
 def main(argv: Sequence[str] | None = None) -> int:
