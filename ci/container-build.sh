@@ -91,7 +91,9 @@ build_wheel() {  # build_wheel <project dir> <out dir>
 compile_only() {
     local build=/tmp/forkpatch-cmake out="$OUT" unit target obj name
     mkdir -p "$out"
-    say "configure: cmake (arch $TORCH_CUDA_ARCH_LIST, $(nvcc --version | tail -1))"
+    say "toolchain: $(nvcc --version | tail -1); python $(python -c 'import sys; print(sys.version.split()[0])');" \
+        "$(python -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>/dev/null)"
+    say "configure: cmake (arch $TORCH_CUDA_ARCH_LIST)"
     local t0=$SECONDS
     if ! cmake -S "$SRC" -B "$build" -G Ninja \
             -DCMAKE_BUILD_TYPE="${CMAKE_BUILD_TYPE:-RelWithDebInfo}" \

@@ -60,7 +60,9 @@ UNITS = (
     "csrc/sm70_turbomind/ops/tm_registry_sm70.cu",
     "csrc/quantization/marlin/sm70_marlin_fp8_gemm.cu",
 )
-TOUCHED = "csrc/sm70_turbomind/ops/tm_registry_sm70.cu"
+TOUCHED = "csrc/sm70_turbomind/lmdeploy/src/turbomind/kernels/gemm/kernel/sm70_884_8.cu"
+#: Units with tensor-core kernels (the registry unit is host code only).
+KERNEL_UNITS = (UNITS[0], UNITS[1], UNITS[3])
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -179,9 +181,10 @@ def test_fork_sm70_units_compile_and_rebuild_from_ccache(  # type: ignore[no-unt
     for unit in UNITS:
         listing = (report / "first" / f"cuobjdump-{Path(unit).name}.txt").read_text()
         archs = set(re.findall(r"arch = (sm_\d+)", listing))
-        assert archs == {"sm_70"}, (unit, archs)
-        assert re.search(r"code for sm_70", listing), unit
-        assert re.search(r"\b(HMMA|IMAD|LDG|STG|FFMA|HADD2|MOV)\b", listing), f"no SASS for {unit}"
+        assert archs == {"sm_70"}, (unit, archs)  # one cubin, Volta only, no PTX
+        assert "code for sm_70" in listing, unit
+        if unit in KERNEL_UNITS:  # Volta tensor-core SASS in the GEMM kernels
+            assert re.search(r"HMMA\.884\.", listing), f"no HMMA.884 SASS in {unit}"
 
     # Change one unit for real (not a comment: ccache's preprocessor mode ignores those),
     # compile all of them again in a fresh container: only that one misses.
@@ -196,9 +199,12 @@ def test_fork_sm70_units_compile_and_rebuild_from_ccache(  # type: ignore[no-unt
     second_s = time.monotonic() - t0
     hits, misses = _ccache_counts((report / "second.log").read_text())
     assert misses >= 1 and hits >= len(UNITS) - 1, (hits, misses)
+    # The changed unit really compiles (nvcc CPU seconds); the others come from the volume
+    # in a fraction of that (ccache's totals also count CMake's own compiler checks).
     again = _timings(report / "second" / "timings.tsv")
-    untouched = [u for u in UNITS if u != TOUCHED]
-    assert sum(again[u][0] for u in untouched) < sum(timings[u][0] for u in untouched) or hits
+    cpu = {unit: row[1] + row[2] for unit, row in again.items()}
+    untouched = max(cpu[u] for u in UNITS if u != TOUCHED)
+    assert cpu[TOUCHED] > 5 * max(untouched, 0.2), cpu
     print(f"\nfirst pass {first_s:.0f} s, after touching {TOUCHED}: {second_s:.0f} s")
     for unit in UNITS:
         print(f"  {unit}: {timings[unit]} -> {again[unit]}  (wall, user, sys s; MiB)")
