@@ -465,7 +465,7 @@ def check_series_file_path(file: str, *, where: str) -> None:
 
 
 def _header_comment(text: str) -> str:
-    lines = []
+    lines: list[str] = []
     for line in text.splitlines():
         if line.startswith("#") or (not line.strip() and lines):
             lines.append(line)
