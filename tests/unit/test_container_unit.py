@@ -145,7 +145,7 @@ def test_builder_context_follows_requirement_includes(tmp_path: Path) -> None:
         "tools/.forkpatch-keep",
     }
     (src / "requirements" / "cuda.txt").unlink()
-    with pytest.raises(BuildError, match="no requirements/cuda.txt"):
+    with pytest.raises(BuildError, match=r"no requirements/cuda\.txt"):
         builder_context(src, dockerfile=REPO / "ci" / "builder.Dockerfile", toolchain="apt")
     # The stand-in path does not need them.
     builder_context(src, dockerfile=REPO / "ci" / "builder.Dockerfile", toolchain="none")

@@ -681,7 +681,7 @@ class BuildContainer:
         container = self.need()
         with tempfile.SpooledTemporaryFile(max_size=64 * 1024**2) as fh:
             at_src = dest == SRC_DIR
-            count = write_source_tar(source, fh, prefix="" if at_src else dest)  # type: ignore[arg-type]
+            count = write_source_tar(source, fh, prefix="" if at_src else dest)
             size = fh.tell()
             fh.seek(0)
             log.info(f"copying {count} files ({size / 1024**2:.1f} MiB) to {dest} in the container")
