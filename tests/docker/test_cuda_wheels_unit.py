@@ -148,3 +148,29 @@ def test_the_wheels_route_needs_the_lock_the_others_do_not(tmp_path: Path) -> No
     (ci / "cuda-wheels.lock").write_text("torch==2.10.0 --hash=sha256:" + H["a"] + "\n")
     ctx = builder_context(src, dockerfile=ci / "builder.Dockerfile", toolchain="wheels")
     assert ctx["cuda-wheels.lock"].startswith(b"torch==2.10.0")
+
+
+def test_build_wheel_options_for_the_wheel_route_are_checked_before_any_build(
+    example_project, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    _project, run = example_project
+    code, _out, err = run(
+        "build-wheel", "--mode", "container", "--fork-source", "no-equals-sign", expect=None
+    )
+    assert code == 2 and "'no-equals-sign' is not VAR=DIR" in err
+    code, _out, err = run(
+        "build-wheel", "--mode", "container", "--wheelhouse", str(tmp_path), expect=None
+    )
+    assert code == 1 and "only read by the wheels toolchain (got 'apt')" in err
+    code, _out, err = run(
+        "build-wheel",
+        "--mode",
+        "container",
+        "--toolchain",
+        "wheels",
+        "--fork-source",
+        f"CUTLASS={tmp_path}",
+        expect=None,
+    )
+    assert code == 1 and "'CUTLASS' is not one of the fork's source variables" in err
+    assert "VLLM_CUTLASS_SRC_DIR" in err  # the tip names the real ones
