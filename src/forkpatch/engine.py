@@ -22,6 +22,7 @@ from forkpatch import applier, binarypatch
 from forkpatch.errors import PathSafetyError
 from forkpatch.git import FastImport, FileChange, Git, ObjectReader, commit_date
 from forkpatch.patchfile import FilePatch, PatchFile, check_paths
+from forkpatch.patchheader import description_of
 from forkpatch.series import PatchEntry
 
 TRAILER = "Forkpatch-Patch"
@@ -36,9 +37,12 @@ def worst(statuses: Iterable[str]) -> str:
 
 
 def commit_message(entry: PatchEntry, header: str) -> str:
+    """``name: summary``, the description of the patch file's ``header`` (a mail's body
+    or the plain text, above any ``---`` line: see patchheader), and the trailer."""
     parts = [f"{entry.name}: {entry.summary}"]
-    if header.strip():
-        parts.append(header.strip())
+    description = description_of(header)
+    if description:
+        parts.append(description)
     parts.append(f"{TRAILER}: {entry.name}")
     return "\n\n".join(parts) + "\n"
 

@@ -141,13 +141,17 @@ class Project:
 
     def commit(
         self,
-        patches: Mapping[PatchEntry, tuple[str, bytes] | None] | None = None,
+        patches: Mapping[PatchEntry, tuple[str, bytes] | bytes | None] | None = None,
         series: Series | None = None,
         *,
         extra: Mapping[Path, bytes | Path | None] | None = None,
     ) -> list[str]:
-        """Write patch files (entry -> (header, diff), None deletes) and series.yaml as one
-        unit (see :func:`forkpatch.fsutil.commit_files`); returns the changed relative paths.
+        """Write patch files and series.yaml as one unit (see
+        :func:`forkpatch.fsutil.commit_files`); returns the changed relative paths.
+
+        A patch's content is ``(header, diff)`` (written in the canonical form), the
+        file's bytes (as :class:`forkpatch.patchtext.PatchTexts` renders them), or
+        None (the file is deleted).
 
         series.yaml is rendered and parsed back first: nothing is written that could
         not be read again.
@@ -155,7 +159,10 @@ class Project:
         changes: dict[Path, bytes | Path | None] = {}
         for entry, content in (patches or {}).items():
             path = self.patch_path(entry)
-            changes[path] = None if content is None else format_patch(*content)
+            if content is None or isinstance(content, bytes):
+                changes[path] = content
+            else:
+                changes[path] = format_patch(*content)
         if series is not None:
             text = dump_series(series)
             parse_series(text, path=str(self.series_path))

@@ -75,9 +75,12 @@ PATCH_KEYS = (
     "why",
     "upstream",
     "origin",
+    "upstream-commits",
     "smoke",
     "drop-when",
 )
+# An upstream commit id as `upstream-commits` holds it (abbreviated or full, SHA-1 or SHA-256).
+UPSTREAM_COMMIT_RE = re.compile(r"^[0-9a-f]{7,64}$")
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,9 @@ class PatchEntry:
     why: str = ""
     upstream: str = ""
     origin: str = ""
+    # Upstream commits the patch names as its source (``import`` records them; see
+    # forkpatch.patchfile.upstream_refs): evidence for the rebase, never applied.
+    upstream_commits: tuple[str, ...] = ()
     smoke: tuple[str, ...] = ()
     drop_when: str = ""
     line: int = 0  # where the entry starts in series.yaml (0: not from a file)
@@ -426,6 +432,22 @@ def _parse_entry(item: yaml.Node, loc: _Loc) -> PatchEntry:
         if not isinstance(node, yaml.SequenceNode):
             raise loc.err(node, f"{what}: smoke must be a list of check ids")
         smoke = tuple(_scalar(n, loc, f"{what}: smoke check") for n in node.value)
+    upstream_commits: tuple[str, ...] = ()
+    if "upstream-commits" in m:
+        node = m["upstream-commits"]
+        if not isinstance(node, yaml.SequenceNode):
+            raise loc.err(node, f"{what}: upstream-commits must be a list of commit ids")
+        ids = []
+        for n in node.value:
+            oid = _scalar(n, loc, f"{what}: upstream commit")
+            if not UPSTREAM_COMMIT_RE.match(oid):
+                raise loc.err(
+                    n,
+                    f"{what}: upstream commit '{oid}' is not a commit id "
+                    "(7 to 64 lower-case hex digits)",
+                )
+            ids.append(oid)
+        upstream_commits = tuple(ids)
     return PatchEntry(
         name=name,
         file=file,
@@ -438,6 +460,7 @@ def _parse_entry(item: yaml.Node, loc: _Loc) -> PatchEntry:
         origin=_scalar(m["origin"], loc, f"{what}: origin", allow_empty=True)
         if "origin" in m
         else "",
+        upstream_commits=upstream_commits,
         smoke=smoke,
         drop_when=_scalar(m["drop-when"], loc, f"{what}: drop-when", allow_empty=True)
         if "drop-when" in m
@@ -584,6 +607,8 @@ def dump_series(series: Series) -> str:
             for key, value in (("why", p.why), ("upstream", p.upstream), ("origin", p.origin)):
                 if value:
                     fields.append((key, value))
+            if p.upstream_commits:
+                fields.append(("upstream-commits", list(p.upstream_commits)))
             if p.smoke:
                 fields.append(("smoke", list(p.smoke)))
             if p.drop_when:

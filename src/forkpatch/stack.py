@@ -37,7 +37,7 @@ from forkpatch.errors import (
     UsageError,
 )
 from forkpatch.git import Git, commit_date
-from forkpatch.patchfile import format_patch
+from forkpatch.patchtext import PatchTexts
 from forkpatch.project import Project
 from forkpatch.series import NAME_RE, PatchEntry
 
@@ -156,6 +156,16 @@ class Stack:
                     tip="choose another --worktree DIR or remove it",
                 )
             self.store.run("worktree", "prune")
+            other = self._stack_worktree()
+            if other is not None and other != path:
+                # git would refuse with "cannot force update the branch ... checked out".
+                raise UsageError(
+                    f"this project already has a work tree at {other}; forkpatch keeps "
+                    f"one work tree per project, so {path} was not created",
+                    tip=f"work in {other} (`forkpatch apply` re-applies the series there); "
+                    f"to move it, save your work (`forkpatch export`), delete {other}, then "
+                    f"run `forkpatch apply --worktree {path}` again",
+                )
             self.store.run("worktree", "add", "-q", "-f", "-B", BRANCH, str(path), head)
         state = self.state
         state.update({"worktree": str(path), "base": self.project.series.base.commit})
@@ -163,6 +173,17 @@ class Stack:
         state.pop("merge_bases", None)
         self.project.write_state(state)
         return path
+
+    def _stack_worktree(self) -> Path | None:
+        """The work tree that has the stack branch checked out, if one exists."""
+        listing = self.store.run("worktree", "list", "--porcelain", "-z").stdout
+        path: Path | None = None
+        for field in listing.split(b"\0"):
+            if field.startswith(b"worktree "):
+                path = Path(field[len(b"worktree ") :].decode("utf-8", "surrogateescape"))
+            elif field == f"branch refs/heads/{BRANCH}".encode() and path is not None:
+                return path.resolve() if path.exists() else None
+        return None
 
     @staticmethod
     def _admin_of(path: Path) -> Path:
@@ -223,28 +244,29 @@ class Stack:
             )
 
     def _unsaved(self, wt: Git, applied: list[AppliedPatch]) -> list[str]:
+        """Applied patches whose file would get another diff on export (the file's own
+        form counts as saved when it still describes the commit: see patchtext)."""
         if not applied:
             return []
         parents = [self._parent(wt, a) for a in applied]
         out = []
-        for a, parent in zip(applied, parents, strict=True):
-            entry = (
-                self.project.series.get(a.name) if a.name in self.project.series.names() else None
-            )
-            if entry is None or entry.file is None:
-                continue
-            diff = canonical_diff(wt.diff_trees(parent, a.commit))
-            path = self.project.patch_path(entry)
-            current = path.read_bytes() if path.exists() else b""
-            header = parse_commit_message(wt.out("show", "-s", "--format=%B", a.first))[2]
-            if format_patch(header, diff) != current and self._diff_part(current) != diff:
-                out.append(a.name)
+        with PatchTexts(self.store) as texts:
+            for a, parent in zip(applied, parents, strict=True):
+                entry = (
+                    self.project.series.get(a.name)
+                    if a.name in self.project.series.names()
+                    else None
+                )
+                if entry is None or entry.file is None:
+                    continue
+                path = self.project.patch_path(entry)
+                current = path.read_bytes() if path.exists() else b""
+                rendered = texts.render(
+                    current, commit=a.commit, parent=parent, source=self.project.rel(path)
+                )
+                if rendered.diff_changed:
+                    out.append(a.name)
         return out
-
-    @staticmethod
-    def _diff_part(data: bytes) -> bytes:
-        idx = data.find(b"diff --git ")
-        return data[idx:] if idx >= 0 else b""
 
     def _parent(self, wt: Git, a: AppliedPatch) -> str:
         parent = wt.rev_parse(f"{a.first}^")
@@ -448,7 +470,8 @@ class Stack:
             self._refuse_markers(wt, top.commit)
         new = self._commit_worktree(wt, parent=parent, message=message)
         _name, summary, header = parse_commit_message(message)
-        diff = canonical_diff(wt.diff_trees(parent, new))
+        raw = wt.diff_trees(parent, new)
+        diff = canonical_diff(raw)
         if not force and DIFF_CONFLICT_MARKER.search(diff):
             raise ConflictError(
                 f"patch '{top.name}' still contains conflict markers",
@@ -460,7 +483,20 @@ class Stack:
             if state.get("editing", {}).get("patch") == top.name
             else []
         )
-        writes: list[tuple[PatchEntry, str, bytes]] = [(entry, header, diff)]
+        texts = PatchTexts(self.store)
+        writes: list[tuple[PatchEntry, bytes]] = [
+            (
+                entry,
+                texts.render(
+                    self._file_bytes(entry),
+                    commit=new,
+                    parent=parent,
+                    raw_diff=raw,
+                    description=header,
+                    summary=summary or None,
+                ).data,
+            )
+        ]
         new_head: str | None = None  # where the work tree goes once the files are written
         if above_names and force:
             # --force saves this patch alone; the patches above stay unapplied
@@ -493,8 +529,10 @@ class Stack:
             diffs = diffs_of_commits(self.store, result.commits)
             for r, e in zip(result.results, above_entries, strict=True):
                 if r.commit is not None:
-                    p = self.project.load_patch(e)
-                    writes.append((e, p.header if p else "", canonical_diff(diffs[r.commit])))
+                    rendered = texts.render(
+                        self._file_bytes(e), commit=r.commit, raw_diff=diffs[r.commit]
+                    )
+                    writes.append((e, rendered.data))
             new_head = result.head or new
         new_series = None
         if summary and summary != entry.summary:
@@ -505,17 +543,19 @@ class Stack:
         # All patch files and series.yaml as one unit: a kill leaves all old or all new.
         # The work tree and state.json move only afterwards, so that a refresh killed
         # before the files were written is finished by running `forkpatch refresh` again.
-        written = set(self.project.commit({e: (h, d) for e, h, d in writes}, new_series))
+        written = set(self.project.commit(dict(writes), new_series))
         if above_names:
             if new_head is not None:
                 wt.run("reset", "-q", "--hard", new_head)
             state.pop("editing", None)
             self.project.write_state(state)
         return [
-            e.name
-            for e, _h, _d in writes
-            if self.project.rel(self.project.patch_path(e)) in written
+            e.name for e, _d in writes if self.project.rel(self.project.patch_path(e)) in written
         ]
+
+    def _file_bytes(self, entry: PatchEntry) -> bytes | None:
+        path = self.project.patch_path(entry)
+        return path.read_bytes() if path.exists() else None
 
     def _refuse_markers(self, wt: Git, commit: str) -> None:
         changed = wt.run("diff", "--name-only", "-z", commit).stdout.split(b"\0")
@@ -710,21 +750,31 @@ class Stack:
             )
         series = self.project.series
         new_entries = list(series.patches)
-        writes: dict[PatchEntry, tuple[str, bytes]] = {}
-        for a in applied:
-            entry = series.get(a.name)
-            if entry.file is None:
-                continue
-            parent = self._parent(wt, a)
-            diff = canonical_diff(wt.diff_trees(parent, a.commit))
-            _name, summary, header = parse_commit_message(
-                wt.out("show", "-s", "--format=%B", a.first)
-            )
-            writes[entry] = (header, diff)
-            if summary and summary != entry.summary:
-                new_entries = [
-                    replace(p, summary=summary) if p.name == entry.name else p for p in new_entries
-                ]
+        writes: dict[PatchEntry, bytes] = {}
+        with PatchTexts(self.store) as texts:
+            for a in applied:
+                entry = series.get(a.name)
+                if entry.file is None:
+                    continue
+                parent = self._parent(wt, a)
+                _name, summary, header = parse_commit_message(
+                    wt.out("show", "-s", "--format=%B", a.first)
+                )
+                # The file's own form (mail headers, quilt lines, notes) is kept where the
+                # commit did not change it; see forkpatch.patchtext.
+                writes[entry] = texts.render(
+                    self._file_bytes(entry),
+                    commit=a.commit,
+                    parent=parent,
+                    description=header,
+                    summary=summary or None,
+                    source=self.project.rel(self.project.patch_path(entry)),
+                ).data
+                if summary and summary != entry.summary:
+                    new_entries = [
+                        replace(p, summary=summary) if p.name == entry.name else p
+                        for p in new_entries
+                    ]
         new_series = (
             series.with_patches(new_entries) if tuple(new_entries) != series.patches else None
         )
