@@ -605,12 +605,25 @@ def _unique(items: Iterable[str]) -> list[str]:
 
 def diffs_of_commits(git: Git, commits: Sequence[str]) -> dict[str, bytes]:
     """Canonical diff of each commit against its first parent, with one git process."""
-    if not commits:
+    return _diff_tree_stdin(git, list(commits), list(commits))
+
+
+def diffs_between(git: Git, pairs: Sequence[tuple[str, str]]) -> dict[str, bytes]:
+    """The diff from ``old`` to ``new`` for each ``(old, new)`` pair of commits, keyed by
+    ``new``, with one git process (what ``git diff-tree DIFF_OPTIONS old new`` prints for
+    each; the ``new`` commits must be distinct)."""
+    return _diff_tree_stdin(git, [f"{new} {old}" for old, new in pairs], [n for _, n in pairs])
+
+
+def _diff_tree_stdin(git: Git, lines: Sequence[str], commits: Sequence[str]) -> dict[str, bytes]:
+    """``git diff-tree --stdin``: each input line's diff, split on the commit id git prints
+    before it (``commits[i]`` for ``lines[i]``)."""
+    if not lines:
         return {}
     from forkpatch.git import DIFF_OPTIONS
 
     proc = git.run(
-        "diff-tree", "--stdin", "--root", *DIFF_OPTIONS, input=("\n".join(commits) + "\n").encode()
+        "diff-tree", "--stdin", "--root", *DIFF_OPTIONS, input=("\n".join(lines) + "\n").encode()
     )
     out: dict[str, bytes] = {}
     current: str | None = None

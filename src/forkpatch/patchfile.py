@@ -71,6 +71,16 @@ _ZERO_OID = re.compile(r"\A0+\Z")
 _HUNK_HEADER = re.compile(rb"\A@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@ ?(.*)\Z", re.DOTALL)
 _INDEX_LINE = re.compile(rb"\Aindex ([0-9a-fA-F]+)\.\.([0-9a-fA-F]+)(?: ([0-7]+))?\Z")
 _MODE = re.compile(rb"\A[0-7]{6}\Z")
+#: The modes of files git keeps and forkpatch applies: regular, executable, symlink.
+FILE_MODES = ("100644", "100755", "120000")
+_MODE_PROBLEMS = {
+    "160000": "mode 160000 is a submodule (gitlink), which forkpatch does not patch",
+    "040000": "mode 040000 is a directory, not a file",
+    "000000": "mode 000000 is not a file mode",
+}
+#: Limits of common file systems (NAME_MAX and PATH_MAX - 1 on Linux), in UTF-8 bytes.
+MAX_NAME_BYTES = 255
+MAX_PATH_BYTES = 4095
 # Lines a plain (non-git) diff tool prints before a file's ---/+++ pair.
 _PLAIN_PREFIX = re.compile(rb"\A(?:Index: |={10,}\Z|diff |Only in |Binary files )")
 
@@ -463,6 +473,7 @@ class _Parser:
                 section, i = self.parse_git_section(i)
             else:
                 section, i = self.parse_plain_section(i)
+            self.check_names(section, start)
             if i < n and not self.at_section(i):
                 i = self.skip_junk(i)  # text after a section belongs to it
             files.append(section.build(self.data[self.offsets[start] : self.offsets[i]]))
@@ -552,7 +563,7 @@ class _Parser:
                 f.old_oid = _oid(m.group(1))
                 f.new_oid = _oid(m.group(2))
                 if m.group(3):
-                    mode = m.group(3).decode("ascii")
+                    mode = self.mode(i, m.group(3))
                     f.old_mode = f.old_mode or mode
                     f.new_mode = f.new_mode or mode
             elif bare == b"GIT binary patch":
@@ -602,7 +613,39 @@ class _Parser:
     def mode(self, i: int, text: bytes) -> str:
         if not _MODE.match(text):
             raise self.error(i, f"bad file mode {_show(text)}")
-        return text.decode("ascii")
+        mode = text.decode("ascii")
+        if mode not in FILE_MODES:
+            raise self.error(
+                i,
+                _MODE_PROBLEMS.get(mode, f"mode {mode} is not a git file mode")
+                + " (forkpatch applies 100644, 100755 and 120000)",
+                tip="regenerate the patch with `git diff` / `git format-patch`, or drop "
+                "this file from it",
+            )
+        return mode
+
+    def check_names(self, section: _Section, start: int) -> None:
+        """Names a file system (and so git's checkout) cannot hold, refused here with the
+        patch and line, not later as an error of git's that names neither."""
+        for path in (section.old_path, section.new_path):
+            if path is None:
+                continue
+            raw = path.encode("utf-8", "surrogateescape")
+            if len(raw) > MAX_PATH_BYTES:
+                raise self.error(
+                    start,
+                    f"the path {_show(raw, 60)} is {len(raw)} bytes long; file systems "
+                    f"take at most {MAX_PATH_BYTES}",
+                    tip="shorten the file name in the patch",
+                )
+            for part in raw.split(b"/"):
+                if len(part) > MAX_NAME_BYTES:
+                    raise self.error(
+                        start,
+                        f"the file name {_show(part, 60)} in {_show(raw, 60)} is "
+                        f"{len(part)} bytes long; file systems take at most {MAX_NAME_BYTES}",
+                        tip="shorten the file name in the patch",
+                    )
 
     def name_after(self, i: int, bare: bytes, pos: int) -> str:
         """A name at the end of a ``rename from``-style line (no a/ b/ prefix)."""

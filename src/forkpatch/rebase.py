@@ -1099,9 +1099,7 @@ def _worktree_git(project: Project, data: Mapping[str, Any]) -> Git:
             f"the conflict work tree {path} is missing",
             tip="run `forkpatch rebase --abort` and start again",
         )
-    text = (path / ".git").read_text().strip()
-    admin = Path(text.split(":", 1)[1].strip())
-    return Git(admin if admin.is_absolute() else (path / admin).resolve(), work_tree=path)
+    return project.linked_worktree(path)  # never another project's work tree
 
 
 def _remove_worktree(project: Project) -> None:

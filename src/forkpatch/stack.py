@@ -13,8 +13,10 @@ and write patch files and series.yaml last, each atomically.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import stat
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -27,6 +29,7 @@ from forkpatch.engine import (
     TreeState,
     canonical_diff,
     commit_message,
+    diffs_between,
     diffs_of_commits,
     parse_commit_message,
 )
@@ -36,6 +39,7 @@ from forkpatch.errors import (
     StateError,
     UsageError,
 )
+from forkpatch.fsutil import remove_in_tree, write_in_tree
 from forkpatch.git import Git, commit_date
 from forkpatch.patchtext import PatchTexts
 from forkpatch.project import Project
@@ -52,6 +56,8 @@ DIFF_CONFLICT_MARKER = re.compile(rb"^\+(<{7} |>{7} |\|{7} )", re.M)
 class AppliedPatch:
     name: str
     commits: tuple[str, ...]  # the trailer commit first, then hand-made commits on top
+    parent: str = ""  # the first commit's parent ("" when not known: ask git)
+    message: str = ""  # the first (trailer) commit's message
 
     @property
     def commit(self) -> str:
@@ -91,9 +97,7 @@ class Stack:
             raise StateError(
                 "no work tree: the series is not applied", tip="run `forkpatch apply` to create one"
             )
-        text = (path / ".git").read_text().strip()
-        admin = Path(text.split(":", 1)[1].strip())
-        return Git(admin if admin.is_absolute() else (path / admin).resolve(), work_tree=path)
+        return self.project.linked_worktree(path)
 
     def base_commit(self) -> str:
         return self.state.get("base") or self.project.series.base.commit
@@ -106,21 +110,24 @@ class Stack:
     def applied(self, wt: Git | None = None) -> list[AppliedPatch]:
         wt = wt or self.wt()
         base = self.base_commit()
+        # One git process for the whole stack: ids, first parents and messages.
         raw = wt.run(
-            "log", "--first-parent", "--reverse", "--format=%H%x00%B%x1e", f"{base}..HEAD"
+            "log", "--first-parent", "--reverse", "--format=%H%x00%P%x00%B%x1e", f"{base}..HEAD"
         ).stdout.decode("utf-8", "surrogateescape")
         patches: list[AppliedPatch] = []
         for record in raw.split("\x1e"):
             record = record.strip("\n")
             if not record:
                 continue
-            commit, _, message = record.partition("\x00")
+            commit, _, rest = record.partition("\x00")
+            parents, _, message = rest.partition("\x00")
             name, _summary, _header = parse_commit_message(message)
             if name:
-                patches.append(AppliedPatch(name, (commit,)))
+                first_parent = parents.split(" ", 1)[0]
+                patches.append(AppliedPatch(name, (commit,), first_parent, message))
             elif patches:
                 last = patches[-1]
-                patches[-1] = AppliedPatch(last.name, (*last.commits, commit))
+                patches[-1] = replace(last, commits=(*last.commits, commit))
             else:
                 raise StateError(
                     f"commit {commit[:12]} in the work tree sits on the base without a patch",
@@ -146,7 +153,7 @@ class Stack:
         path = worktree or self.worktree_path() or self.project.state_dir / DEFAULT_WORKTREE
         path = path.resolve()
         if (path / ".git").exists():
-            wt = Git(self._admin_of(path), work_tree=path)
+            wt = self.project.linked_worktree(path)  # never another project's work tree
             wt.run("checkout", "-q", "-f", "-B", BRANCH, head)
             wt.run("clean", "-q", "-fdx")
         else:
@@ -248,27 +255,37 @@ class Stack:
         form counts as saved when it still describes the commit: see patchtext)."""
         if not applied:
             return []
-        parents = [self._parent(wt, a) for a in applied]
+        by_name = {p.name: p for p in self.project.series.patches}
+        mine = [a for a in applied if by_name.get(a.name) and by_name[a.name].file is not None]
+        diffs = self._diffs(wt, mine)
         out = []
         with PatchTexts(self.store) as texts:
-            for a, parent in zip(applied, parents, strict=True):
-                entry = (
-                    self.project.series.get(a.name)
-                    if a.name in self.project.series.names()
-                    else None
-                )
-                if entry is None or entry.file is None:
-                    continue
-                path = self.project.patch_path(entry)
+            for a in mine:
+                path = self.project.patch_path(by_name[a.name])
                 current = path.read_bytes() if path.exists() else b""
                 rendered = texts.render(
-                    current, commit=a.commit, parent=parent, source=self.project.rel(path)
+                    current,
+                    commit=a.commit,
+                    parent=self._parent(wt, a),
+                    raw_diff=diffs[a.commit],
+                    source=self.project.rel(path),
                 )
                 if rendered.diff_changed:
                     out.append(a.name)
         return out
 
+    def _diffs(self, wt: Git, applied: list[AppliedPatch]) -> dict[str, bytes]:
+        """Each applied patch's diff (its parent to its last commit), keyed by that last
+        commit: one git process for the whole stack, not three per patch."""
+        return diffs_between(wt, [(self._parent(wt, a), a.commit) for a in applied])
+
+    @staticmethod
+    def _message(wt: Git, a: AppliedPatch) -> str:
+        return a.message or wt.out("show", "-s", "--format=%B", a.first)
+
     def _parent(self, wt: Git, a: AppliedPatch) -> str:
+        if a.parent:
+            return a.parent
         parent = wt.rev_parse(f"{a.first}^")
         assert parent is not None
         return parent
@@ -386,12 +403,13 @@ class Stack:
         entry = self.project.series.get(bad.name)
         patch = self.project.load_patch(entry)
         assert patch is not None and wt.work_tree is not None
-        # Apply what applies, then write the merged files with their markers.
+        # Apply what applies, then write the merged files with their markers. Every write
+        # refuses a symbolic link at any component (a tag or an earlier patch may have
+        # turned a patched directory into a link that points outside the tree).
+        root = wt.work_tree
         for c in bad.conflicts:
             if c.merged is not None:
-                target = wt.work_tree / c.path
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(c.merged)
+                write_in_tree(root, c.path, c.merged, mode=_file_mode(root, c.path))
         clean_files = {fp.path for fp in patch.files} - {c.path for c in bad.conflicts}
         if clean_files:
             partial = replace(
@@ -402,12 +420,16 @@ class Stack:
                     TreeState(self.store, reader, self.head(wt)), Item(entry=entry, patch=partial)
                 )[1]
             for ch in res:
-                target = wt.work_tree / ch.path
                 if ch.is_delete:
-                    target.unlink(missing_ok=True)
+                    remove_in_tree(root, ch.path)
                 else:
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    target.write_bytes(ch.data or b"")
+                    write_in_tree(
+                        root,
+                        ch.path,
+                        ch.data or b"",
+                        mode=0o755 if ch.mode == "100755" else 0o644,
+                        symlink=ch.mode == "120000",
+                    )
         self._commit_worktree(wt, parent=self.head(wt), message=commit_message(entry, patch.header))
 
     def pop(self, name: str | None = None, all_: bool = False, force: bool = False) -> list[str]:
@@ -559,11 +581,13 @@ class Stack:
 
     def _refuse_markers(self, wt: Git, commit: str) -> None:
         changed = wt.run("diff", "--name-only", "-z", commit).stdout.split(b"\0")
+        assert wt.work_tree is not None
         for raw in changed:
             if not raw:
                 continue
-            path = wt.work_tree / raw.decode("utf-8", "surrogateescape")  # type: ignore[operator]
-            if path.is_file() and CONFLICT_MARKER.search(path.read_bytes()):
+            path = wt.work_tree / raw.decode("utf-8", "surrogateescape")
+            # lstat: a symbolic link is a link in the patch, never a file to read through.
+            if _regular(path) and CONFLICT_MARKER.search(path.read_bytes()):
                 raise ConflictError(
                     f"{path} still contains conflict markers",
                     tip="resolve them, or pass --force to keep them",
@@ -749,34 +773,40 @@ class Stack:
                 "(`forkpatch refresh` folds them into the top patch)"
             )
         series = self.project.series
-        new_entries = list(series.patches)
+        by_name = {p.name: p for p in series.patches}
+        summaries: dict[str, str] = {}
         writes: dict[PatchEntry, bytes] = {}
+        mine = []
+        for a in applied:
+            if a.name not in by_name:
+                series.get(a.name)  # a commit for a patch series.yaml does not have: an error
+            if by_name[a.name].file is not None:
+                mine.append(a)
+        diffs = self._diffs(wt, mine)  # one git process, whatever the number of patches
         with PatchTexts(self.store) as texts:
-            for a in applied:
-                entry = series.get(a.name)
-                if entry.file is None:
-                    continue
-                parent = self._parent(wt, a)
-                _name, summary, header = parse_commit_message(
-                    wt.out("show", "-s", "--format=%B", a.first)
-                )
+            for a in mine:
+                entry = by_name[a.name]
+                _name, summary, header = parse_commit_message(self._message(wt, a))
                 # The file's own form (mail headers, quilt lines, notes) is kept where the
                 # commit did not change it; see forkpatch.patchtext.
                 writes[entry] = texts.render(
                     self._file_bytes(entry),
                     commit=a.commit,
-                    parent=parent,
+                    parent=self._parent(wt, a),
+                    raw_diff=diffs[a.commit],
                     description=header,
                     summary=summary or None,
                     source=self.project.rel(self.project.patch_path(entry)),
                 ).data
                 if summary and summary != entry.summary:
-                    new_entries = [
-                        replace(p, summary=summary) if p.name == entry.name else p
-                        for p in new_entries
-                    ]
+                    summaries[entry.name] = summary
         new_series = (
-            series.with_patches(new_entries) if tuple(new_entries) != series.patches else None
+            series.with_patches(
+                replace(p, summary=summaries[p.name]) if p.name in summaries else p
+                for p in series.patches
+            )
+            if summaries
+            else None
         )
         # Every file and series.yaml as one unit: a kill leaves all old or all new.
         written = set(self.project.commit(writes, new_series))
@@ -791,6 +821,22 @@ class Stack:
         state.pop("worktree", None)
         state.pop("editing", None)
         self.project.write_state(state or None)
+
+
+def _regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _file_mode(root: Path, rel: str) -> int:
+    """The permission bits for rewriting ``root/rel``: its own when it is a regular file."""
+    try:
+        st = os.lstat(root / rel)
+    except OSError:
+        return 0o644
+    return 0o755 if stat.S_ISREG(st.st_mode) and st.st_mode & 0o100 else 0o644
 
 
 def _split(data: bytes) -> tuple[str, bytes]:
