@@ -61,7 +61,7 @@ PLATFORMS = (
 
 def default_lock() -> Path:
     """``ci/cuda-wheels.lock`` next to the builder Dockerfile (checkout or package data)."""
-    from forkpatch.wheels.container import default_dockerfile
+    from forkpatch.wheels.options import default_dockerfile
 
     return default_dockerfile().parent / "cuda-wheels.lock"
 
