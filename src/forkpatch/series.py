@@ -589,25 +589,49 @@ def load_series(path: Path) -> Series:
 # --------------------------------------------------------------------------- writing
 
 
+def _block_literal(value: str, indent: int) -> str:
+    """``value`` as a ``|`` block whose lines are indented ``indent`` spaces, two more
+    than the key it belongs to."""
+    pad = " " * indent
+    body = value if value.endswith("\n") else value + "\n"
+    chomp = (
+        ""
+        if value.endswith("\n") and not value.endswith("\n\n")
+        else ("+" if value.endswith("\n\n") else "-")
+    )
+    # YAML takes a block's indentation from its first non-empty line: when that line
+    # starts with a space, say the indentation (2, relative to the key) explicitly.
+    first = next((line for line in body.split("\n") if line), "")
+    indicator = "2" if first.startswith(" ") else ""
+    lines = "".join((pad + line if line else "") + "\n" for line in body[:-1].split("\n"))
+    return f"|{indicator}{chomp}\n{lines}".rstrip("\n")
+
+
 def _scalar_yaml(value: str, indent: int) -> str:
-    """Render one string value: block literal for multi-line text, else flow."""
+    """Render one string value: block literal for multi-line text, else flow.
+
+    A block is used only when it reads back as the same text (characters a block
+    cannot hold, such as a carriage return or a control character, get a quoted
+    string instead)."""
     if "\n" in value.rstrip("\n"):
-        pad = " " * indent
-        body = value if value.endswith("\n") else value + "\n"
-        chomp = (
-            ""
-            if value.endswith("\n") and not value.endswith("\n\n")
-            else ("+" if value.endswith("\n\n") else "-")
-        )
-        lines = "".join((pad + line if line else "") + "\n" for line in body[:-1].split("\n"))
-        return f"|{chomp}\n{lines}".rstrip("\n")
+        try:
+            again = yaml.load("k: " + _block_literal(value, 2), Loader=_Loader)
+        except yaml.YAMLError:
+            again = None
+        if isinstance(again, dict) and again.get("k") == value:
+            return _block_literal(value, indent)
+        quoted = yaml.safe_dump(value, default_style='"', width=10_000, allow_unicode=True)
+        return quoted.rstrip("\n").removesuffix("\n...")
     dumped = yaml.safe_dump(value, default_style=None, width=10_000, allow_unicode=True)
     dumped = dumped.rstrip("\n")
     if dumped.endswith("\n..."):
         dumped = dumped[: -len("\n...")]
     if dumped.startswith("'") and "'" in value:
-        # "fork's" reads better than 'fork''s'; a JSON string is a valid YAML scalar.
-        dumped = json.dumps(value, ensure_ascii=False)
+        # "fork's" reads better than 'fork''s'; a JSON string is a valid YAML scalar
+        # (unless a character such as NEL means a line break inside it).
+        as_json = json.dumps(value, ensure_ascii=False)
+        if yaml.load(as_json, Loader=_Loader) == value:
+            dumped = as_json
     return dumped
 
 

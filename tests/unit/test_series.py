@@ -166,3 +166,38 @@ def test_dump_round_trips_list_items_that_would_break_a_flow_list():
     )
     again = parse_series(dump_series(series))
     assert again.patches[0].smoke == series.patches[0].smoke
+
+
+@pytest.mark.parametrize(
+    "why",
+    [
+        " starts with a space.\n second line",  # found by the atheris series target
+        "\n\n  blank lines first, then indented\nthen not",
+        "  two spaces\n",
+        " trailing blank lines\n\n\n",
+        "\tleading tab\nsecond",
+        "carriage\r\nreturn",
+        "bell \x07 character\nline two",
+        "next line \x85 character\nline two",
+        "ends without newline\n  indented last",
+        "---\n...\n# not a comment",
+    ],
+)
+def test_dump_round_trips_multi_line_text_of_any_shape(why):
+    """Text that a plain `|` block would change (leading spaces decide a block's
+    indentation; some characters cannot stand in a block) still reads back the same."""
+    series = new_series(
+        fork_name="f", fork_url="u", distribution="d", tag="v1", commit="0" * 40
+    ).with_patches([PatchEntry(name="p", file="p.patch", summary="s", why=why, origin=why)])
+    text = dump_series(series)
+    again = parse_series(text)
+    assert again.patches[0].why == why and again.patches[0].origin == why
+    assert dump_series(again) == text
+
+
+@pytest.mark.parametrize("summary", ["it's \x85 here", "it's \u2028 here", "it's fine", "'quoted'"])
+def test_dump_round_trips_one_line_text_with_quotes_and_line_separators(summary):
+    series = new_series(
+        fork_name="f", fork_url="u", distribution="d", tag="v1", commit="0" * 40
+    ).with_patches([PatchEntry(name="p", file="p.patch", summary=summary)])
+    assert parse_series(dump_series(series)).patches[0].summary == summary
