@@ -68,9 +68,8 @@ class AliasedGroup(click.Group):
 @click.option(
     "--fork-repo",
     metavar="PATH",
-    envvar="FORKPATCH_FORK_REPO",
-    help="Local clone of the fork (bare or not) to use instead of fork.url. "
-    "[env: FORKPATCH_FORK_REPO]",
+    help="Local clone of the fork (bare or not) to use instead of fork.url. Without it, "
+    "FORKPATCH_FORK_REPO stands in for a fork.url that is not a local path.",
 )
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
 @click.option("-q", "--quiet", is_flag=True, help="Less progress output on stderr.")

@@ -223,13 +223,14 @@ def register(cli: click.Group) -> None:
         if as_json:
             log.emit_json(outcome.report)
         if not outcome.passed:
+            from forkpatch.smoke.runner import failure_tip
+
             failed = [
                 ch["id"] for ch in outcome.report["checks"] if ch["outcome"] in ("failed", "error")
             ]
             raise SmokeError(
                 f"{len(failed)} smoke check(s) failed: {', '.join(failed)}",
-                tip="the report above says why; `forkpatch smoke --bisect` finds "
-                "the patch that broke it",
+                tip=failure_tip(outcome.report),
             )
 
     @cli.command()

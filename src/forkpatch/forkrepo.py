@@ -4,9 +4,21 @@ forkpatch never moves a branch or touches the work tree of the user's clone of
 the fork. It keeps a bare repository under ``.forkpatch/repo.git`` in the
 project. For a local fork (``--fork-repo PATH``, ``FORKPATCH_FORK_REPO`` or a
 ``fork.url`` that is a path) the store borrows the fork's objects through
-``objects/info/alternates`` and copies only its tag refs, which takes
-milliseconds even for a fork of vLLM's size. For a remote URL the tags are
-fetched into the store.
+``objects/info/alternates`` and copies only its tag refs (and its shallow
+boundary, when it is a shallow clone), which takes milliseconds even for a fork
+of vLLM's size. Nothing is ever written into the fork repository: it may be
+read-only. For a remote URL the tags are fetched into the store.
+
+Which repository is used, first match wins (:func:`choose_source`):
+
+1. ``--fork-repo PATH`` on the command line;
+2. ``fork.url`` (or ``init --fork-url``) when it is a local path: it is a clone already;
+3. ``FORKPATCH_FORK_REPO``: the developer's local clone of the fork that fork.url names;
+4. ``fork.url``, fetched over the network.
+
+A repository that does not hold series.yaml's base commit is refused with an
+error naming both (:meth:`ForkRepo.require_commit`): it is a clone of another
+fork, or too shallow, and applying patches to it could only fail confusingly.
 """
 
 from __future__ import annotations
@@ -55,6 +67,24 @@ def local_git_dir(source: str) -> Path:
     )
 
 
+def choose_source(url: str, override: str | None = None) -> tuple[str, str]:
+    """(source, how it was chosen) for a fork ``url`` and a ``--fork-repo`` ``override``.
+
+    An explicit ``--fork-repo`` wins; then a ``url`` that is a local path (it is
+    already a clone: a developer's FORKPATCH_FORK_REPO, meant as a stand-in for the
+    network URL, must not silently replace another local fork); then the
+    environment variable; then the URL itself.
+    """
+    if override:
+        return override, "--fork-repo"
+    if is_local_source(url):
+        return url, "fork.url"
+    env = os.environ.get(ENV_FORK_REPO)
+    if env:
+        return env, ENV_FORK_REPO
+    return url, "fork.url"
+
+
 @dataclass
 class ForkRepo:
     """The project's view of the fork: tags, commits and objects."""
@@ -62,10 +92,12 @@ class ForkRepo:
     store: Git
     source: str
     local: bool
+    #: Where ``source`` came from: "--fork-repo", "fork.url" or "FORKPATCH_FORK_REPO".
+    chosen_by: str = "fork.url"
 
     @classmethod
     def open(cls, project_dir: Path, url: str, override: str | None = None) -> ForkRepo:
-        source = override or os.environ.get(ENV_FORK_REPO) or url
+        source, chosen_by = choose_source(url, override)
         local = is_local_source(source)
         store_path = project_dir / STORE_DIR / "repo.git"
         (project_dir / STORE_DIR).mkdir(parents=True, exist_ok=True)
@@ -73,10 +105,14 @@ class ForkRepo:
         if not ignore.exists():
             ignore.write_text("# forkpatch's private state; never commit it\n*\n")
         git = Git(store_path) if (store_path / "HEAD").exists() else init_bare(store_path)
-        repo = cls(store=git, source=source, local=local)
+        repo = cls(store=git, source=source, local=local, chosen_by=chosen_by)
         if local:
             repo._link_local()
         return repo
+
+    def describe(self) -> str:
+        """The source and how it was chosen, for messages."""
+        return f"{self.source} (from {self.chosen_by})"
 
     # ----------------------------------------------------------------- sources
 
@@ -88,6 +124,18 @@ class ForkRepo:
         want = f"{objects}\n"
         if not alt.exists() or alt.read_text() != want:
             alt.write_text(want)
+        # A shallow clone's boundary commits have parents that are not there; git in
+        # the store must know it too, or walking past them fails ("Failed to traverse
+        # parents") instead of stopping there.
+        shallow = src / "shallow"
+        mine = self.store.git_dir / "shallow"
+        have = mine.read_bytes() if mine.exists() else None
+        want_shallow = shallow.read_bytes() if shallow.is_file() else None
+        if want_shallow != have:
+            if want_shallow is None:
+                mine.unlink()
+            else:
+                mine.write_bytes(want_shallow)
         self._source_git = Git(src)
 
     def source_tags(self) -> dict[str, str]:
@@ -182,12 +230,12 @@ class ForkRepo:
 
     def verify_base(self, tag: str, recorded: str) -> str:
         """Check that ``tag`` still names the commit series.yaml recorded."""
-        try:
-            current = self.resolve_tag(tag, refresh=self.local)
-        except ForkRepoError:
-            if self.store.commit_of(recorded) is not None:
-                raise
-            raise
+        if self.local:
+            # First: is this a clone of the right fork at all? A wrong repository
+            # (another fork, FORKPATCH_FORK_REPO left over from other work) would
+            # otherwise show up as a moved tag or as patches that do not apply.
+            self.require_commit(recorded, f"series.yaml's base ({tag})")
+        current = self.resolve_tag(tag, refresh=self.local)
         if current != recorded:
             raise ForkRepoError(
                 f"tag '{tag}' in the fork ({self.source}) now points to {current}, but "
@@ -204,6 +252,68 @@ class ForkRepo:
             return self.store.commit_of(oid) is not None
         except GitError:
             return False
+
+    def require_commit(self, commit: str, what: str) -> None:
+        """Refuse a fork repository that does not hold ``commit`` (``what`` names it)."""
+        if self.commit_exists(commit):
+            return
+        if not self.local:
+            self.fetch()
+            if self.commit_exists(commit):
+                return
+        boundary = shallow_commits(self.store)
+        if boundary:
+            why = (
+                f"it is a shallow clone whose history stops at {_short(boundary)}: deepen it "
+                f"(`git -C {self.source} fetch --unshallow`, or in CI `fetch-depth: 0`)"
+            )
+        else:
+            why = "it is a clone of another fork, or one that never had this commit"
+        raise ForkRepoError(
+            f"the fork repository {self.describe()} does not contain {what}, commit "
+            f"{commit}: {why}",
+            tip=f"use a clone of the fork that series.yaml names: --fork-repo PATH "
+            f"(beats {ENV_FORK_REPO}) or unset {ENV_FORK_REPO} to use fork.url",
+        )
+
+
+def shallow_commits(git: Git) -> list[str]:
+    """The boundary commits of a shallow repository (empty when it is complete)."""
+    path = git.git_dir / "shallow"
+    try:
+        return path.read_text().split()
+    except FileNotFoundError:
+        return []
+
+
+def _short(commits: list[str]) -> str:
+    shown = ", ".join(c[:12] for c in commits[:3])
+    return shown + (f" and {len(commits) - 3} more" if len(commits) > 3 else "")
+
+
+def require_history(git: Git, old: str, new: str, *, old_name: str, new_name: str) -> None:
+    """Refuse to walk ``old..new`` when a shallow boundary cuts it.
+
+    In a shallow repository ``git log old..new`` silently stops at the boundary
+    when ``new``'s history does not reach ``old`` within it, so a listing of
+    upstream commits would be incomplete. Cheap: one ``rev-list`` of the range.
+    """
+    boundary = set(shallow_commits(git))
+    if not boundary:
+        return
+    listed = git.run("rev-list", f"{old}..{new}").stdout.decode().split()
+    cut = [c for c in listed if c in boundary]
+    if not cut:
+        return
+    date = git.out("show", "-s", "--format=%cs", old) if git.commit_of(old) else None
+    since = f" or `git fetch --shallow-since={date}` (the date of {old_name})" if date else ""
+    raise ForkRepoError(
+        f"the fork clone is shallow and its history stops at {_short(cut)}, inside "
+        f"{old_name}..{new_name}: forkpatch needs every commit between {old_name} "
+        f"({old[:12]}) and {new_name} ({new[:12]})",
+        tip=f"deepen the clone past {_short(cut)}: `git fetch --unshallow`{since}; "
+        "in CI, `fetch-depth: 0`",
+    )
 
 
 def nearest_tags(tag: str, tags: dict[str, str] | list[str], n: int = 5) -> list[str]:

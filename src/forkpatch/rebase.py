@@ -50,7 +50,8 @@ from forkpatch.engine import (
     commit_message,
     diffs_of_commits,
 )
-from forkpatch.errors import ConflictError, ForkRepoError, StateError, UsageError
+from forkpatch.errors import ConflictError, StateError, UsageError
+from forkpatch.forkrepo import require_history
 from forkpatch.fsutil import atomic_write, fsync_dir, write_event, write_temp
 from forkpatch.git import DIFF_OPTIONS, Git, commit_date
 from forkpatch.patchfile import PatchFile, format_patch, parse_patch
@@ -227,6 +228,7 @@ class _UpstreamIndex:
 
     def _touched(self) -> list[tuple[str, frozenset[str]]]:
         """(commit, paths it touches) for base..onto, newest first."""
+        require_history(self.git, self.base, self.onto, old_name="the base", new_name=self.onto)
         raw = self.git.run(
             "log",
             "--no-merges",
@@ -641,14 +643,7 @@ def _resolve(project: Project, onto: str, series: Series | None = None) -> _Setu
     fork = project.fork()
     git = fork.store
     base_commit = series.base.commit
-    if not fork.commit_exists(base_commit):
-        fork.fetch()
-        if not fork.commit_exists(base_commit):
-            raise ForkRepoError(
-                f"the series' base commit {base_commit[:12]} ({series.base.tag}) is not in the "
-                f"fork ({fork.source})",
-                tip="point --fork-repo at a clone that has it",
-            )
+    fork.require_commit(base_commit, f"series.yaml's base ({series.base.tag})")
     onto_commit = fork.resolve_tag(onto)
     if onto_commit == base_commit:
         relation = "same"
