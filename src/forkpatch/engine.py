@@ -12,6 +12,7 @@ always rebuild: this is why patch files need no ``index`` lines.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import tempfile
 from collections.abc import Iterable, Sequence
@@ -264,7 +265,10 @@ class SeriesApplier:
         detect_upstream: bool = False,
         merge_bases: dict[str, dict[str, tuple[bytes | None, bytes | None]]] | None = None,
         labels: tuple[str, str] = ("base", "patch"),
+        step_commits: bool = False,
     ) -> None:
+        """``step_commits``: a build step gets an empty commit carrying its name (the
+        editable stack marks its position with it; wheels and rebases need none)."""
         self.git = git
         self.base_commit = base_commit
         self.max_fuzz = max_fuzz
@@ -272,6 +276,7 @@ class SeriesApplier:
         self.detect_upstream = detect_upstream
         self.merge_bases = merge_bases or {}
         self.labels = labels
+        self.step_commits = step_commits
 
     # ----------------------------------------------------------------- one file
 
@@ -563,11 +568,14 @@ class SeriesApplier:
                 if result.status == "conflict":
                     failed = True
                     continue
-                if fi is not None and item.patch is not None and result.status != "upstreamed":
+                wanted = item.patch is not None or self.step_commits
+                if fi is not None and wanted and result.status != "upstreamed":
                     tip = fi.commit(
                         parent=tip,
                         changes=changes,
-                        message=commit_message(item.entry, item.patch.header),
+                        message=commit_message(
+                            item.entry, item.patch.header if item.patch is not None else ""
+                        ),
                         date=date,
                     )
                     marks.append((len(out.results) - 1, tip))
@@ -625,6 +633,24 @@ def diffs_of_commits(git: Git, commits: Sequence[str]) -> dict[str, bytes]:
     for c in commits:
         out.setdefault(c, b"")
     return out
+
+
+_HUNK_HEADER = re.compile(rb"^@@ -\d+(,\d+)? \+\d+(,\d+)? @@.*$", re.M)
+
+
+def without_offsets(diff: bytes) -> bytes:
+    """``diff`` with the line numbers and section headings of its hunk headers
+    blanked (the line counts stay): what is left is the patch's content."""
+    return _HUNK_HEADER.sub(
+        lambda m: b"@@ -" + (m[1] or b"") + b" +" + (m[2] or b"") + b" @@", diff
+    )
+
+
+def offsets_only(old: bytes, new: bytes) -> bool:
+    """Whether two diffs say the same thing and differ at most in where their hunks
+    start (an edit to a patch below moved them): the old one still applies, with
+    an offset, and gives the same result."""
+    return old == new or without_offsets(old) == without_offsets(new)
 
 
 def chunks_started(line: bytes) -> bool:

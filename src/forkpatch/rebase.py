@@ -1284,9 +1284,11 @@ def _finish(project: Project, journal: Journal, data: dict[str, Any]) -> RebaseR
     paths = report_mod.write(report, dirs)
     stack = data.get("stack")
     if stack:
-        _move_stack(
-            project, _new_stack_head(stack, outcomes, data["onto_commit"]), data["onto_commit"]
-        )
+        # Rebuilt from the new files (build steps keep their place in the stack).
+        from forkpatch.stack import Stack
+
+        project.reload()
+        Stack(project).rebuild_on(data["onto_commit"], stack.get("applied", []))
     _remove_worktree(project)
     store.delete_ref(HEAD_REF)
     journal.clear()
@@ -1330,15 +1332,6 @@ def _stack_before(project: Project) -> dict[str, Any] | None:
         "base": stack.base_commit(),
         "applied": [a.name for a in applied],
     }
-
-
-def _new_stack_head(stack: Mapping[str, Any], outcomes: Sequence[Outcome], onto: str) -> str:
-    commits = {o.name: o.commit for o in outcomes if o.commit}
-    head = onto
-    for name in stack.get("applied", []):
-        if name in commits:
-            head = commits[name]  # type: ignore[assignment]
-    return head
 
 
 def _move_stack(project: Project, head: str, base: str) -> None:

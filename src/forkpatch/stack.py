@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import re
 import shutil
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from forkpatch import log
+from forkpatch import log, worktree
 from forkpatch.engine import (
     Item,
     PatchResult,
@@ -28,6 +29,7 @@ from forkpatch.engine import (
     canonical_diff,
     commit_message,
     diffs_of_commits,
+    offsets_only,
     parse_commit_message,
 )
 from forkpatch.errors import (
@@ -91,9 +93,39 @@ class Stack:
             raise StateError(
                 "no work tree: the series is not applied", tip="run `forkpatch apply` to create one"
             )
-        text = (path / ".git").read_text().strip()
-        admin = Path(text.split(":", 1)[1].strip())
-        return Git(admin if admin.is_absolute() else (path / admin).resolve(), work_tree=path)
+        return worktree.open_worktree(path)
+
+    def layout(self) -> worktree.Layout:
+        return worktree.Layout.from_json(self.state.get("layout"))
+
+    def _save_layout(self, layout: worktree.Layout) -> None:
+        state = self.state
+        if layout.to_json() != worktree.Layout.from_json(state.get("layout")).to_json():
+            state["layout"] = layout.to_json()
+            self.project.write_state(state)
+
+    def _widen(self, wt: Git, paths: list[str] | None = None) -> None:
+        """A sparse work tree grows to every directory the applied patches (and
+        ``paths``) touch, so that what is in a patch can always be seen and edited."""
+        layout = self.layout()
+        if not layout.sparse:
+            return
+        if paths is None:
+            raw = wt.run("diff", "--name-only", "-z", self.base_commit(), "HEAD").stdout
+            paths = [x.decode("utf-8", "surrogateescape") for x in raw.split(b"\0") if x]
+        if layout.covers(paths):
+            return
+        new = layout.with_dirs(worktree.dirs_of(paths))
+        worktree.apply_layout(wt, new)
+        self._save_layout(new)
+
+    def changes(self, wt: Git) -> list[worktree.Change]:
+        """The work tree's changes (``git status``), phantom files left out first."""
+        layout = self.layout()
+        new, changes = worktree.settle(wt, layout, self.fork.describe())
+        if new != layout:
+            self._save_layout(new)
+        return changes
 
     def base_commit(self) -> str:
         return self.state.get("base") or self.project.series.base.commit
@@ -129,7 +161,7 @@ class Stack:
         return patches
 
     def is_dirty(self, wt: Git) -> bool:
-        return bool(wt.run("status", "--porcelain", "--untracked-files=all").stdout.strip())
+        return bool(self.changes(wt))
 
     def require_clean(self, wt: Git, what: str) -> None:
         if self.is_dirty(wt):
@@ -142,11 +174,26 @@ class Stack:
 
     # ----------------------------------------------------------------- apply
 
-    def _checkout(self, head: str, worktree: Path | None) -> Path:
-        path = worktree or self.worktree_path() or self.project.state_dir / DEFAULT_WORKTREE
+    def _checkout(self, head: str, where: Path | None, sparse: bool | None = None) -> Path:
+        """Put the work tree at ``head`` (creating it): full, or sparse with ``sparse``
+        (None: as it was)."""
+        path = where or self.worktree_path() or self.project.state_dir / DEFAULT_WORKTREE
         path = path.resolve()
+        old = self.layout() if (path / ".git").exists() else worktree.Layout()
+        if sparse is None:
+            sparse = old.sparse
+        dirs = None
+        if sparse:
+            raw = self.store.run(
+                "diff", "--name-only", "-z", self.project.series.base.commit, head
+            ).stdout
+            touched = [x.decode("utf-8", "surrogateescape") for x in raw.split(b"\0") if x]
+            dirs = tuple(worktree.dirs_of(touched))
+        layout = worktree.Layout(dirs=dirs, excluded=old.excluded)
         if (path / ".git").exists():
-            wt = Git(self._admin_of(path), work_tree=path)
+            wt = worktree.open_worktree(path)
+            if layout != old:
+                worktree.apply_layout(wt, layout)
             wt.run("checkout", "-q", "-f", "-B", BRANCH, head)
             wt.run("clean", "-q", "-fdx")
         else:
@@ -155,31 +202,40 @@ class Stack:
                     f"{path} exists and is not empty",
                     tip="choose another --worktree DIR or remove it",
                 )
-            self.store.run("worktree", "prune")
-            self.store.run("worktree", "add", "-q", "-f", "-B", BRANCH, str(path), head)
+            wt = worktree.add_worktree(self.store, path, BRANCH, head, layout)
+        layout, _changes = worktree.settle(wt, layout, self.fork.describe())
         state = self.state
-        state.update({"worktree": str(path), "base": self.project.series.base.commit})
+        state.update(
+            {
+                "worktree": str(path),
+                "base": self.project.series.base.commit,
+                "layout": layout.to_json(),
+            }
+        )
         state.pop("editing", None)
         state.pop("merge_bases", None)
         self.project.write_state(state)
         return path
 
-    @staticmethod
-    def _admin_of(path: Path) -> Path:
-        text = (path / ".git").read_text().strip()
-        admin = Path(text.split(":", 1)[1].strip())
-        return admin if admin.is_absolute() else (path / admin).resolve()
-
     def apply(
-        self, worktree: Path | None = None, force: bool = False, upto: str | None = None
+        self,
+        where: Path | None = None,
+        force: bool = False,
+        upto: str | None = None,
+        sparse: bool | None = None,
     ) -> tuple[Path, SeriesResult]:
+        """Create (or re-create) the work tree with every patch applied.
+
+        ``sparse`` True checks out only the directories the series touches, False
+        every file, None keeps what an existing work tree has (a new one is full).
+        """
         series = self.project.series
         base = self.fork.verify_base(series.base.tag, series.base.commit)
         existing = self.worktree_path()
         if (
             existing is not None
             and (existing / ".git").exists()
-            and (worktree is None or worktree.resolve() == existing)
+            and (where is None or where.resolve() == existing)
         ):
             wt = self.wt()
             if not force:
@@ -188,8 +244,10 @@ class Stack:
         entries = list(series.patches)
         if upto is not None:
             entries = entries[: series.index(upto) + 1]
-        result = SeriesApplier(self.store, base).run(self.project.items(entries), write=True)
-        path = self._checkout(result.head or base, worktree)
+        result = SeriesApplier(self.store, base, step_commits=True).run(
+            self.project.items(entries), write=True
+        )
+        path = self._checkout(result.head or base, where, sparse)
         bad = result.first_conflict()
         if bad is not None:
             raise PatchApplyError(
@@ -231,15 +289,43 @@ class Stack:
             entry = (
                 self.project.series.get(a.name) if a.name in self.project.series.names() else None
             )
-            if entry is None or entry.file is None:
+            if entry is None:
+                continue
+            if entry.file is None:
+                if len(a.commits) > 1:
+                    out.append(a.name)  # hand-made commits on a build step: a patch of none
                 continue
             diff = canonical_diff(wt.diff_trees(parent, a.commit))
             path = self.project.patch_path(entry)
             current = path.read_bytes() if path.exists() else b""
             header = parse_commit_message(wt.out("show", "-s", "--format=%B", a.first))[2]
-            if format_patch(header, diff) != current and self._diff_part(current) != diff:
+            if format_patch(header, diff) == current or self._diff_part(current) == diff:
+                continue
+            if not self._equivalent(entry, parent, a.commit, diff):
                 out.append(a.name)
         return out
+
+    def _equivalent(self, entry: PatchEntry, parent: str, commit: str, diff: bytes) -> bool:
+        """Whether ``entry``'s file, though its hunks start at other lines than ``diff``'s,
+        says the same and gives exactly ``commit``'s tree on ``parent``."""
+        patch = self.project.load_patch(entry)
+        if patch is None or not offsets_only(patch.diff, diff):
+            return False
+        with self.store.reader() as reader:
+            state = TreeState(self.store, reader, parent)
+            result, changes = SeriesApplier(self.store, self.base_commit()).apply_patch(
+                state, Item(entry=entry, patch=patch)
+            )
+            if result.status not in ("clean", "offset"):
+                return False
+            raw = self.store.run("diff-tree", "-r", "--name-only", "-z", parent, commit).stdout
+            want = {x.decode("utf-8", "surrogateescape") for x in raw.split(b"\0") if x}
+            if {c.path for c in changes} != want:
+                return False
+            after = TreeState(self.store, reader, commit)
+            return all(
+                after.get(c.path) == (None if c.is_delete else (c.mode, c.data)) for c in changes
+            )
 
     @staticmethod
     def _diff_part(data: bytes) -> bytes:
@@ -316,10 +402,12 @@ class Stack:
             three_way=merge,
             merge_bases=self._merge_bases() if merge else None,
             labels=("stack", "patch"),
+            step_commits=True,
         )
         result = applier.run(self.project.items(todo), write=True, parent=head)
         new_head = result.head or head
         if new_head != head:
+            self._widen(wt, self._touched(result))
             wt.run("reset", "-q", "--hard", new_head)
         saved = self.state
         if saved.get("merge_bases"):
@@ -359,11 +447,17 @@ class Stack:
             self.project.write_state(state)
         return result.results
 
+    @staticmethod
+    def _touched(result: SeriesResult) -> list[str]:
+        """Every path the patches of ``result`` touch."""
+        return [p for r in result.results for p in r.files]
+
     def _materialise_conflict(self, wt: Git, bad: PatchResult) -> None:
         """Commit the conflicting patch with its markers so refresh can amend it."""
         entry = self.project.series.get(bad.name)
         patch = self.project.load_patch(entry)
         assert patch is not None and wt.work_tree is not None
+        self._widen(wt, [p for fp in patch.files for p in (fp.old_path, fp.new_path) if p])
         # Apply what applies, then write the merged files with their markers.
         for c in bad.conflicts:
             if c.merged is not None:
@@ -427,12 +521,15 @@ class Stack:
         wt.run("update-ref", "-m", "forkpatch refresh", "HEAD", commit)
         return commit
 
-    def refresh(self, force: bool = False) -> list[str]:
+    def refresh(self, force: bool = False, offsets: bool = False) -> list[str]:
         """Write the top patch (with work-tree changes folded in) back to its file.
 
         When the patch was opened with ``edit`` and patches above it were popped,
         they are re-applied on top of the new version first; if one no longer
-        applies nothing in patches/ changes and the user is told where.
+        applies nothing in patches/ changes and the user is told where. A patch
+        above whose diff changed only by line offsets is not rewritten (its file
+        still applies, with an offset) unless ``offsets``: a one-patch edit is a
+        one-file review.
         """
         wt = self.wt()
         applied = self.applied(wt)
@@ -441,7 +538,15 @@ class Stack:
         top = applied[-1]
         entry = self.project.series.get(top.name)
         if entry.file is None:
-            raise UsageError(f"'{top.name}' is a build step, not a diff")
+            raise UsageError(
+                f"the top of the stack, '{top.name}', is a build step: it has no diff to refresh",
+                tip="start a patch for work-tree changes with `forkpatch new NAME`, then "
+                "`forkpatch refresh`",
+            )
+        # Phantom files out first; new files in directories a sparse work tree does
+        # not hold yet must be seen by `git add`.
+        changes = self.changes(wt)
+        self._widen(wt, [c.path for c in changes if c.xy == "??"])
         parent = self._parent(wt, top)
         message = wt.out("show", "-s", "--format=%B", top.first) + "\n"
         if not force:
@@ -478,6 +583,7 @@ class Stack:
                 three_way=True,
                 merge_bases=self._merge_bases(),
                 labels=("your edit", "patch"),
+                step_commits=True,
             )
             result = applier.run(self.project.items(above_entries), write=True, parent=new)
             bad = result.first_conflict()
@@ -491,10 +597,23 @@ class Stack:
                     "--merge` to resolve the patches above",
                 )
             diffs = diffs_of_commits(self.store, result.commits)
+            moved: list[str] = []
             for r, e in zip(result.results, above_entries, strict=True):
-                if r.commit is not None:
-                    p = self.project.load_patch(e)
-                    writes.append((e, p.header if p else "", canonical_diff(diffs[r.commit])))
+                if r.commit is None or e.file is None:
+                    continue  # upstreamed, or a build step: no file
+                p = self.project.load_patch(e)
+                above_diff = canonical_diff(diffs[r.commit])
+                r_parent = self.store.rev_parse(f"{r.commit}^")
+                assert r_parent is not None
+                if not offsets and self._equivalent(e, r_parent, r.commit, above_diff):
+                    moved.append(e.name)
+                    continue
+                writes.append((e, p.header if p else "", above_diff))
+            if moved:
+                log.info(
+                    f"not rewritten, only their line numbers moved: {', '.join(moved)} "
+                    "(status shows them as offset; `forkpatch export --offsets` rewrites them)"
+                )
             new_head = result.head or new
         new_series = None
         if summary and summary != entry.summary:
@@ -508,7 +627,9 @@ class Stack:
         written = set(self.project.commit({e: (h, d) for e, h, d in writes}, new_series))
         if above_names:
             if new_head is not None:
+                self._widen(wt, self._touched(result))
                 wt.run("reset", "-q", "--hard", new_head)
+            state["layout"] = self.state.get("layout")  # _widen may have grown it
             state.pop("editing", None)
             self.project.write_state(state)
         return [
@@ -534,6 +655,12 @@ class Stack:
     def edit(self, name: str) -> Path:
         wt = self.wt()
         entry = self.project.series.get(name)
+        if entry.file is None:
+            raise UsageError(
+                f"'{name}' is a build step: it has no diff to edit (its work happens when "
+                "a wheel is built)",
+                tip=f"`forkpatch push {name}` or `forkpatch pop {name}` moves the stack to it",
+            )
         applied = self.applied(wt)
         names = [a.name for a in applied]
         if entry.name not in names:
@@ -604,21 +731,39 @@ class Stack:
             series.with_patches(p for p in series.patches if p.name != entry.name),
         )
 
-    def _rebuild_applied(self, count: int) -> None:
-        """Re-create the work tree's stack from the files: the first ``count`` patches."""
+    def _rebuild_applied(self, names: set[str]) -> list[str]:
+        """Re-create the work tree's stack from the files after a change of series.yaml:
+        the shortest prefix of the (new) order that holds every name in ``names``, so
+        that nothing applied before is left unapplied. Returns the names applied."""
         if self.worktree_path() is None:
-            return
+            return []
         wt = self.wt()
         series = self.project.series
+        order = series.names()
+        count = max((order.index(n) + 1 for n in names if n in order), default=0)
         entries = list(series.patches[:count])
-        result = SeriesApplier(self.store, self.base_commit()).run(
+        result = SeriesApplier(self.store, self.base_commit(), step_commits=True).run(
             self.project.items(entries), write=True
         )
         if not result.ok:
             bad = result.first_conflict()
             assert bad is not None
             raise PatchApplyError(describe_failure(bad, "the rebuilt stack"))
+        self._widen(wt, self._touched(result))
         wt.run("reset", "-q", "--hard", result.head or self.base_commit())
+        return order[:count]
+
+    def rebuild_on(self, base: str, names: Iterable[str]) -> None:
+        """After series.yaml moved to ``base`` (a rebase): the stack on ``base``, up to
+        the prefix of the series that holds every one of ``names`` still in it."""
+        path = self.worktree_path()
+        if path is None or not (path / ".git").exists():
+            return
+        state = self.state
+        state["base"] = base
+        state.pop("editing", None)
+        self.project.write_state(state)
+        self._rebuild_applied(set(names))
 
     def rename(self, old: str, new: str) -> PatchEntry:
         if not NAME_RE.match(new):
@@ -627,13 +772,13 @@ class Stack:
         entry = series.get(old)
         if new in series.names():
             raise UsageError(f"a patch named '{new}' already exists")
-        count = 0
+        names: set[str] = set()
         if self.worktree_path() is not None:
             wt = self.wt()
             applied = self.applied(wt)
             self.require_clean(wt, "renaming")
             self._require_refreshed(wt, applied)
-            count = len(applied)
+            names = {new if a.name == entry.name else a.name for a in applied}
         new_file = entry.file
         if entry.file is not None and entry.file == f"{entry.name}.patch":
             new_file = f"{new}.patch"
@@ -651,7 +796,7 @@ class Stack:
             ),
             extra=files,
         )
-        self._rebuild_applied(count)
+        self._rebuild_applied(names)
         return renamed
 
     def move(
@@ -677,13 +822,13 @@ class Stack:
             raise UsageError("say where: --before NAME, --after NAME or --to N")
         others.insert(idx, entry)
         new_series = series.with_patches(others)
-        count = 0
+        names: set[str] = set()
         if self.worktree_path() is not None:
             wt = self.wt()
             applied = self.applied(wt)
             self.require_clean(wt, "reordering")
             self._require_refreshed(wt, applied)
-            count = len(applied)
+            names = {a.name for a in applied}
         # The new order must apply before anything is written.
         items = [Item(e, self.project.load_patch(e)) for e in new_series.patches]
         result = SeriesApplier(self.store, self.project.series.base.commit).run(items)
@@ -694,13 +839,24 @@ class Stack:
                 tip="patches that depend on each other must keep their order",
             )
         self.project.save_series(new_series)
-        self._rebuild_applied(count)
+        now = self._rebuild_applied(names)
+        extra = [n for n in now if n not in names]
+        if extra:
+            log.info(
+                f"also applied, to keep the stack a prefix of the new order: {', '.join(extra)}"
+            )
         return new_series.names()
 
     # ----------------------------------------------------------------- export
 
-    def export(self) -> list[str]:
-        """Write every applied patch's commit back to its file; returns the changed names."""
+    def export(self, offsets: bool = False) -> tuple[list[str], list[str]]:
+        """Write every applied patch's commit back to its file.
+
+        Returns (the names whose files changed, the names left as they are because
+        only their line numbers moved). Those are rewritten only with ``offsets``:
+        their files still apply, and rewriting them would turn a one-patch edit into
+        a review of every patch above it.
+        """
         wt = self.wt()
         applied = self.applied(wt)
         if self.is_dirty(wt):
@@ -711,16 +867,28 @@ class Stack:
         series = self.project.series
         new_entries = list(series.patches)
         writes: dict[PatchEntry, tuple[str, bytes]] = {}
+        moved: list[str] = []
         for a in applied:
             entry = series.get(a.name)
             if entry.file is None:
+                self._refuse_commits_on_step(a)
                 continue
             parent = self._parent(wt, a)
             diff = canonical_diff(wt.diff_trees(parent, a.commit))
             _name, summary, header = parse_commit_message(
                 wt.out("show", "-s", "--format=%B", a.first)
             )
-            writes[entry] = (header, diff)
+            current = self.project.load_patch(entry)
+            if (
+                not offsets
+                and current is not None
+                and current.header.strip() == header.strip()
+                and current.diff != diff
+                and self._equivalent(entry, parent, a.commit, diff)
+            ):
+                moved.append(entry.name)
+            else:
+                writes[entry] = (header, diff)
             if summary and summary != entry.summary:
                 new_entries = [
                     replace(p, summary=summary) if p.name == entry.name else p for p in new_entries
@@ -730,7 +898,20 @@ class Stack:
         )
         # Every file and series.yaml as one unit: a kill leaves all old or all new.
         written = set(self.project.commit(writes, new_series))
-        return [e.name for e in writes if self.project.rel(self.project.patch_path(e)) in written]
+        changed = [
+            e.name for e in writes if self.project.rel(self.project.patch_path(e)) in written
+        ]
+        return changed, moved
+
+    @staticmethod
+    def _refuse_commits_on_step(a: AppliedPatch) -> None:
+        if len(a.commits) > 1:
+            raise StateError(
+                f"commit(s) {', '.join(c[:12] for c in a.commits[1:])} sit on the build step "
+                f"'{a.name}', which has no diff to hold them",
+                tip=f"undo them with `git -C <worktree> reset --soft {a.first[:12]}`, then "
+                "`forkpatch new NAME` and `forkpatch refresh` to make them a patch",
+            )
 
     def remove_worktree(self) -> None:
         path = self.worktree_path()
