@@ -605,6 +605,8 @@ class Stack:
                 above_diff = canonical_diff(diffs[r.commit])
                 r_parent = self.store.rev_parse(f"{r.commit}^")
                 assert r_parent is not None
+                if p is not None and p.diff == above_diff:
+                    continue  # unchanged: nothing to write
                 if not offsets and self._equivalent(e, r_parent, r.commit, above_diff):
                     moved.append(e.name)
                     continue
