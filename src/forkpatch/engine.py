@@ -549,7 +549,7 @@ class SeriesApplier:
             state = TreeState(self.git, reader, start)
             state.prefetch(items)
             fi: FastImport | None = self.git.fast_import() if write else None
-            date = commit_date(self.git, self.base_commit) if write else ""
+            date = commit_date(self.git, self.base_commit, reader) if write else ""
             marks: list[tuple[int, str]] = []
             tip = start
             failed = False

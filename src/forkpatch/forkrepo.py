@@ -220,13 +220,43 @@ class ForkRepo:
             if (
                 self.store.commit_of(commit) is None
                 or self.store.commit_of(f"refs/tags/{tag}") != commit
-            ):
+            ) and not self._copy_local_tag(tag, commit):
                 self.fetch([f"+refs/tags/{tag}:refs/tags/{tag}"])
             resolved = self.store.commit_of(f"refs/tags/{tag}")
             if resolved is None:
                 raise ForkRepoError(f"tag '{tag}' could not be read from {self.source}")
             commit = resolved
         return commit
+
+    def _local_tag(self, tag: str) -> str:
+        """The commit ``tag`` names in a local fork, with the store's ref kept equal to
+        the fork's: two or three git processes (apply is often the whole command)."""
+        proc = self._source_git.run(
+            "rev-parse",
+            "--end-of-options",
+            f"refs/tags/{tag}",
+            f"refs/tags/{tag}^{{commit}}",
+            check=False,
+        )
+        out = proc.stdout.decode().split()
+        if proc.returncode != 0 or len(out) != 2:
+            return self.resolve_tag(tag)  # not there: resolve_tag's error lists near tags
+        oid, commit = out
+        if self.store.rev_parse(f"refs/tags/{tag}") != oid:
+            self.store.update_ref(f"refs/tags/{tag}", oid)
+        return commit
+
+    def _copy_local_tag(self, tag: str, commit: str) -> bool:
+        """For a local fork, point the store's tag at the fork's tag object directly:
+        its objects are borrowed already, so a fetch (a transport, connectivity
+        checks, several processes) would only copy the ref."""
+        if not self.local:
+            return False
+        oid = self._source_git.rev_parse(f"refs/tags/{tag}")
+        if oid is None or self.store.commit_of(oid) != commit:
+            return False
+        self.store.update_ref(f"refs/tags/{tag}", oid)
+        return True
 
     def verify_base(self, tag: str, recorded: str) -> str:
         """Check that ``tag`` still names the commit series.yaml recorded."""
@@ -235,7 +265,9 @@ class ForkRepo:
             # (another fork, FORKPATCH_FORK_REPO left over from other work) would
             # otherwise show up as a moved tag or as patches that do not apply.
             self.require_commit(recorded, f"series.yaml's base ({tag})")
-        current = self.resolve_tag(tag, refresh=self.local)
+            current = self._local_tag(tag)
+        else:
+            current = self.resolve_tag(tag, refresh=False)
         if current != recorded:
             raise ForkRepoError(
                 f"tag '{tag}' in the fork ({self.source}) now points to {current}, but "

@@ -174,9 +174,16 @@ class Stack:
 
     # ----------------------------------------------------------------- apply
 
-    def _checkout(self, head: str, where: Path | None, sparse: bool | None = None) -> Path:
+    def _checkout(
+        self,
+        head: str,
+        where: Path | None,
+        sparse: bool | None = None,
+        touched: list[str] | None = None,
+    ) -> Path:
         """Put the work tree at ``head`` (creating it): full, or sparse with ``sparse``
-        (None: as it was)."""
+        (None: as it was), holding the directories of ``touched`` (default: the
+        files that differ between the base and ``head``)."""
         path = where or self.worktree_path() or self.project.state_dir / DEFAULT_WORKTREE
         path = path.resolve()
         old = self.layout() if (path / ".git").exists() else worktree.Layout()
@@ -184,10 +191,11 @@ class Stack:
             sparse = old.sparse
         dirs = None
         if sparse:
-            raw = self.store.run(
-                "diff", "--name-only", "-z", self.project.series.base.commit, head
-            ).stdout
-            touched = [x.decode("utf-8", "surrogateescape") for x in raw.split(b"\0") if x]
+            if touched is None:
+                raw = self.store.run(
+                    "diff", "--name-only", "-z", self.project.series.base.commit, head
+                ).stdout
+                touched = [x.decode("utf-8", "surrogateescape") for x in raw.split(b"\0") if x]
             dirs = tuple(worktree.dirs_of(touched))
         layout = worktree.Layout(dirs=dirs, excluded=old.excluded)
         if (path / ".git").exists():
@@ -247,7 +255,7 @@ class Stack:
         result = SeriesApplier(self.store, base, step_commits=True).run(
             self.project.items(entries), write=True
         )
-        path = self._checkout(result.head or base, where, sparse)
+        path = self._checkout(result.head or base, where, sparse, self._touched(result))
         bad = result.first_conflict()
         if bad is not None:
             raise PatchApplyError(
