@@ -228,21 +228,28 @@ class ForkRepo:
             commit = resolved
         return commit
 
-    def _local_tag(self, tag: str) -> str:
-        """The commit ``tag`` names in a local fork, with the store's ref kept equal to
-        the fork's: two or three git processes (apply is often the whole command)."""
+    def _local_base(self, tag: str, recorded: str) -> str:
+        """The commit ``tag`` names in a local fork that holds ``recorded``, with the
+        store's tag kept equal to the fork's: one git process when all is well (for
+        `apply` this is most of the command), the precise error otherwise."""
+        # Every argument starts with refs/ or is 40 hex digits: none is an option.
         proc = self._source_git.run(
             "rev-parse",
-            "--end-of-options",
             f"refs/tags/{tag}",
             f"refs/tags/{tag}^{{commit}}",
+            f"{recorded}^{{commit}}",
             check=False,
         )
         out = proc.stdout.decode().split()
-        if proc.returncode != 0 or len(out) != 2:
-            return self.resolve_tag(tag)  # not there: resolve_tag's error lists near tags
-        oid, commit = out
-        if self.store.rev_parse(f"refs/tags/{tag}") != oid:
+        if proc.returncode != 0 or len(out) != 3:
+            # First: is this a clone of the right fork at all? A wrong repository
+            # (another fork, FORKPATCH_FORK_REPO left over from other work) would
+            # otherwise show up as a moved tag or as patches that do not apply.
+            self.require_commit(recorded, f"series.yaml's base ({tag})")
+            return self.resolve_tag(tag)  # not there: its error lists the near tags
+        oid, commit, _recorded = out
+        loose = self.store.git_dir / "refs" / "tags" / tag
+        if not (loose.is_file() and loose.read_text().strip() == oid):
             self.store.update_ref(f"refs/tags/{tag}", oid)
         return commit
 
@@ -261,11 +268,7 @@ class ForkRepo:
     def verify_base(self, tag: str, recorded: str) -> str:
         """Check that ``tag`` still names the commit series.yaml recorded."""
         if self.local:
-            # First: is this a clone of the right fork at all? A wrong repository
-            # (another fork, FORKPATCH_FORK_REPO left over from other work) would
-            # otherwise show up as a moved tag or as patches that do not apply.
-            self.require_commit(recorded, f"series.yaml's base ({tag})")
-            current = self._local_tag(tag)
+            current = self._local_base(tag, recorded)
         else:
             current = self.resolve_tag(tag, refresh=False)
         if current != recorded:
@@ -275,7 +278,7 @@ class ForkRepo:
                 tip=f"if the move is intended, run `forkpatch rebase --onto {tag}` to rebase onto "
                 f"its new commit; otherwise fix the tag in the fork",
             )
-        if self.store.commit_of(recorded) is None:
+        if not self.local and self.store.commit_of(recorded) is None:
             self.fetch()
         return current
 

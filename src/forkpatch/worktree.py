@@ -7,9 +7,10 @@ patches touch, recursively, plus the files directly in their parents: what
 ``git sparse-checkout`` calls cone mode). A sparse work tree of the 5,800-file
 fork holds a few hundred files and is made in a fraction of the time.
 
-Both use git's own sparse-checkout (non-cone patterns, so single files can be
-left out too): git then keeps the excluded paths out across checkouts and
-resets, ``git status`` ignores them and ``git add -A`` never stages them.
+Both use git's own sparse-checkout (cone mode for directories; non-cone
+patterns once single files must be left out too): git then keeps the excluded
+paths out across checkouts and resets, ``git status`` ignores them and ``git
+add -A`` never stages them.
 
 *Phantom* files are the other reason to leave a path out: a blob whose content
 does not hash to its id (a fork snapshot with placeholder blobs, such as the
@@ -126,8 +127,16 @@ def patterns(layout: Layout) -> list[str]:
 
 
 def apply_layout(wt: Git, layout: Layout) -> None:
-    """Make git's sparse checkout of ``wt`` match ``layout`` (files appear or go)."""
-    if layout.restricted:
+    """Make git's sparse checkout of ``wt`` match ``layout`` (files appear or go).
+
+    Directories alone use cone mode (git matches them by hash: fast whatever
+    their number); files left out need non-cone patterns (matched one by one,
+    which costs little while they are few: the usual case with phantom files).
+    """
+    if layout.dirs is not None and not layout.excluded:
+        dirs = [d for d in layout.dirs if not any(d.startswith(w + "/") for w in layout.dirs)]
+        wt.run("sparse-checkout", "set", "--cone", "--stdin", input=_stdin(dirs))
+    elif layout.restricted:
         wt.run("sparse-checkout", "set", "--no-cone", "--stdin", input=_stdin(patterns(layout)))
     elif _sparse_enabled(wt):
         wt.run("sparse-checkout", "disable")
