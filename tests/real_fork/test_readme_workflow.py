@@ -1,9 +1,11 @@
 """README.md's workflow, step by step, on the repository's own series and the real fork.
 
-Every command below is one the README shows, in its order (daily workflow,
-building, smoke tests and publishing, then rebasing onto a new fork release).
-After each step the test asserts exactly which files of patches/ and series.yaml
-changed. When the README changes, this test changes with it.
+Every command below is one the README shows, in its order: the daily workflow,
+building wheels, smoke tests and publishing; rebasing onto a new fork release
+comes last here (the build overlays the fork's v1.2.1 wheel, so it must run
+while the series is on v1.2.1). After each step the test asserts exactly which
+files of patches/ and series.yaml changed. When the README changes, this test
+changes with it.
 
 The fork is FORKPATCH_FORK_REPO or the fixture (realkit); as the README says, a
 local clone is named with FORKPATCH_FORK_REPO and fork.url stays the public URL.
