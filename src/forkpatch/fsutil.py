@@ -17,6 +17,7 @@ import json
 import os
 import re
 import signal
+import stat
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -282,3 +283,213 @@ def project_lock(lock_path: Path, *, command: str = "forkpatch") -> Iterator[Non
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+# --------------------------------------------------------------------------- paths inside a tree
+
+
+def check_relpath(value: object, *, where: str) -> str:
+    """Return ``value`` if it is a safe relative POSIX path, else raise PathSafetyError.
+
+    Safe: a non-empty string, not absolute, no empty, ``.`` or ``..`` component,
+    no NUL and no backslash (which other tools read as a separator). ``where``
+    names the file and field in the message.
+    """
+    from forkpatch.errors import PathSafetyError
+
+    if not isinstance(value, str) or not value:
+        raise PathSafetyError(f"{where}: expected a relative path, found {value!r}")
+    parts = value.split("/")
+    bad = (
+        value.startswith("/")
+        or "\0" in value
+        or "\\" in value
+        or any(p in ("", ".", "..") for p in parts)
+    )
+    if bad:
+        raise PathSafetyError(
+            f"{where}: {value!r} is not a plain relative path inside the tree",
+            tip="paths must be relative, without '..', '.', empty components or backslashes",
+        )
+    return value
+
+
+def _open_dir_chain(root: Path, rel: str, *, create: bool) -> tuple[int, str]:
+    """Open the directory holding ``rel`` under ``root`` without following any symlink.
+
+    Returns ``(dir_fd, last_component)``; the caller closes ``dir_fd``. Every
+    component between ``root`` and the last one must be a real directory: a
+    symbolic link (to anywhere) is refused, so nothing is ever written or
+    removed outside ``root`` however the tree was prepared.
+    """
+    from forkpatch.errors import PathSafetyError
+
+    check_relpath(rel, where=str(root))
+    parts = rel.split("/")
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for i, comp in enumerate(parts[:-1]):
+            try:
+                nfd = os.open(comp, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                os.mkdir(comp, 0o777, dir_fd=fd)
+                nfd = os.open(comp, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                prefix = "/".join(parts[: i + 1])
+                is_link = stat.S_ISLNK(os.lstat(comp, dir_fd=fd).st_mode)
+                what = "a symbolic link" if is_link else "not a directory"
+                raise PathSafetyError(
+                    f"{root / prefix} is {what}: refusing to write {rel} through it",
+                    tip=f"remove or rename {prefix} in {root}, then run the command again",
+                ) from None
+            os.close(fd)
+            fd = nfd
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, parts[-1]
+
+
+def write_in_tree(
+    root: Path, rel: str, data: bytes, *, mode: int = 0o644, symlink: bool = False
+) -> None:
+    """Create or replace ``root/rel`` with ``data`` (a file, or a symlink to ``data``).
+
+    Never follows a symbolic link at any component: parents must be real
+    directories (created when missing); an existing symlink at ``rel`` is
+    replaced by the new file, not written through. The write is atomic (a
+    temporary name in the same directory, then a rename).
+    """
+    fd, name = _open_dir_chain(root, rel, create=True)
+    try:
+        tmp = f".{name}.{os.getpid()}.{os.urandom(4).hex()}{TMP_SUFFIX}"
+        if symlink:
+            os.symlink(data, tmp, dir_fd=fd)
+        else:
+            wfd = os.open(
+                tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=fd
+            )
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(wfd, view) :]
+                os.fchmod(wfd, mode)
+            finally:
+                os.close(wfd)
+        try:
+            os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=fd)
+            raise
+    finally:
+        os.close(fd)
+
+
+def remove_in_tree(root: Path, rel: str) -> bool:
+    """Remove the file or symlink ``root/rel`` (never following a symlink); True if removed."""
+    try:
+        fd, name = _open_dir_chain(root, rel, create=False)
+    except FileNotFoundError:
+        return False
+    try:
+        os.unlink(name, dir_fd=fd)
+    except FileNotFoundError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def check_inside(root: Path, path: Path | str, *, where: str) -> Path:
+    """Return ``path`` (absolute, or relative to ``root``) if it lies inside ``root``.
+
+    Inside means: lexically under ``root`` with no ``..`` and no symbolic link
+    at any existing component below ``root``. Raises PathSafetyError naming
+    ``where`` otherwise. Used for every path read from a state file before it
+    is trusted.
+    """
+    from forkpatch.errors import PathSafetyError
+
+    root = Path(os.path.abspath(root))
+    p = Path(path)
+    if not p.is_absolute():
+        p = root / p
+    if ".." in p.parts or "\0" in str(p):
+        raise PathSafetyError(f"{where}: {str(path)!r} leaves {root}")
+    try:
+        rel = p.relative_to(root)
+    except ValueError:
+        raise PathSafetyError(
+            f"{where}: {str(path)!r} is outside {root}",
+            tip="the file was not written by forkpatch for this project; remove it",
+        ) from None
+    cur = root
+    for comp in rel.parts[:-1]:
+        cur = cur / comp
+        if cur.is_symlink():
+            raise PathSafetyError(
+                f"{where}: {str(path)!r} goes through the symbolic link {cur}",
+                tip="the file was not written by forkpatch for this project; remove it",
+            )
+    return p
+
+
+# --------------------------------------------------------------------------- state files
+
+
+def _state_checksum(data: object) -> str:
+    import hashlib
+
+    canon = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(canon.encode("ascii")).hexdigest()
+
+
+def dump_state(kind: str, version: int, data: Mapping[str, object]) -> bytes:
+    """Serialise a state file: ``kind`` and ``version`` identify it, a sha256 seals ``data``."""
+    doc = {"kind": kind, "version": version, "sha256": _state_checksum(data), "data": data}
+    return (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode("utf-8")
+
+
+def parse_state(raw: bytes, *, path: Path, kind: str, version: int) -> dict[str, object]:
+    """Check and return the ``data`` of a state file made by :func:`dump_state`.
+
+    Refuses, with a StateError naming the file, anything that is not valid
+    JSON, has another kind, an unknown version or a checksum that does not
+    match: a state file is trusted only when forkpatch wrote it as it is.
+    The caller still validates the fields (types, paths) of the data.
+    """
+    tip = f"if no forkpatch command is running on this project, move {path} aside and run again"
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise StateError(f"{path} is not valid JSON ({exc})", tip=tip) from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("data"), dict):
+        raise StateError(f"{path} is not a forkpatch state file", tip=tip)
+    if doc.get("kind") != kind:
+        raise StateError(
+            f"{path} is not a forkpatch {kind} file (kind {doc.get('kind')!r})", tip=tip
+        )
+    found = doc.get("version")
+    if found != version:
+        newer = isinstance(found, int) and not isinstance(found, bool) and found > version
+        raise StateError(
+            f"{path} has version {found!r}; this forkpatch reads version {version}",
+            tip="finish or abort it with the forkpatch that started it" if newer else tip,
+        )
+    if doc.get("sha256") != _state_checksum(doc["data"]):
+        raise StateError(f"{path} does not match its checksum (edited or damaged)", tip=tip)
+    return dict(doc["data"])
+
+
+def load_state(path: Path, *, kind: str, version: int) -> dict[str, object] | None:
+    """Read and check a state file; None when it does not exist (see :func:`parse_state`)."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    return parse_state(raw, path=path, kind=kind, version=version)

@@ -1,13 +1,23 @@
-"""atomic_write (no-op when equal, no temp files left) and the project lock."""
+"""atomic_write, the project lock, writes that never follow symlinks, state files."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
 
-from forkpatch.errors import LockError
-from forkpatch.fsutil import atomic_write, project_lock
+from forkpatch.errors import LockError, PathSafetyError, StateError
+from forkpatch.fsutil import (
+    atomic_write,
+    check_inside,
+    check_relpath,
+    dump_state,
+    load_state,
+    project_lock,
+    remove_in_tree,
+    write_in_tree,
+)
 
 
 def test_atomic_write_creates_and_skips_equal(tmp_path):
@@ -47,3 +57,115 @@ def test_lock_is_exclusive_and_names_holder(tmp_path):
     with project_lock(lock, command="push"):
         pass
     assert lock.read_text() == ""
+
+
+# --------------------------------------------------------------------------- writes inside a tree
+
+
+def _tree(tmp_path):
+    root = tmp_path / "tree"
+    outside = tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (outside / "victim").write_bytes(b"keep")
+    return root, outside
+
+
+@pytest.mark.parametrize(
+    "link_at, rel",
+    [
+        ("a", "a/victim"),  # a parent directory is a link out
+        ("a/b", "a/b/victim"),  # a deeper parent
+        ("a", "a/b/c/new"),  # a parent of a directory that does not exist yet
+    ],
+)
+def test_write_in_tree_refuses_a_symlinked_parent(tmp_path, link_at, rel):
+    root, outside = _tree(tmp_path)
+    link = root / link_at
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(outside)
+    with pytest.raises(PathSafetyError, match="symbolic link"):
+        write_in_tree(root, rel, b"evil")
+    assert (outside / "victim").read_bytes() == b"keep"
+    assert sorted(p.name for p in outside.iterdir()) == ["victim"]
+    with pytest.raises(PathSafetyError):
+        remove_in_tree(root, rel)
+    assert (outside / "victim").read_bytes() == b"keep"
+
+
+@pytest.mark.parametrize("target", ["abs", "rel"])
+def test_write_in_tree_replaces_a_symlink_instead_of_following_it(tmp_path, target):
+    root, outside = _tree(tmp_path)
+    link = root / "f.py"
+    link.symlink_to(outside / "victim" if target == "abs" else "../outside/victim")
+    write_in_tree(root, "f.py", b"new\n", mode=0o755)
+    assert not link.is_symlink() and link.read_bytes() == b"new\n"
+    assert link.stat().st_mode & 0o777 == 0o755
+    assert (outside / "victim").read_bytes() == b"keep"
+    # and removing a symlink removes the link, never its target
+    link.unlink()
+    link.symlink_to(outside / "victim")
+    assert remove_in_tree(root, "f.py")
+    assert (outside / "victim").read_bytes() == b"keep"
+
+
+def test_write_in_tree_creates_parents_symlinks_and_leaves_no_temp(tmp_path):
+    root, _ = _tree(tmp_path)
+    write_in_tree(root, "x/y/z.txt", b"1")
+    write_in_tree(root, "x/y/z.txt", b"2")
+    write_in_tree(root, "x/link", b"y/z.txt", symlink=True)
+    assert (root / "x/y/z.txt").read_bytes() == b"2"
+    assert os.readlink(root / "x/link") == "y/z.txt"
+    assert sorted(p.name for p in (root / "x/y").iterdir()) == ["z.txt"]
+    assert not remove_in_tree(root, "x/missing") and not remove_in_tree(root, "nope/missing")
+
+
+@pytest.mark.parametrize(
+    "rel", ["", "/etc/passwd", "../x", "a/../../x", "a//b", "./a", "a/.", "a\\..\\b", "a\0b", 7]
+)
+def test_unsafe_relative_paths_are_refused(tmp_path, rel):
+    root, _ = _tree(tmp_path)
+    with pytest.raises(PathSafetyError):
+        check_relpath(rel, where="state.json: files")
+    if isinstance(rel, str) and rel:
+        with pytest.raises(PathSafetyError):
+            write_in_tree(root, rel, b"x")
+
+
+def test_check_inside(tmp_path):
+    root, outside = _tree(tmp_path)
+    (root / "d").mkdir()
+    (root / "ln").symlink_to(outside)
+    assert check_inside(root, root / "d" / "f", where="w") == root / "d" / "f"
+    assert check_inside(root, "d/f", where="w") == root / "d" / "f"
+    for bad in (outside / "victim", root / ".." / "outside", "ln/victim", root / "ln" / "x"):
+        with pytest.raises(PathSafetyError, match="w: "):
+            check_inside(root, bad, where="w")
+
+
+# --------------------------------------------------------------------------- state files
+
+
+def test_state_file_round_trip_and_refusals(tmp_path):
+    path = tmp_path / "state.json"
+    assert load_state(path, kind="stack", version=2) is None
+    path.write_bytes(dump_state("stack", 2, {"worktree": "wt", "n": [1, 2]}))
+    assert load_state(path, kind="stack", version=2) == {"worktree": "wt", "n": [1, 2]}
+
+    good = json.loads(path.read_text())
+    variants = {
+        "not json": b"{",
+        "not an object": b"[1]",
+        "other kind": dump_state("rebase", 2, {"worktree": "wt"}),
+        "older version": dump_state("stack", 1, {"worktree": "wt"}),
+        "newer version": dump_state("stack", 3, {"worktree": "wt"}),
+        "bool version": json.dumps({**good, "version": True}).encode(),
+        "edited data": json.dumps({**good, "data": {"worktree": "/etc"}}).encode(),
+        "no checksum": json.dumps({k: v for k, v in good.items() if k != "sha256"}).encode(),
+        "binary": b"\xff\xfe",
+    }
+    for what, raw in variants.items():
+        path.write_bytes(raw)
+        with pytest.raises(StateError) as info:
+            load_state(path, kind="stack", version=2)
+        assert str(path) in str(info.value), what
