@@ -27,7 +27,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = REPO_ROOT.parent / "shared" / "fixtures"
 FIXTURE_FORK = FIXTURES / "1cat-vllm.git"
 FIXTURE_WHEEL = FIXTURES / "1cat_vllm-1.2.1-cp311-cp311-linux_x86_64.whl"
-SETUP = "python3 -m pip install -e '.[test,real-fork]'"
+SETUP = "bash tests/real_fork/setup.sh"
 
 _ENV = os.environ.get("FORKPATCH_FORK_REPO", "")
 FORK: str = _ENV or (str(FIXTURE_FORK) if FIXTURE_FORK.is_dir() else "")

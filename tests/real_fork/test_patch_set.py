@@ -7,7 +7,7 @@ fixture cannot be cloned), then run `patched_checks.py` in a subprocess whose
 sys.path starts with the patched tree. That runner uses the smoke suite's check
 logic (forkpatch.smoke.incheck), so these tests and `forkpatch smoke` share one
 implementation. Those checks need CPU torch and the fork's Python dependencies
-(`python3 -m pip install -e '.[test,real-fork]'`; a missing one skips, naming
+(`bash tests/real_fork/setup.sh`; a missing one skips, naming
 it); they stand in float reference implementations for the SM70 FP8 ops and mock
 the device capability.
 """
