@@ -104,7 +104,12 @@ def missing_modules(names: Sequence[str], python: str = sys.executable) -> list[
         "import importlib.util, sys\n"
         "print(' '.join(n for n in sys.argv[1:] if importlib.util.find_spec(n) is None))"
     )
-    out = subprocess.run([python, "-c", probe, *names], capture_output=True, text=True, check=False)
+    try:
+        out = subprocess.run(
+            [python, "-c", probe, *names], capture_output=True, text=True, check=False
+        )
+    except OSError as exc:
+        return [f"{python} does not run ({exc})"]
     if out.returncode != 0:
         return [f"{python} does not run ({out.stderr.strip()[-200:]})"]
     return out.stdout.split()
