@@ -103,7 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-n", type=int, default=300, help="number of patches (a generated size)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument(
-        "--skip", default="", help="comma list of tools to skip: fp,sparse,push,status,engine,am,am-co,quilt"
+        "--skip",
+        default="",
+        help="comma list of tools to skip: fp,sparse,push,status,engine,am,am-co,quilt",
     )
     ap.add_argument(
         "--profile",

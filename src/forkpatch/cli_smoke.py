@@ -70,10 +70,14 @@ def install_line(to: str, simple_url: str | None, files: list[str]) -> str:
     """
     from packaging.utils import parse_wheel_filename
 
-    from forkpatch.publish import DirTarget, open_target
+    from forkpatch.publish import DirTarget, IndexTarget, open_target
 
     target = open_target(to, simple_url=simple_url)
-    index = target.simple.as_uri() + "/" if isinstance(target, DirTarget) else target.simple_url
+    if isinstance(target, DirTarget):
+        index = target.simple.as_uri() + "/"
+    else:
+        assert isinstance(target, IndexTarget)
+        index = target.simple_url
     pins = []
     for f in files:
         name, version, _build, _tags = parse_wheel_filename(Path(f).name)
