@@ -171,6 +171,6 @@ def _print_locations(ctx: DemoContext) -> None:
     for label, path in rows:
         if path:
             log.info(f"  {label:34} {path}")
-    if s.get("index"):
-        log.info(f"install it: pip install --index-url file://{s['index']}/simple/ 1cat-vllm")
+    if s.get("install"):
+        log.info(f"install it: {s['install']}")
     log.info(f"next: cd {ctx.project_dir} && forkpatch status")

@@ -38,5 +38,10 @@ def stage_smoke_publish(ctx: Any) -> None:
         done = publish(
             PublishOptions(wheels=(wheel,), to=str(index), allow_missing_tiers=("sm70",)), project
         )
-    log.info(f"    pip install --index-url {(index / 'simple').as_uri()}/ 1cat-vllm")
-    ctx.summary.update({"published": [p.to_json() for p in done], "index": str(index)})
+    from forkpatch.cli_smoke import install_line
+
+    line = install_line(str(index), None, [p.file for p in done])
+    log.info(f"    {line}")
+    ctx.summary.update(
+        {"published": [p.to_json() for p in done], "index": str(index), "install": line}
+    )
