@@ -381,15 +381,44 @@ def export(c: Ctx, offsets: bool) -> None:
     "--quilt",
     "quilt_dir",
     type=click.Path(exists=True, file_okay=False, path_type=Path),
-    help="Import a quilt patches/ directory (with its series file).",
+    help="Import a quilt patches/ directory, in the order of its series file.",
 )
-@click.option("--name", help="Name for the patch (one plain diff only).")
+@click.option(
+    "--series",
+    "series_list",
+    type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+    help="With --quilt: the order from this list instead of DIR/series "
+    "(one patch per line, paths relative to DIR; '-' reads stdin).",
+)
+@click.option("--name", help="Name for the patch (a single patch only).")
 @click.option("--after", metavar="OTHER", help="Insert after OTHER (default: at the end).")
+@click.option(
+    "--rename",
+    is_flag=True,
+    help="Store each patch as patches/<name>.patch (default: keep the file's own name).",
+)
+@click.option(
+    "--canonical",
+    is_flag=True,
+    help="Store forkpatch's own form: the description and the canonical git diff "
+    "(drops mail headers, diffstat, signature, quilt Index: lines; implies --rename).",
+)
 @pass_ctx
 def import_(
-    c: Ctx, files: tuple[Path, ...], quilt_dir: Path | None, name: str | None, after: str | None
+    c: Ctx,
+    files: tuple[Path, ...],
+    quilt_dir: Path | None,
+    series_list: Path | None,
+    name: str | None,
+    after: str | None,
+    rename: bool,
+    canonical: bool,
 ) -> None:
-    """Import git format-patch files, mbox, plain diffs, or a quilt series."""
+    """Import git format-patch files, mbox, plain diffs, or a quilt series.
+
+    Files keep their names and bytes (see the README's "What import
+    normalises"); FILES are imported in the order given.
+    """
     from forkpatch.importer import import_patches
 
     if not files and quilt_dir is None:
@@ -397,7 +426,14 @@ def import_(
     project = c.project()
     with project.locked("import"):
         entries = import_patches(
-            project, files=list(files), quilt_dir=quilt_dir, name=name, after=after
+            project,
+            files=list(files),
+            quilt_dir=quilt_dir,
+            series_list=series_list,
+            name=name,
+            after=after,
+            rename=rename,
+            canonical=canonical,
         )
     for e in entries:
         log.info(f"imported {e.name} -> patches/{e.file}")

@@ -9,6 +9,7 @@ import click
 
 from forkpatch import log
 from forkpatch.errors import SeriesError, SmokeError, UsageError
+from forkpatch.sections import SmokeConfig
 
 
 def _project_or_none(c: Any) -> Any:
@@ -43,14 +44,14 @@ def _bisect(
             tip="forkpatch smoke --bisect dist/1cat_vllm-*.whl",
         )
     project = _project_or_none(c)
-    section = project.series.section("smoke") if project is not None else {}
+    smoke_cfg = project.series.smoke if project is not None else SmokeConfig()
     opts = BisectOptions(
         target=None if str(target) == "." and project is not None else target,
         base_wheel=base_wheel,
         tier=tier,
         deps=deps or "system",
-        python=python or section.get("python"),
-        index_url=index_url or section.get("index-url"),
+        python=python or smoke_cfg.python,
+        index_url=index_url or smoke_cfg.index_url,
         keep_env=keep_env,
         timeout_s=timeout_s,
     )
@@ -231,13 +232,13 @@ def register(cli: click.Group) -> None:
         from forkpatch.smoke.runner import print_summary
 
         project = _project_or_none(c)
-        section = project.series.section("smoke") if project is not None else {}
+        smoke_cfg = project.series.smoke if project is not None else SmokeConfig()
         opts = SmokeOptions(
             wheels=wheels,
             tier=tier,
             deps=deps or "system",
-            python=python or section.get("python"),
-            index_url=index_url or section.get("index-url"),
+            python=python or smoke_cfg.python,
+            index_url=index_url or smoke_cfg.index_url,
             keep_env=keep_env,
             timeout_s=timeout_s,
             report_path=report_path,
@@ -309,7 +310,7 @@ def register(cli: click.Group) -> None:
         from forkpatch.publish import publish as do_publish
 
         project = _project_or_none(c)
-        target = to or (project.series.section("publish").get("to") if project else None)
+        target = to or (project.series.publish.to if project else None)
         if not target:
             raise UsageError("no target", tip="pass --to URL|DIR or set publish.to in series.yaml")
         opts = PublishOptions(

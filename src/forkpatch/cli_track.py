@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +21,17 @@ how the series fares on the head of the fork's default branch.
   exit 0   up to date: no newer release to act on
   exit 10  a newer release can be acted on (the `target` in --json)
   exit 1   error (cannot list the tags, bad track.pattern, ...)
+--tag names the tag to act on instead (a warning when it is held back, not
+a release tag, or not newer than the base).
 
 \b
 With --run: for that release (or --tag), in OUT/<tag>/ (never in the project
 itself): check + rebase, build, smoke (the tiers this machine has) and, when a
 target is configured (publish.to or --publish-to), publish. Writes result.json
 and summary.md (a pull request body) there. A stage already done for the same
-tag commit and the same series is not done again.
+tag commit and the same series is not done again. --proposed FILE: the body
+of the open pull request / issue for the release; when it already reports a
+final outcome for the same inputs, nothing runs (`status` unchanged).
 \b
   exit 0   done (or up to date); result.json `status` says how far it got
   exit 3   the rebase conflicts: summary.md names the patch, files and hunks
@@ -138,81 +143,123 @@ def register(cli: click.Group) -> None:
         help="Another wheel to install in the smoke environment (e.g. a pinned torch); repeatable.",
     )
     @click.option(
+        "--proposed",
+        "proposed_file",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="--run: the body of the open change for the release (a missing or empty "
+        "file is no change).",
+    )
+    @click.option(
         "--repo",
         type=click.Path(file_okay=False, path_type=Path),
         help="--make-branch: the project's git repository (default: around it).",
     )
     @pass_ctx
-    def track(
-        c: Ctx,
-        as_json: bool,
-        no_forecast: bool,
-        do_run: bool,
-        make_branch: bool,
-        tag: str | None,
-        out_dir: Path | None,
-        steps: str | None,
-        no_publish: bool,
-        publish_to: str | None,
-        allow_missing: tuple[str, ...],
-        base_wheel: str | None,
-        build_mode: str | None,
-        smoke_tier: str,
-        smoke_deps: str | None,
-        smoke_python: str | None,
-        smoke_with: tuple[Path, ...],
-        repo: Path | None,
-    ) -> None:
+    def track(c: Ctx, **options: Any) -> None:
+        _track(c, _Args(**options))
+
+
+@dataclass(frozen=True)
+class _Args:
+    """The options of `forkpatch track`, as click parsed them."""
+
+    as_json: bool
+    no_forecast: bool
+    do_run: bool
+    make_branch: bool
+    tag: str | None
+    out_dir: Path | None
+    steps: str | None
+    no_publish: bool
+    publish_to: str | None
+    allow_missing: tuple[str, ...]
+    base_wheel: str | None
+    build_mode: str | None
+    smoke_tier: str
+    smoke_deps: str | None
+    smoke_python: str | None
+    smoke_with: tuple[Path, ...]
+    proposed_file: Path | None
+    repo: Path | None
+
+    def run_only(self) -> bool:
+        return bool(
+            self.steps
+            or self.no_publish
+            or self.publish_to
+            or self.base_wheel
+            or self.smoke_with
+            or self.proposed_file
+        )
+
+    def run_options(self) -> Any:
         from forkpatch import track as core
 
-        if do_run and make_branch:
-            raise UsageError(
-                "give --run or --make-branch, not both", tip="run them one after the other"
-            )
-        project = c.project()
-        if make_branch:
-            change = core.prepare_change(project, out_dir=out_dir, tag=tag, repo=repo)
-            _print_change(change)
-            if as_json:
-                log.emit_json(change.to_json())
-            return
-        if not do_run:
-            if tag or steps or no_publish or publish_to or base_wheel or smoke_with:
-                raise UsageError(
-                    "--tag, --steps, --publish-to, --base-wheel and the smoke options go with --run"
-                )
-            report = core.list_releases(project)
-            if not no_forecast:
-                report.forecast = core.forecast(project)
-            if as_json:
-                log.emit_json(report.to_json())
-            _print_report(report)
-            raise SystemExit(report.exit_code)
-        opts = core.RunOptions(
-            out_dir=out_dir,
-            tag=tag,
-            steps=_steps(steps),
-            publish=not no_publish,
-            publish_to=publish_to,
-            allow_missing_tiers=allow_missing,
-            base_wheel=base_wheel,
-            build_mode=build_mode,
-            smoke_tier=smoke_tier,
-            smoke_deps=smoke_deps,
-            smoke_python=smoke_python,
-            smoke_with=smoke_with,
-            forecast=not no_forecast,
+        return core.RunOptions(
+            out_dir=self.out_dir,
+            tag=self.tag,
+            steps=_steps(self.steps),
+            publish=not self.no_publish,
+            publish_to=self.publish_to,
+            allow_missing_tiers=self.allow_missing,
+            base_wheel=self.base_wheel,
+            build_mode=self.build_mode,
+            smoke_tier=self.smoke_tier,
+            smoke_deps=self.smoke_deps,
+            smoke_python=self.smoke_python,
+            smoke_with=self.smoke_with,
+            forecast=not self.no_forecast,
+            proposed=_read_optional(self.proposed_file),
         )
-        result = core.run(project, opts)
-        if as_json:
-            log.emit_json(result.data)
-        if result.work_dir is not None:
-            log.info(
-                f"{result.data['tag']}: {result.status}; summary: "
-                f"{result.work_dir / core.SUMMARY_FILE}"
+
+
+def _track(c: Any, a: _Args) -> None:
+    from forkpatch import track as core
+
+    if a.do_run and a.make_branch:
+        raise UsageError(
+            "give --run or --make-branch, not both", tip="run them one after the other"
+        )
+    project = c.project()
+    if a.make_branch:
+        change = core.prepare_change(project, out_dir=a.out_dir, tag=a.tag, repo=a.repo)
+        _print_change(change)
+        if a.as_json:
+            log.emit_json(change.to_json())
+        return
+    if not a.do_run:
+        if a.run_only():
+            raise UsageError(
+                "--steps, --publish-to, --base-wheel, --proposed and the smoke options go with --run"
             )
-        if result.error is not None:
-            raise result.error
+        report = core.list_releases(project)
+        if a.tag:
+            report.target = core.pick_tag(project, report, a.tag)
+            report.bot_branch = core.bot_branch(project, a.tag)
+        if not a.no_forecast:
+            report.forecast = core.forecast(project)
+        if a.as_json:
+            log.emit_json(report.to_json())
+        _print_report(report)
+        raise SystemExit(report.exit_code)
+    result = core.run(project, a.run_options())
+    if a.as_json:
+        log.emit_json(result.to_json())
+    if result.state is not None and result.work_dir is not None:
+        log.info(
+            f"{result.state.tag}: {result.status}; summary: {result.work_dir / core.SUMMARY_FILE}"
+        )
+    if result.error is not None:
+        raise result.error
+
+
+def _read_optional(path: Path | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return None
 
 
 def _print_report(report: Any) -> None:
@@ -227,14 +274,12 @@ def _print_report(report: Any) -> None:
         log.warn(f"tag '{tag}' matches track.pattern but is not a PEP 440 version; ignored")
     fc = report.forecast
     if fc:
-        where = f"{fc['branch']} ({fc['commit'][:12]})"
-        if fc["ok"]:
+        where = f"{fc.branch} ({fc.commit[:12]})"
+        if fc.ok:
             log.info(f"forecast: the series applies to {where}")
-        for conflict in fc["conflicts"]:
-            files = ", ".join(x["path"] for x in conflict["conflicts"]) or ", ".join(
-                conflict["files"]
-            )
-            log.warn(f"forecast: patch '{conflict['patch']}' conflicts on {where}: {files}")
+        for conflict in fc.conflicts:
+            files = ", ".join(x.path for x in conflict.conflicts) or ", ".join(conflict.files)
+            log.warn(f"forecast: patch '{conflict.patch}' conflicts on {where}: {files}")
     if report.target:
         log.info(f"new release: {report.target.tag}; `forkpatch track --run` acts on it")
     else:

@@ -12,7 +12,6 @@ always rebuild: this is why patch files need no ``index`` lines.
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import tempfile
 from collections.abc import Iterable, Sequence
@@ -23,6 +22,7 @@ from forkpatch import applier, binarypatch
 from forkpatch.errors import PathSafetyError
 from forkpatch.git import FastImport, FileChange, Git, ObjectReader, commit_date
 from forkpatch.patchfile import FilePatch, PatchFile, check_paths
+from forkpatch.patchheader import description_of
 from forkpatch.series import PatchEntry
 
 TRAILER = "Forkpatch-Patch"
@@ -37,9 +37,12 @@ def worst(statuses: Iterable[str]) -> str:
 
 
 def commit_message(entry: PatchEntry, header: str) -> str:
+    """``name: summary``, the description of the patch file's ``header`` (a mail's body
+    or the plain text, above any ``---`` line: see patchheader), and the trailer."""
     parts = [f"{entry.name}: {entry.summary}"]
-    if header.strip():
-        parts.append(header.strip())
+    description = description_of(header)
+    if description:
+        parts.append(description)
     parts.append(f"{TRAILER}: {entry.name}")
     return "\n\n".join(parts) + "\n"
 
@@ -609,12 +612,25 @@ def _unique(items: Iterable[str]) -> list[str]:
 
 def diffs_of_commits(git: Git, commits: Sequence[str]) -> dict[str, bytes]:
     """Canonical diff of each commit against its first parent, with one git process."""
-    if not commits:
+    return _diff_tree_stdin(git, list(commits), list(commits))
+
+
+def diffs_between(git: Git, pairs: Sequence[tuple[str, str]]) -> dict[str, bytes]:
+    """The diff from ``old`` to ``new`` for each ``(old, new)`` pair of commits, keyed by
+    ``new``, with one git process (what ``git diff-tree DIFF_OPTIONS old new`` prints for
+    each; the ``new`` commits must be distinct)."""
+    return _diff_tree_stdin(git, [f"{new} {old}" for old, new in pairs], [n for _, n in pairs])
+
+
+def _diff_tree_stdin(git: Git, lines: Sequence[str], commits: Sequence[str]) -> dict[str, bytes]:
+    """``git diff-tree --stdin``: each input line's diff, split on the commit id git prints
+    before it (``commits[i]`` for ``lines[i]``)."""
+    if not lines:
         return {}
     from forkpatch.git import DIFF_OPTIONS
 
     proc = git.run(
-        "diff-tree", "--stdin", "--root", *DIFF_OPTIONS, input=("\n".join(commits) + "\n").encode()
+        "diff-tree", "--stdin", "--root", *DIFF_OPTIONS, input=("\n".join(lines) + "\n").encode()
     )
     out: dict[str, bytes] = {}
     current: str | None = None
@@ -633,24 +649,6 @@ def diffs_of_commits(git: Git, commits: Sequence[str]) -> dict[str, bytes]:
     for c in commits:
         out.setdefault(c, b"")
     return out
-
-
-_HUNK_HEADER = re.compile(rb"^@@ -\d+(,\d+)? \+\d+(,\d+)? @@.*$", re.M)
-
-
-def without_offsets(diff: bytes) -> bytes:
-    """``diff`` with the line numbers and section headings of its hunk headers
-    blanked (the line counts stay): what is left is the patch's content."""
-    return _HUNK_HEADER.sub(
-        lambda m: b"@@ -" + (m[1] or b"") + b" +" + (m[2] or b"") + b" @@", diff
-    )
-
-
-def offsets_only(old: bytes, new: bytes) -> bool:
-    """Whether two diffs say the same thing and differ at most in where their hunks
-    start (an edit to a patch below moved them): the old one still applies, with
-    an offset, and gives the same result."""
-    return old == new or without_offsets(old) == without_offsets(new)
 
 
 def chunks_started(line: bytes) -> bool:

@@ -406,7 +406,9 @@ def write_example_patches(fork: Path, tag: str, out_dir: Path) -> list[Path]:
                 "commit",
                 "-q",
                 "-m",
-                f"{name}: {summary}\n\n{why}",
+                # The commit a forkpatch work tree makes: "name: summary" and the
+                # trailer that names the patch (import reads the name from it).
+                f"{name}: {summary}\n\n{why}\n\nForkpatch-Patch: {name}",
                 date="2026-06-24T10:00:00Z",
             )
         out = _git(

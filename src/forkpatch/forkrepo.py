@@ -146,12 +146,12 @@ class ForkRepo:
                 "--format=%(refname:strip=2) %(objectname) %(*objectname)",
                 "refs/tags",
             ).stdout.decode()
-            tags = {}
+            local: dict[str, str] = {}
             for line in out.splitlines():
                 parts = line.split()
                 if len(parts) >= 2:
-                    tags[parts[0]] = parts[2] if len(parts) == 3 else parts[1]
-            return tags
+                    local[parts[0]] = parts[2] if len(parts) == 3 else parts[1]
+            return local
         proc = self.store.run(
             "ls-remote", "--tags", self.source, check=False, timeout=FETCH_TIMEOUT
         )

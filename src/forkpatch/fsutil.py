@@ -19,7 +19,7 @@ import re
 import signal
 import stat
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from forkpatch.errors import LockError, StateError
@@ -27,7 +27,7 @@ from forkpatch.errors import LockError, StateError
 # Temporary files forkpatch leaves only when it is killed mid-write; swept by
 # :func:`sweep_temps` under the project lock.
 TMP_SUFFIX = ".forkpatch-tmp"
-_TMP_NAME = re.compile(r"\A\..+\.forkpatch-tmp\Z")
+TMP_NAME = re.compile(r"\A\..+\.forkpatch-tmp\Z")
 
 _KILL_AT = int(os.environ.get("FORKPATCH_TEST_KILL_AT") or 0)
 _COUNT_TO = os.environ.get("FORKPATCH_TEST_COUNT_WRITES") or None
@@ -39,6 +39,16 @@ def write_event(label: str) -> None:
     """Test hook point (see the module docstring); does nothing unless a test asked."""
     if _HOOKED:
         _fire(label)
+
+
+def pause_point(point: str) -> None:
+    """Test hook: stop (SIGSTOP) when ``FORKPATCH_TEST_PAUSE_AFTER`` names ``point``, so a
+    test can change the world at a known moment and then SIGCONT the process."""
+    if os.environ.get("FORKPATCH_TEST_PAUSE_AFTER") == point:
+        import sys
+
+        print(f"forkpatch: test pause at {point}", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGSTOP)
 
 
 def _fire(label: str) -> None:
@@ -107,7 +117,17 @@ def atomic_write(path: Path, data: bytes, *, mode: int | None = None) -> bool:
     return True
 
 
-def commit_files(changes: Mapping[Path, bytes | Path | None], *, journal: Path) -> list[Path]:
+COMMIT_KIND = "commit-journal"
+COMMIT_VERSION = 1
+
+
+def commit_files(
+    changes: Mapping[Path, bytes | Path | None],
+    *,
+    journal: Path,
+    root: Path | None = None,
+    allowed: Callable[[str], bool] | None = None,
+) -> list[Path]:
     """Create, replace or delete several files as one unit; returns the paths that changed.
 
     A value is the new bytes, a ``Path`` to an already written file to move into
@@ -118,79 +138,157 @@ def commit_files(changes: Mapping[Path, bytes | Path | None], *, journal: Path) 
     was; killed after it, :func:`recover_files` (run by the next forkpatch
     command on the project) finishes the renames. Either way the set of files
     ends exactly old or exactly new, never a mix.
+
+    Every path must lie inside ``root`` (default: the directory above the
+    journal's, i.e. the project of ``<root>/.forkpatch/commit.json``) with no
+    symbolic link at any directory component, and pass ``allowed`` (given the
+    path relative to ``root``) when that is set; the journal stores the paths
+    relative to ``root``, with a version and a checksum (:func:`dump_state`).
     """
+    root = Path(os.path.abspath(root if root is not None else Path(journal).parent.parent))
     ops: list[list[str]] = []
     temps: list[str] = []
     try:
         for path, data in changes.items():
             path = Path(path)
+            rel = _commit_rel(root, path, allowed, where="commit")
             if data is None:
                 if path.exists() or path.is_symlink():
-                    ops.append(["delete", str(path)])
+                    ops.append(["delete", rel])
                 continue
             if isinstance(data, Path):
-                ops.append(["rename", str(data), str(path)])
+                src = _commit_rel(root, data, None, where="commit")
+                if not _staged_beside(src, rel):
+                    raise ValueError(f"commit_files: {src} is not staged beside {rel}")
+                ops.append(["rename", src, rel])
                 continue
-            tmp = write_temp(path, data)
+            tmp = write_temp(root / rel, data)
             if tmp is None:
                 continue
             temps.append(tmp)
-            ops.append(["rename", tmp, str(path)])
+            ops.append(["rename", Path(tmp).relative_to(root).as_posix(), rel])
             write_event(f"temp-written {path.name}")
         if not ops:
             return []
-        for d in {Path(op[-1]).parent for op in ops}:
+        for d in {(root / op[-1]).parent for op in ops}:
             fsync_dir(d)
-        atomic_write(journal, (json.dumps({"ops": ops}, indent=1) + "\n").encode())
+        atomic_write(journal, dump_state(COMMIT_KIND, COMMIT_VERSION, {"ops": ops}))
     except BaseException:
         for tmp in temps:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
         raise
-    _roll_forward(ops)
+    _roll_forward(root, ops)
     journal.unlink()
     fsync_dir(journal.parent)
-    return [Path(op[-1]) for op in ops]
+    return [root / op[-1] for op in ops]
 
 
-def _roll_forward(ops: list[list[str]]) -> None:
+def _commit_rel(
+    root: Path, path: Path, allowed: Callable[[str], bool] | None, *, where: str
+) -> str:
+    """``path`` relative to ``root`` after checking it is inside (no symlinked directory)."""
+    from forkpatch.errors import PathSafetyError
+
+    inside = check_inside(root, path, where=where)
+    rel = inside.relative_to(root).as_posix()
+    check_relpath(rel, where=where)
+    if allowed is not None and not allowed(rel):
+        raise PathSafetyError(
+            f"{where}: forkpatch does not write {rel!r} in {root}",
+            tip="the file was not written by forkpatch for this project; remove it",
+        )
+    return rel
+
+
+def _staged_beside(src: str, dst: str) -> bool:
+    """Whether ``src`` is where forkpatch stages a new ``dst``: a temporary file in the
+    same directory, or a file in a ``.forkpatch-stage-*`` directory there."""
+    s, d = Path(src), Path(dst)
+    if s.parent == d.parent:
+        return TMP_NAME.match(s.name) is not None
+    return s.parent.parent == d.parent and s.parent.name.startswith(".forkpatch-stage-")
+
+
+def _roll_forward(root: Path, ops: list[list[str]]) -> None:
     """Do a journal's renames and deletions; idempotent (a done step is skipped)."""
     for op in ops:
         if op[0] == "rename":
-            src, dst = op[1], op[2]
+            src, dst = root / op[1], root / op[2]
             if os.path.lexists(src):
-                write_event(f"before-rename {Path(dst).name}")
+                write_event(f"before-rename {dst.name}")
                 os.replace(src, dst)
-                write_event(f"after-rename {Path(dst).name}")
-        elif op[0] == "delete" and os.path.lexists(op[1]):
-            write_event(f"before-unlink {Path(op[1]).name}")
-            os.unlink(op[1])
-            write_event(f"after-unlink {Path(op[1]).name}")
-    for d in {Path(op[-1]).parent for op in ops}:
+                write_event(f"after-rename {dst.name}")
+        elif op[0] == "delete" and os.path.lexists(root / op[1]):
+            target = root / op[1]
+            write_event(f"before-unlink {target.name}")
+            os.unlink(target)
+            write_event(f"after-unlink {target.name}")
+    for d in {(root / op[-1]).parent for op in ops}:
         fsync_dir(d)
 
 
-def recover_files(journal: Path) -> list[str]:
+def recover_files(
+    journal: Path,
+    *,
+    root: Path | None = None,
+    allowed: Callable[[str], bool] | None = None,
+) -> list[str]:
     """Finish the commit an interrupted :func:`commit_files` left in ``journal``.
 
     Returns the target paths of the journal (empty when there was none). Call
-    it only while holding the project lock.
+    it only while holding the project lock. The journal is trusted only when
+    it is a commit journal of this version with a matching checksum and every
+    path in it is a plain relative path inside ``root`` (no ``..``, no
+    symbolic link at any directory component, allowed by ``allowed``); a
+    rename's source must sit in its target's directory. Anything else raises
+    :class:`StateError` naming the journal, and nothing is renamed or deleted.
     """
-    try:
-        text = journal.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    from forkpatch.errors import PathSafetyError
+
+    root = Path(os.path.abspath(root if root is not None else Path(journal).parent.parent))
+    data = load_state(journal, kind=COMMIT_KIND, version=COMMIT_VERSION)
+    if data is None:
         return []
+    tip = (
+        f"check patches/ and series.yaml by hand (`git status`), then delete {journal} "
+        "if no forkpatch command is running on this project"
+    )
+    ops = data.get("ops")
+    if not isinstance(ops, list):
+        raise StateError(f"{journal}: 'ops' must be a list", tip=tip)
+    checked: list[list[str]] = []
     try:
-        ops = json.loads(text)["ops"]
-        targets = [str(op[-1]) for op in ops]
-    except (ValueError, KeyError, TypeError, IndexError):
-        raise StateError(
-            f"{journal} is corrupt",
-            tip=f"check patches/ and series.yaml by hand (`git status`), then delete {journal}",
-        ) from None
-    _roll_forward(ops)
+        for n, op in enumerate(ops, 1):
+            where = f"{journal}: operation {n}"
+            if (
+                not isinstance(op, list)
+                or not op
+                or (op[0], len(op)) not in (("rename", 3), ("delete", 2))
+                or not all(isinstance(x, str) for x in op)
+            ):
+                raise StateError(f"{where} is not a rename or a delete: {op!r}", tip=tip)
+            # The target must be allowed; a rename's source must be staged beside it.
+            rels = [
+                _commit_rel(
+                    root,
+                    root / check_relpath(x, where=where),
+                    allowed if i == len(op) - 2 else None,
+                    where=where,
+                )
+                for i, x in enumerate(op[1:])
+            ]
+            if op[0] == "rename" and not _staged_beside(rels[0], rels[1]):
+                raise StateError(
+                    f"{where}: {rels[0]!r} is not a forkpatch temporary file beside {rels[1]!r}",
+                    tip=tip,
+                )
+            checked.append([op[0], *rels])
+    except PathSafetyError as exc:
+        raise StateError(exc.message, tip=tip) from None
+    _roll_forward(root, checked)
     journal.unlink(missing_ok=True)
-    return targets
+    return [str(root / op[-1]) for op in checked]
 
 
 def sweep_temps(directory: Path, *, recursive: bool = False) -> list[Path]:
@@ -202,7 +300,7 @@ def sweep_temps(directory: Path, *, recursive: bool = False) -> list[Path]:
         return []
     found = []
     for p in directory.rglob(".*") if recursive else directory.glob(".*"):
-        if _TMP_NAME.match(p.name) and (p.is_file() or p.is_symlink()):
+        if TMP_NAME.match(p.name) and (p.is_file() or p.is_symlink()):
             p.unlink(missing_ok=True)
             found.append(p)
         elif p.is_dir() and p.name.startswith(".forkpatch-stage-"):
@@ -415,28 +513,28 @@ def check_inside(root: Path, path: Path | str, *, where: str) -> Path:
     """
     from forkpatch.errors import PathSafetyError
 
-    root = Path(os.path.abspath(root))
-    p = Path(path)
-    if not p.is_absolute():
-        p = root / p
-    if ".." in p.parts or "\0" in str(p):
-        raise PathSafetyError(f"{where}: {str(path)!r} leaves {root}")
-    try:
-        rel = p.relative_to(root)
-    except ValueError:
+    # Strings and os.path, not pathlib: this runs for every patch file of a series.
+    root_s = os.path.abspath(root)
+    text = os.fspath(path)
+    full = text if os.path.isabs(text) else os.path.join(root_s, text)
+    parts = full.split(os.sep)
+    if ".." in parts or "\0" in full:
+        raise PathSafetyError(f"{where}: {text!r} leaves {root_s}")
+    prefix = root_s.rstrip(os.sep) + os.sep
+    if not full.startswith(prefix) or len(full) == len(prefix):
         raise PathSafetyError(
-            f"{where}: {str(path)!r} is outside {root}",
+            f"{where}: {text!r} is outside {root_s}",
             tip="the file was not written by forkpatch for this project; remove it",
-        ) from None
-    cur = root
-    for comp in rel.parts[:-1]:
-        cur = cur / comp
-        if cur.is_symlink():
+        )
+    cur = root_s
+    for comp in full[len(prefix) :].split(os.sep)[:-1]:
+        cur = os.path.join(cur, comp)
+        if os.path.islink(cur):
             raise PathSafetyError(
-                f"{where}: {str(path)!r} goes through the symbolic link {cur}",
+                f"{where}: {text!r} goes through the symbolic link {cur}",
                 tip="the file was not written by forkpatch for this project; remove it",
             )
-    return p
+    return Path(full)
 
 
 # --------------------------------------------------------------------------- state files
@@ -475,7 +573,7 @@ def parse_state(raw: bytes, *, path: Path, kind: str, version: int) -> dict[str,
             f"{path} is not a forkpatch {kind} file (kind {doc.get('kind')!r})", tip=tip
         )
     found = doc.get("version")
-    if found != version:
+    if found != version or isinstance(found, bool):
         newer = isinstance(found, int) and not isinstance(found, bool) and found > version
         raise StateError(
             f"{path} has version {found!r}; this forkpatch reads version {version}",

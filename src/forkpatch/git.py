@@ -9,7 +9,6 @@ costs a handful of processes, not a handful per patch.
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
@@ -17,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forkpatch.errors import GitError
+from forkpatch.redact import hide_url_secrets
 
 GIT_IDENTITY = ("forkpatch", "forkpatch@localhost")
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
@@ -37,19 +37,6 @@ DIFF_OPTIONS = (
     "--diff-algorithm=myers",
     "--no-relative",
 )
-
-
-_URL_PASSWORD = re.compile(r"(?P<head>[a-zA-Z][a-zA-Z0-9+.-]*://[^/@\s:]*:)[^/@\s]+@")
-
-
-_HTTP_USER = re.compile(r"(https?://)(?!\*\*\*\*)[^/@\s]+@", re.IGNORECASE)
-
-
-def hide_url_secrets(text: str) -> str:
-    """``https://user:TOKEN@host`` -> ``https://user:****@host`` (for messages and logs)."""
-    text = _URL_PASSWORD.sub(lambda m: m.group("head") + "****@", text)
-    # A token alone as the user name (``https://TOKEN@github.com``) is a secret too.
-    return _HTTP_USER.sub(lambda m: m.group(1) + "****@", text)
 
 
 def _base_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -1,198 +1,403 @@
 """Import patches: git format-patch files, mbox, plain unified diffs, quilt series.
 
-Every imported patch is validated (parsed, paths checked), applied in memory on
-top of the series, and written back in forkpatch's canonical form. Nothing is
-written unless all of them apply; patch files first, series.yaml last.
+Every file is read the same way, whether it is named on the command line or
+listed by a quilt ``series`` file (or any list of patches in order, ``--series``):
+
+* its **header** (everything before the diff) is a mail (mbox ``From`` line,
+  ``From:``/``Date:``/``Subject:`` headers, the body) or plain text, possibly with
+  DEP-3 fields (see :mod:`forkpatch.patchheader`). The summary is the mail's
+  Subject (RFC 2047 decoded, folded lines joined, ``[PATCH n/m]`` tags stripped)
+  or DEP-3's ``Description:``/``Subject:`` or the first line; taken whole: only a
+  mail that forkpatch itself made (its ``Forkpatch-Patch:`` trailer names the
+  patch) is read as ``name: summary``.
+* its **metadata** goes to series.yaml: ``Origin:`` -> ``origin``;
+  ``Upstream-Status:``, ``Applied-Upstream:``, ``Forwarded:``, ``Bug:`` ->
+  ``upstream``; upstream commit ids it names -> ``upstream-commits``
+  (:func:`forkpatch.patchfile.upstream_refs`). The file keeps them too.
+* its **bytes** are stored as they are, under the file's own name
+  (``--rename``: ``<name>.patch``); only a diff that applies with an offset is
+  rewritten (in its own style, see :mod:`forkpatch.patchtext`). ``--canonical``
+  stores forkpatch's own form instead (description + canonical git diff), as
+  for forkpatch's own mails.
+
+The patch name is a slug of the file name (without format-patch's ``0001-``;
+of the subject for the mails of an mbox), made unique. Every patch is validated (parsed, paths checked),
+applied in memory on top of the series, and nothing is written unless all of
+them apply; patch files and series.yaml are written as one unit.
 """
 
 from __future__ import annotations
 
 import email
-import email.header
+import email.message
 import email.policy
-import mailbox
 import re
+import sys
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from forkpatch.engine import Item, SeriesApplier, canonical_diff, diffs_of_commits
-from forkpatch.errors import PatchApplyError, PatchParseError, UsageError
-from forkpatch.patchfile import format_patch, parse_patch
+from forkpatch.errors import PatchApplyError, PatchParseError, SeriesError, UsageError
+from forkpatch.patchfile import PatchFile, format_patch, parse_patch, upstream_refs
+from forkpatch.patchheader import HeaderLayout, header_fields
+from forkpatch.patchtext import PatchTexts
 from forkpatch.project import Project
-from forkpatch.series import NAME_RE, PatchEntry
+from forkpatch.series import NAME_RE, PatchEntry, check_series_file_path
 from forkpatch.stack import describe_failure
+
+__all__ = ["Incoming", "import_patches", "read_patch_file", "read_series_dir", "slugify"]
 
 
 @dataclass
 class Incoming:
-    name: str
+    """One patch to import, read but not yet named or written."""
+
+    source: str  # where it came from, for messages
+    data: bytes  # the bytes to store (the file, or one message of an mbox)
+    patch: PatchFile  # ``data`` parsed (for ``canonical``: the canonical header + diff)
+    file: str | None  # its own file name (kept in patches/); None: ``<name>.patch``
     summary: str
-    header: str
-    diff: bytes
-    source: str
+    slug: str  # the base of a generated name
+    name: str | None = None  # a name it carries (forkpatch trailer) or was given (--name)
+    origin: str = ""
+    upstream: str = ""
+    upstream_commits: tuple[str, ...] = ()
+    canonical: bool = False  # store forkpatch's own form (header + canonical diff)
+    canonical_header: str = ""
 
 
-_SUBJECT_PREFIX = re.compile(r"^\s*(\[[^\]]*\]\s*)+")
-_QUILT_INDEX = re.compile(rb"^Index: [^\n]*\n={20,}\n", re.M)
+_TRAILER = re.compile(r"(?m)^Forkpatch-Patch: *([a-z0-9][a-z0-9._-]{0,79}) *$")
+# An mbox separator, strictly: "From <who> <asctime>" (format-patch: the commit id
+# and "Mon Sep 17 00:00:00 2001").
+_MBOX_SEPARATOR = re.compile(
+    rb"^From \S+ +(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep"
+    rb"|Oct|Nov|Dec) +\d{1,2} \d\d:\d\d:\d\d(?: [+-]\d{4})? \d{4}\r?$",
+    re.MULTILINE,
+)
+# DEP-3 / OE fields that say where the patch stands upstream, in the order they
+# are written into series.yaml's `upstream`.
+_UPSTREAM_FIELDS = ("upstream-status", "applied-upstream", "forwarded", "bug")
+_SUMMARY_MAX = 200
 
 
 def slugify(text: str) -> str:
+    """A patch name from a subject: lower-case words joined by '-', at most 60 characters."""
     slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
     slug = re.sub(r"^\d{4}-", "", slug) if re.match(r"^\d{4}-", slug) else slug
     slug = slug[:60].rstrip("-")
     return slug or "patch"
 
 
-def _decode_header(value: str | None) -> str:
-    if not value:
-        return ""
-    parts = email.header.decode_header(value)
-    out = []
-    for chunk, charset in parts:
-        if isinstance(chunk, bytes):
-            out.append(chunk.decode(charset or "utf-8", "replace"))
-        else:
-            out.append(chunk)
-    return " ".join("".join(out).split())
+def _file_slug(file_name: str) -> str:
+    """A patch name from a file name: its stem, lower-case, '.' and '_' kept."""
+    stem = re.sub(r"\.(patch|diff)$", "", PurePosixPath(file_name).name, flags=re.IGNORECASE)
+    slug = re.sub(r"[^a-z0-9._-]+", "-", stem.lower())
+    slug = re.sub(r"^\d{4}-", "", slug)
+    slug = re.sub(r"-{2,}", "-", slug).strip("-._")[:60].rstrip("-._")
+    return slug or "patch"
 
 
-def _split_mail_body(body: bytes) -> tuple[str, bytes]:
-    """format-patch body -> (description, diff) without diffstat and signature."""
-    lines = body.split(b"\n")
-    diff_start = next(
-        (
-            i
-            for i, ln in enumerate(lines)
-            if ln.startswith(b"diff --git ")
-            or (ln.startswith(b"--- ") and i + 1 < len(lines) and lines[i + 1].startswith(b"+++ "))
-        ),
-        len(lines),
-    )
-    desc_lines = lines[:diff_start]
-    # The description ends at the "---" separator that precedes the diffstat.
-    if b"---" in desc_lines:
-        desc_lines = desc_lines[: desc_lines.index(b"---")]
-    diff_lines = lines[diff_start:]
-    # Drop the "-- \n<git version>" signature.
-    for i in range(len(diff_lines) - 1, -1, -1):
-        if diff_lines[i] == b"-- ":
-            diff_lines = diff_lines[:i]
-            break
-    diff = b"\n".join(diff_lines)
-    if diff and not diff.endswith(b"\n"):
-        diff += b"\n"
+# --------------------------------------------------------------------------- reading
+
+
+def _split_mbox(data: bytes) -> list[bytes]:
+    """The messages of an mbox, byte for byte; one item when it is not several mails."""
+    if not _MBOX_SEPARATOR.match(data):
+        return [data]
+    starts = [m.start() for m in _MBOX_SEPARATOR.finditer(data)]
+    if len(starts) < 2:
+        return [data]
+    return [data[a:b] for a, b in zip(starts, [*starts[1:], len(data)], strict=True)]
+
+
+def _encoded_mail(data: bytes) -> email.message.Message | None:
+    """The parsed mail when its body is transfer-encoded (quoted-printable, base64) or
+    multipart: then the file's bytes are not the diff and it is decoded instead."""
+    head = data[:200]
+    if not (_MBOX_SEPARATOR.match(head) or re.match(rb"(From|Subject|Date): ", head)):
+        return None
+    msg = email.message_from_bytes(data, policy=email.policy.compat32)
+    cte = str(msg.get("Content-Transfer-Encoding", "")).strip().lower()
+    if msg.is_multipart() or cte in ("quoted-printable", "base64"):
+        return msg
+    return None
+
+
+def _decoded(msg: email.message.Message) -> bytes:
+    """A transfer-encoded mail as plain bytes: its Subject/From/Date, a blank line, the
+    decoded text parts."""
+    parts = msg.walk() if msg.is_multipart() else [msg]
+    body = b""
+    for part in parts:
+        if part.is_multipart():
+            continue
+        payload = part.get_payload(decode=True)
+        if isinstance(payload, bytes) and part.get_content_maintype() == "text":
+            body += payload if payload.endswith(b"\n") or not payload else payload + b"\n"
+    head = b""
+    for key in ("From", "Date", "Subject"):
+        value = msg.get(key)
+        if value is not None:
+            head += f"{key}: {' '.join(str(value).split())}\n".encode("utf-8", "replace")
+    return head + b"\n" + body
+
+
+_DIFF_START = re.compile(rb"^(?:diff --git |Index: |--- (?=.*\n\+\+\+ ))", re.MULTILINE)
+
+
+def _recoded_mail(data: bytes) -> bytes | None:
+    """A mail whose header is in its declared charset (say ISO-8859-1), with the header
+    recoded to UTF-8 and the diff's bytes untouched; None when it is no such mail."""
+    if not (_MBOX_SEPARATOR.match(data[:200]) or re.match(rb"(From|Subject|Date): ", data)):
+        return None
+    m = _DIFF_START.search(data)
+    cut = m.start() if m else len(data)
+    msg = email.message_from_bytes(data[:cut], policy=email.policy.compat32)
+    charset = msg.get_content_charset() or "latin-1"
     try:
-        desc = b"\n".join(desc_lines).decode("utf-8").strip()
-    except UnicodeDecodeError:
-        desc = b"\n".join(desc_lines).decode("latin-1").strip()
-    return desc, diff
+        lead = data[:cut].decode(charset)
+    except (LookupError, UnicodeDecodeError):
+        lead = data[:cut].decode("latin-1")
+    return lead.encode("utf-8") + data[cut:]
 
 
-_NAMED_SUBJECT = re.compile(r"^([a-z0-9][a-z0-9._-]{0,79}): (.+)$")
-_TRAILER = re.compile(r"(?m)^Forkpatch-Patch: *([a-z0-9][a-z0-9._-]{0,79}) *$")
+def read_patch_file(path: Path, *, file: str | None, canonical: bool = False) -> list[Incoming]:
+    """The patches in one file: one, or one per message of an mbox holding several.
 
-
-def _name_from_message(subject: str, desc: str) -> tuple[str, str, str]:
-    """A patch's name: its ``Forkpatch-Patch`` trailer, a ``name: summary`` subject
-    (forkpatch's own commits look like that), or a slug of the subject."""
-    name = None
-    summary = subject
-    m = _NAMED_SUBJECT.match(subject)
-    if m:
-        name, summary = m.group(1), m.group(2)
-    t = _TRAILER.search(desc)
-    if t:
-        name = t.group(1)
-        desc = _TRAILER.sub("", desc).strip()
-    return name or slugify(subject), summary, desc
-
-
-def read_mail(path: Path) -> list[Incoming]:
+    ``file`` is the name to keep in patches/ (None: ``<name>.patch``); an mbox of
+    several mails has no name per patch, so its patches get ``<name>.patch``.
+    """
     data = path.read_bytes()
-    messages: list[email.message.Message] = []
-    if data.startswith(b"From "):
-        box = mailbox.mbox(str(path), create=False)
-        try:
-            # get_bytes() is the message as stored; Message.as_bytes() would run it
-            # through email's generator, which rewrites CRLF line ends in the diff.
-            messages = [
-                email.message_from_bytes(box.get_bytes(key), policy=email.policy.compat32)
-                for key in box.keys()  # noqa: SIM118 (iterating a mailbox yields messages, not keys)
-            ]
-        finally:
-            box.close()
-    else:
-        messages = [email.message_from_bytes(data, policy=email.policy.compat32)]
-    out = []
-    for i, msg in enumerate(messages, 1):
-        subject = _SUBJECT_PREFIX.sub("", _decode_header(msg.get("Subject"))).strip()
-        payload = msg.get_payload(decode=True)
-        if not isinstance(payload, bytes):
-            raise PatchParseError(
-                f"{path}: message {i} has no plain-text body",
-                tip="export the patch with `git format-patch`",
-            )
-        desc, diff = _split_mail_body(payload)
-        if not diff.strip():
-            raise PatchParseError(f"{path}: message {i} ('{subject}') contains no diff")
-        name, summary, desc = _name_from_message(subject, desc)
-        out.append(
-            Incoming(
-                name=name, summary=summary or path.stem, header=desc, diff=diff, source=str(path)
-            )
-        )
-    return out
+    messages = _split_mbox(data)
+    if len(messages) > 1:
+        return [
+            _read(msg, source=f"{path} (message {i})", file=None, stem=None, canonical=canonical)
+            for i, msg in enumerate(messages, 1)
+        ]
+    return [_read(data, source=str(path), file=file, stem=path.name, canonical=canonical)]
 
 
-def read_plain(path: Path, name: str | None) -> Incoming:
-    data = _QUILT_INDEX.sub(b"", path.read_bytes())
-    patch = parse_patch(data, source=str(path))
+def _read(
+    data: bytes, *, source: str, file: str | None, stem: str | None, canonical: bool
+) -> Incoming:
+    encoded = _encoded_mail(data)
+    if encoded is not None:
+        data = _decoded(encoded)
+        canonical = True  # the file's own bytes are not a diff: store the decoded form
+    try:
+        patch = parse_patch(data, source=source)
+    except PatchParseError as exc:
+        recoded = _recoded_mail(data) if "not valid UTF-8" in exc.message else None
+        if recoded is None:
+            raise
+        data, canonical = recoded, True
+        patch = parse_patch(data, source=source)
     if not patch.files:
         raise PatchParseError(
-            f"{path}: contains no diff (no 'diff --git' or '--- / +++' lines)",
+            f"{source}: contains no diff (no 'diff --git' or '--- / +++' lines)",
             tip="import a file made by `git diff`, `git format-patch`, `diff -u` or quilt",
         )
-    header = patch.header.strip()
-    summary = header.splitlines()[0].strip() if header else path.stem
-    return Incoming(
-        name=name or slugify(path.stem),
-        summary=summary[:200],
-        header=header,
-        diff=patch.diff,
-        source=str(path),
+    lead = data[: len(data) - len(patch.diff)].decode("utf-8", "surrogateescape")
+    layout = HeaderLayout.parse(lead)
+    fields = header_fields(lead)
+    description = layout.description
+    name: str | None = None
+    if layout.mail:
+        summary = layout.subject
+        trailer = _TRAILER.search(description)
+        if trailer is not None:
+            # A mail forkpatch made from its own commit: "name: summary", the trailer,
+            # a fixed author and date. It comes home in forkpatch's own form.
+            name = trailer.group(1)
+            if summary.startswith(f"{name}: "):
+                summary = summary[len(name) + 2 :]
+            description = _TRAILER.sub("", description).strip()
+            canonical = True
+        slug = _file_slug(stem) if stem else slugify(summary)
+    else:
+        summary = next(
+            (
+                value.strip()
+                for key, value in fields
+                if key.lower() in ("description", "subject") and value.strip()
+            ),
+            "",
+        ) or next((ln.strip() for ln in description.splitlines() if ln.strip()), "")
+        slug = _file_slug(stem) if stem else slugify(summary)
+    summary = " ".join(summary.split())[:_SUMMARY_MAX] or (
+        PurePosixPath(stem).stem if stem else "imported patch"
     )
+    upstream = "; ".join(
+        f"{key}: {value}"
+        for wanted in _UPSTREAM_FIELDS
+        for key, value in fields
+        if key.lower() == wanted or (wanted == "bug" and key.lower().startswith("bug-"))
+    )
+    origin = next((value for key, value in fields if key.lower() == "origin"), "")
+    # A forkpatch mail's From id is a local commit, never an upstream one.
+    refs = upstream_refs(lead if name is None else description + "\n" + layout.notes)
+    inc = Incoming(
+        source=source,
+        data=data,
+        patch=patch,
+        file=file,
+        summary=summary,
+        slug=slug,
+        name=name,
+        origin=origin,
+        upstream=upstream,
+        upstream_commits=tuple(refs),
+    )
+    if canonical:
+        inc.canonical = True
+        inc.canonical_header = _canonical_header(description, layout)
+        inc.patch = parse_patch(format_patch(inc.canonical_header, patch.diff), source=source)
+    return inc
 
 
-def read_quilt(directory: Path) -> list[Incoming]:
-    series = directory / "series"
+def _canonical_header(description: str, layout: HeaderLayout) -> str:
+    """forkpatch's own header for a patch: the description, then any notes that were
+    below ``---`` other than a diffstat (``Upstream-Status:`` there is kept)."""
+    notes = layout.notes
+    if layout.stat_span is not None and layout.stat_span[0] >= layout.notes_start:
+        a, b = (x - layout.notes_start for x in layout.stat_span)
+        notes = notes[:a] + notes[b:]
+    lines = notes.splitlines()
+    if lines and lines[0].rstrip() == "---":
+        lines = lines[1:]
+    extra = "\n".join(lines).strip()
+    return f"{description}\n\n{extra}".strip() if extra else description
+
+
+def _series_lines(listing: Path | None, directory: Path) -> tuple[str, list[str]]:
+    """(name for messages, lines) of a quilt series file, ``listing`` ('-': stdin)."""
+    if listing is not None and str(listing) == "-":
+        return "<stdin>", sys.stdin.read().splitlines()
+    series = listing if listing is not None else directory / "series"
     if not series.is_file():
         raise UsageError(
-            f"{directory} has no 'series' file", tip="point --quilt at quilt's patches/ directory"
+            f"{directory} has no 'series' file",
+            tip="give the order another way: `--series LIST` (one patch per line, as in "
+            "quilt's series file; '-' reads stdin), or name the files in order: "
+            "`forkpatch import DIR/first.patch DIR/second.patch ...` (names are kept)",
         )
+    return str(series), series.read_text(encoding="utf-8", errors="surrogateescape").splitlines()
+
+
+def read_series_dir(
+    directory: Path, *, listing: Path | None = None, canonical: bool = False
+) -> list[Incoming]:
+    """The patches of a quilt directory in the order its ``series`` file (or ``listing``)
+    gives; each keeps its path relative to ``directory`` as its file name."""
+    where, lines = _series_lines(listing, directory)
     out = []
-    for lineno, raw in enumerate(series.read_text().splitlines(), 1):
+    for lineno, raw in enumerate(lines, 1):
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
         parts = line.split()
         rel = parts[0]
-        if rel.startswith("/") or ".." in rel.split("/"):
-            raise UsageError(f"{series}:{lineno}: patch '{rel}' is outside {directory}")
+        pure = PurePosixPath(rel)
+        if pure.is_absolute() or ".." in pure.parts:
+            raise UsageError(f"{where}:{lineno}: patch '{rel}' is outside {directory}")
         opts = parts[1:]
         if any(o not in ("-p1", "-p0", "-p", "1", "0") for o in opts):
-            raise UsageError(f"{series}:{lineno}: unsupported quilt options {' '.join(opts)}")
-        path = directory / rel
+            raise UsageError(f"{where}:{lineno}: unsupported quilt options {' '.join(opts)}")
+        path = directory / pure
         if not path.is_file():
-            raise UsageError(f"{series}:{lineno}: {path} does not exist")
-        stem = re.sub(r"\.(patch|diff)$", "", Path(rel).name)
-        out.append(read_plain(path, slugify(stem)))
+            raise UsageError(f"{where}:{lineno}: {path} does not exist")
+        kept = "/".join(p for p in pure.parts if p != ".")
+        got = read_patch_file(path, file=kept, canonical=canonical)
+        if len(got) != 1:
+            raise UsageError(
+                f"{where}:{lineno}: {path} holds {len(got)} mails; quilt applies a file "
+                "as one patch",
+                tip="split it into one file per patch (`git mailsplit`), or import the mbox "
+                "on its own",
+            )
+        out.extend(got)
     return out
 
 
-def _is_mail(path: Path) -> bool:
-    with path.open("rb") as fh:
-        head = fh.read(512)
-    return head.startswith((b"From ", b"From: ", b"Subject: ", b"Date: "))
+# --------------------------------------------------------------------------- naming
+
+
+def _unique(base: str, taken: set[str], files: set[str]) -> str:
+    candidate = base
+    n = 2
+    while candidate in taken or f"{candidate}.patch" in files:
+        suffix = f"-{n}"
+        candidate = base[: 80 - len(suffix)].rstrip("-._") + suffix
+        n += 1
+    return candidate
+
+
+def _assign_names_and_files(
+    project: Project, incoming: list[Incoming], *, rename: bool
+) -> list[PatchEntry]:
+    """Give every incoming patch a unique name and a file in patches/; raise on clashes."""
+    series = project.series
+    taken = set(series.names())
+    listed = {p.file: p.name for p in series.patches if p.file}
+    files_taken = set(listed)
+    for inc in incoming:
+        if inc.name is not None and not NAME_RE.match(inc.name):
+            raise UsageError(
+                f"'{inc.name}' (from {inc.source}) is not a valid patch name",
+                tip="use lower-case letters, digits, '.', '_' and '-'",
+            )
+    entries = []
+    for inc in incoming:
+        if inc.name is not None:
+            if inc.name in taken:
+                raise UsageError(
+                    f"a patch named '{inc.name}' already exists (from {inc.source})",
+                    tip="pass --name NEW, or `forkpatch delete` the old one first",
+                )
+            name = inc.name
+        else:
+            own = inc.file if inc.file is not None and not rename and not inc.canonical else None
+            name = _unique(inc.slug, taken, files_taken if own is None else set())
+        file = inc.file if inc.file is not None and not rename and not inc.canonical else None
+        file = file or f"{name}.patch"
+        try:
+            check_series_file_path(file, where=inc.source)
+        except SeriesError as exc:
+            raise UsageError(exc.message, tip="pass --rename to store it as <name>.patch") from None
+        if file in files_taken:
+            owner = listed.get(file)
+            raise UsageError(
+                f"patches/{file} (from {inc.source}) "
+                + (
+                    f"is already the file of patch '{owner}'"
+                    if owner
+                    else "is also the file of another patch of this import"
+                ),
+                tip="pass --rename to store each patch as patches/<name>.patch"
+                + (f", or `forkpatch delete {owner}` first" if owner else ""),
+            )
+        target = project.patches_dir / file
+        if target.exists() and target.resolve() != Path(inc.source).resolve():
+            raise UsageError(
+                f"patches/{file} already exists (a file series.yaml does not list)",
+                tip="pass --rename to store it as patches/<name>.patch, or remove the file",
+            )
+        taken.add(name)
+        files_taken.add(file)
+        entries.append(
+            PatchEntry(
+                name=name,
+                file=file,
+                summary=inc.summary or name,
+                origin=inc.origin,
+                upstream=inc.upstream,
+                upstream_commits=inc.upstream_commits,
+            )
+        )
+    return entries
+
+
+# --------------------------------------------------------------------------- import
 
 
 def import_patches(
@@ -200,58 +405,35 @@ def import_patches(
     *,
     files: list[Path],
     quilt_dir: Path | None,
+    series_list: Path | None = None,
     name: str | None = None,
     after: str | None = None,
+    rename: bool = False,
+    canonical: bool = False,
 ) -> list[PatchEntry]:
+    """Import ``quilt_dir``'s series (in the order of its series file or ``series_list``)
+    and then ``files``, in order, after ``after`` (default: at the end)."""
     incoming: list[Incoming] = []
     if quilt_dir is not None:
-        incoming.extend(read_quilt(quilt_dir))
+        incoming.extend(read_series_dir(quilt_dir, listing=series_list, canonical=canonical))
+    elif series_list is not None:
+        raise UsageError("--series goes with --quilt DIR", tip="--quilt DIR --series LIST")
     for f in files:
-        if _is_mail(f):
-            incoming.extend(read_mail(f))
-        else:
-            incoming.append(read_plain(f, None))
+        incoming.extend(read_patch_file(f, file=f.name, canonical=canonical))
     if name is not None:
         if len(incoming) != 1:
             raise UsageError("--name works with a single patch only")
         incoming[0].name = name
-    series = project.series
-    taken = set(series.names())
-    for inc in incoming:
-        if not NAME_RE.match(inc.name):
-            raise UsageError(
-                f"'{inc.name}' (from {inc.source}) is not a valid patch name", tip="pass --name"
-            )
-        if inc.name in taken:
-            raise UsageError(
-                f"a patch named '{inc.name}' already exists (from {inc.source})",
-                tip="pass --name NEW, or `forkpatch delete` the old one first",
-            )
-        target = project.patches_dir / f"{inc.name}.patch"
-        listed = {p.file for p in series.patches}
-        if (
-            target.exists()
-            and f"{inc.name}.patch" not in listed
-            and target.resolve() != Path(inc.source).resolve()
-        ):
-            raise UsageError(
-                f"patches/{inc.name}.patch already exists", tip="pass --name NEW or remove the file"
-            )
-        taken.add(inc.name)
+    new_entries = _assign_names_and_files(project, incoming, rename=rename)
 
-    new_entries = [
-        PatchEntry(name=inc.name, file=f"{inc.name}.patch", summary=inc.summary) for inc in incoming
-    ]
-    parsed = {
-        inc.name: parse_patch(format_patch(inc.header, inc.diff), source=inc.source)
-        for inc in incoming
-    }
+    series = project.series
     position = len(series.patches) if after is None else series.index(after) + 1
     entries = list(series.patches)
     entries[position:position] = new_entries
-    items = []
-    for e in entries:
-        items.append(Item(e, parsed[e.name] if e.name in parsed else project.load_patch(e)))
+    parsed = {e.name: inc.patch for e, inc in zip(new_entries, incoming, strict=True)}
+    items = [
+        Item(e, parsed[e.name] if e.name in parsed else project.load_patch(e)) for e in entries
+    ]
     fork = project.fork()
     base = fork.verify_base(series.base.tag, series.base.commit)
     result = SeriesApplier(fork.store, base).run(items, write=True)
@@ -264,10 +446,20 @@ def import_patches(
         )
     diffs = diffs_of_commits(fork.store, [r.commit for r in result.results if r.commit])
     by_name = {r.name: r for r in result.results}
-    writes: dict[PatchEntry, tuple[str, bytes]] = {}
-    for inc, entry in zip(incoming, new_entries, strict=True):
-        r = by_name[entry.name]
-        writes[entry] = (inc.header, canonical_diff(diffs[r.commit]) if r.commit else b"")
+    writes: dict[PatchEntry, bytes] = {}
+    with PatchTexts(fork.store) as texts:
+        for inc, entry in zip(incoming, new_entries, strict=True):
+            r = by_name[entry.name]
+            if inc.canonical:
+                diff = canonical_diff(diffs[r.commit]) if r.commit else b""
+                writes[entry] = format_patch(inc.canonical_header, diff)
+            elif r.commit is None or r.status == "clean":
+                writes[entry] = inc.data  # it is exactly the commit: byte for byte
+            else:
+                # Applied with an offset: the hunks are rewritten, in the file's style.
+                writes[entry] = texts.render(
+                    inc.data, commit=r.commit, raw_diff=diffs[r.commit], source=inc.source
+                ).data
     # The new files and series.yaml as one unit: a kill never leaves orphan patch files.
     project.commit(writes, series.with_patches(entries))
     return new_entries

@@ -9,6 +9,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from forkpatch.redact import hide_url_secrets, scrub
+
 _quiet = False
 
 
@@ -22,19 +24,19 @@ def _tty() -> bool:
 
 
 def info(message: str) -> None:
-    """A line for the human, on stderr."""
+    """A line for the human, on stderr (credentials in URLs hidden, as everywhere here)."""
     if not _quiet:
-        print(message, file=sys.stderr, flush=True)
+        print(hide_url_secrets(message), file=sys.stderr, flush=True)
 
 
 def warn(message: str) -> None:
     prefix = "\033[33mwarning:\033[0m " if _tty() else "warning: "
-    print(prefix + message, file=sys.stderr, flush=True)
+    print(prefix + hide_url_secrets(message), file=sys.stderr, flush=True)
 
 
 def error(message: str) -> None:
     prefix = "\033[31merror:\033[0m " if _tty() else "error: "
-    print(prefix + message, file=sys.stderr, flush=True)
+    print(prefix + hide_url_secrets(message), file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager
@@ -50,5 +52,5 @@ def step(title: str) -> Iterator[None]:
 
 def emit_json(payload: Any) -> None:
     """Machine-readable output: stdout, one JSON document, stable key order."""
-    sys.stdout.write(json.dumps(payload, indent=2, sort_keys=False) + "\n")
+    sys.stdout.write(json.dumps(scrub(payload), indent=2, sort_keys=False) + "\n")
     sys.stdout.flush()

@@ -11,6 +11,7 @@ from forkpatch.errors import SeriesError, UsageError
 from forkpatch.forkrepo import STORE_DIR, ForkRepo
 from forkpatch.fsutil import atomic_write
 from forkpatch.project import Project
+from forkpatch.redact import CREDENTIAL_TIP, hide_url_secrets, url_has_credentials
 from forkpatch.series import SERIES_FILE, load_series, new_series, save_series
 
 # forkpatch's private state, and the wheels `build-wheel` writes (dist/ by default).
@@ -28,6 +29,13 @@ def init_project(
     force: bool = False,
 ) -> Project:
     """Write series.yaml and patches/ for a new series on ``base_tag``."""
+    if url_has_credentials(fork_url):
+        raise UsageError(
+            f"--fork-url {hide_url_secrets(fork_url)} carries a password or token, which "
+            "would be stored in series.yaml (and from there in every wheel and report); "
+            "nothing was written",
+            tip=CREDENTIAL_TIP,
+        )
     root = root.resolve()
     series_path = root / SERIES_FILE
     if series_path.exists() and not force:

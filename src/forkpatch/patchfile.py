@@ -44,6 +44,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Protocol
 
 import unidiff
 
@@ -62,6 +63,7 @@ __all__ = [
     "quote_path",
     "render_file_patch",
     "split_lines",
+    "upstream_refs",
 ]
 
 DEV_NULL = "/dev/null"
@@ -69,6 +71,16 @@ _ZERO_OID = re.compile(r"\A0+\Z")
 _HUNK_HEADER = re.compile(rb"\A@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@ ?(.*)\Z", re.DOTALL)
 _INDEX_LINE = re.compile(rb"\Aindex ([0-9a-fA-F]+)\.\.([0-9a-fA-F]+)(?: ([0-7]+))?\Z")
 _MODE = re.compile(rb"\A[0-7]{6}\Z")
+#: The modes of files git keeps and forkpatch applies: regular, executable, symlink.
+FILE_MODES = ("100644", "100755", "120000")
+_MODE_PROBLEMS = {
+    "160000": "mode 160000 is a submodule (gitlink), which forkpatch does not patch",
+    "040000": "mode 040000 is a directory, not a file",
+    "000000": "mode 000000 is not a file mode",
+}
+#: Limits of common file systems (NAME_MAX and PATH_MAX - 1 on Linux), in UTF-8 bytes.
+MAX_NAME_BYTES = 255
+MAX_PATH_BYTES = 4095
 # Lines a plain (non-git) diff tool prints before a file's ---/+++ pair.
 _PLAIN_PREFIX = re.compile(rb"\A(?:Index: |={10,}\Z|diff |Only in |Binary files )")
 
@@ -461,6 +473,7 @@ class _Parser:
                 section, i = self.parse_git_section(i)
             else:
                 section, i = self.parse_plain_section(i)
+            self.check_names(section, start)
             if i < n and not self.at_section(i):
                 i = self.skip_junk(i)  # text after a section belongs to it
             files.append(section.build(self.data[self.offsets[start] : self.offsets[i]]))
@@ -550,7 +563,7 @@ class _Parser:
                 f.old_oid = _oid(m.group(1))
                 f.new_oid = _oid(m.group(2))
                 if m.group(3):
-                    mode = m.group(3).decode("ascii")
+                    mode = self.mode(i, m.group(3))
                     f.old_mode = f.old_mode or mode
                     f.new_mode = f.new_mode or mode
             elif bare == b"GIT binary patch":
@@ -600,7 +613,39 @@ class _Parser:
     def mode(self, i: int, text: bytes) -> str:
         if not _MODE.match(text):
             raise self.error(i, f"bad file mode {_show(text)}")
-        return text.decode("ascii")
+        mode = text.decode("ascii")
+        if mode not in FILE_MODES:
+            raise self.error(
+                i,
+                _MODE_PROBLEMS.get(mode, f"mode {mode} is not a git file mode")
+                + " (forkpatch applies 100644, 100755 and 120000)",
+                tip="regenerate the patch with `git diff` / `git format-patch`, or drop "
+                "this file from it",
+            )
+        return mode
+
+    def check_names(self, section: _Section, start: int) -> None:
+        """Names a file system (and so git's checkout) cannot hold, refused here with the
+        patch and line, not later as an error of git's that names neither."""
+        for path in (section.old_path, section.new_path):
+            if path is None:
+                continue
+            raw = path.encode("utf-8", "surrogateescape")
+            if len(raw) > MAX_PATH_BYTES:
+                raise self.error(
+                    start,
+                    f"the path {_show(raw, 60)} is {len(raw)} bytes long; file systems "
+                    f"take at most {MAX_PATH_BYTES}",
+                    tip="shorten the file name in the patch",
+                )
+            for part in raw.split(b"/"):
+                if len(part) > MAX_NAME_BYTES:
+                    raise self.error(
+                        start,
+                        f"the file name {_show(part, 60)} in {_show(raw, 60)} is "
+                        f"{len(part)} bytes long; file systems take at most {MAX_NAME_BYTES}",
+                        tip="shorten the file name in the patch",
+                    )
 
     def name_after(self, i: int, bare: bytes, pos: int) -> str:
         """A name at the end of a ``rename from``-style line (no a/ b/ prefix)."""
@@ -1042,3 +1087,71 @@ def render_file_patch(fp: FilePatch) -> bytes:
             if not ln.text.endswith(b"\n"):
                 parts.append(b"\n\\ No newline at end of file\n")
     return b"".join(parts)
+
+
+# ---------------------------------------------------------------------- upstream references
+
+# A commit id: 7 to 64 hex digits standing alone. An abbreviated one must hold a
+# letter (so that a bug number or a date is not taken for one).
+_COMMIT_ID = re.compile(r"(?<![0-9A-Za-z])([0-9a-fA-F]{7,64})(?![0-9A-Za-z])")
+# Lines that name the upstream commit a patch came from, and the group holding it
+# (or, for the fields, the value to search for commit ids).
+_REF_LINE = re.compile(
+    r"^From ([0-9a-f]{40}) "  # a git format-patch mail's mbox line
+    r"|\(cherry[ -]picked from commit ([0-9a-fA-F]{7,64})\)"
+    r"|^commit ([0-9a-fA-F]{40}) upstream\.?[ \t]*$"  # Linux stable backports
+    r"|^\[ *[Uu]pstream commit ([0-9a-fA-F]{7,64}) *\]",
+    re.MULTILINE | re.IGNORECASE,
+)
+_REF_FIELD = re.compile(
+    r"^[ \t]*(?:Upstream-Status[ \t]*:[ \t]*(?:Backport|Accepted)\b"
+    r"|Origin[ \t]*:[ \t]*(?:upstream|backport)\b|Applied-Upstream[ \t]*:)(.*)$",
+    re.MULTILINE | re.IGNORECASE,
+)
+
+
+class _HasUpstream(Protocol):
+    upstream_commits: tuple[str, ...]
+    origin: str
+    upstream: str
+
+
+def _commit_ids(text: str) -> list[str]:
+    out = []
+    for m in _COMMIT_ID.finditer(text):
+        oid = m.group(1).lower()
+        if (len(oid) in (40, 64) or any(c in "abcdef" for c in oid)) and oid.strip("0"):
+            out.append(oid)
+    return out
+
+
+def upstream_refs(source: _HasUpstream | str | bytes) -> list[str]:
+    """Upstream commit ids a patch names as its origin, first-seen order, no repeats.
+
+    ``source`` is the text of a patch file (or of its header), or a series entry
+    (:class:`forkpatch.series.PatchEntry`: its ``upstream-commits`` list, which
+    ``import`` fills, plus ids in its ``origin`` and ``upstream`` texts). Found in
+    text: a ``From <id> Mon Sep 17 00:00:00 2001`` mail line, ``(cherry picked
+    from commit <id>)``, Linux-stable ``commit <id> upstream.`` and ``[ Upstream
+    commit <id> ]``, and ids in the values of ``Upstream-Status: Backport|Accepted
+    [...]``, DEP-3 ``Origin: upstream|backport, ...`` and ``Applied-Upstream:``
+    (URLs such as ``.../commit/<id>`` or ``?id=<id>`` included). The all-zero id
+    of ``format-patch --zero-commit`` is never one.
+
+    These are *candidates*: a mail's ``From`` id may name a local commit. Whoever
+    uses them (the rebase's upstream evidence) checks that the commit is in the
+    target's history.
+    """
+    if isinstance(source, bytes):
+        source = source.decode("utf-8", "surrogateescape")
+    found: list[str] = []
+    if isinstance(source, str):
+        hits = [(m.start(), next(g for g in m.groups() if g)) for m in _REF_LINE.finditer(source)]
+        hits += [(m.start(), m.group(1)) for m in _REF_FIELD.finditer(source)]
+        for _pos, text in sorted(hits):
+            found.extend(_commit_ids(text))
+    else:
+        found.extend(o.lower() for o in source.upstream_commits)
+        texts = [f"Origin: {source.origin}", *source.upstream.split("; ")]
+        found.extend(upstream_refs("\n".join(texts)))
+    return list(dict.fromkeys(found))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
+import shutil
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,18 +14,25 @@ from typing import Any
 
 from forkpatch import log
 from forkpatch.engine import Item
-from forkpatch.errors import LockError, SeriesError, StateError
+from forkpatch.errors import LockError, PathSafetyError, SeriesError, StateError
 from forkpatch.forkrepo import STORE_DIR, ForkRepo
 from forkpatch.fsutil import (
-    _TMP_NAME,
+    TMP_NAME,
     atomic_write,
+    check_inside,
+    check_relpath,
     commit_files,
+    dump_state,
+    load_state,
     project_lock,
     recover_files,
     sweep_temps,
 )
+from forkpatch.git import Git
 from forkpatch.patchfile import PatchFile, format_patch, parse_patch
 from forkpatch.series import (
+    COMMIT_RE,
+    NAME_RE,
     PATCHES_DIR,
     SERIES_FILE,
     PatchEntry,
@@ -35,6 +44,8 @@ from forkpatch.series import (
 )
 
 STATE_FILE = "state.json"
+STACK_KIND = "stack"
+STACK_VERSION = 1
 # The journal of a multi-file write (fsutil.commit_files) in progress.
 COMMIT_JOURNAL = "commit.json"
 
@@ -90,8 +101,22 @@ class Project:
     # ----------------------------------------------------------------- patches
 
     def patch_path(self, entry: PatchEntry) -> Path:
+        """``patches/<file>`` of an entry, checked for every read, write and delete: no
+        symbolic link at ``patches/`` itself or at any directory below it (a link would
+        take the operation outside the project)."""
         assert entry.file is not None
-        return self.patches_dir / entry.file
+        return self.patch_file(entry.file, where=f"patch '{entry.name}'")
+
+    def patch_file(self, rel: str, *, where: str = PATCHES_DIR) -> Path:
+        """``patches/<rel>``, with the checks of :meth:`patch_path`."""
+        try:
+            return check_inside(self.root, f"{PATCHES_DIR}/{rel}", where=where)
+        except PathSafetyError as exc:
+            raise PathSafetyError(
+                exc.message,
+                tip=f"{PATCHES_DIR}/ and its subdirectories must be real directories inside "
+                f"{self.root}: replace the symbolic link by the files it points to",
+            ) from None
 
     def rel(self, path: Path) -> str:
         try:
@@ -123,16 +148,20 @@ class Project:
             return []
         listed = {p.file for p in self.series.patches if p.file}
         out = []
-        for path in sorted(self.patches_dir.rglob("*")):
-            if path.is_file() and not path.name.startswith("."):
-                rel = path.relative_to(self.patches_dir).as_posix()
-                if rel not in listed:
-                    out.append(rel)
-        return out
+        # os.walk does not follow symbolic links to directories (one may point anywhere).
+        for dirpath, dirnames, filenames in os.walk(self.patches_dir):
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+            for name in filenames:
+                path = Path(dirpath) / name
+                if not name.startswith(".") and path.is_file():
+                    rel = path.relative_to(self.patches_dir).as_posix()
+                    if rel not in listed:
+                        out.append(rel)
+        return sorted(out)
 
     def write_patch(self, entry: PatchEntry, header: str, diff: bytes) -> bool:
-        """Write a patch file atomically; False when its bytes did not change."""
-        return atomic_write(self.patch_path(entry), format_patch(header, diff))
+        """Write one patch file atomically; False when its bytes did not change."""
+        return bool(self.commit({entry: (header, diff)}))
 
     def save_series(self, series: Series) -> bool:
         changed = save_series(series, self.series_path)
@@ -141,13 +170,17 @@ class Project:
 
     def commit(
         self,
-        patches: Mapping[PatchEntry, tuple[str, bytes] | None] | None = None,
+        patches: Mapping[PatchEntry, tuple[str, bytes] | bytes | None] | None = None,
         series: Series | None = None,
         *,
         extra: Mapping[Path, bytes | Path | None] | None = None,
     ) -> list[str]:
-        """Write patch files (entry -> (header, diff), None deletes) and series.yaml as one
-        unit (see :func:`forkpatch.fsutil.commit_files`); returns the changed relative paths.
+        """Write patch files and series.yaml as one unit (see
+        :func:`forkpatch.fsutil.commit_files`); returns the changed relative paths.
+
+        A patch's content is ``(header, diff)`` (written in the canonical form), the
+        file's bytes (as :class:`forkpatch.patchtext.PatchTexts` renders them), or
+        None (the file is deleted).
 
         series.yaml is rendered and parsed back first: nothing is written that could
         not be read again.
@@ -155,14 +188,19 @@ class Project:
         changes: dict[Path, bytes | Path | None] = {}
         for entry, content in (patches or {}).items():
             path = self.patch_path(entry)
-            changes[path] = None if content is None else format_patch(*content)
+            if content is None or isinstance(content, bytes):
+                changes[path] = content
+            else:
+                changes[path] = format_patch(*content)
         if series is not None:
             text = dump_series(series)
             parse_series(text, path=str(self.series_path))
             changes[self.series_path] = text.encode("utf-8")
         changes.update(extra or {})
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        changed = commit_files(changes, journal=self.state_dir / COMMIT_JOURNAL)
+        changed = commit_files(
+            changes, journal=self.state_dir / COMMIT_JOURNAL, root=self.root, allowed=_owned
+        )
         if series is not None:
             self._series = series
         return [self.rel(p) for p in changed]
@@ -170,7 +208,7 @@ class Project:
     def recover(self) -> list[str]:
         """Finish a multi-file write that a killed forkpatch left half done, and remove its
         temporary files. Must hold the lock. Returns the paths completed."""
-        done = recover_files(self.state_dir / COMMIT_JOURNAL)
+        done = recover_files(self.state_dir / COMMIT_JOURNAL, root=self.root, allowed=_owned)
         if done:
             self._series = None
             log.warn(
@@ -187,19 +225,44 @@ class Project:
         return done
 
     def recover_if_needed(self) -> None:
-        """For read-only commands: finish an interrupted write when nobody holds the lock."""
-        if not (self.state_dir / COMMIT_JOURNAL).exists() and not any(
-            _TMP_NAME.match(p.name)
-            for d in (self.root, self.patches_dir, self.root / "dist")
-            if d.is_dir()
-            for p in d.iterdir()
+        """For read-only commands: finish an interrupted write, and repair the links of a
+        moved or copied project, when nobody holds the lock."""
+        if (
+            not (self.state_dir / COMMIT_JOURNAL).exists()
+            and not any(
+                TMP_NAME.match(p.name)
+                for d in (self.root, self.patches_dir, self.root / "dist")
+                if d.is_dir() and not d.is_symlink()
+                for p in d.iterdir()
+            )
+            and not self.moved()
         ):
             return
         try:
             with project_lock(self.state_dir / "lock", command="recover"):
                 self.recover()
+                self.relocate_if_moved()
         except LockError:
             pass  # the holder will (or is about to) finish it
+
+    def moved(self) -> bool:
+        """Whether this project's links name another directory (it was moved or copied)."""
+        try:
+            state = load_state(self.state_dir / STATE_FILE, kind=STACK_KIND, version=STACK_VERSION)
+        except StateError:
+            state = None
+        if state and state.get("root") not in (None, str(self.root)):
+            return True
+        admins = self.store_dir / "worktrees"
+        if not admins.is_dir():
+            return False
+        for gitdir in admins.glob("*/gitdir"):
+            with contextlib.suppress(OSError):
+                target = Path(gitdir.read_text(encoding="utf-8", errors="replace").strip())
+                prev = _project_of(target)
+                if prev is not None and prev != self.root:
+                    return True
+        return False
 
     # ----------------------------------------------------------------- state
 
@@ -207,6 +270,8 @@ class Project:
     def locked(self, command: str) -> Iterator[None]:
         with project_lock(self.state_dir / "lock", command=command):
             self.recover()
+            if self.moved():
+                self.relocate_if_moved()
             # While a rebase is in progress patches/ belongs to it: only `rebase`
             # (--continue / --skip / --abort) may change the project.
             from forkpatch.rebase import refuse_during_rebase
@@ -215,24 +280,257 @@ class Project:
             yield
 
     def read_state(self, name: str = STATE_FILE) -> dict[str, Any] | None:
+        """A state file under .forkpatch/, checked before it is trusted (None: absent).
+
+        Every state file is versioned and checksummed (:func:`forkpatch.fsutil.dump_state`).
+        ``state.json`` (the work tree's) is also validated field by field: the work
+        tree must be this project's (inside it, or a linked work tree of this
+        project's store, never through a symbolic link), names and object ids
+        well-formed. Its ``worktree`` comes back as an absolute path.
+        """
         path = self.state_dir / name
+        if name == STATE_FILE:
+            raw = load_state(path, kind=STACK_KIND, version=STACK_VERSION)
+            return None if raw is None else self._check_stack_state(raw, path)
+        # Other names: the rebase journal, which validates itself (forkpatch.rebase).
         try:
             return json.loads(path.read_text())
         except FileNotFoundError:
             return None
-        except json.JSONDecodeError as exc:
+        except (ValueError, UnicodeDecodeError) as exc:
             raise StateError(
                 f"{self.rel(path)} is corrupt ({exc})",
                 tip=f"delete {self.rel(path)} to forget the operation",
             ) from None
 
-    def write_state(self, data: dict[str, Any] | None, name: str = STATE_FILE) -> None:
+    def write_state(self, data: Mapping[str, Any] | None, name: str = STATE_FILE) -> None:
+        """Write (None: remove) a state file atomically, versioned and checksummed."""
         path = self.state_dir / name
         if data is None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
             return
+        if name == STATE_FILE:
+            body = dict(data)
+            body["root"] = str(self.root)
+            wt = body.get("worktree")
+            if wt:
+                # Relative when inside the project, so that a moved project still finds it.
+                p = Path(wt)
+                with contextlib.suppress(ValueError):
+                    body["worktree"] = p.relative_to(self.root).as_posix()
+            self._check_stack_state(body, path)  # never write what could not be read back
+            atomic_write(path, dump_state(STACK_KIND, STACK_VERSION, body))
+            return
         atomic_write(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
+
+    def _check_stack_state(self, data: dict[str, Any], path: Path) -> dict[str, Any]:
+        where = self.rel(path)
+        tip = f"move {where} aside and run `forkpatch apply` to make a new work tree"
+
+        def bad(what: str) -> StateError:
+            return StateError(f"{where}: {what}", tip=tip)
+
+        unknown = set(data) - _STACK_KEYS
+        if unknown:
+            raise bad(f"unknown field(s) {', '.join(sorted(unknown))}")
+        out = dict(data)
+        if "root" in data and not (
+            isinstance(data["root"], str) and Path(data["root"]).is_absolute()
+        ):
+            raise bad(f"'root' must be an absolute path, found {data['root']!r}")
+        wt = data.get("worktree")
+        if wt is not None:
+            if not isinstance(wt, str) or not wt:
+                raise bad(f"'worktree' must be a path, found {wt!r}")
+            try:
+                if Path(wt).is_absolute():
+                    full = Path(wt)
+                    if ".." in full.parts or "\0" in wt:
+                        raise PathSafetyError(f"{where}: worktree {wt!r} is not a plain path")
+                    with contextlib.suppress(ValueError):
+                        rel = full.relative_to(self.root).as_posix()
+                        check_inside(self.root, f"{rel}/.git", where=where)
+                else:
+                    # ".git" below it: the work tree itself may not be a link either.
+                    rel = check_relpath(wt, where=f"{where}: worktree")
+                    full = check_inside(self.root, f"{rel}/.git", where=where).parent
+            except PathSafetyError as exc:
+                raise bad(exc.message.removeprefix(f"{where}: ")) from None
+            out["worktree"] = str(full)
+        base = data.get("base")
+        if base is not None and not (isinstance(base, str) and COMMIT_RE.match(base)):
+            raise bad(f"'base' must be a 40-hex commit id, found {base!r}")
+        editing = data.get("editing")
+        if editing is not None and (
+            not isinstance(editing, dict)
+            or set(editing) - {"patch", "above"}
+            or not _is_name(editing.get("patch"))
+            or not isinstance(editing.get("above", []), list)
+            or not all(_is_name(n) for n in editing.get("above", []))
+        ):
+            raise bad(f"'editing' must be {{patch: NAME, above: [NAME...]}}, found {editing!r}")
+        bases = data.get("merge_bases")
+        if bases is not None:
+            if not isinstance(bases, dict):
+                raise bad("'merge_bases' must be a mapping")
+            for name, files in bases.items():
+                if not _is_name(name) or not isinstance(files, dict):
+                    raise bad(f"'merge_bases': bad entry {name!r}")
+                for rel, pair in files.items():
+                    try:
+                        check_relpath(rel, where=f"{where}: merge_bases.{name}")
+                    except PathSafetyError as exc:
+                        raise bad(exc.message.removeprefix(f"{where}: ")) from None
+                    if not (
+                        isinstance(pair, list)
+                        and len(pair) == 2
+                        and all(o is None or (isinstance(o, str) and _OID.match(o)) for o in pair)
+                    ):
+                        raise bad(f"'merge_bases.{name}.{rel}' must be [oid|null, oid|null]")
+        return out
+
+    # ----------------------------------------------------------------- moved or copied
+
+    @property
+    def store_dir(self) -> Path:
+        return self.state_dir / "repo.git"
+
+    def linked_worktree(self, path: Path) -> Git:
+        """The git of the work tree at ``path``, checked to belong to this project's store.
+
+        A work tree is ours when its ``.git`` file names an admin directory inside
+        ``.forkpatch/repo.git/worktrees/`` whose ``gitdir`` names that ``.git`` file
+        back. Anything else (a copied project's link to the original, a crafted
+        state.json pointing at some other repository) is refused: forkpatch never
+        runs git in another project's work tree.
+        """
+        dotgit = path / ".git"
+        where = self.rel(dotgit)
+        try:
+            text = dotgit.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            text = f"<{where} cannot be read: {exc.__class__.__name__}>"
+        admin = Path(text.removeprefix("gitdir:").strip()) if text.startswith("gitdir:") else None
+        if admin is not None and not admin.is_absolute():
+            admin = path / admin
+        store = self.store_dir
+        real = os.path.realpath
+        ok = False
+        if admin is not None and real(admin.parent) == real(store / "worktrees"):
+            with contextlib.suppress(OSError, UnicodeDecodeError):
+                back = (admin / "gitdir").read_text(encoding="utf-8").strip()
+                ok = real(back) == real(dotgit)
+        if not ok:
+            raise StateError(
+                f"the work tree {path} is not linked to this project's store {store} "
+                f"(its .git names {admin or text!r}): the project was moved or copied, or "
+                "the work tree belongs to another project",
+                tip=f"forkpatch leaves it alone; move {self.rel(self.state_dir / STATE_FILE)} "
+                "aside and run `forkpatch apply` (or `forkpatch apply --worktree NEW_DIR`) to "
+                "make a work tree for this project",
+            )
+        assert admin is not None
+        return Git(admin, work_tree=path)
+
+    def relocate_if_moved(self) -> list[str]:
+        """Repair a project that was moved or copied (``cp -a``, ``mv``); returns what changed.
+
+        git's links between the store and its work trees are absolute paths. A work tree
+        inside the project is re-linked to this project's store (both link files are
+        inside the project). A work tree outside it is re-linked only when the project it
+        came from no longer has a store (a move); after a copy it belongs to the original,
+        so this copy forgets it (the original is never touched). Must hold the lock.
+        """
+        done: list[str] = []
+        store = self.store_dir
+        admins = store / "worktrees"
+        state_path = self.state_dir / STATE_FILE
+        state = self.read_state() if state_path.exists() else None
+        recorded = (state or {}).get("root")
+        old_root = Path(recorded) if recorded and Path(recorded) != self.root else None
+        if admins.is_dir() and not admins.is_symlink():
+            for admin in sorted(admins.iterdir()):
+                gitdir = admin / "gitdir"
+                if admin.is_symlink() or not gitdir.is_file() or gitdir.is_symlink():
+                    continue
+                target = Path(gitdir.read_text(encoding="utf-8", errors="replace").strip())
+                if _within(target, self.root):
+                    continue  # already this project's
+                prev = _project_of(target) or old_root
+                if prev is None or prev == self.root:
+                    continue
+                try:
+                    rel = target.relative_to(prev)
+                except ValueError:
+                    rel = None
+                if rel is not None:
+                    # Inside the project: the copy has its own files there; link them here.
+                    mine = self.root / rel
+                    if mine.parent.is_dir() and not mine.is_symlink() and mine.is_file():
+                        check_inside(self.root, mine, where=self.rel(gitdir))
+                        atomic_write(mine, f"gitdir: {admin}\n".encode())
+                        atomic_write(gitdir, f"{mine}\n".encode())
+                        done.append(f"re-linked the work tree {self.rel(mine.parent)}")
+                    else:
+                        shutil.rmtree(admin)
+                    continue
+                if (prev / STORE_DIR / "repo.git").exists():
+                    # Outside, and the original still exists: it is the original's.
+                    shutil.rmtree(admin)
+                    if state and state.get("worktree") == str(target.parent):
+                        state = {k: v for k, v in state.items() if k not in ("worktree", "editing")}
+                    done.append(
+                        f"forgot the work tree {target.parent}: it belongs to the project in "
+                        f"{prev}, which this one was copied from"
+                    )
+                elif target.is_file() and not target.is_symlink():
+                    atomic_write(target, f"gitdir: {admin}\n".encode())
+                    done.append(f"re-linked the work tree {target.parent}")
+        if state is not None and old_root is not None:
+            self.write_state(state)  # records the new root (and what was forgotten)
+        if done:
+            log.warn(
+                f"this project was moved or copied (it was in {old_root or 'another directory'}): "
+                + "; ".join(done)
+            )
+        return done
+
+
+_STACK_KEYS = frozenset({"root", "worktree", "base", "editing", "merge_bases"})
+_OID = re.compile(r"\A[0-9a-f]{40}\Z")
+
+
+def _owned(rel: str) -> bool:
+    """The files of a project that forkpatch's multi-file commits may create or delete:
+    series.yaml, patches/, and built wheels with their reports and SHA256SUMS."""
+    parts = rel.split("/")
+    if any(p.casefold() in (".git", STORE_DIR) for p in parts):
+        return False
+    if rel == SERIES_FILE or parts[0] == PATCHES_DIR:
+        return True
+    return parts[-1] == "SHA256SUMS" or parts[-1].endswith((".whl", ".smoke.json"))
+
+
+def _is_name(value: object) -> bool:
+    return isinstance(value, str) and NAME_RE.match(value) is not None
+
+
+def _within(path: Path, root: Path) -> bool:
+    try:
+        Path(os.path.abspath(path)).relative_to(root)
+    except ValueError:
+        return False
+    return True
+
+
+def _project_of(path: Path) -> Path | None:
+    """The project directory a path under ``<project>/.forkpatch/`` belongs to."""
+    parts = path.parts
+    if STORE_DIR not in parts:
+        return None
+    idx = len(parts) - 1 - parts[::-1].index(STORE_DIR)
+    return Path(*parts[:idx]) if idx else None
 
 
 def open_project(directory: Path | None = None, fork_override: str | None = None) -> Project:

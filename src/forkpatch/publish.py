@@ -41,7 +41,7 @@ import tempfile
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any, Protocol
@@ -51,19 +51,29 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 
 from forkpatch import log
 from forkpatch.errors import PublishError, SmokeError
-from forkpatch.fsutil import atomic_write, project_lock
+from forkpatch.fsutil import (
+    TMP_SUFFIX,
+    atomic_write,
+    commit_files,
+    pause_point,
+    project_lock,
+    recover_files,
+    write_event,
+)
+from forkpatch.redact import MIN_SECRET_LENGTH, redact
 from forkpatch.smoke.incheck import TIERS
 from forkpatch.smoke.report import (
     REPORT_SUFFIX,
+    CheckedReport,
     beside_wheel,
     dumps,
-    load_report,
     now_iso,
+    read_report,
     store_path,
 )
 from forkpatch.smoke.wheelinfo import WheelInfo, read_wheel, sha256_file
-from forkpatch.wheels.runner import redact, tail
 from forkpatch.wheels.runner import run as run_tool
+from forkpatch.wheels.runner import tail
 
 DEFAULT_REQUIRED_TIERS = ("static", "sm70")
 SUMS_FILE = "SHA256SUMS"
@@ -85,9 +95,23 @@ class Gate:
     """Why a wheel may be published."""
 
     wheel: WheelInfo
-    report_path: Path
-    report: dict[str, Any]
+    checked: CheckedReport
     overrides: dict[str, str] = field(default_factory=dict)  # tier -> why it did not run
+    #: The private copy of the wheel whose bytes were hashed and gated: what is published
+    #: (never the user's path again, which could be replaced in between).
+    staged: Path | None = None
+
+    @property
+    def source(self) -> Path:
+        return self.staged if self.staged is not None else self.wheel.path
+
+    @property
+    def report_path(self) -> Path:
+        return self.checked.path
+
+    @property
+    def report(self) -> dict[str, Any]:
+        return self.checked.data
 
     def published_report(self, target: str) -> dict[str, Any]:
         data = dict(self.report)
@@ -97,11 +121,8 @@ class Gate:
             "sha256": self.wheel.sha256,
             "at": now_iso(),
             "by": _user(),
-            "required_tiers_passed": [
-                t
-                for t in self.report["tiers"]["status"]
-                if self.report["tiers"]["status"][t] == "passed"
-            ],
+            # From the check results, never from the report's own summary.
+            "required_tiers_passed": [t for t in TIERS if self.checked.status(t) == "passed"],
             "allowed_missing_tiers": {t: f"not run: {why}" for t, why in self.overrides.items()},
         }
         return data
@@ -119,10 +140,9 @@ def _user() -> str:
 def required_tiers(project: Any) -> tuple[str, ...]:
     if project is not None:
         s = project.series
-        for section in ("publish", "smoke"):
-            tiers = s.section(section).get("required-tiers")
+        for tiers in (s.publish.required_tiers, s.smoke.required_tiers):
             if tiers:
-                return tuple(str(t) for t in tiers)
+                return tiers
     return DEFAULT_REQUIRED_TIERS
 
 
@@ -134,25 +154,24 @@ def _candidates(wheel: WheelInfo, project: Any, explicit: Sequence[Path]) -> lis
     return out
 
 
-def find_report(
-    wheel: WheelInfo, project: Any, explicit: Sequence[Path] = ()
-) -> tuple[Path, dict[str, Any]]:
-    """The smoke report for exactly this file (by sha256); PublishError when there is none."""
+def find_report(wheel: WheelInfo, project: Any, explicit: Sequence[Path] = ()) -> CheckedReport:
+    """The smoke report for exactly this file (by sha256); PublishError when there is none.
+
+    A report that does not validate (:func:`forkpatch.smoke.report.validate_report`) is
+    refused at once with its file and field named, never skipped silently.
+    """
     wrong: list[str] = []
     for path in _candidates(wheel, project, explicit):
         if not path.is_file():
             continue
         try:
-            data = load_report(path)
+            checked = read_report(path)
         except SmokeError as exc:
-            wrong.append(exc.message)
-            continue
-        shas = {w.get("sha256") for w in data.get("wheels", [])}
-        if wheel.sha256 in shas:
-            return path, data
+            raise PublishError(exc.message, tip=exc.tip) from None
+        if wheel.sha256 in checked.sha256s:
+            return checked
         wrong.append(
-            f"{path} is a report for {data.get('wheel', {}).get('sha256', '?')[:16]}…, "
-            f"not this file"
+            f"{path} is a report for {checked.data['wheel']['sha256'][:16]}…, not this file"
         )
     msg = f"no smoke report for {wheel.path.name} (sha256 {wheel.sha256})"
     if wrong:
@@ -176,24 +195,23 @@ def check_gate(
     for t in (*required, *allow_missing):
         if t not in TIERS:
             raise PublishError(f"unknown tier '{t}'", tip=f"tiers: {', '.join(TIERS)}")
-    path, data = find_report(wheel, project, explicit)
-    failed = [c for c in data.get("checks", []) if c.get("outcome") in ("failed", "error")]
-    if failed or not data.get("passed", False):
-        names = ", ".join(f"{c['id']} ({c['outcome']})" for c in failed) or "see the report"
+    checked = find_report(wheel, project, explicit)
+    path = checked.path
+    failed = [c for c in checked.checks if c.outcome in ("failed", "error")]
+    if failed or not checked.passed:
+        names = ", ".join(f"{c.id} ({c.outcome})" for c in failed) or "see the report"
         raise PublishError(
             f"the smoke report for {wheel.path.name} ({path}) did not pass: {names}",
             tip="fix the wheel (or its patches), build and smoke it "
             "again; `forkpatch smoke --bisect` finds the patch",
         )
-    status = data.get("tiers", {}).get("status", {})
-    not_run = data.get("tiers", {}).get("not_run", {})
-    detail = data.get("tiers", {}).get("detail", {})
-    gate = Gate(wheel=wheel, report_path=path, report=data)
+    gate = Gate(wheel=wheel, checked=checked)
     for tier in required:
-        st = status.get(tier, "not-run")
+        # Every tier's outcome comes from its check results (validate_report).
+        st = checked.status(tier)
         if st == "passed":
             continue
-        why = not_run.get(tier) or detail.get(tier, {}).get("reason", "") or st
+        why = checked.reason(tier) or st
         if tier in allow_missing and st == "not-run":
             gate.overrides[tier] = why
             log.warn(
@@ -289,7 +307,15 @@ _PAGE = """<!DOCTYPE html>
 
 
 class DirTarget:
-    """``DIR/packages/<file>`` + ``DIR/simple/`` (PEP 503), updated atomically."""
+    """``DIR/packages/<file>`` + ``DIR/simple/`` (PEP 503), updated as one transaction.
+
+    A wheel and its report enter ``packages/`` through :func:`forkpatch.fsutil.commit_files`
+    (temporary files, then the journal ``DIR/.forkpatch-publish.json``, then the
+    renames); ``SHA256SUMS`` and ``simple/`` are then derived from ``packages/``. Every
+    run, under the directory's lock, first finishes a journal a killed run left
+    (or, when the kill came before the journal, removes its temporary files) and
+    derives the sums and the index again: a killed publish is repaired by the next one.
+    """
 
     def __init__(self, root: Path) -> None:
         self.root = root.resolve()
@@ -302,7 +328,39 @@ class DirTarget:
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
         with project_lock(self.root / ".forkpatch-publish.lock", command="publish"):
+            self.recover()
             yield
+
+    @property
+    def journal(self) -> Path:
+        return self.root / PUBLISH_JOURNAL
+
+    def report_path(self, gate: Gate) -> Path:
+        return self.packages / (gate.wheel.path.name + REPORT_SUFFIX)
+
+    def recover(self) -> None:
+        """Finish (or roll back) what a killed publish left; derive sums and index again."""
+        done = recover_files(self.journal, root=self.root, allowed=_in_packages)
+        if done:
+            log.warn(
+                "finished publishing "
+                + ", ".join(Path(p).name for p in done)
+                + " (an earlier publish was interrupted)"
+            )
+        if not self.packages.is_dir():
+            return
+        for p in self.packages.iterdir():
+            # Temporary files of a publish killed before its journal (older forkpatch
+            # versions named them ".<file>.<random>.tmp"): rolled back.
+            if (
+                p.name.startswith(".")
+                and p.name.endswith((TMP_SUFFIX, ".tmp"))
+                and (p.is_file() or p.is_symlink())
+            ):
+                p.unlink()
+        if any(self.packages.glob("*.whl")):
+            write_sums(self.packages)
+            self.write_indexes()
 
     def existing(self, project_name: str) -> dict[str, str]:
         out = {}
@@ -318,22 +376,29 @@ class DirTarget:
         wheel = gate.wheel
         self.packages.mkdir(parents=True, exist_ok=True)
         dest = self.packages / wheel.path.name
-        if not dest.exists():
-            fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=self.packages)
-            os.close(fd)
-            try:
-                shutil.copyfile(wheel.path, tmp)
+        changes: dict[Path, bytes | Path | None] = {self.report_path(gate): dumps(report)}
+        tmp: str | None = None
+        try:
+            if not dest.exists():
+                fd, tmp = tempfile.mkstemp(
+                    prefix=f".{dest.name}.", suffix=TMP_SUFFIX, dir=self.packages
+                )
+                os.close(fd)
+                shutil.copyfile(gate.source, tmp)
+                os.chmod(tmp, 0o644)
                 if sha256_file(Path(tmp)) != wheel.sha256:
                     raise PublishError(
                         f"{wheel.path.name} changed while it was being copied",
                         tip="publish the final file again",
                     )
-                os.chmod(tmp, 0o644)
-                os.replace(tmp, dest)
-            finally:
+                write_event(f"temp-written {dest.name}")
+                changes[dest] = Path(tmp)
+            # The wheel and its report as one unit; sums and index derived afterwards.
+            commit_files(changes, journal=self.journal, root=self.root, allowed=_in_packages)
+        finally:
+            if tmp is not None:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
-        atomic_write(self.packages / (dest.name + REPORT_SUFFIX), dumps(report))
         write_sums(self.packages)
         self.write_indexes()
 
@@ -360,6 +425,13 @@ class DirTarget:
         atomic_write(
             self.simple / "index.html", _PAGE.format(title="Simple index", links=links).encode()
         )
+
+
+PUBLISH_JOURNAL = ".forkpatch-publish.json"
+
+
+def _in_packages(rel: str) -> bool:
+    return rel.startswith("packages/") and rel.count("/") == 1
 
 
 def write_sums(directory: Path) -> Path:
@@ -415,6 +487,12 @@ def credentials_for(url: str) -> Credentials:
             import keyring
 
             password = keyring.get_password(url, user)
+    if password is not None and len(password) < MIN_SECRET_LENGTH:
+        log.warn(
+            f"the index password is shorter than {MIN_SECRET_LENGTH} characters: forkpatch "
+            "hides it where a credential is expected (URLs, Authorization headers) but not "
+            "everywhere it might occur in the index's answers; use a long token"
+        )
     return Credentials(user, password)
 
 
@@ -511,7 +589,7 @@ class IndexTarget:
             self.upload_url,
             "--non-interactive",
             "--disable-progress-bar",
-            str(gate.wheel.path),
+            str(gate.source),
         ]
         if gate.overrides:
             tiers = ", ".join(gate.overrides)
@@ -519,6 +597,11 @@ class IndexTarget:
                 "--comment",
                 (f"forkpatch: published without smoke tier(s) {tiers} (--allow-missing-tier)"),
             ]
+        if gate.staged is not None and sha256_file(gate.staged) != gate.wheel.sha256:
+            raise PublishError(
+                f"the private copy of {gate.wheel.path.name} changed before the upload",
+                tip="nothing was uploaded; run publish again",
+            )
         # Credentials reach twine only through its environment variables.
         env = {"TWINE_NON_INTERACTIVE": "1"}
         result = run_tool(
@@ -589,20 +672,42 @@ def publish(opts: PublishOptions, project: Any = None) -> list[Published]:
     if not opts.wheels:
         raise PublishError("no wheel given", tip="forkpatch publish dist/*.whl --to URL|DIR")
     required = opts.required_tiers or required_tiers(project)
-    try:
-        infos = [read_wheel(w) for w in opts.wheels]
-    except SmokeError as exc:
-        raise PublishError(exc.message, tip=exc.tip) from None
-    gates = [
-        check_gate(
-            w,
-            project,
-            required=required,
-            allow_missing=opts.allow_missing_tiers,
-            explicit=opts.reports,
-        )
-        for w in infos
-    ]
+    with tempfile.TemporaryDirectory(prefix="forkpatch-publish-") as stage:
+        # Each wheel is copied once into a private directory (0700) and everything after
+        # (identity, sha256, gate, upload, copy into a directory index) reads that copy:
+        # replacing the user's file meanwhile cannot publish bytes that were not gated.
+        gates = []
+        for i, w in enumerate(opts.wheels):
+            staged = _stage(Path(w), Path(stage) / str(i))
+            try:
+                info = read_wheel(staged)
+            except SmokeError as exc:
+                raise PublishError(exc.message, tip=exc.tip) from None
+            info = replace(info, path=Path(w).resolve())
+            gate = check_gate(
+                info,
+                project,
+                required=required,
+                allow_missing=opts.allow_missing_tiers,
+                explicit=opts.reports,
+            )
+            gate.staged = staged
+            gates.append(gate)
+        pause_point("publish-gated")
+        return _publish_gated(opts, gates)
+
+
+def _stage(wheel: Path, directory: Path) -> Path:
+    if not wheel.is_file():
+        raise PublishError(f"{wheel}: no such wheel file", tip="give the path of a built .whl")
+    directory.mkdir(mode=0o700, parents=True)
+    dest = directory / wheel.name
+    shutil.copyfile(wheel, dest)
+    os.chmod(dest, 0o400)
+    return dest
+
+
+def _publish_gated(opts: PublishOptions, gates: list[Gate]) -> list[Published]:
     target = open_target(opts.to, simple_url=opts.simple_url, timeout_s=opts.timeout_s)
     lock = target.locked() if isinstance(target, DirTarget) else contextlib.nullcontext()
     out: list[Published] = []
@@ -625,13 +730,19 @@ def publish(opts: PublishOptions, project: Any = None) -> list[Published]:
                     f"{g.wheel.path.name} is already published at {target.describe()} "
                     "(same sha256): nothing to do"
                 )
+                if isinstance(target, DirTarget) and not target.report_path(g).exists():
+                    target.publish(g, report)  # a publish cut short before its report
             else:
                 with log.step(f"publish {g.wheel.path.name} to {target.describe()}"):
                     target.publish(g, report)
             if isinstance(target, IndexTarget):
                 # An index takes only distributions: the report and sums go beside the wheel.
-                atomic_write(beside_wheel(g.wheel.path), dumps(report))
-                _merge_sums(g.wheel.path.parent, [g.wheel.path, beside_wheel(g.wheel.path)])
+                beside = beside_wheel(g.wheel.path)
+                atomic_write(beside, dumps(report))
+                _merge_sums(
+                    g.wheel.path.parent,
+                    {g.wheel.path.name: g.wheel.sha256, beside.name: sha256_file(beside)},
+                )
             out.append(
                 Published(
                     g.wheel.path.name,
@@ -644,8 +755,9 @@ def publish(opts: PublishOptions, project: Any = None) -> list[Published]:
     return out
 
 
-def _merge_sums(directory: Path, files: Sequence[Path]) -> None:
-    """Update the lines for ``files`` in directory/SHA256SUMS, keeping the others."""
+def _merge_sums(directory: Path, files: Mapping[str, str]) -> None:
+    """Update the lines for ``files`` (name -> sha256) in directory/SHA256SUMS, keeping
+    the others (the wheel's line is the gated sha256, not a new read of the file)."""
     path = directory / SUMS_FILE
     lines: dict[str, str] = {}
     if path.is_file():
@@ -653,6 +765,5 @@ def _merge_sums(directory: Path, files: Sequence[Path]) -> None:
             sha, _, name = line.partition("  ")
             if name:
                 lines[name] = sha
-    for f in files:
-        lines[f.name] = sha256_file(f)
+    lines.update(files)
     atomic_write(path, "".join(f"{sha}  {name}\n" for name, sha in sorted(lines.items())).encode())

@@ -46,7 +46,6 @@ from forkpatch.engine import (
     PatchResult,
     SeriesApplier,
     TreeState,
-    canonical_diff,
     commit_message,
     diffs_of_commits,
 )
@@ -54,7 +53,8 @@ from forkpatch.errors import ConflictError, StateError, UsageError
 from forkpatch.forkrepo import require_history
 from forkpatch.fsutil import atomic_write, fsync_dir, write_event, write_temp
 from forkpatch.git import DIFF_OPTIONS, Git, commit_date
-from forkpatch.patchfile import PatchFile, format_patch, parse_patch
+from forkpatch.patchfile import PatchFile, parse_patch
+from forkpatch.patchtext import PatchTexts
 from forkpatch.project import Project, find_root
 from forkpatch.series import PATCHES_DIR, SERIES_FILE, BaseRef, PatchEntry, Series, parse_series
 
@@ -1094,9 +1094,7 @@ def _worktree_git(project: Project, data: Mapping[str, Any]) -> Git:
             f"the conflict work tree {path} is missing",
             tip="run `forkpatch rebase --abort` and start again",
         )
-    text = (path / ".git").read_text().strip()
-    admin = Path(text.split(":", 1)[1].strip())
-    return Git(admin if admin.is_absolute() else (path / admin).resolve(), work_tree=path)
+    return project.linked_worktree(path)  # never another project's work tree
 
 
 def _remove_worktree(project: Project) -> None:
@@ -1244,8 +1242,13 @@ def _finish(project: Project, journal: Journal, data: dict[str, Any]) -> RebaseR
         old = journal.original_bytes(f"{PATCHES_DIR}/{entry.file}")
         old_texts[o.name] = old
         if o.refresh and o.commit:
-            header = parse_patch(old, source=entry.file).header
-            new_texts[o.name] = format_patch(header, canonical_diff(diffs[o.commit]))
+            # The file's own form is kept (mail headers, notes, quilt style); a diffstat
+            # is regenerated: see forkpatch.patchtext.
+            new_texts[o.name] = (
+                PatchTexts(store)
+                .render(old, commit=o.commit, raw_diff=diffs[o.commit], source=entry.file)
+                .data
+            )
     write_files(
         {project.patch_path(by_name[name]): text for name, text in new_texts.items()},
         pause="write-patch",

@@ -20,12 +20,24 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
 from forkpatch.errors import SeriesError
 from forkpatch.fsutil import atomic_write
+from forkpatch.redact import CREDENTIAL_TIP, hide_url_secrets, url_has_credentials
+from forkpatch.sections import (
+    SECTIONS,
+    BuildConfig,
+    PublishConfig,
+    SectionConfig,
+    SmokeConfig,
+    TrackConfig,
+    Value,
+)
+
+_C = TypeVar("_C", bound=SectionConfig)
 
 SERIES_FILE = "series.yaml"
 PATCHES_DIR = "patches"
@@ -39,32 +51,7 @@ BUILD_STEPS = ("vllm-dist-info",)
 # libyaml's loader when PyYAML was built with it (5-10x faster on large series).
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-# Optional sections owned by later stages (build, smoke, publish, track): the
-# allowed keys are declared here so that a typo is caught when the file loads,
-# not when a nightly job first reads the section.
-SECTION_KEYS: dict[str, dict[str, type | tuple[type, ...]]] = {
-    "build": {
-        "mode": str,
-        "arch-list": str,
-        "base-wheel": str,
-        "dist-dir": str,
-        "compiled-patterns": list,
-        "base-image": str,
-        "cache": dict,
-        "max-jobs": int,
-    },
-    "smoke": {"required-tiers": list, "index-url": str, "python": str},
-    "publish": {"to": str, "required-tiers": list},
-    "track": {
-        "pattern": str,
-        "prereleases": bool,
-        "min-age-days": (int, float),
-        "branch": str,
-        "bot-branch": str,
-    },
-}
-
-TOP_KEYS = ("version", "fork", "base", "patches", *SECTION_KEYS)
+TOP_KEYS = ("version", "fork", "base", "patches", "build", "smoke", "publish", "track")
 FORK_KEYS = ("name", "url", "distribution")
 BASE_KEYS = ("tag", "commit")
 PATCH_KEYS = (
@@ -75,9 +62,12 @@ PATCH_KEYS = (
     "why",
     "upstream",
     "origin",
+    "upstream-commits",
     "smoke",
     "drop-when",
 )
+# An upstream commit id as `upstream-commits` holds it (abbreviated or full, SHA-1 or SHA-256).
+UPSTREAM_COMMIT_RE = re.compile(r"^[0-9a-f]{7,64}$")
 
 
 @dataclass(frozen=True)
@@ -104,6 +94,9 @@ class PatchEntry:
     why: str = ""
     upstream: str = ""
     origin: str = ""
+    # Upstream commits the patch names as its source (``import`` records them; see
+    # forkpatch.patchfile.upstream_refs): evidence for the rebase, never applied.
+    upstream_commits: tuple[str, ...] = ()
     smoke: tuple[str, ...] = ()
     drop_when: str = ""
     line: int = 0  # where the entry starts in series.yaml (0: not from a file)
@@ -118,9 +111,49 @@ class Series:
     fork: ForkInfo
     base: BaseRef
     patches: tuple[PatchEntry, ...] = ()
-    sections: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    #: "build" / "smoke" / "publish" / "track" -> its typed, frozen section
+    #: (:mod:`forkpatch.sections`); a plain mapping given here is validated into one.
+    sections: Mapping[str, SectionConfig | Mapping[str, Any]] = field(default_factory=dict)
     version: int = FORMAT_VERSION
     header_comment: str = ""
+
+    def __post_init__(self) -> None:
+        typed: dict[str, SectionConfig] = {}
+        for name, value in self.sections.items():
+            cls = SECTIONS.get(name)
+            if cls is None:
+                raise SeriesError(
+                    f"{SERIES_FILE}: unknown section '{name}'{_suggest(name, SECTIONS)}",
+                    tip=f"sections: {', '.join(SECTIONS)}",
+                )
+            if isinstance(value, cls):
+                cfg = value
+            else:
+                data = value.as_mapping() if isinstance(value, SectionConfig) else value
+                cfg = cls.from_mapping(data, at=SERIES_FILE)
+            if cfg:
+                typed[name] = cfg
+        object.__setattr__(self, "sections", typed)
+
+    @property
+    def build(self) -> BuildConfig:
+        return self._typed("build", BuildConfig)
+
+    @property
+    def smoke(self) -> SmokeConfig:
+        return self._typed("smoke", SmokeConfig)
+
+    @property
+    def publish(self) -> PublishConfig:
+        return self._typed("publish", PublishConfig)
+
+    @property
+    def track(self) -> TrackConfig:
+        return self._typed("track", TrackConfig)
+
+    def _typed(self, name: str, cls: type[_C]) -> _C:
+        cfg = self.sections.get(name)
+        return cfg if isinstance(cfg, cls) else cls()
 
     def names(self) -> list[str]:
         return [p.name for p in self.patches]
@@ -138,7 +171,9 @@ class Series:
         return self.names().index(self.get(name).name)
 
     def section(self, name: str) -> Mapping[str, Any]:
-        return self.sections.get(name, {})
+        """A section's set keys with series.yaml's names (prefer ``series.build`` etc.)."""
+        cfg = self.sections.get(name)
+        return cfg.as_mapping() if isinstance(cfg, SectionConfig) else {}
 
     def with_patches(self, patches: Iterable[PatchEntry]) -> Series:
         return replace(self, patches=tuple(patches))
@@ -302,6 +337,14 @@ def _parse_series(text: str, *, path: str) -> Series:
     version = FORMAT_VERSION
     if "version" in top:
         v = _native(top["version"], loc)
+        if isinstance(v, bool) or not isinstance(v, int):
+            shown = str(v).lower() if isinstance(v, bool) else repr(v)
+            raise loc.err(
+                top["version"],
+                f"version must be the whole number {FORMAT_VERSION}, got "
+                f"{type(v).__name__.replace('bool', 'boolean')} {shown}",
+                tip=f"write `version: {FORMAT_VERSION}`",
+            )
         if v != FORMAT_VERSION:
             raise loc.err(
                 top["version"],
@@ -313,9 +356,18 @@ def _parse_series(text: str, *, path: str) -> Series:
     fork_node = _required(top, "fork", loc, "top level", root)
     fm = _mapping(fork_node, loc, "fork")
     _check_keys(fm, FORK_KEYS, loc, "fork", fork_node)
+    url_node = _required(fm, "url", loc, "fork", fork_node)
+    url = _scalar(url_node, loc, "fork.url")
+    if url_has_credentials(url):
+        raise loc.err(
+            url_node,
+            f"fork.url {hide_url_secrets(url)} carries a password or token; forkpatch never "
+            "stores credentials (series.yaml, wheels and reports are shared)",
+            tip=CREDENTIAL_TIP,
+        )
     fork = ForkInfo(
         name=_scalar(_required(fm, "name", loc, "fork", fork_node), loc, "fork.name"),
-        url=_scalar(_required(fm, "url", loc, "fork", fork_node), loc, "fork.url"),
+        url=url,
         distribution=_scalar(fm["distribution"], loc, "fork.distribution")
         if "distribution" in fm
         else "1cat-vllm",
@@ -326,7 +378,15 @@ def _parse_series(text: str, *, path: str) -> Series:
     _check_keys(bm, BASE_KEYS, loc, "base", base_node)
     tag = _scalar(_required(bm, "tag", loc, "base", base_node), loc, "base.tag")
     commit_node = _required(bm, "commit", loc, "base", base_node)
-    commit = _scalar(commit_node, loc, "base.commit")
+    if (
+        isinstance(commit_node, yaml.ScalarNode)
+        and not commit_node.style
+        and COMMIT_RE.match(commit_node.value)
+    ):
+        # A commit id made of digits only reads as a number in YAML; the text is the id.
+        commit = commit_node.value
+    else:
+        commit = _commit_text(commit_node, loc)
     if not COMMIT_RE.match(commit):
         raise loc.err(
             commit_node,
@@ -362,26 +422,10 @@ def _parse_series(text: str, *, path: str) -> Series:
                 seen_files[entry.file] = entry.line
             patches.append(entry)
 
-    sections: dict[str, Mapping[str, Any]] = {}
-    for name, allowed in SECTION_KEYS.items():
-        if name not in top:
-            continue
-        sm = _mapping(top[name], loc, name)
-        _check_keys(sm, allowed, loc, name, top[name])
-        values: dict[str, Any] = {}
-        for key, node in sm.items():
-            value = _native(node, loc)
-            if not isinstance(value, allowed[key]) or (
-                isinstance(value, bool) and allowed[key] in (int, (int, float))
-            ):
-                want = allowed[key]
-                names = (
-                    "/".join(t.__name__ for t in want) if isinstance(want, tuple) else want.__name__
-                )
-                raise loc.err(node, f"{name}.{key} must be a {names}, got {type(value).__name__}")
-            values[key] = value
-        sections[name] = values
-
+    sections: dict[str, SectionConfig] = {}
+    for name, cls in SECTIONS.items():
+        if name in top:
+            sections[name] = cls.from_values(_section_values(top[name], loc, name))
     return Series(
         fork=fork,
         base=base,
@@ -390,6 +434,38 @@ def _parse_series(text: str, *, path: str) -> Series:
         version=version,
         header_comment=_header_comment(text),
     )
+
+
+def _section_values(node: yaml.Node, loc: _Loc, name: str) -> dict[str, Value]:
+    """A section's keys as Values that know their line (and their items' lines)."""
+    out: dict[str, Value] = {}
+    for key, value_node in _mapping(node, loc, name).items():
+        out[key] = _value(value_node, loc, f"{name}.{key}")
+    return out
+
+
+def _value(node: yaml.Node, loc: _Loc, name: str) -> Value:
+    at = f"{loc.path}:{node.start_mark.line + 1}"
+    if isinstance(node, yaml.SequenceNode):
+        items = tuple(f"{loc.path}:{n.start_mark.line + 1}" for n in node.value)
+        return Value([_native(n, loc) for n in node.value], at, name, items=items)
+    if isinstance(node, yaml.MappingNode):
+        keys = {k: _value(v, loc, f"{name}.{k}") for k, v in _mapping(node, loc, name).items()}
+        return Value({k: v.value for k, v in keys.items()}, at, name, keys=keys)
+    return Value(_native(node, loc), at, name)
+
+
+def _commit_text(node: yaml.Node, loc: _Loc) -> str:
+    """base.commit as written: never "quote it" for a value that is not a commit id."""
+    if isinstance(node, yaml.ScalarNode) and node.tag != "tag:yaml.org,2002:str":
+        value = _native(node, loc)
+        if not isinstance(value, str):
+            raise loc.err(
+                node,
+                f"base.commit must be a full 40-hex commit id, got {node.value!r}",
+                tip="`git rev-parse TAG^{commit}` prints it",
+            )
+    return _scalar(node, loc, "base.commit")
 
 
 def _parse_entry(item: yaml.Node, loc: _Loc) -> PatchEntry:
@@ -426,6 +502,22 @@ def _parse_entry(item: yaml.Node, loc: _Loc) -> PatchEntry:
         if not isinstance(node, yaml.SequenceNode):
             raise loc.err(node, f"{what}: smoke must be a list of check ids")
         smoke = tuple(_scalar(n, loc, f"{what}: smoke check") for n in node.value)
+    upstream_commits: tuple[str, ...] = ()
+    if "upstream-commits" in m:
+        node = m["upstream-commits"]
+        if not isinstance(node, yaml.SequenceNode):
+            raise loc.err(node, f"{what}: upstream-commits must be a list of commit ids")
+        ids = []
+        for n in node.value:
+            oid = _scalar(n, loc, f"{what}: upstream commit")
+            if not UPSTREAM_COMMIT_RE.match(oid):
+                raise loc.err(
+                    n,
+                    f"{what}: upstream commit '{oid}' is not a commit id "
+                    "(7 to 64 lower-case hex digits)",
+                )
+            ids.append(oid)
+        upstream_commits = tuple(ids)
     return PatchEntry(
         name=name,
         file=file,
@@ -438,6 +530,7 @@ def _parse_entry(item: yaml.Node, loc: _Loc) -> PatchEntry:
         origin=_scalar(m["origin"], loc, f"{what}: origin", allow_empty=True)
         if "origin" in m
         else "",
+        upstream_commits=upstream_commits,
         smoke=smoke,
         drop_when=_scalar(m["drop-when"], loc, f"{what}: drop-when", allow_empty=True)
         if "drop-when" in m
@@ -465,7 +558,7 @@ def check_series_file_path(file: str, *, where: str) -> None:
 
 
 def _header_comment(text: str) -> str:
-    lines = []
+    lines: list[str] = []
     for line in text.splitlines():
         if line.startswith("#") or (not line.strip() and lines):
             lines.append(line)
@@ -584,6 +677,8 @@ def dump_series(series: Series) -> str:
             for key, value in (("why", p.why), ("upstream", p.upstream), ("origin", p.origin)):
                 if value:
                     fields.append((key, value))
+            if p.upstream_commits:
+                fields.append(("upstream-commits", list(p.upstream_commits)))
             if p.smoke:
                 fields.append(("smoke", list(p.smoke)))
             if p.drop_when:
@@ -595,9 +690,10 @@ def dump_series(series: Series) -> str:
                     lines[0] = "  - " + lines[0][4:]
                     first = False
                 out.extend(lines)
-    for name in SECTION_KEYS:
-        if series.sections.get(name):
-            out.extend(_emit_value(name, dict(series.sections[name]), 0))
+    for name in SECTIONS:
+        cfg = series.sections.get(name)
+        if isinstance(cfg, SectionConfig) and cfg:
+            out.extend(_emit_value(name, cfg.as_mapping(), 0))
     return "\n".join(out) + "\n"
 
 

@@ -13,8 +13,10 @@ and write patch files and series.yaml last, each atomically.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -28,8 +30,8 @@ from forkpatch.engine import (
     TreeState,
     canonical_diff,
     commit_message,
+    diffs_between,
     diffs_of_commits,
-    offsets_only,
     parse_commit_message,
 )
 from forkpatch.errors import (
@@ -38,8 +40,9 @@ from forkpatch.errors import (
     StateError,
     UsageError,
 )
+from forkpatch.fsutil import remove_in_tree, write_in_tree
 from forkpatch.git import Git, commit_date
-from forkpatch.patchfile import format_patch
+from forkpatch.patchtext import PatchTexts
 from forkpatch.project import Project
 from forkpatch.series import NAME_RE, PatchEntry
 
@@ -54,6 +57,8 @@ DIFF_CONFLICT_MARKER = re.compile(rb"^\+(<{7} |>{7} |\|{7} )", re.M)
 class AppliedPatch:
     name: str
     commits: tuple[str, ...]  # the trailer commit first, then hand-made commits on top
+    parent: str = ""  # the first commit's parent ("" when not known: ask git)
+    message: str = ""  # the first (trailer) commit's message
 
     @property
     def commit(self) -> str:
@@ -93,7 +98,7 @@ class Stack:
             raise StateError(
                 "no work tree: the series is not applied", tip="run `forkpatch apply` to create one"
             )
-        return worktree.open_worktree(path)
+        return self.project.linked_worktree(path)
 
     def layout(self) -> worktree.Layout:
         return worktree.Layout.from_json(self.state.get("layout"))
@@ -138,21 +143,24 @@ class Stack:
     def applied(self, wt: Git | None = None) -> list[AppliedPatch]:
         wt = wt or self.wt()
         base = self.base_commit()
+        # One git process for the whole stack: ids, first parents and messages.
         raw = wt.run(
-            "log", "--first-parent", "--reverse", "--format=%H%x00%B%x1e", f"{base}..HEAD"
+            "log", "--first-parent", "--reverse", "--format=%H%x00%P%x00%B%x1e", f"{base}..HEAD"
         ).stdout.decode("utf-8", "surrogateescape")
         patches: list[AppliedPatch] = []
         for record in raw.split("\x1e"):
             record = record.strip("\n")
             if not record:
                 continue
-            commit, _, message = record.partition("\x00")
+            commit, _, rest = record.partition("\x00")
+            parents, _, message = rest.partition("\x00")
             name, _summary, _header = parse_commit_message(message)
             if name:
-                patches.append(AppliedPatch(name, (commit,)))
+                first_parent = parents.split(" ", 1)[0]
+                patches.append(AppliedPatch(name, (commit,), first_parent, message))
             elif patches:
                 last = patches[-1]
-                patches[-1] = AppliedPatch(last.name, (*last.commits, commit))
+                patches[-1] = replace(last, commits=(*last.commits, commit))
             else:
                 raise StateError(
                     f"commit {commit[:12]} in the work tree sits on the base without a patch",
@@ -199,7 +207,7 @@ class Stack:
             dirs = tuple(worktree.dirs_of(touched))
         layout = worktree.Layout(dirs=dirs, excluded=old.excluded)
         if (path / ".git").exists():
-            wt = worktree.open_worktree(path)
+            wt = self.project.linked_worktree(path)  # never another project's work tree
             if layout != old:
                 worktree.apply_layout(wt, layout)
             wt.run("checkout", "-q", "-f", "-B", BRANCH, head)
@@ -210,6 +218,18 @@ class Stack:
                     f"{path} exists and is not empty",
                     tip="choose another --worktree DIR or remove it",
                 )
+            if (self.store.git_dir / "worktrees").is_dir():  # none yet: nothing to check
+                self.store.run("worktree", "prune")
+                other = self._stack_worktree()
+                if other is not None and other != path:
+                    # git would refuse with "cannot force update the branch ... checked out".
+                    raise UsageError(
+                        f"this project already has a work tree at {other}; forkpatch keeps "
+                        f"one work tree per project, so {path} was not created",
+                        tip=f"work in {other} (`forkpatch apply` re-applies the series there); "
+                        f"to move it, save your work (`forkpatch export`), delete {other}, then "
+                        f"run `forkpatch apply --worktree {path}` again",
+                    )
             wt = worktree.add_worktree(self.store, path, BRANCH, head, layout)
         layout, _changes = worktree.settle(wt, layout, self.fork.describe())
         state = self.state
@@ -224,6 +244,23 @@ class Stack:
         state.pop("merge_bases", None)
         self.project.write_state(state)
         return path
+
+    def _stack_worktree(self) -> Path | None:
+        """The work tree that has the stack branch checked out, if one exists."""
+        listing = self.store.run("worktree", "list", "--porcelain", "-z").stdout
+        path: Path | None = None
+        for field in listing.split(b"\0"):
+            if field.startswith(b"worktree "):
+                path = Path(field[len(b"worktree ") :].decode("utf-8", "surrogateescape"))
+            elif field == f"branch refs/heads/{BRANCH}".encode() and path is not None:
+                return path.resolve() if path.exists() else None
+        return None
+
+    @staticmethod
+    def _admin_of(path: Path) -> Path:
+        text = (path / ".git").read_text().strip()
+        admin = Path(text.split(":", 1)[1].strip())
+        return admin if admin.is_absolute() else (path / admin).resolve()
 
     def apply(
         self,
@@ -289,58 +326,47 @@ class Stack:
             )
 
     def _unsaved(self, wt: Git, applied: list[AppliedPatch]) -> list[str]:
+        """Applied patches whose file would get another diff on export (the file's own
+        form counts as saved when it still describes the commit: see patchtext)."""
         if not applied:
             return []
-        parents = [self._parent(wt, a) for a in applied]
-        out = []
-        for a, parent in zip(applied, parents, strict=True):
-            entry = (
-                self.project.series.get(a.name) if a.name in self.project.series.names() else None
-            )
-            if entry is None:
-                continue
-            if entry.file is None:
-                if len(a.commits) > 1:
-                    out.append(a.name)  # hand-made commits on a build step: a patch of none
-                continue
-            diff = canonical_diff(wt.diff_trees(parent, a.commit))
-            path = self.project.patch_path(entry)
-            current = path.read_bytes() if path.exists() else b""
-            header = parse_commit_message(wt.out("show", "-s", "--format=%B", a.first))[2]
-            if format_patch(header, diff) == current or self._diff_part(current) == diff:
-                continue
-            if not self._equivalent(entry, parent, a.commit, diff):
-                out.append(a.name)
+        by_name = {p.name: p for p in self.project.series.patches}
+        mine = [a for a in applied if by_name.get(a.name) and by_name[a.name].file is not None]
+        diffs = self._diffs(wt, mine)
+        # Hand-made commits on a build step belong to no patch file: unsaved work.
+        out = [
+            a.name
+            for a in applied
+            if by_name.get(a.name) and by_name[a.name].file is None and len(a.commits) > 1
+        ]
+        with PatchTexts(self.store) as texts:
+            for a in mine:
+                path = self.project.patch_path(by_name[a.name])
+                current = path.read_bytes() if path.exists() else b""
+                rendered = texts.render(
+                    current,
+                    commit=a.commit,
+                    parent=self._parent(wt, a),
+                    raw_diff=diffs[a.commit],
+                    source=self.project.rel(path),
+                    keep_offsets=True,
+                )
+                if rendered.diff_changed:
+                    out.append(a.name)
         return out
 
-    def _equivalent(self, entry: PatchEntry, parent: str, commit: str, diff: bytes) -> bool:
-        """Whether ``entry``'s file, though its hunks start at other lines than ``diff``'s,
-        says the same and gives exactly ``commit``'s tree on ``parent``."""
-        patch = self.project.load_patch(entry)
-        if patch is None or not offsets_only(patch.diff, diff):
-            return False
-        with self.store.reader() as reader:
-            state = TreeState(self.store, reader, parent)
-            result, changes = SeriesApplier(self.store, self.base_commit()).apply_patch(
-                state, Item(entry=entry, patch=patch)
-            )
-            if result.status not in ("clean", "offset"):
-                return False
-            raw = self.store.run("diff-tree", "-r", "--name-only", "-z", parent, commit).stdout
-            want = {x.decode("utf-8", "surrogateescape") for x in raw.split(b"\0") if x}
-            if {c.path for c in changes} != want:
-                return False
-            after = TreeState(self.store, reader, commit)
-            return all(
-                after.get(c.path) == (None if c.is_delete else (c.mode, c.data)) for c in changes
-            )
+    def _diffs(self, wt: Git, applied: list[AppliedPatch]) -> dict[str, bytes]:
+        """Each applied patch's diff (its parent to its last commit), keyed by that last
+        commit: one git process for the whole stack, not three per patch."""
+        return diffs_between(wt, [(self._parent(wt, a), a.commit) for a in applied])
 
     @staticmethod
-    def _diff_part(data: bytes) -> bytes:
-        idx = data.find(b"diff --git ")
-        return data[idx:] if idx >= 0 else b""
+    def _message(wt: Git, a: AppliedPatch) -> str:
+        return a.message or wt.out("show", "-s", "--format=%B", a.first)
 
     def _parent(self, wt: Git, a: AppliedPatch) -> str:
+        if a.parent:
+            return a.parent
         parent = wt.rev_parse(f"{a.first}^")
         assert parent is not None
         return parent
@@ -466,12 +492,13 @@ class Stack:
         patch = self.project.load_patch(entry)
         assert patch is not None and wt.work_tree is not None
         self._widen(wt, [p for fp in patch.files for p in (fp.old_path, fp.new_path) if p])
-        # Apply what applies, then write the merged files with their markers.
+        # Apply what applies, then write the merged files with their markers. Every write
+        # refuses a symbolic link at any component (a tag or an earlier patch may have
+        # turned a patched directory into a link that points outside the tree).
+        root = wt.work_tree
         for c in bad.conflicts:
             if c.merged is not None:
-                target = wt.work_tree / c.path
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(c.merged)
+                write_in_tree(root, c.path, c.merged, mode=_file_mode(root, c.path))
         clean_files = {fp.path for fp in patch.files} - {c.path for c in bad.conflicts}
         if clean_files:
             partial = replace(
@@ -482,12 +509,16 @@ class Stack:
                     TreeState(self.store, reader, self.head(wt)), Item(entry=entry, patch=partial)
                 )[1]
             for ch in res:
-                target = wt.work_tree / ch.path
                 if ch.is_delete:
-                    target.unlink(missing_ok=True)
+                    remove_in_tree(root, ch.path)
                 else:
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    target.write_bytes(ch.data or b"")
+                    write_in_tree(
+                        root,
+                        ch.path,
+                        ch.data or b"",
+                        mode=0o755 if ch.mode == "100755" else 0o644,
+                        symlink=ch.mode == "120000",
+                    )
         self._commit_worktree(wt, parent=self.head(wt), message=commit_message(entry, patch.header))
 
     def pop(self, name: str | None = None, all_: bool = False, force: bool = False) -> list[str]:
@@ -535,9 +566,8 @@ class Stack:
         When the patch was opened with ``edit`` and patches above it were popped,
         they are re-applied on top of the new version first; if one no longer
         applies nothing in patches/ changes and the user is told where. A patch
-        above whose diff changed only by line offsets is not rewritten (its file
-        still applies, with an offset) unless ``offsets``: a one-patch edit is a
-        one-file review.
+        above whose file still gives its commit, its hunks only at other lines,
+        is not rewritten unless ``offsets``: a one-patch edit is a one-file review.
         """
         wt = self.wt()
         applied = self.applied(wt)
@@ -561,7 +591,8 @@ class Stack:
             self._refuse_markers(wt, top.commit)
         new = self._commit_worktree(wt, parent=parent, message=message)
         _name, summary, header = parse_commit_message(message)
-        diff = canonical_diff(wt.diff_trees(parent, new))
+        raw = wt.diff_trees(parent, new)
+        diff = canonical_diff(raw)
         if not force and DIFF_CONFLICT_MARKER.search(diff):
             raise ConflictError(
                 f"patch '{top.name}' still contains conflict markers",
@@ -573,7 +604,20 @@ class Stack:
             if state.get("editing", {}).get("patch") == top.name
             else []
         )
-        writes: list[tuple[PatchEntry, str, bytes]] = [(entry, header, diff)]
+        texts = PatchTexts(self.store)
+        writes: list[tuple[PatchEntry, bytes]] = [
+            (
+                entry,
+                texts.render(
+                    self._file_bytes(entry),
+                    commit=new,
+                    parent=parent,
+                    raw_diff=raw,
+                    description=header,
+                    summary=summary or None,
+                ).data,
+            )
+        ]
         new_head: str | None = None  # where the work tree goes once the files are written
         if above_names and force:
             # --force saves this patch alone; the patches above stay unapplied
@@ -609,16 +653,15 @@ class Stack:
             for r, e in zip(result.results, above_entries, strict=True):
                 if r.commit is None or e.file is None:
                     continue  # upstreamed, or a build step: no file
-                p = self.project.load_patch(e)
-                above_diff = canonical_diff(diffs[r.commit])
-                r_parent = self.store.rev_parse(f"{r.commit}^")
-                assert r_parent is not None
-                if p is not None and p.diff == above_diff:
-                    continue  # unchanged: nothing to write
-                if not offsets and self._equivalent(e, r_parent, r.commit, above_diff):
+                rendered = texts.render(
+                    self._file_bytes(e),
+                    commit=r.commit,
+                    raw_diff=diffs[r.commit],
+                    keep_offsets=not offsets,
+                )
+                if rendered.offsets_kept:
                     moved.append(e.name)
-                    continue
-                writes.append((e, p.header if p else "", above_diff))
+                writes.append((e, rendered.data))
             if moved:
                 log.info(
                     f"not rewritten, only their line numbers moved: {', '.join(moved)} "
@@ -634,7 +677,7 @@ class Stack:
         # All patch files and series.yaml as one unit: a kill leaves all old or all new.
         # The work tree and state.json move only afterwards, so that a refresh killed
         # before the files were written is finished by running `forkpatch refresh` again.
-        written = set(self.project.commit({e: (h, d) for e, h, d in writes}, new_series))
+        written = set(self.project.commit(dict(writes), new_series))
         if above_names:
             if new_head is not None:
                 self._widen(wt, self._touched(result))
@@ -643,18 +686,22 @@ class Stack:
             state.pop("editing", None)
             self.project.write_state(state)
         return [
-            e.name
-            for e, _h, _d in writes
-            if self.project.rel(self.project.patch_path(e)) in written
+            e.name for e, _d in writes if self.project.rel(self.project.patch_path(e)) in written
         ]
+
+    def _file_bytes(self, entry: PatchEntry) -> bytes | None:
+        path = self.project.patch_path(entry)
+        return path.read_bytes() if path.exists() else None
 
     def _refuse_markers(self, wt: Git, commit: str) -> None:
         changed = wt.run("diff", "--name-only", "-z", commit).stdout.split(b"\0")
+        assert wt.work_tree is not None
         for raw in changed:
             if not raw:
                 continue
-            path = wt.work_tree / raw.decode("utf-8", "surrogateescape")  # type: ignore[operator]
-            if path.is_file() and CONFLICT_MARKER.search(path.read_bytes()):
+            path = wt.work_tree / raw.decode("utf-8", "surrogateescape")
+            # lstat: a symbolic link is a link in the patch, never a file to read through.
+            if _regular(path) and CONFLICT_MARKER.search(path.read_bytes()):
                 raise ConflictError(
                     f"{path} still contains conflict markers",
                     tip="resolve them, or pass --force to keep them",
@@ -864,8 +911,8 @@ class Stack:
 
         Returns (the names whose files changed, the names left as they are because
         only their line numbers moved). Those are rewritten only with ``offsets``:
-        their files still apply, and rewriting them would turn a one-patch edit into
-        a review of every patch above it.
+        their files still give the same tree, and rewriting them would turn a
+        one-patch edit into a review of every patch above it.
         """
         wt = self.wt()
         applied = self.applied(wt)
@@ -875,36 +922,47 @@ class Stack:
                 "(`forkpatch refresh` folds them into the top patch)"
             )
         series = self.project.series
-        new_entries = list(series.patches)
-        writes: dict[PatchEntry, tuple[str, bytes]] = {}
+        by_name = {p.name: p for p in series.patches}
+        summaries: dict[str, str] = {}
+        writes: dict[PatchEntry, bytes] = {}
+        mine = []
         moved: list[str] = []
         for a in applied:
-            entry = series.get(a.name)
-            if entry.file is None:
-                self._refuse_commits_on_step(a)
-                continue
-            parent = self._parent(wt, a)
-            diff = canonical_diff(wt.diff_trees(parent, a.commit))
-            _name, summary, header = parse_commit_message(
-                wt.out("show", "-s", "--format=%B", a.first)
-            )
-            current = self.project.load_patch(entry)
-            if (
-                not offsets
-                and current is not None
-                and current.header.strip() == header.strip()
-                and current.diff != diff
-                and self._equivalent(entry, parent, a.commit, diff)
-            ):
-                moved.append(entry.name)
+            if a.name not in by_name:
+                series.get(a.name)  # a commit for a patch series.yaml does not have: an error
+            if by_name[a.name].file is not None:
+                mine.append(a)
             else:
-                writes[entry] = (header, diff)
-            if summary and summary != entry.summary:
-                new_entries = [
-                    replace(p, summary=summary) if p.name == entry.name else p for p in new_entries
-                ]
+                self._refuse_commits_on_step(a)
+        diffs = self._diffs(wt, mine)  # one git process, whatever the number of patches
+        with PatchTexts(self.store) as texts:
+            for a in mine:
+                entry = by_name[a.name]
+                _name, summary, header = parse_commit_message(self._message(wt, a))
+                # The file's own form (mail headers, quilt lines, notes) is kept where the
+                # commit did not change it; see forkpatch.patchtext.
+                rendered = texts.render(
+                    self._file_bytes(entry),
+                    commit=a.commit,
+                    parent=self._parent(wt, a),
+                    raw_diff=diffs[a.commit],
+                    description=header,
+                    summary=summary or None,
+                    source=self.project.rel(self.project.patch_path(entry)),
+                    keep_offsets=not offsets,
+                )
+                writes[entry] = rendered.data
+                if rendered.offsets_kept:
+                    moved.append(entry.name)
+                if summary and summary != entry.summary:
+                    summaries[entry.name] = summary
         new_series = (
-            series.with_patches(new_entries) if tuple(new_entries) != series.patches else None
+            series.with_patches(
+                replace(p, summary=summaries[p.name]) if p.name in summaries else p
+                for p in series.patches
+            )
+            if summaries
+            else None
         )
         # Every file and series.yaml as one unit: a kill leaves all old or all new.
         written = set(self.project.commit(writes, new_series))
@@ -932,6 +990,22 @@ class Stack:
         state.pop("worktree", None)
         state.pop("editing", None)
         self.project.write_state(state or None)
+
+
+def _regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _file_mode(root: Path, rel: str) -> int:
+    """The permission bits for rewriting ``root/rel``: its own when it is a regular file."""
+    try:
+        st = os.lstat(root / rel)
+    except OSError:
+        return 0o644
+    return 0o755 if stat.S_ISREG(st.st_mode) and st.st_mode & 0o100 else 0o644
 
 
 def _split(data: bytes) -> tuple[str, bytes]:

@@ -14,11 +14,18 @@ patches that will conflict at the next release are known before it is tagged.
 
 Acting (:func:`run`): for the chosen tag, in a work directory of its own
 (``<out>/<tag>/``, never the project itself): check, rebase, build, smoke and
-publish, each a *stage* recorded in ``result.json`` and rendered into
-``summary.md`` (a pull/merge request body). A stage already done for the same
-inputs (the target tag's commit and the bytes of series.yaml + patches/) is
-not done again, so a second run is a no-op and a pipeline can run the stages
-on different machines (``steps``), passing the directory along.
+publish, each a *stage* whose typed result (:class:`RebaseDone`,
+:class:`BuildDone`, ...) is written to a file of its own,
+``<out>/<tag>/stages/<stage>.json``, next to the files that stage made
+(``rebase/`` + ``project/``, ``dist/``, ``smoke/``). Each stage writes only its
+own files and reads only those of the stages it needs, so a pipeline can run
+the stages on different machines and pass the directories along in any order.
+``result.json`` and ``summary.md`` (a pull/merge request body) are views of
+those files. A stage already done for the same inputs (:class:`RunKey`: the
+target tag's commit and the bytes of series.yaml + patches/) is not done
+again; the summary carries the key and the outcome in a ``forkpatch-state``
+comment, so a later run that is handed the open change's body (``proposed``)
+does nothing at all when that change already says everything there is to say.
 
 :func:`prepare_change` turns a finished run into a commit on a bot branch of the
 project's own repository (deterministic: same inputs, same commit id), plus
@@ -38,10 +45,10 @@ import subprocess
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from packaging.version import InvalidVersion, Version
 
@@ -52,6 +59,7 @@ from forkpatch.errors import (
     ForkpatchError,
     ForkRepoError,
     GitError,
+    PublishError,
     SeriesError,
     SmokeError,
     UsageError,
@@ -69,8 +77,11 @@ SUMMARY_FILE = "summary.md"
 CHANGE_BODY_FILE = "change-body.md"
 MAX_BODY = 60_000
 LATEST_FILE = "latest"
-RESULT_VERSION = 1
+RUN_FILE = "run.json"
+STAGES_DIR = "stages"
+RESULT_VERSION = 2
 STEPS = ("rebase", "build", "smoke", "publish")
+STATE_MARKER = "forkpatch-state:"
 
 # Exit codes of `forkpatch track` (documented in `forkpatch track --help`).
 EXIT_UP_TO_DATE = 0
@@ -110,7 +121,8 @@ class TrackReport:
     target: TagInfo | None = None
     unparsable: list[str] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
-    forecast: dict[str, Any] | None = None
+    forecast: Forecast | None = None
+    bot_branch: str | None = None  # the bot branch for the target
 
     @property
     def exit_code(self) -> int:
@@ -129,7 +141,8 @@ class TrackReport:
             "target": self.target.to_json() if self.target else None,
             "unparsable": self.unparsable,
             "ignored": self.ignored,
-            "forecast": self.forecast,
+            "forecast": self.forecast.to_json() if self.forecast else None,
+            "bot_branch": self.bot_branch,
         }
 
 
@@ -206,6 +219,8 @@ def list_releases(project: Project, *, now: float | None = None) -> TrackReport:
     report.newer = [info for _, info in candidates]
     actionable = [info for info in report.newer if info.held_back is None]
     report.target = actionable[-1] if actionable else None
+    if report.target is not None:
+        report.bot_branch = bot_branch(project, report.target.tag)
     report.unparsable.sort()
     report.ignored.sort()
     return report
@@ -227,6 +242,94 @@ def _tag_dates(project: Project) -> dict[str, float]:
 
 
 # =========================================================================== forecast
+
+
+@dataclass(frozen=True)
+class ConflictSpot:
+    """One conflicting file of a patch: where, which hunks, why."""
+
+    path: str
+    hunks: tuple[int, ...]
+    line: int | None
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "hunks": list(self.hunks),
+            "line": self.line,
+            "reason": self.reason,
+        }
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> ConflictSpot:
+        return cls(
+            path=str(raw["path"]),
+            hunks=tuple(int(h) for h in raw.get("hunks") or ()),
+            line=raw.get("line"),
+            reason=str(raw["reason"]),
+        )
+
+
+@dataclass(frozen=True)
+class ConflictEntry:
+    """The patch that conflicts and its conflicting files."""
+
+    patch: str
+    files: tuple[str, ...]
+    conflicts: tuple[ConflictSpot, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "patch": self.patch,
+            "files": list(self.files),
+            "conflicts": [c.to_json() for c in self.conflicts],
+        }
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> ConflictEntry:
+        return cls(
+            patch=str(raw["patch"]),
+            files=tuple(raw.get("files") or ()),
+            conflicts=tuple(ConflictSpot.from_json(c) for c in raw.get("conflicts") or ()),
+        )
+
+    @classmethod
+    def from_outcome(cls, outcome: Mapping[str, Any]) -> ConflictEntry:
+        """From a rebase outcome's JSON (``name``, ``files``, ``conflicts``)."""
+        return cls.from_json({**outcome, "patch": outcome["name"]})
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """How the series fares on the head of the fork's default branch."""
+
+    branch: str
+    commit: str
+    patches: dict[str, str]
+    conflicts: tuple[ConflictEntry, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.conflicts
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "branch": self.branch,
+            "commit": self.commit,
+            "ok": self.ok,
+            "patches": dict(self.patches),
+            "conflicts": [c.to_json() for c in self.conflicts],
+        }
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> Forecast:
+        return cls(
+            branch=str(raw["branch"]),
+            commit=str(raw["commit"]),
+            patches=dict(raw.get("patches") or {}),
+            conflicts=tuple(ConflictEntry.from_json(c) for c in raw.get("conflicts") or ()),
+        )
 
 
 def fork_branch_head(project: Project) -> tuple[str, str]:
@@ -272,19 +375,19 @@ def fork_branch_head(project: Project) -> tuple[str, str]:
     return branch, commit
 
 
-def forecast(project: Project) -> dict[str, Any]:
-    """How the series fares on the head of the fork's default branch (changes nothing)."""
+def _classify_on_branch(project: Project, branch: str, head: str) -> list[Any]:
+    """The series' outcomes on a branch head, in memory (nothing written).
+
+    The one place that drives the rebase classifier directly: ``rebase.check()``
+    takes a tag, a branch head has none. When the ``forkpatch.rebase`` package
+    with its public ``classify()`` lands, this body becomes that one call.
+    """
     from forkpatch import rebase as rb
 
-    series = project.series
-    fork = project.fork()
-    branch, head = fork_branch_head(project)
-    fork.verify_base(series.base.tag, series.base.commit)
     items = project.items()
-    # rebase.check() takes a tag; a branch head has none, so drive the same walker.
-    walker = rb._Walker(
-        fork.store,
-        base_commit=series.base.commit,
+    walker = rb._Walker(  # noqa: SLF001  (until rebase.classify() is public)
+        project.fork().store,
+        base_commit=project.series.base.commit,
         onto=branch,
         onto_commit=head,
         items=items,
@@ -293,33 +396,25 @@ def forecast(project: Project) -> dict[str, Any]:
     outcomes, _head, _conflict = walker.walk(
         items, parent=head, write=False, number=1, total=len(items)
     )
-    conflicts = [_conflict_entry(o.to_json()) for o in outcomes if o.status == "conflict"]
-    return {
-        "branch": branch,
-        "commit": head,
-        "ok": not conflicts,
-        "patches": {o.name: o.status for o in outcomes},
-        "conflicts": conflicts,
-    }
+    return list(outcomes)
 
 
-def _conflict_entry(outcome: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        "patch": outcome["name"],
-        "files": list(outcome.get("files", [])),
-        "conflicts": [
-            {
-                "path": c["path"],
-                "hunks": list(c.get("hunks") or []),
-                "line": c.get("line"),
-                "reason": c["reason"],
-            }
-            for c in outcome.get("conflicts", [])
-        ],
-    }
+def forecast(project: Project) -> Forecast:
+    """How the series fares on the head of the fork's default branch (changes nothing)."""
+    branch, head = fork_branch_head(project)
+    project.fork().verify_base(project.series.base.tag, project.series.base.commit)
+    outcomes = _classify_on_branch(project, branch, head)
+    return Forecast(
+        branch=branch,
+        commit=head,
+        patches={o.name: o.status for o in outcomes},
+        conflicts=tuple(
+            ConflictEntry.from_outcome(o.to_json()) for o in outcomes if o.status == "conflict"
+        ),
+    )
 
 
-# =========================================================================== run
+# =========================================================================== run state
 
 
 @dataclass(frozen=True)
@@ -339,17 +434,385 @@ class RunOptions:
     smoke_python: str | None = None
     smoke_with: tuple[Path, ...] = ()  # extra wheels for the smoke environment
     forecast: bool = True
+    proposed: str | None = None  # body of the open change for this release, if any
 
 
-@dataclass
-class RunResult:
-    data: dict[str, Any]
-    work_dir: Path | None
-    error: ForkpatchError | None = None
+@dataclass(frozen=True)
+class RunKey:
+    """The inputs of a run: a stage done for the same key is not done again."""
+
+    tag: str
+    commit: str
+    series_sha256: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"tag": self.tag, "commit": self.commit, "series_sha256": self.series_sha256}
+
+    @classmethod
+    def from_json(cls, raw: Any) -> RunKey | None:
+        if not isinstance(raw, Mapping):
+            return None
+        try:
+            return cls(str(raw["tag"]), str(raw["commit"]), str(raw["series_sha256"]))
+        except KeyError:
+            return None
+
+    def text(self) -> str:
+        return f"{self.tag} at {self.commit[:12]}, series {self.series_sha256[:12]}"
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What a run is about; written once (``run.json``) by the job that starts it."""
+
+    key: RunKey
+    tag_version: str
+    base_tag: str
+    base_commit: str
+    fork_name: str
+    fork_url: str
+    project: str
+    branch: str
+    newer: tuple[dict[str, Any], ...]
+    forkpatch_version: str
+
+    @property
+    def tag(self) -> str:
+        return self.key.tag
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": RESULT_VERSION,
+            "key": self.key.to_json(),
+            "tag": self.key.tag,
+            "tag_version": self.tag_version,
+            "tag_commit": self.key.commit,
+            "base": {"tag": self.base_tag, "commit": self.base_commit},
+            "fork": {"name": self.fork_name, "url": self.fork_url},
+            "project": self.project,
+            "branch": self.branch,
+            "newer": list(self.newer),
+            "forkpatch_version": self.forkpatch_version,
+        }
+
+    @classmethod
+    def from_json(cls, raw: Any) -> RunInfo | None:
+        if not isinstance(raw, Mapping) or raw.get("version") != RESULT_VERSION:
+            return None
+        key = RunKey.from_json(raw.get("key"))
+        if key is None:
+            return None
+        try:
+            return cls(
+                key=key,
+                tag_version=str(raw["tag_version"]),
+                base_tag=str(raw["base"]["tag"]),
+                base_commit=str(raw["base"]["commit"]),
+                fork_name=str(raw["fork"]["name"]),
+                fork_url=str(raw["fork"]["url"]),
+                project=str(raw["project"]),
+                branch=str(raw["branch"]),
+                newer=tuple(raw.get("newer") or ()),
+                forkpatch_version=str(raw.get("forkpatch_version", "?")),
+            )
+        except (KeyError, TypeError):
+            return None
+
+
+# ---------------------------------------------------------------- stage results
+
+
+@dataclass(frozen=True)
+class Skipped:
+    reason: str
+    status: ClassVar[str] = "skipped"
+
+
+@dataclass(frozen=True)
+class Failed:
+    error: str
+    tip: str | None = None
+    target: str | None = None  # publish: where it was going (no credentials)
+    status: ClassVar[str] = "failed"
+
+
+@dataclass(frozen=True)
+class RebaseDone:
+    relation: str | None
+    note: str | None
+    summary: dict[str, int]
+    patches: dict[str, str]
+    changed_files: tuple[str, ...]
+    report_json: str
+    report_markdown: str
+    series_sha256: str  # of the rebased series in project/
+    forecast: Forecast | None = None
+    status: ClassVar[str] = "done"
+
+
+@dataclass(frozen=True)
+class RebaseConflict:
+    relation: str | None
+    conflict: ConflictEntry
+    blocked: tuple[str, ...]
+    patches: dict[str, str]
+    forecast: Forecast | None = None
+    status: ClassVar[str] = "conflict"
+
+
+@dataclass(frozen=True)
+class BuildDone:
+    mode: str
+    reason: str
+    version: str
+    wheels: dict[str, str]  # file name -> sha256
+    base_wheel: str | None
+    provenance: dict[str, Any]  # the wheel's forkpatch-provenance.json
+    status: ClassVar[str] = "done"
+
+
+@dataclass(frozen=True)
+class SmokeRun:
+    passed: bool
+    tier: str
+    runner: str
+    wheels: dict[str, str]
+    report: str
+    tiers: dict[str, str]
+    not_run: dict[str, str]
+    checks: dict[str, str]
+    failed: tuple[str, ...]
 
     @property
     def status(self) -> str:
-        return str(self.data["status"])
+        return "done" if self.passed else "failed"
+
+
+@dataclass(frozen=True)
+class PublishDone:
+    target: str
+    wheels: dict[str, str]
+    actions: dict[str, str]
+    allowed_missing_tiers: tuple[str, ...]
+    status: ClassVar[str] = "done"
+
+
+RebaseResult = RebaseDone | RebaseConflict | Failed | Skipped
+BuildResult = BuildDone | Failed | Skipped
+SmokeResult = SmokeRun | Failed | Skipped
+PublishResult = PublishDone | Failed | Skipped
+StageResult = RebaseResult | BuildResult | SmokeResult | PublishResult
+
+_NESTED: dict[str, Callable[[Any], Any]] = {
+    "forecast": lambda v: None if v is None else Forecast.from_json(v),
+    "conflict": ConflictEntry.from_json,
+}
+_BY_STATUS: dict[str, dict[str, type]] = {
+    "rebase": {"done": RebaseDone, "conflict": RebaseConflict},
+    "build": {"done": BuildDone},
+    "smoke": {"done": SmokeRun, "failed": SmokeRun},
+    "publish": {"done": PublishDone},
+}
+
+
+def stage_to_json(result: StageResult) -> dict[str, Any]:
+    out: dict[str, Any] = {"status": result.status}
+    for f in fields(result):
+        value = getattr(result, f.name)
+        if hasattr(value, "to_json"):
+            value = value.to_json()
+        elif isinstance(value, tuple):
+            value = list(value)
+        if value is not None or f.name not in ("tip", "target", "forecast"):
+            out[f.name] = value
+    return out
+
+
+def stage_from_json(stage: str, raw: Any) -> StageResult | None:
+    """A stage result read back; ``None`` when the file is not one (never trusted blindly)."""
+    if not isinstance(raw, Mapping):
+        return None
+    status = raw.get("status")
+    cls: type | None = {"skipped": Skipped}.get(str(status))
+    if cls is None:
+        cls = _BY_STATUS.get(stage, {}).get(str(status))
+        if cls is None and status == "failed" and "error" in raw:
+            cls = Failed
+    if cls is None:
+        return None
+    kwargs: dict[str, Any] = {}
+    try:
+        for f in fields(cls):
+            if f.name not in raw:
+                continue
+            value = raw[f.name]
+            if f.name in _NESTED:
+                value = _NESTED[f.name](value)
+            elif isinstance(value, list):
+                value = tuple(value)
+            kwargs[f.name] = value
+        return cls(**kwargs)  # type: ignore[no-any-return]
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class Stages:
+    """The results so far; ``None`` for a stage that has not run here."""
+
+    rebase: RebaseResult | None = None
+    build: BuildResult | None = None
+    smoke: SmokeResult | None = None
+    publish: PublishResult | None = None
+
+    def get(self, stage: str) -> StageResult | None:
+        return getattr(self, stage)  # type: ignore[no-any-return]
+
+    def with_result(self, stage: str, result: StageResult) -> Stages:
+        return replace(self, **{stage: result})  # type: ignore[arg-type]
+
+    def to_json(self) -> dict[str, Any]:
+        return {s: stage_to_json(r) for s in STEPS if (r := self.get(s)) is not None}
+
+
+def overall_status(stages: Stages) -> str:
+    """conflict | failed | published | smoked | built | rebased | pending."""
+    if isinstance(stages.rebase, RebaseConflict):
+        return "conflict"
+    present = [r for s in STEPS if (r := stages.get(s)) is not None]
+    if any(r.status == "failed" for r in present):
+        return "failed"
+    for result, name in (
+        (stages.publish, "published"),
+        (stages.smoke, "smoked"),
+        (stages.build, "built"),
+        (stages.rebase, "rebased"),
+    ):
+        if result is not None and result.status == "done":
+            return name
+    return "pending"
+
+
+def is_final(stages: Stages) -> bool:
+    """Nothing more will come of running these inputs again (no runner needs to work)."""
+    status = overall_status(stages)
+    if status in ("conflict", "failed", "published"):
+        return True
+    return status == "smoked" and isinstance(stages.publish, Skipped)
+
+
+@dataclass(frozen=True)
+class RunState:
+    info: RunInfo
+    stages: Stages
+
+    @property
+    def tag(self) -> str:
+        return self.info.tag
+
+    @property
+    def status(self) -> str:
+        return overall_status(self.stages)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.info.to_json(), "stages": self.stages.to_json(), "status": self.status}
+
+
+@dataclass(frozen=True)
+class PriorState:
+    """What an open change's body says about the run that wrote it."""
+
+    key: RunKey
+    status: str
+    final: bool
+
+
+def state_marker(state: RunState) -> str:
+    data = {
+        "key": state.info.key.to_json(),
+        "status": state.status,
+        "final": is_final(state.stages),
+    }
+    return f"<!-- {STATE_MARKER} {json.dumps(data, sort_keys=True)} -->"
+
+
+def parse_state_marker(text: str) -> PriorState | None:
+    """The ``forkpatch-state`` comment of a change body (the last one), if any."""
+    found = re.findall(rf"<!-- {re.escape(STATE_MARKER)} (\{{.*?\}}) -->", text)
+    if not found:
+        return None
+    try:
+        raw = json.loads(found[-1])
+    except ValueError:
+        return None
+    key = RunKey.from_json(raw.get("key")) if isinstance(raw, dict) else None
+    if key is None:
+        return None
+    return PriorState(key=key, status=str(raw.get("status")), final=raw.get("final") is True)
+
+
+# ---------------------------------------------------------------- the work directory
+
+
+class WorkDir:
+    """``<out>/<tag>/``: one file per stage, plus the derived result.json / summary.md."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def stage_file(self, stage: str) -> Path:
+        return self.path / STAGES_DIR / f"{stage}.json"
+
+    def load_info(self) -> RunInfo | None:
+        return RunInfo.from_json(_load_json(self.path / RUN_FILE))
+
+    def load_stages(self) -> Stages:
+        stages = Stages()
+        for stage in STEPS:
+            raw = _load_json(self.stage_file(stage))
+            if raw is None:
+                continue
+            result = stage_from_json(stage, raw)
+            if result is None:
+                log.warn(f"{self.stage_file(stage)} is not a {stage} result; ignored")
+                continue
+            stages = stages.with_result(stage, result)
+        return stages
+
+    def save_info(self, info: RunInfo) -> None:
+        atomic_write(self.path / RUN_FILE, _dump(info.to_json()))
+
+    def save_stage(self, stage: str, result: StageResult) -> None:
+        atomic_write(self.stage_file(stage), _dump(stage_to_json(result)))
+
+    def save_views(self, state: RunState) -> None:
+        atomic_write(self.path / RESULT_FILE, _dump(state.to_json()))
+        atomic_write(self.path / SUMMARY_FILE, summary_markdown(state, self.path).encode())
+
+
+@dataclass(frozen=True)
+class RunResult:
+    status: str
+    report: TrackReport
+    state: RunState | None = None
+    work_dir: Path | None = None
+    error: ForkpatchError | None = None
+    note: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        if self.state is None:
+            return {
+                "version": RESULT_VERSION,
+                "status": self.status,
+                "base": self.report.base,
+                "track": self.report.to_json(),
+                **({"note": self.note} if self.note else {}),
+            }
+        out = self.state.to_json()
+        out["status"] = self.status
+        if self.note:
+            out["note"] = self.note
+        return out
 
 
 def series_digest(project: Project) -> str:
@@ -372,7 +835,7 @@ def safe_name(tag: str) -> str:
 
 def bot_branch(project: Project, tag: str) -> str:
     template = project.series.section("track").get("bot-branch", DEFAULT_BOT_BRANCH)
-    return template.format(tag=tag, version=_version_of(tag))
+    return str(template).format(tag=tag, version=_version_of(tag))
 
 
 def _version_of(tag: str) -> str:
@@ -383,96 +846,12 @@ def _version_of(tag: str) -> str:
         return text
 
 
-def out_root(project: Project, opts: RunOptions) -> Path:
-    return (opts.out_dir or project.state_dir / DEFAULT_OUT).resolve()
+def out_root(project: Project, out_dir: Path | None) -> Path:
+    return (out_dir or project.state_dir / DEFAULT_OUT).resolve()
 
 
-def run(project: Project, opts: RunOptions) -> RunResult:
-    """Act on the newest release (or ``opts.tag``): see the module docstring.
-
-    Never raises for a stage that fails: the failure is recorded, the summary
-    written, and the error returned in :attr:`RunResult.error` for the CLI.
-    """
-    for s in opts.steps:
-        if s not in STEPS:
-            raise UsageError(f"unknown step '{s}'", tip=f"steps: {', '.join(STEPS)}")
-    report = list_releases(project)
-    target = report.target
-    if opts.tag:
-        target = _pick_tag(project, report, opts.tag)
-    if target is None:
-        log.info(f"up to date: no release newer than {report.base} to act on")
-        return RunResult(
-            data={
-                "version": RESULT_VERSION,
-                "status": "up-to-date",
-                "base": report.base,
-                "track": report.to_json(),
-            },
-            work_dir=None,
-        )
-    root = out_root(project, opts)
-    work = root / safe_name(target.tag)
-    key = {"tag": target.tag, "commit": target.commit, "series_sha256": series_digest(project)}
-    prev = _load_json(work / RESULT_FILE)
-    if prev is not None and prev.get("key") != key:
-        log.info(
-            f"{work} holds a run for other inputs ({_key_text(prev.get('key'))}); starting over"
-        )
-        prev = None
-    if prev is None and work.exists():
-        shutil.rmtree(work)
-    work.mkdir(parents=True, exist_ok=True)
-    data: dict[str, Any] = prev or {
-        "version": RESULT_VERSION,
-        "key": key,
-        "tag": target.tag,
-        "tag_version": target.version,
-        "tag_commit": target.commit,
-        "base": {"tag": project.series.base.tag, "commit": project.series.base.commit},
-        "fork": {"name": project.series.fork.name, "url": project.series.fork.url},
-        "project": str(project.root),
-        "branch": bot_branch(project, target.tag),
-        "newer": [t.to_json() for t in report.newer],
-        "stages": {},
-        "status": "pending",
-    }
-    data["forkpatch_version"] = __version__
-    atomic_write(root / LATEST_FILE, (work.name + "\n").encode())
-    ctx = _RunCtx(project=project, opts=opts, work=work, data=data)
-    error: ForkpatchError | None = None
-    stopped: str | None = None
-    try:
-        for step in STEPS:
-            if step not in opts.steps:
-                continue
-            if stopped is not None:
-                # Results of an earlier run for these stages no longer hold.
-                ctx.stages[step] = {
-                    "status": "skipped",
-                    "reason": _stop_reason(stopped, ctx.stages[stopped]),
-                }
-                continue
-            if getattr(ctx, f"stage_{step}")():
-                stopped = step
-            ctx.save()
-    except ForkpatchError as exc:  # a stage's own failure is recorded by the stage
-        error = exc
-    finally:
-        ctx.finish()
-    error = error or ctx.error
-    return RunResult(data=data, work_dir=work, error=error)
-
-
-def _stop_reason(stage: str, st: Mapping[str, Any]) -> str:
-    if st.get("status") == "conflict":
-        return "the rebase conflicts"
-    if st.get("status") == "skipped":
-        return f"{stage} was skipped ({st.get('reason')})"
-    return f"the {stage} stage did not succeed"
-
-
-def _pick_tag(project: Project, report: TrackReport, tag: str) -> TagInfo:
+def pick_tag(project: Project, report: TrackReport, tag: str) -> TagInfo:
+    """``--tag``: the named tag, with a warning when it is not a release to act on."""
     for info in report.newer:
         if info.tag == tag:
             if info.held_back:
@@ -488,24 +867,119 @@ def _pick_tag(project: Project, report: TrackReport, tag: str) -> TagInfo:
             f"tag '{tag}' is not in the fork; nearest: "
             f"{', '.join(nearest_tags(tag, tags)) or 'none'}"
         )
+    parsed = parse_tag(tag, _pattern(project))
+    if not isinstance(parsed, Version):
+        log.warn(
+            f"{tag} is not a release tag (it does not match track.pattern "
+            f"'{project.series.section('track').get('pattern', DEFAULT_PATTERN)}' as a PEP 440 "
+            "version); acting on it because --tag names it, as for a pre-release"
+        )
+    elif report.base_version is not None and parsed <= Version(report.base_version):
+        log.warn(
+            f"{tag} is not newer than the base {report.base}; acting on it because --tag names it"
+        )
     return TagInfo(tag=tag, version=_version_of(tag), commit=tags[tag])
 
 
-def _key_text(key: Any) -> str:
-    if not isinstance(key, Mapping):
-        return "unknown"
-    return (
-        f"{key.get('tag')} at {str(key.get('commit'))[:12]}, series "
-        f"{str(key.get('series_sha256'))[:12]}"
+def _start(project: Project, report: TrackReport, target: TagInfo, work: WorkDir) -> RunState:
+    """The state of the run for these inputs: resumed from ``work`` or new (``work`` cleared)."""
+    key = RunKey(target.tag, target.commit, series_digest(project))
+    prev = work.load_info()
+    if prev is not None and prev.key != key:
+        log.info(f"{work.path} holds a run for other inputs ({prev.key.text()}); starting over")
+        prev = None
+    if prev is None:
+        if work.path.exists():
+            shutil.rmtree(work.path)
+        work.path.mkdir(parents=True)
+        series = project.series
+        prev = RunInfo(
+            key=key,
+            tag_version=target.version,
+            base_tag=series.base.tag,
+            base_commit=series.base.commit,
+            fork_name=series.fork.name,
+            fork_url=series.fork.url,
+            project=str(project.root),
+            branch=bot_branch(project, target.tag),
+            newer=tuple(t.to_json() for t in report.newer),
+            forkpatch_version=__version__,
+        )
+        work.save_info(prev)
+    return RunState(info=prev, stages=work.load_stages())
+
+
+def run(project: Project, opts: RunOptions) -> RunResult:
+    """Act on the newest release (or ``opts.tag``): see the module docstring.
+
+    Never raises for a stage that fails: the failure is recorded, the summary
+    written, and the error returned in :attr:`RunResult.error` for the CLI.
+    """
+    for s in opts.steps:
+        if s not in STEPS:
+            raise UsageError(f"unknown step '{s}'", tip=f"steps: {', '.join(STEPS)}")
+    report = list_releases(project)
+    target = pick_tag(project, report, opts.tag) if opts.tag else report.target
+    if target is None:
+        log.info(f"up to date: no release newer than {report.base} to act on")
+        return RunResult(status="up-to-date", report=report)
+    root = out_root(project, opts.out_dir)
+    prior = parse_state_marker(opts.proposed or "")
+    key = RunKey(target.tag, target.commit, series_digest(project))
+    if prior is not None and prior.key == key and prior.final:
+        note = (
+            f"the open change for {target.tag} already reports these inputs ({key.text()}): "
+            f"{prior.status}; nothing to do"
+        )
+        log.info(note)
+        return RunResult(status="unchanged", report=report, note=note)
+    work = WorkDir(root / safe_name(target.tag))
+    state = _start(project, report, target, work)
+    atomic_write(root / LATEST_FILE, (work.path.name + "\n").encode())
+    ctx = _RunCtx(project=project, opts=opts, work=work, info=state.info)
+    stages = state.stages
+    error: ForkpatchError | None = None
+    stopped: str | None = None
+    try:
+        for step in STEPS:
+            if step not in opts.steps:
+                continue
+            if stopped is not None:
+                # Results of an earlier run for these stages no longer hold.
+                stages = stages.with_result(step, Skipped(_stop_reason(stopped, stages)))
+                work.save_stage(step, stages.get(step))  # type: ignore[arg-type]
+                continue
+            outcome = ctx.run_stage(step, stages)
+            if outcome.result is not None:
+                stages = stages.with_result(step, outcome.result)
+                work.save_stage(step, outcome.result)
+            if outcome.error is not None:
+                error = error or outcome.error
+            if outcome.stop:
+                stopped = step
+    finally:
+        state = RunState(info=state.info, stages=stages)
+        work.save_views(state)
+    return RunResult(
+        status=state.status, report=report, state=state, work_dir=work.path, error=error
     )
+
+
+def _stop_reason(stage: str, stages: Stages) -> str:
+    result = stages.get(stage)
+    if isinstance(result, RebaseConflict):
+        return "the rebase conflicts"
+    if isinstance(result, Skipped):
+        return f"{stage} was skipped ({result.reason})"
+    return f"the {stage} stage did not succeed"
 
 
 def _load_json(path: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text())
-    except (FileNotFoundError, ValueError):
+    except (FileNotFoundError, NotADirectoryError, ValueError):
         return None
-    return data if isinstance(data, dict) and data.get("version") == RESULT_VERSION else None
+    return data if isinstance(data, dict) else None
 
 
 def _dump(data: Any) -> bytes:
@@ -532,38 +1006,51 @@ def runner_class() -> str:
     return "cuda:" + ",".join(caps) if caps else "cpu"
 
 
-@dataclass
-class _RunCtx:
-    project: Project
-    opts: RunOptions
-    work: Path
-    data: dict[str, Any]
-    error: ForkpatchError | None = None
-    _copy: Project | None = None
+# =========================================================================== stages
 
-    # ---------------------------------------------------------------- plumbing
+
+@dataclass(frozen=True)
+class StageOutcome:
+    """What one stage did: its result to record (None: nothing to record), whether the
+    stages after it must not run, and the error for the CLI's exit code."""
+
+    result: StageResult | None
+    stop: bool = False
+    error: ForkpatchError | None = None
+
+
+def _failed(stage: str, exc: ForkpatchError, target: str | None = None) -> StageOutcome:
+    log.error(f"{stage}: {exc.message}")
+    return StageOutcome(Failed(exc.message, exc.tip, target), stop=True, error=exc)
+
+
+def _out_of_order(exc: UsageError) -> StageOutcome:
+    """Asked for a stage whose input is not here: say so, record nothing."""
+    return StageOutcome(None, stop=True, error=exc)
+
+
+class _RunCtx:
+    """The project, the options and the work directory of one run; runs one stage at a
+    time on the typed results so far and returns the new result (it keeps no state)."""
+
+    def __init__(self, project: Project, opts: RunOptions, work: WorkDir, info: RunInfo) -> None:
+        self.project = project
+        self.opts = opts
+        self.work = work
+        self.info = info
+        self._copy: Project | None = None
 
     @property
     def tag(self) -> str:
-        return str(self.data["tag"])
+        return self.info.tag
 
     @property
-    def stages(self) -> dict[str, Any]:
-        return self.data["stages"]  # type: ignore[no-any-return]
+    def dir(self) -> Path:
+        return self.work.path
 
-    def save(self) -> None:
-        self.data["status"] = overall_status(self.data)
-        atomic_write(self.work / RESULT_FILE, _dump(self.data))
-
-    def finish(self) -> None:
-        self.save()
-        atomic_write(self.work / SUMMARY_FILE, summary_markdown(self.data, self.work).encode())
-
-    def fail(self, stage: str, exc: ForkpatchError, **extra: Any) -> bool:
-        self.stages[stage] = {"status": "failed", "error": exc.message, "tip": exc.tip, **extra}
-        self.error = exc
-        log.error(f"{stage}: {exc.message}")
-        return True
+    def run_stage(self, stage: str, stages: Stages) -> StageOutcome:
+        runner: Callable[[Stages], StageOutcome] = getattr(self, f"stage_{stage}")
+        return runner(stages)
 
     def copy(self) -> Project:
         """The project as this run sees it: ``<work>/project`` (series.yaml + patches/).
@@ -573,7 +1060,7 @@ class _RunCtx:
         the project can reach the fork.
         """
         if self._copy is None:
-            dest = self.work / "project"
+            dest = self.dir / "project"
             if not (dest / SERIES_FILE).is_file():
                 if dest.exists():
                     shutil.rmtree(dest)
@@ -586,108 +1073,114 @@ class _RunCtx:
             self._copy = Project(root=dest, fork_override=str(self.project.fork().store.git_dir))
         return self._copy
 
-    def prepare_store(self, *tags: str) -> None:
-        """Make sure the project's store holds the tags the copy will ask for."""
+    def prepare_store(self) -> None:
+        """Make sure the project's store holds the base and the tag the copy will ask for."""
         fork = self.project.fork()
         series = self.project.series
         fork.verify_base(series.base.tag, series.base.commit)
-        for t in tags:
-            fork.resolve_tag(t)
+        fork.resolve_tag(self.tag)
 
-    # ---------------------------------------------------------------- stages
+    # ---------------------------------------------------------------- rebase
 
-    def stage_rebase(self) -> bool:
-        done = self.stages.get("rebase")
+    def stage_rebase(self, stages: Stages) -> StageOutcome:
+        done = stages.rebase
         if (
-            done
-            and done.get("status") in ("done", "conflict")
-            and (self.work / "project" / SERIES_FILE).is_file()
+            isinstance(done, (RebaseDone, RebaseConflict))
+            and (self.dir / "project" / SERIES_FILE).is_file()
         ):
-            log.info(f"rebase onto {self.tag}: already {done['status']} (in {self.work})")
-            return done["status"] == "conflict"
+            log.info(f"rebase onto {self.tag}: already {done.status} (in {self.dir})")
+            return StageOutcome(done, stop=isinstance(done, RebaseConflict))
         from forkpatch import rebase as rb
 
+        fc = None
         if self.opts.forecast:
             with contextlib.suppress(ForkpatchError):
-                self.data["forecast"] = forecast(self.project)
+                fc = forecast(self.project)
         try:
-            self.prepare_store(self.tag)
+            self.prepare_store()
             copy = self.copy()
             with log.step(f"forkpatch check --onto {self.tag}"):
                 plan = rb.check(copy, rb.RebaseOptions(onto=self.tag))
             if not plan.ok:
-                self.stages["rebase"] = _conflict_stage(plan.to_json(), self.tag)
-                self.error = ConflictError(
-                    f"the series does not rebase cleanly onto {self.tag}: patch "
-                    f"'{self.stages['rebase']['conflict']['patch']}' conflicts",
-                    tip=f"the summary in {self.work / SUMMARY_FILE} says what to run locally",
+                conflict = _conflict_stage(plan.to_json(), fc)
+                return StageOutcome(
+                    conflict,
+                    stop=True,
+                    error=ConflictError(
+                        f"the series does not rebase cleanly onto {self.tag}: patch "
+                        f"'{conflict.conflict.patch}' conflicts",
+                        tip=f"the summary in {self.dir / SUMMARY_FILE} says what to run locally",
+                    ),
                 )
-                return True
-            report_dir = self.work / "rebase"
             with log.step(f"forkpatch rebase --onto {self.tag}"), copy.locked("rebase"):
-                result = rb.rebase(copy, rb.RebaseOptions(onto=self.tag, report_dir=report_dir))
+                result = rb.rebase(
+                    copy, rb.RebaseOptions(onto=self.tag, report_dir=self.dir / "rebase")
+                )
         except ConflictError as exc:  # check said clean but the rebase stopped: undo it
             with contextlib.suppress(ForkpatchError):
                 rb.abort(self.copy())
-            return self.fail("rebase", exc)
+            return _failed("rebase", exc)
         except ForkpatchError as exc:
-            return self.fail("rebase", exc)
+            return _failed("rebase", exc)
         from forkpatch import report as report_mod
 
         stem = report_mod.file_stem(result.report)
-        self.stages["rebase"] = {
-            "status": "done",
-            "relation": result.plan.relation,
-            "note": result.plan.note,
-            "summary": result.report["summary"],
-            "patches": {o.name: o.status for o in result.plan.outcomes},
-            "changed_files": result.written,
-            "report": {"json": f"rebase/{stem}.json", "markdown": f"rebase/{stem}.md"},
-            "series_sha256": series_digest(copy),
-        }
-        return False
+        return StageOutcome(
+            RebaseDone(
+                relation=result.plan.relation,
+                note=result.plan.note,
+                summary=dict(result.report["summary"]),
+                patches={o.name: o.status for o in result.plan.outcomes},
+                changed_files=tuple(result.written),
+                report_json=f"rebase/{stem}.json",
+                report_markdown=f"rebase/{stem}.md",
+                series_sha256=series_digest(copy),
+                forecast=fc,
+            )
+        )
 
-    def _rebased(self, stage: str) -> Project | None:
-        """The rebased copy, or None (recorded) when the rebase has not succeeded here."""
-        rebase = self.stages.get("rebase", {})
-        if rebase.get("status") != "done":
-            if not rebase:  # asked out of order: say so, record nothing
-                self.error = UsageError(
-                    f"cannot {stage}: no rebase onto {self.tag} in {self.work}",
+    def _rebased(self, stage: str, stages: Stages) -> Project | StageOutcome:
+        """The rebased copy, or the outcome to record when the rebase has not succeeded."""
+        rebase = stages.rebase
+        if rebase is None:
+            return _out_of_order(
+                UsageError(
+                    f"cannot {stage}: no rebase onto {self.tag} in {self.dir}",
                     tip="run the rebase step first (`forkpatch track --run --steps rebase`) "
                     "and pass its output directory along (--out)",
                 )
-                return None
+            )
+        if not isinstance(rebase, RebaseDone):
             why = (
                 "the rebase conflicts"
-                if rebase.get("status") == "conflict"
+                if isinstance(rebase, RebaseConflict)
                 else "the rebase failed"
             )
-            self.stages[stage] = {"status": "skipped", "reason": why}
-            return None
+            return StageOutcome(Skipped(why), stop=True)
         copy = self.copy()
-        if series_digest(copy) != rebase.get("series_sha256"):
-            self.error = UsageError(
-                f"{copy.root} was changed after the rebase", tip=f"remove {self.work} and run again"
+        if series_digest(copy) != rebase.series_sha256:
+            exc = UsageError(
+                f"{copy.root} was changed after the rebase", tip=f"remove {self.dir} and run again"
             )
-            self.stages[stage] = {"status": "failed", "error": self.error.message}
-            return None
+            return StageOutcome(Failed(exc.message, exc.tip), stop=True, error=exc)
         return copy
 
-    def stage_build(self) -> bool:
-        copy = self._rebased("build")
-        if copy is None:
-            return True
-        dist = self.work / "dist"
-        done = self.stages.get("build")
-        if done and done.get("status") == "done" and _files_match(dist, done["wheels"]):
-            log.info(f"build for {self.tag}: already done ({', '.join(done['wheels'])})")
-            return False
+    # ---------------------------------------------------------------- build
+
+    def stage_build(self, stages: Stages) -> StageOutcome:
+        copy = self._rebased("build", stages)
+        if isinstance(copy, StageOutcome):
+            return copy
+        dist = self.dir / "dist"
+        done = stages.build
+        if isinstance(done, BuildDone) and _files_match(dist, done.wheels):
+            log.info(f"build for {self.tag}: already done ({', '.join(done.wheels)})")
+            return StageOutcome(done)
         from forkpatch.wheels.buildwheel import BuildOptions, build_wheel
 
         try:
             base_wheel = self.base_wheel(copy)
-            self.prepare_store(self.tag)
+            self.prepare_store()
             if dist.exists():
                 shutil.rmtree(dist)
             with copy.locked("build-wheel"):
@@ -698,18 +1191,17 @@ class _RunCtx:
                     ),
                 )
         except ForkpatchError as exc:
-            return self.fail("build", exc)
-        prov = result.provenance.to_dict()
-        self.stages["build"] = {
-            "status": "done",
-            "mode": result.mode,
-            "reason": result.reason,
-            "version": result.version,
-            "wheels": {w.name: result.sha256[w.name] for w in result.wheels},
-            "base_wheel": base_wheel.name if base_wheel else None,
-            "provenance": prov,
-        }
-        return False
+            return _failed("build", exc)
+        return StageOutcome(
+            BuildDone(
+                mode=result.mode,
+                reason=result.reason,
+                version=result.version,
+                wheels={w.name: result.sha256[w.name] for w in result.wheels},
+                base_wheel=base_wheel.name if base_wheel else None,
+                provenance=result.provenance.to_dict(),
+            )
+        )
 
     def base_wheel(self, copy: Project) -> Path | None:
         """``--base-wheel`` or build.base-wheel, with {tag}/{version} filled in; URLs fetched."""
@@ -718,7 +1210,7 @@ class _RunCtx:
             return None
         text = raw.replace("{tag}", self.tag).replace("{version}", _version_of(self.tag))
         if re.match(r"^https?://", text):
-            return _download(text, self.work / "base-wheel")
+            return _download(text, self.dir / "base-wheel")
         if text.startswith("file://"):
             text = urllib.parse.unquote(urllib.parse.urlsplit(text).path)
         path = Path(text).expanduser()
@@ -732,45 +1224,50 @@ class _RunCtx:
             )
         return path
 
-    def stage_smoke(self) -> bool:
-        build = self.stages.get("build", {})
-        if not build:
-            self.error = UsageError(
-                f"cannot smoke: no build for {self.tag} in {self.work}",
-                tip="run the build step first and pass its output directory along (--out)",
+    # ---------------------------------------------------------------- smoke
+
+    def stage_smoke(self, stages: Stages) -> StageOutcome:
+        build = stages.build
+        if build is None:
+            return _out_of_order(
+                UsageError(
+                    f"cannot smoke: no build for {self.tag} in {self.dir}",
+                    tip="run the build step first and pass its output directory along (--out)",
+                )
             )
-            return True
-        if build.get("status") != "done":
-            self.stages["smoke"] = {"status": "skipped", "reason": "nothing was built"}
-            return True
+        if not isinstance(build, BuildDone):
+            return StageOutcome(Skipped("nothing was built"), stop=True)
         copy = self.copy()
-        dist = self.work / "dist"
-        if not _files_match(dist, build["wheels"]):
-            return self.fail(
+        dist = self.dir / "dist"
+        if not _files_match(dist, build.wheels):
+            return _failed(
                 "smoke",
                 SmokeError(
                     f"the wheels in {dist} are not the ones the build made",
-                    tip=f"remove {self.work} and run again",
+                    tip=f"remove {self.dir} and run again",
                 ),
             )
         runner = runner_class()
-        wheels = tuple(dist / name for name in build["wheels"])
-        done = self.stages.get("smoke")
+        done = stages.smoke
         if (
-            done
-            and done.get("status") == "done"
-            and done.get("wheels") == build["wheels"]
-            and done.get("tier") == self.opts.smoke_tier
-            and done.get("runner") == runner
+            isinstance(done, SmokeRun)
+            and done.passed
+            and done.wheels == build.wheels
+            and done.tier == self.opts.smoke_tier
+            and done.runner == runner
         ):
             log.info(f"smoke for {self.tag}: already done on this kind of runner ({runner})")
-            return False
+            return StageOutcome(done)
+        return self._smoke(copy, build, runner)
+
+    def _smoke(self, copy: Project, build: BuildDone, runner: str) -> StageOutcome:
         from forkpatch.smoke import SmokeOptions, run_smoke
 
         section = copy.series.section("smoke")
-        smoke_dir = self.work / "smoke"
+        smoke_dir = self.dir / "smoke"
         smoke_dir.mkdir(exist_ok=True)
         report_path = smoke_dir / "report.json"
+        wheels = tuple(self.dir / "dist" / name for name in build.wheels)
         try:
             outcome = run_smoke(
                 SmokeOptions(
@@ -785,84 +1282,102 @@ class _RunCtx:
                 copy,
             )
         except ForkpatchError as exc:
-            return self.fail("smoke", exc)
+            return _failed("smoke", exc)
         rep = outcome.report
-        failed = [c["id"] for c in rep["checks"] if c["outcome"] in ("failed", "error")]
-        self.stages["smoke"] = {
-            "status": "done" if outcome.passed else "failed",
-            "passed": outcome.passed,
-            "tier": self.opts.smoke_tier,
-            "runner": runner,
-            "wheels": build["wheels"],
-            "report": "smoke/report.json",
-            "tiers": rep["tiers"]["status"],
-            "not_run": rep["tiers"]["not_run"],
-            "checks": {c["id"]: c["outcome"] for c in rep["checks"]},
-            "failed": failed,
-        }
-        if not outcome.passed:
-            self.error = SmokeError(
+        failed = tuple(c["id"] for c in rep["checks"] if c["outcome"] in ("failed", "error"))
+        result = SmokeRun(
+            passed=outcome.passed,
+            tier=self.opts.smoke_tier,
+            runner=runner,
+            wheels=dict(build.wheels),
+            report="smoke/report.json",
+            tiers=dict(rep["tiers"]["status"]),
+            not_run=dict(rep["tiers"]["not_run"]),
+            checks={c["id"]: c["outcome"] for c in rep["checks"]},
+            failed=failed,
+        )
+        if outcome.passed:
+            return StageOutcome(result)
+        return StageOutcome(
+            result,
+            stop=True,
+            error=SmokeError(
                 f"{len(failed)} smoke check(s) failed: {', '.join(failed)}",
                 tip=f"see {report_path}",
-            )
-            return True
-        return False
+            ),
+        )
 
-    def stage_publish(self) -> bool:
-        smoke = self.stages.get("smoke", {})
-        copy = self.copy()
-        target = self.opts.publish_to or copy.series.section("publish").get("to")
+    # ---------------------------------------------------------------- publish
+
+    def stage_publish(self, stages: Stages) -> StageOutcome:
+        target = self.opts.publish_to or self.copy().series.section("publish").get("to")
         if not self.opts.publish or not target:
             why = (
                 "--no-publish"
                 if not self.opts.publish
                 else "no target (publish.to in series.yaml, or --publish-to)"
             )
-            self.stages["publish"] = {"status": "skipped", "reason": why}
-            return False
-        if not smoke:
-            self.error = UsageError(
-                f"cannot publish: no smoke result for {self.tag} in {self.work}",
-                tip="run the smoke step first and pass its output directory along (--out)",
+            return StageOutcome(Skipped(why))
+        smoke, build = stages.smoke, stages.build
+        if smoke is None:
+            return _out_of_order(
+                UsageError(
+                    f"cannot publish: no smoke result for {self.tag} in {self.dir}",
+                    tip="run the smoke step first and pass its output directory along (--out)",
+                )
             )
-            return True
-        if smoke.get("status") != "done":
-            self.stages["publish"] = {"status": "skipped", "reason": "the smoke suite did not pass"}
-            return True
-        build = self.stages["build"]
+        if not (isinstance(smoke, SmokeRun) and smoke.passed and isinstance(build, BuildDone)):
+            return StageOutcome(Skipped("the smoke suite did not pass"), stop=True)
         target_text = _public_target(str(target))
-        done = self.stages.get("publish")
+        done = stages.publish
         if (
-            done
-            and done.get("status") == "done"
-            and done.get("target") == target_text
-            and done.get("wheels") == build["wheels"]
+            isinstance(done, PublishDone)
+            and done.target == target_text
+            and done.wheels == build.wheels
         ):
             log.info(f"publish for {self.tag}: already done to {target_text}")
-            return False
+            return StageOutcome(done)
+        return self._publish(str(target), build, smoke)
+
+    def _publish(self, target: str, build: BuildDone, smoke: SmokeRun) -> StageOutcome:
         from forkpatch.publish import PublishOptions, publish
 
-        wheels = tuple(self.work / "dist" / name for name in build["wheels"])
+        target_text = _public_target(target)
+        wheels = tuple(self.dir / "dist" / name for name in build.wheels)
         try:
+            _check_uploader(target)
             published = publish(
                 PublishOptions(
                     wheels=wheels,
-                    to=str(target),
+                    to=target,
                     allow_missing_tiers=self.opts.allow_missing_tiers,
-                    reports=(self.work / smoke["report"],),
+                    reports=(self.dir / smoke.report,),
                 ),
-                copy,
+                self.copy(),
             )
         except ForkpatchError as exc:
-            return self.fail("publish", exc, target=target_text)
-        self.stages["publish"] = {
-            "status": "done",
-            "target": target_text,
-            "wheels": build["wheels"],
-            "actions": {p.file: p.action for p in published},
-            "allowed_missing_tiers": sorted({t for p in published for t in p.overrides}),
-        }
-        return False
+            return _failed("publish", exc, target=target_text)
+        return StageOutcome(
+            PublishDone(
+                target=target_text,
+                wheels=dict(build.wheels),
+                actions={p.file: p.action for p in published},
+                allowed_missing_tiers=tuple(sorted({t for p in published for t in p.overrides})),
+            )
+        )
+
+
+def _check_uploader(target: str) -> None:
+    """An upload target needs twine in forkpatch's own environment: say so before trying."""
+    import importlib.util
+    import sys
+
+    if re.match(r"^https?://", target) and importlib.util.find_spec("twine") is None:
+        raise PublishError(
+            f"cannot upload to {_public_target(target)}: twine is not installed in "
+            f"forkpatch's environment ({sys.executable})",
+            tip="install it there: pip install 'forkpatch[publish]' (or pip install twine)",
+        )
 
 
 def _public_target(target: str) -> str:
@@ -907,37 +1422,16 @@ def _download(url: str, dest_dir: Path) -> Path:
     return dest
 
 
-def _conflict_stage(plan: Mapping[str, Any], tag: str) -> dict[str, Any]:
+def _conflict_stage(plan: Mapping[str, Any], fc: Forecast | None) -> RebaseConflict:
     outcomes = plan["patches"]
     first = next(o for o in outcomes if o["status"] == "conflict")
-    return {
-        "status": "conflict",
-        "relation": plan.get("relation"),
-        "conflict": _conflict_entry(first),
-        "blocked": [o["name"] for o in outcomes if o["status"] == "blocked"],
-        "patches": {o["name"]: o["status"] for o in outcomes},
-    }
-
-
-def overall_status(data: Mapping[str, Any]) -> str:
-    """conflict | failed | published | smoked | built | rebased | pending."""
-    stages = data.get("stages", {})
-    states = {k: v.get("status") for k, v in stages.items()}
-    if states.get("rebase") == "conflict":
-        return "conflict"
-    if "failed" in states.values():
-        return "failed"
-    if states.get("smoke") == "done" and not stages.get("smoke", {}).get("passed", True):
-        return "failed"
-    for stage, name in (
-        ("publish", "published"),
-        ("smoke", "smoked"),
-        ("build", "built"),
-        ("rebase", "rebased"),
-    ):
-        if states.get(stage) == "done":
-            return name
-    return "pending"
+    return RebaseConflict(
+        relation=plan.get("relation"),
+        conflict=ConflictEntry.from_outcome(first),
+        blocked=tuple(o["name"] for o in outcomes if o["status"] == "blocked"),
+        patches={o["name"]: o["status"] for o in outcomes},
+        forecast=fc,
+    )
 
 
 # =========================================================================== summary
@@ -947,119 +1441,74 @@ def _code(text: Any) -> str:
     return f"`{text}`"
 
 
-def summary_markdown(data: Mapping[str, Any], work: Path | None = None) -> str:
+def _not_done(result: Skipped | Failed) -> list[str]:
+    text = result.reason if isinstance(result, Skipped) else result.error
+    tip = result.tip if isinstance(result, Failed) else None
+    return [f"- {result.status}: {text}", *([f"- tip: {tip}"] if tip else []), ""]
+
+
+def summary_markdown(state: RunState, work: Path | None = None) -> str:
     """The pull/merge request (or issue) body. Deterministic: no times, no durations.
 
-    ``work``: the run's directory, where the rebase report is read from.
+    ``work``: the run's directory, where the rebase report is read from. The body
+    ends with the ``forkpatch-state`` comment that a later run reads back.
     """
-    tag = data["tag"]
-    base = data["base"]
-    stages = data.get("stages", {})
-    status = data.get("status", overall_status(data))
-    out = [f"# forkpatch: {base['tag']} → {tag} ({status})", ""]
-    out.append(f"- fork: {data['fork']['name']} ({data['fork']['url']})")
+    info, stages = state.info, state.stages
+    tag = info.tag
+    out = [f"# forkpatch: {info.base_tag} → {tag} ({state.status})", ""]
+    out.append(f"- fork: {info.fork_name} ({info.fork_url})")
     out.append(
-        f"- new release: {_code(tag)} (`{data['tag_commit'][:12]}`), series base "
-        f"{_code(base['tag'])} (`{base['commit'][:12]}`)"
+        f"- new release: {_code(tag)} (`{info.key.commit[:12]}`), series base "
+        f"{_code(info.base_tag)} (`{info.base_commit[:12]}`)"
     )
-    newer = [
-        t["tag"] + (" (held back)" if t.get("held_back") else "") for t in data.get("newer", [])
-    ]
+    newer = [t["tag"] + (" (held back)" if t.get("held_back") else "") for t in info.newer]
     if len(newer) > 1:
         out.append(f"- newer tags: {', '.join(newer)}")
-    out.append(f"- bot branch: {_code(data['branch'])}")
+    out.append(f"- bot branch: {_code(info.branch)}")
     out.append(
-        f"- inputs: series sha256 `{data['key']['series_sha256'][:16]}`, "
-        f"forkpatch {data.get('forkpatch_version', '?')}"
+        f"- inputs: series sha256 `{info.key.series_sha256[:16]}`, "
+        f"forkpatch {info.forkpatch_version}"
     )
     out.append("")
-    out += _rebase_section(data, stages.get("rebase"), work)
-    out += _build_section(stages.get("build"))
-    out += _smoke_section(stages.get("smoke"))
-    out += _publish_section(stages.get("publish"))
-    fc = data.get("forecast")
+    out += _rebase_section(info, stages.rebase, work)
+    out += _build_section(stages.build)
+    out += _smoke_section(stages)
+    out += _publish_section(stages.publish)
+    fc = stages.rebase.forecast if isinstance(stages.rebase, (RebaseDone, RebaseConflict)) else None
     if fc:
         out += ["## Forecast: the fork's default branch", ""]
-        head = f"`{fc['branch']}` at `{fc['commit'][:12]}`"
-        if fc["ok"]:
+        head = f"`{fc.branch}` at `{fc.commit[:12]}`"
+        if fc.ok:
             out.append(f"- the series applies to {head} without conflicts")
-        else:
-            for c in fc["conflicts"]:
-                out.append(
-                    f"- {_code(c['patch'])} would conflict on {head}: "
-                    + "; ".join(_hunks_text(x) for x in c["conflicts"])
-                )
+        for c in fc.conflicts:
+            out.append(
+                f"- {_code(c.patch)} would conflict on {head}: "
+                + "; ".join(_hunks_text(x) for x in c.conflicts)
+            )
         out.append("")
+    out.append(state_marker(state))
     return "\n".join(out).rstrip("\n") + "\n"
 
 
-def _hunks_text(c: Mapping[str, Any]) -> str:
-    hunks = c.get("hunks") or []
+def _hunks_text(c: ConflictSpot) -> str:
+    hunks = c.hunks
     where = f"hunk{'s' if len(hunks) > 1 else ''} {', '.join(map(str, hunks))} of " if hunks else ""
-    line = f" (near line {c['line']})" if c.get("line") else ""
-    return f"{where}{_code(c['path'])}{line}"
+    line = f" (near line {c.line})" if c.line else ""
+    return f"{where}{_code(c.path)}{line}"
 
 
-def _rebase_section(
-    data: Mapping[str, Any], st: Mapping[str, Any] | None, work: Path | None
-) -> list[str]:
-    tag = data["tag"]
+def _rebase_section(info: RunInfo, st: RebaseResult | None, work: Path | None) -> list[str]:
     out = ["## Rebase", ""]
-    if not st:
+    if st is None:
         return [*out, "- not run yet", ""]
-    if st["status"] == "conflict":
-        c = st["conflict"]
-        out.append(
-            f"**The series does not rebase cleanly onto {_code(tag)}.** Patch "
-            f"{_code(c['patch'])} conflicts; nothing was built or published."
-        )
-        out.append("")
-        out.append("| file | hunks | line | reason |")
-        out.append("|---|---|---|---|")
-        for x in c["conflicts"]:
-            out.append(
-                f"| {_code(x['path'])} | {', '.join(map(str, x['hunks'])) or '-'} | "
-                f"{x.get('line') or '-'} | {x['reason'].replace('|', '/')} |"
-            )
-        if st.get("blocked"):
-            out += [
-                "",
-                "Not tried (they come after it): " + ", ".join(_code(b) for b in st["blocked"]),
-            ]
-        others = {
-            n: s for n, s in st.get("patches", {}).items() if s not in ("conflict", "blocked")
-        }
-        if others:
-            out += ["", "Before it: " + ", ".join(f"{_code(n)} {s}" for n, s in others.items())]
-        out += [
-            "",
-            "### Resolve it locally",
-            "",
-            "```sh",
-            "git switch -c " + data["branch"],
-            f"forkpatch rebase --onto {tag}      # stops at the conflict (a work tree)",
-            f"$EDITOR .forkpatch/rebase-worktree/{c['conflicts'][0]['path']}"
-            if c["conflicts"]
-            else "$EDITOR .forkpatch/rebase-worktree/...",
-            "forkpatch rebase --continue        # or --skip to drop the patch, --abort",
-            f"forkpatch track --run --tag {tag} --no-publish   # build + smoke it",
-            "git add -A series.yaml patches",
-            f"git commit -m 'Rebase the series onto {tag}' && git push",
-            "```",
-            "",
-        ]
-        return out
-    if st["status"] in ("failed", "skipped"):
-        return [
-            *out,
-            f"- {st['status']}: {st.get('error') or st.get('reason')}",
-            *([f"- tip: {st['tip']}"] if st.get("tip") else []),
-            "",
-        ]
-    counts = ", ".join(f"{n} {s}" for s, n in st["summary"].items())
-    out.append(f"- {len(st['patches'])} patch(es): {counts}")
-    if st.get("note"):
-        out.append(f"- **note:** {st['note']}")
+    if isinstance(st, RebaseConflict):
+        return out + _conflict_section(info, st)
+    if isinstance(st, (Skipped, Failed)):
+        return out + _not_done(st)
+    counts = ", ".join(f"{n} {s}" for s, n in st.summary.items())
+    out.append(f"- {len(st.patches)} patch(es): {counts}")
+    if st.note:
+        out.append(f"- **note:** {st.note}")
     out.append("")
     out.append("<details><summary>Rebase report</summary>")
     out.append("")
@@ -1070,36 +1519,71 @@ def _rebase_section(
     return out
 
 
-def _read_rebase_markdown(work: Path | None, st: Mapping[str, Any]) -> str:
+def _conflict_section(info: RunInfo, st: RebaseConflict) -> list[str]:
+    tag, c = info.tag, st.conflict
+    out = [
+        (
+            f"**The series does not rebase cleanly onto {_code(tag)}.** Patch "
+            f"{_code(c.patch)} conflicts; nothing was built or published."
+        ),
+        "",
+        "| file | hunks | line | reason |",
+        "|---|---|---|---|",
+    ]
+    for x in c.conflicts:
+        out.append(
+            f"| {_code(x.path)} | {', '.join(map(str, x.hunks)) or '-'} | "
+            f"{x.line or '-'} | {x.reason.replace('|', '/')} |"
+        )
+    if st.blocked:
+        out += ["", "Not tried (they come after it): " + ", ".join(_code(b) for b in st.blocked)]
+    others = {n: s for n, s in st.patches.items() if s not in ("conflict", "blocked")}
+    if others:
+        out += ["", "Before it: " + ", ".join(f"{_code(n)} {s}" for n, s in others.items())]
+    first = c.conflicts[0].path if c.conflicts else "..."
+    return [
+        *out,
+        "",
+        "### Resolve it locally",
+        "",
+        "```sh",
+        "git switch -c " + info.branch,
+        f"forkpatch rebase --onto {tag}      # stops at the conflict (a work tree)",
+        f"$EDITOR .forkpatch/rebase-worktree/{first}",
+        "forkpatch rebase --continue        # or --skip to drop the patch, --abort",
+        f"forkpatch track --run --tag {tag} --no-publish   # build + smoke it",
+        "git add -A series.yaml patches",
+        f"git commit -m 'Rebase the series onto {tag}' && git push",
+        "```",
+        "",
+    ]
+
+
+def _read_rebase_markdown(work: Path | None, st: RebaseDone) -> str:
     try:
         if work is None:
             raise OSError
-        return (work / st["report"]["markdown"]).read_text()
+        return (work / st.report_markdown).read_text()
     except OSError:
-        return f"(the report is in {st['report']['markdown']})\n"
+        return f"(the report is in {st.report_markdown})\n"
 
 
-def _build_section(st: Mapping[str, Any] | None) -> list[str]:
+def _build_section(st: BuildResult | None) -> list[str]:
     out = ["## Build", ""]
-    if not st:
+    if st is None:
         return [*out, "- not run yet", ""]
-    if st["status"] != "done":
-        return [
-            *out,
-            f"- {st['status']}: {st.get('error') or st.get('reason')}",
-            *([f"- tip: {st['tip']}"] if st.get("tip") else []),
-            "",
-        ]
-    prov = st["provenance"]
-    out.append(f"- version {_code(st['version'])}, {st['mode']} build ({st['reason']})")
-    if st.get("base_wheel"):
-        out.append(f"- base wheel: {_code(st['base_wheel'])}")
+    if not isinstance(st, BuildDone):
+        return out + _not_done(st)
+    prov = st.provenance
+    out.append(f"- version {_code(st.version)}, {st.mode} build ({st.reason})")
+    if st.base_wheel:
+        out.append(f"- base wheel: {_code(st.base_wheel)}")
     out.append(
         f"- source: {prov.get('fork_url')} {_code(prov.get('tag'))} "
         f"(`{str(prov.get('commit'))[:12]}`)"
     )
     out += ["", "| wheel | sha256 |", "|---|---|"]
-    for name, sha in st["wheels"].items():
+    for name, sha in st.wheels.items():
         out.append(f"| {_code(name)} | `{sha}` |")
     out += ["", "| patch | sha256 / build step |", "|---|---|"]
     for p in prov.get("patches", []):
@@ -1112,48 +1596,48 @@ def _build_section(st: Mapping[str, Any] | None) -> list[str]:
     return out
 
 
-def _smoke_section(st: Mapping[str, Any] | None) -> list[str]:
+def _smoke_section(stages: Stages) -> list[str]:
     out = ["## Smoke", ""]
-    if not st:
+    st = stages.smoke
+    if st is None:
+        if isinstance(stages.build, BuildDone):
+            return [
+                *out,
+                (
+                    "- **smoke not run** yet: the SM70 runner has not reported. Do not merge "
+                    "before it has (this description is updated when it does)."
+                ),
+                "",
+            ]
         return [*out, "- not run yet (runs on the SM70 runner)", ""]
-    if "tiers" not in st:
-        return [
-            *out,
-            f"- {st['status']}: {st.get('error') or st.get('reason')}",
-            *([f"- tip: {st['tip']}"] if st.get("tip") else []),
-            "",
-        ]
+    if not isinstance(st, SmokeRun):
+        return out + _not_done(st)
     out.append(
-        f"- {'passed' if st['passed'] else '**FAILED**'} (requested up to tier "
-        f"{st['tier']}, runner {st['runner']})"
+        f"- {'passed' if st.passed else '**FAILED**'} (requested up to tier "
+        f"{st.tier}, runner {st.runner})"
     )
-    for tier, s in st["tiers"].items():
-        why = st.get("not_run", {}).get(tier)
+    for tier, s in st.tiers.items():
+        why = st.not_run.get(tier)
         out.append(f"- tier {tier}: {s}" + (f" ({why})" if why else ""))
     out += ["", "| check | outcome |", "|---|---|"]
-    for cid, outcome in st["checks"].items():
+    for cid, outcome in st.checks.items():
         out.append(f"| {_code(cid)} | {outcome if outcome != 'failed' else '**failed**'} |")
     out.append("")
     return out
 
 
-def _publish_section(st: Mapping[str, Any] | None) -> list[str]:
+def _publish_section(st: PublishResult | None) -> list[str]:
     out = ["## Publish", ""]
-    if not st:
+    if st is None:
         return [*out, "- not run yet", ""]
-    if st["status"] != "done":
-        return [
-            *out,
-            f"- {st['status']}: {st.get('error') or st.get('reason')}",
-            *([f"- tip: {st['tip']}"] if st.get("tip") else []),
-            "",
-        ]
-    out.append(f"- to {st['target']}")
-    for name in st["wheels"]:
+    if not isinstance(st, PublishDone):
+        return out + _not_done(st)
+    out.append(f"- to {st.target}")
+    for name in st.wheels:
         out.append(f"- {_code(name)}: published")
-    if st.get("allowed_missing_tiers"):
+    if st.allowed_missing_tiers:
         out.append(
-            f"- **published without tier(s)** {', '.join(st['allowed_missing_tiers'])} "
+            f"- **published without tier(s)** {', '.join(st.allowed_missing_tiers)} "
             "(--allow-missing-tier)"
         )
     out.append("")
@@ -1163,7 +1647,7 @@ def _publish_section(st: Mapping[str, Any] | None) -> list[str]:
 # =========================================================================== change
 
 
-@dataclass
+@dataclass(frozen=True)
 class Change:
     """What the pull/merge request (or issue) for a run should be."""
 
@@ -1191,8 +1675,9 @@ class Change:
         }
 
 
-def load_run(project: Project, out_dir: Path | None, tag: str | None) -> tuple[Path, dict]:
-    root = out_root(project, RunOptions(out_dir=out_dir))
+def load_run(project: Project, out_dir: Path | None, tag: str | None) -> tuple[Path, RunState]:
+    """The work directory and the state of the last run (or of ``tag``'s)."""
+    root = out_root(project, out_dir)
     if tag is None:
         try:
             name = (root / LATEST_FILE).read_text().strip()
@@ -1203,14 +1688,20 @@ def load_run(project: Project, out_dir: Path | None, tag: str | None) -> tuple[P
             ) from None
     else:
         name = safe_name(tag)
-    work = root / name
-    data = _load_json(work / RESULT_FILE)
-    if data is None:
+    work = WorkDir(root / name)
+    info = work.load_info()
+    if info is None:
         raise UsageError(
-            f"no result for {tag or name} in {work}",
+            f"no result for {tag or name} in {work.path}",
             tip="run `forkpatch track --run` first, or pass --out / --tag",
         )
-    return work, data
+    state = RunState(info=info, stages=work.load_stages())
+    work.save_views(state)
+    return work.path, state
+
+
+def conflict_title(tag: str, patch: str) -> str:
+    return f"forkpatch: patch '{patch}' conflicts with {tag}"
 
 
 def prepare_change(
@@ -1228,24 +1719,24 @@ def prepare_change(
     commit's parent is the repository's HEAD and its dates are HEAD's, so the
     same inputs give the same commit and a second run moves nothing.
     """
-    work, data = load_run(project, out_dir, tag)
-    status = overall_status(data)
+    work, state = load_run(project, out_dir, tag)
+    status = state.status
     body = work / CHANGE_BODY_FILE
-    text = summary_markdown(data, work)
+    text = summary_markdown(state, work)
     if len(text) > MAX_BODY:  # first leave out the full rebase report (range-diffs)
-        text = summary_markdown(data, None)
-    atomic_write(body, _bounded(text).encode())
-    tag = data["tag"]
-    if status == "conflict":
-        c = data["stages"]["rebase"]["conflict"]
+        text = summary_markdown(state, None)
+    atomic_write(body, _bounded(text, state_marker(state)).encode())
+    tag = state.tag
+    rebase = state.stages.rebase
+    if isinstance(rebase, RebaseConflict):
         return Change(
             kind="issue",
             tag=tag,
             status=status,
             body_file=body,
-            title=f"forkpatch: patch '{c['patch']}' conflicts with {tag}",
+            title=conflict_title(tag, rebase.conflict.patch),
         )
-    if data["stages"].get("rebase", {}).get("status") != "done":
+    if not isinstance(rebase, RebaseDone):
         return Change(
             kind="none",
             tag=tag,
@@ -1256,25 +1747,23 @@ def prepare_change(
     title = f"forkpatch: rebase the series onto {tag}"
     if status == "failed":
         title += " (a stage failed: see the summary)"
+    elif state.stages.smoke is None and isinstance(state.stages.build, BuildDone):
+        title += " (smoke not run yet)"
     git, prefix = _project_repo(project.root if repo is None else repo, project.root)
     head = git.commit_of("HEAD")
     if head is None:
         raise GitError(
             f"{git.git_dir}: the repository has no commit yet", tip="commit the project first"
         )
-    copy_root = work / "project"
     # The message does not depend on how far the stages got: same series, same commit.
     commit = _commit_series(
         git,
-        head,
-        prefix,
-        copy_root,
-        f"forkpatch: rebase the series onto {tag}\n\n{_commit_body(data)}",
+        _SeriesCommit(head=head, prefix=prefix, copy_root=work / "project"),
+        f"forkpatch: rebase the series onto {tag}\n\n{_commit_body(state.info, rebase)}",
     )
-    branch = data["branch"]
+    branch = state.info.branch
     ref = f"refs/heads/{branch}"
-    old = git.commit_of(ref)
-    updated = old != commit
+    updated = git.commit_of(ref) != commit
     if updated:
         git.update_ref(ref, commit, message=f"forkpatch track: {tag}")
     return Change(
@@ -1290,26 +1779,25 @@ def prepare_change(
     )
 
 
-def _bounded(text: str) -> str:
-    """The body within what GitHub (65,536) and GitLab (1,000,000) accept."""
+def _bounded(text: str, marker: str = "") -> str:
+    """The body within what GitHub (65,536) and GitLab (1,000,000) accept; the state
+    marker is kept at the end when the text is cut."""
     if len(text) <= MAX_BODY:
         return text
     note = (
         f"\n\n*(cut at {MAX_BODY} characters: the full summary is {SUMMARY_FILE} in the "
         "pipeline's forkpatch-out artifact)*\n"
     )
-    return text[: MAX_BODY - len(note)].rsplit("\n", 1)[0] + note
+    tail = note + (marker + "\n" if marker else "")
+    return text[: MAX_BODY - len(tail)].rsplit("\n", 1)[0] + tail
 
 
-def _commit_body(data: Mapping[str, Any]) -> str:
-    st = data["stages"]["rebase"]
-    counts = ", ".join(f"{n} {s}" for s, n in st["summary"].items())
-    lines = [
-        (f"From {data['base']['tag']} to {data['tag']} ({data['tag_commit'][:12]}): {counts}."),
-        "",
-    ]
-    lines.append(f"Forkpatch-Track: {data['tag']} {data['tag_commit']}")
-    return "\n".join(lines) + "\n"
+def _commit_body(info: RunInfo, rebase: RebaseDone) -> str:
+    counts = ", ".join(f"{n} {s}" for s, n in rebase.summary.items())
+    return (
+        f"From {info.base_tag} to {info.tag} ({info.key.commit[:12]}): {counts}.\n\n"
+        f"Forkpatch-Track: {info.tag} {info.key.commit}\n"
+    )
 
 
 def _project_repo(repo: Path, project_root: Path) -> tuple[Git, str]:
@@ -1337,15 +1825,22 @@ def _project_repo(repo: Path, project_root: Path) -> tuple[Git, str]:
     return Git(git_dir), "" if prefix == "." else prefix
 
 
-def _commit_series(git: Git, head: str, prefix: str, copy_root: Path, message: str) -> str:
+@dataclass(frozen=True)
+class _SeriesCommit:
+    head: str  # the parent: the repository's HEAD
+    prefix: str  # the project's directory in the repository ("" at the top)
+    copy_root: Path  # the rebased series.yaml + patches/
+
+
+def _commit_series(git: Git, where: _SeriesCommit, message: str) -> str:
     """HEAD's tree with series.yaml and patches/ replaced by the run's; one commit on HEAD."""
     from forkpatch.git import commit_date
 
-    pre = f"{prefix}/" if prefix else ""
+    pre = f"{where.prefix}/" if where.prefix else ""
     index = git.git_dir / f"forkpatch-track-index-{os.getpid()}"
     env = {"GIT_INDEX_FILE": str(index)}
     try:
-        git.run("read-tree", head, env=env)
+        git.run("read-tree", where.head, env=env)
         listed = git.run("ls-files", "-z", "--", f"{pre}{PATCHES_DIR}/", env=env).stdout
         removals = [p for p in listed.decode("utf-8", "surrogateescape").split("\0") if p]
         if removals:
@@ -1357,14 +1852,14 @@ def _commit_series(git: Git, head: str, prefix: str, copy_root: Path, message: s
                 env=env,
                 input=("\0".join(removals) + "\0").encode("utf-8", "surrogateescape"),
             )
-        files = [copy_root / SERIES_FILE]
-        patches = copy_root / PATCHES_DIR
+        files = [where.copy_root / SERIES_FILE]
+        patches = where.copy_root / PATCHES_DIR
         if patches.is_dir():
             files += sorted(p for p in patches.rglob("*") if p.is_file())
         lines = []
         for path in files:
             oid = git.hash_blob(path.read_bytes())
-            rel = path.relative_to(copy_root).as_posix()
+            rel = path.relative_to(where.copy_root).as_posix()
             lines.append(f"100644 {oid}\t{pre}{rel}")
         git.run(
             "update-index",
@@ -1377,19 +1872,33 @@ def _commit_series(git: Git, head: str, prefix: str, copy_root: Path, message: s
     finally:
         with contextlib.suppress(FileNotFoundError):
             index.unlink()
-    if tree == git.tree_of(head):
-        return head  # the project already holds exactly this series
-    return git.commit_tree(tree, [head], message, date=commit_date(git, head))
+    if tree == git.tree_of(where.head):
+        return where.head  # the project already holds exactly this series
+    return git.commit_tree(tree, [where.head], message, date=commit_date(git, where.head))
 
 
 __all__ = [
+    "BuildDone",
     "Change",
+    "Failed",
+    "Forecast",
+    "PublishDone",
+    "RebaseConflict",
+    "RebaseDone",
+    "RunInfo",
+    "RunKey",
     "RunOptions",
     "RunResult",
+    "RunState",
+    "Skipped",
+    "SmokeRun",
+    "Stages",
     "TagInfo",
     "TrackReport",
     "forecast",
     "list_releases",
+    "parse_state_marker",
+    "pick_tag",
     "prepare_change",
     "run",
     "summary_markdown",

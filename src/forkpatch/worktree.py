@@ -152,9 +152,8 @@ def _sparse_enabled(wt: Git) -> bool:
 
 
 def add_worktree(store: Git, path: Path, branch: str, head: str, layout: Layout) -> Git:
-    """A new work tree at ``path`` on ``branch`` = ``head``, holding ``layout``'s files."""
-    if (store.git_dir / "worktrees").is_dir():
-        store.run("worktree", "prune")
+    """A new work tree at ``path`` on ``branch`` = ``head``, holding ``layout``'s files
+    (the caller has pruned stale work trees)."""
     if not layout.restricted:
         store.run("worktree", "add", "-q", "-f", "-B", branch, str(path), head)
         return open_worktree(path)

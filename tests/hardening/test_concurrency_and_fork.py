@@ -9,17 +9,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hardkit import env, fp, fp_in, git, record, visible
+from hardkit import Row, env, fp, fp_in, git, visible
 
 from forkpatch.example import make_fork, write_example_patches
-
-_lock: Counter[str] = Counter()
-_fork: Counter[str] = Counter()
 
 
 @pytest.fixture(scope="module")
@@ -68,17 +64,17 @@ def _reap(proc: subprocess.Popen[bytes]) -> None:
     proc.returncode = -9
 
 
+WHILE_LOCKED = (("apply",), ("import", "INCOMING"), ("new", "x"), ("rebase", "--abort"))
+RACES = 2  # pairs of imports started together
+
+
 def test_second_process_is_refused_with_the_holders_pid(project: Path, made: Path) -> None:
     code, _, err = fp_in(project, "import", *map(str, _incoming(made)))
     assert code == 0, err
     holder = _paused(project, "rebase", "--onto", "v1.3.0")
     try:
-        for args in (
-            ("apply",),
-            ("import", str(_incoming(made)[0])),
-            ("new", "x"),
-            ("rebase", "--abort"),
-        ):
+        for args in WHILE_LOCKED:
+            args = tuple(str(_incoming(made)[0]) if a == "INCOMING" else a for a in args)
             before = visible(project)
             got = fp(project, *args)
             assert got.returncode == 1, got.stderr
@@ -86,7 +82,6 @@ def test_second_process_is_refused_with_the_holders_pid(project: Path, made: Pat
             assert "`forkpatch rebase`" in got.stderr, got.stderr
             assert "tip: wait for it to finish" in got.stderr
             assert visible(project) == before
-            _lock["refused while another process holds the lock"] += 1
     finally:
         _reap(holder)
     # kill -9 of the holder: the flock went with it; the next command explains the rebase.
@@ -94,7 +89,6 @@ def test_second_process_is_refused_with_the_holders_pid(project: Path, made: Pat
     assert "forkpatch rebase --continue" in err and "--abort" in err
     code, _, err = fp_in(project, "rebase", "--abort")
     assert code == 0, err
-    _lock["lock released by kill -9 of the holder"] += 1
 
 
 def test_lock_file_with_a_dead_pid_is_not_a_lock(project: Path) -> None:
@@ -106,7 +100,6 @@ def test_lock_file_with_a_dead_pid_is_not_a_lock(project: Path) -> None:
     code, _, err = fp_in(project, "apply")
     assert code == 0, err
     assert lock.read_text() == ""  # emptied again when released
-    _lock["stale lock file (dead pid) ignored"] += 1
 
 
 def test_racing_processes_never_interleave(project: Path, made: Path) -> None:
@@ -115,7 +108,7 @@ def test_racing_processes_never_interleave(project: Path, made: Path) -> None:
     code, _, err = fp_in(project, "apply")
     assert code == 0, err
     done: list[str] = []
-    for a, b in ((incoming[0], incoming[1]), (incoming[2], incoming[3])):
+    for a, b in [(incoming[2 * i], incoming[2 * i + 1]) for i in range(RACES)]:
         procs = [
             subprocess.Popen(
                 [sys.executable, "-m", "forkpatch", "import", str(f)],
@@ -131,14 +124,12 @@ def test_racing_processes_never_interleave(project: Path, made: Path) -> None:
             _, err = p.communicate(timeout=120)
             if p.returncode == 0:
                 done.append(f.name)
-                _lock["race: imported"] += 1
             else:
                 assert (
                     "another forkpatch (pid" in err
                     or "already exists" in err
                     or "does not apply" in err
                 ), err
-                _lock["race: refused whole"] += 1
     names = [
         ln.split(":", 1)[1].strip()
         for ln in (project / "series.yaml").read_text().splitlines()
@@ -169,7 +160,6 @@ def test_base_tag_moved_upstream_is_refused(project: Path, made: Path) -> None:
         assert code == 1, err
         assert "tag 'v1.2.1'" in err and "the tag was moved; nothing was changed" in err, err
         assert visible(project) == before
-        _fork["re-pointed base tag refused"] += 1
 
 
 def test_force_pushed_branch_changes_nothing(project: Path, made: Path) -> None:
@@ -189,7 +179,6 @@ def test_force_pushed_branch_changes_nothing(project: Path, made: Path) -> None:
     assert status_after == status_before and visible(project) == before
     code, _, err = fp_in(project, "check", "--onto", "v1.3.0")
     assert code in (0, 3), err
-    _fork["force-pushed branch: status and check unaffected"] += 1
 
 
 @pytest.fixture
@@ -236,7 +225,6 @@ def test_unreachable_fork_url_fails_fast(tmp_path: Path) -> None:
     assert f"cannot list tags of the fork at {url}" in got.stderr, got.stderr
     assert "Traceback" not in got.stderr and took < 30
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written
-    _fork["unreachable URL: clear error, nothing written"] += 1
 
 
 def test_slow_fork_url_wait_is_bounded(tmp_path: Path, silent_server: int) -> None:
@@ -257,7 +245,6 @@ def test_slow_fork_url_wait_is_bounded(tmp_path: Path, silent_server: int) -> No
     assert "did not finish within 3s" in got.stderr, got.stderr
     assert took < 3 + 20, took
     assert sorted(p.name for p in tmp_path.iterdir()) == []
-    _fork["silent server: bounded wait, clear error"] += 1
 
 
 def test_fork_unreachable_after_init_keeps_working_offline(
@@ -279,15 +266,37 @@ def test_fork_unreachable_after_init_keeps_working_offline(
     assert time.monotonic() - start < 25
     assert visible(project) == before
     assert not (project / ".forkpatch" / "rebase").exists()
-    _fork["fork gone after init: offline status, bounded rebase error"] += 1
 
 
-def test_record_concurrency_and_fork() -> None:
-    record("concurrency", "lock", tried=sum(_lock.values()), unit="cases", outcomes=_lock)
-    record(
+RELIABILITY = [
+    Row(
+        "concurrency",
+        "a second forkpatch while one holds the lock (paused mid-rebase)",
+        f"{len(WHILE_LOCKED)} commands",
+        "each refused, naming the holder's pid and command; nothing changed",
+    ),
+    Row(
+        "concurrency",
+        "kill -9 of the lock holder; a lock file naming a dead pid",
+        "2 cases",
+        "neither blocks the next command; the killed rebase is continued or aborted",
+    ),
+    Row(
+        "concurrency",
+        "two imports started together",
+        f"{RACES} races",
+        "each import done whole or refused whole; series.yaml and patches/ agree",
+    ),
+    Row(
         "fork moving",
-        "tags, branches, network",
-        tried=sum(_fork.values()),
-        unit="cases",
-        outcomes=_fork,
-    )
+        "base tag re-pointed upstream",
+        "3 commands",
+        "status, apply and build-wheel refuse it; nothing changed",
+    ),
+    Row(
+        "fork moving",
+        "force-pushed branch, unreachable URL, silent server, fork gone after init",
+        "4 cases",
+        "unaffected or a clear, bounded error (FORKPATCH_FETCH_TIMEOUT); nothing written",
+    ),
+]

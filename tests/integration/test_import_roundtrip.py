@@ -58,11 +58,14 @@ def test_odd_changes_round_trip_exactly(tmp_path, capsys):
     fork, files = _odd_fork(tmp_path)
     project, run = _project(tmp_path, capsys, fork)
     run("import", *map(str, files))
-    assert load(project).names() == ["odd-things", "second"]
-    assert load(project).get("odd-things").summary == "every odd kind of change"
+    series = load(project)
+    # Third-party mails: the subject is the summary, whole; the slug only names the patch.
+    assert series.names() == ["odd-things-every-odd-kind-of-change", "second-a-plain-one"]
+    assert series.patches[0].summary == "odd-things: every odd kind of change"
+    assert [p.file for p in series.patches] == [f.name for f in files]
     first = snapshot(project)
-    assert first["patches/odd-things.patch"].startswith(b"A description.\n\ndiff --git ")
-    assert b"\r\n" in first["patches/odd-things.patch"]
+    for f in files:  # kept byte for byte: mail headers, diffstat, index lines, signature
+        assert first[f"patches/{f.name}"] == f.read_bytes()
     run("apply")
     wt = project / ".forkpatch" / "worktree"
     # The applied tree is exactly the fork's commit.
@@ -70,22 +73,40 @@ def test_odd_changes_round_trip_exactly(tmp_path, capsys):
     assert tree_files(wt)["crlf.txt"] == ("file", b"a\r\nB\r\nc\r\nd")
     assert tree_files(wt)["run.sh"][0] == "exec"
     assert tree_files(wt)["link"] == ("link", b"long.txt")
+    # The work tree's commit says the description, not the mail headers or the diffstat.
+    message = git(wt, "log", "-1", "--format=%B", "HEAD~1")
+    assert message.startswith("odd-things-every-odd-kind-of-change: odd-things: every odd")
+    assert "A description." in message and "From:" not in message and "|" not in message
     m = mtimes(project)
     run("export")
     assert snapshot(project) == first and mtimes(project) == m
 
-    # Second round: the exported files imported into a fresh project give the same bytes.
+    # Asked for forkpatch's own form: description + canonical diff, <name>.patch.
     project2, run2 = _project(tmp_path, capsys, fork, "project2")
-    run2("import", *(str(project / "patches" / f"{n}.patch") for n in ("odd-things", "second")))
-    s2 = snapshot(project2)
-    assert {k: v for k, v in s2.items() if k.startswith("patches/")} == {
-        k: v for k, v in first.items() if k.startswith("patches/")
-    }
+    run2("import", "--canonical", *map(str, files))
+    s2 = load(project2)
+    assert [p.file for p in s2.patches] == [f"{n}.patch" for n in s2.names()]
+    own = snapshot(project2)
+    odd = own["patches/odd-things-every-odd-kind-of-change.patch"]
+    assert odd.startswith(b"A description.\n\ndiff --git ")
+    assert b"\r\n" in odd and b"From:" not in odd and b"-- \n" not in odd
     run2("apply")
     wt2 = project2 / ".forkpatch" / "worktree"
     assert tree_files(wt2) == tree_files(wt)
     run2("export")
-    assert snapshot(project2) == s2
+    assert snapshot(project2) == own
+
+    # A third round: the canonical files imported again give the same bytes.
+    project3, run3 = _project(tmp_path, capsys, fork, "project3")
+    run3("import", *(str(project2 / "patches" / p.file) for p in s2.patches))
+    s3 = snapshot(project3)
+    assert {k: v for k, v in s3.items() if k.startswith("patches/")} == {
+        k: v for k, v in own.items() if k.startswith("patches/")
+    }
+    run3("apply")
+    assert tree_files(project3 / ".forkpatch" / "worktree") == tree_files(wt)
+    run3("export")
+    assert snapshot(project3) == s3
 
 
 def test_example_export_is_a_fixed_point(tmp_path, capsys):
@@ -150,11 +171,27 @@ def test_import_plain_diff_with_name_and_after(tmp_path, capsys):
         "import", str(tmp_path / "readme.diff"), "--name", "readme", "--after", "capability-floor"
     )
     assert load(ex.project).names()[:2] == ["capability-floor", "readme"]
-    text = ex.patch("readme").read_text()
-    assert text.startswith("Describe it.\n\ndiff --git a/README.md b/README.md\n")
+    # The file keeps its name and its bytes (a plain diff without `diff --git`).
+    assert load(ex.project).get("readme").file == "readme.diff"
+    assert (ex.project / "patches" / "readme.diff").read_text() == diff
     assert load(ex.project).get("readme").summary == "Describe it."
     ex.run("apply")
     assert "(patched)" in (ex.wt / "README.md").read_text()
+    ex.run("export")
+    assert (ex.project / "patches" / "readme.diff").read_text() == diff
+    # --rename stores the same bytes under the patch's name; --canonical the canonical form.
+    (tmp_path / "Add_Notes.DIFF").write_text(
+        "--- /dev/null\n+++ b/NOTES.md\n@@ -0,0 +1 @@\n+notes\n"
+    )
+    (tmp_path / "more.diff").write_text("--- /dev/null\n+++ b/MORE.md\n@@ -0,0 +1 @@\n+more\n")
+    ex.run("import", "--rename", str(tmp_path / "Add_Notes.DIFF"))
+    assert load(ex.project).get("add_notes").file == "add_notes.patch"
+    assert ex.patch("add_notes").read_bytes() == (tmp_path / "Add_Notes.DIFF").read_bytes()
+    ex.run("import", "--canonical", str(tmp_path / "more.diff"))
+    assert ex.patch("more").read_text() == (
+        "diff --git a/MORE.md b/MORE.md\nnew file mode 100644\n--- /dev/null\n+++ b/MORE.md\n"
+        "@@ -0,0 +1 @@\n+more\n"
+    )
 
 
 def _quilt_dir(tmp_path):

@@ -106,7 +106,9 @@ def test_import_canonicalises_an_offset_patch(tmp_path, capsys):
     _fork, project, run = scratch_project(tmp_path, capsys, {"f.txt": BASE_TEXT})
     write_diff(tmp_path / "o.diff", _patch("f.txt", _hunk(4, _lines(10, 16), ["new"])))
     run("import", str(tmp_path / "o.diff"))
-    assert b"@@ -10,7 +10,7 @@" in (project / "patches" / "o.patch").read_bytes()
+    # The file keeps its name; its hunk is rewritten where it applies.
+    text = (project / "patches" / "o.diff").read_bytes()
+    assert b"@@ -10,7 +10,7 @@" in text and b"@@ -4," not in text
     _, out, _ = run("status", "--json")
     assert json.loads(out)["patches"][0]["status"] == "clean"
 

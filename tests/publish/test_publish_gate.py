@@ -49,9 +49,10 @@ def test_failing_report(wheel_dir, tmp_path):
     def fail(data):
         data["checks"][1]["outcome"] = "failed"
         data["passed"] = False
+        data["tiers"]["status"]["static"] = "failed"  # a report must agree with its checks
 
     _edit_report(wheel_dir, fail)
-    with pytest.raises(PublishError, match="did not pass: static.version-metadata"):
+    with pytest.raises(PublishError, match=r"did not pass: static\.version-metadata"):
         _publish(wheel_dir, tmp_path / "idx", allow_missing_tiers=("sm70",))
     assert _nothing_published(tmp_path / "idx")
 
@@ -84,8 +85,23 @@ def test_missing_tier_refused_then_override_is_recorded(wheel_dir, tmp_path):
 
 def test_override_never_covers_a_failed_tier(wheel_dir, tmp_path):
     def sm70_incomplete(data):
-        data["tiers"]["status"]["sm70"] = "incomplete"
-        data["tiers"]["not_run"].pop("sm70", None)
+        # sm70 ran and one of its checks could not: incomplete, as its checks say.
+        from forkpatch.smoke.report import CheckResult, derive_tiers
+
+        data["tiers"]["requested"] = ["static", "gpu", "sm70"]
+        sm70 = [c for c in data["checks"] if c["tier"] == "sm70"]
+        if len(sm70) < 2:
+            data["checks"] += [
+                {"id": f"sm70.extra{i}", "tier": "sm70", "outcome": "not-run"} for i in range(2)
+            ]
+            sm70 = [c for c in data["checks"] if c["tier"] == "sm70"]
+        for c in sm70:
+            c["outcome"], c["detail"] = "not-run", "no torch"
+        sm70[0]["outcome"] = "passed"
+        checks = [CheckResult(c["id"], c["tier"], c["outcome"]) for c in data["checks"]]
+        derived = derive_tiers(checks, data["tiers"]["requested"])
+        data["tiers"]["status"] = {t: d["status"] for t, d in derived.items()}
+        assert data["tiers"]["status"]["sm70"] == "incomplete"
 
     _edit_report(wheel_dir, sm70_incomplete)
     with pytest.raises(PublishError, match="only covers a tier that did not run"):

@@ -6,6 +6,7 @@ reports it writes, or the text of its errors, even when the upload fails.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from pathlib import Path
 
@@ -20,10 +21,8 @@ def _all_text(*dirs: Path) -> str:
     for d in dirs:
         for p in d.rglob("*"):
             if (p.is_file() and p.suffix in (".json", ".html", "")) or p.name == "SHA256SUMS":
-                try:
+                with contextlib.suppress(OSError):
                     out.append(p.read_text(errors="replace"))
-                except (IsADirectoryError, OSError):
-                    pass
     return "\n".join(out)
 
 

@@ -3,8 +3,10 @@ odd-width-padding, eager-block-cast, packed-repack and cli-version).
 
 A thin runner over the smoke suite's own check logic: the checks are the
 helpers of ``forkpatch.smoke.incheck`` (``_capability_floor``,
-``_padding_helpers``, ``_eager_block_cast``, ``_sm70_linear`` with
-``ReferenceSm70Ops`` / ``RealSm70Ops``), so the opt-in real-fork tests and
+``_padding_helpers``, ``_eager_block_cast``, ``_sm70_linear``,
+``_sm70_unsupported_k``, ``_sm70_warmup`` (the fork's own SM70 warmup over the
+patched layers) with ``ReferenceSm70Ops`` (CPU stand-ins as strict as the
+kernels) / ``RealSm70Ops``), so the opt-in real-fork tests and
 ``forkpatch smoke`` exercise one implementation. Only ``cli-version`` is
 specific to a checkout (there is no installed ``vllm`` console script to run:
 the CLI's ``main()`` is called in process with the metadata stood in).
@@ -103,6 +105,11 @@ CHECKS: dict[str, Callable[[Ops], Any]] = {
     ),
     # An odd width with a bias: the bias is added after slicing.
     "sm70-linear-odd-width-bias": lambda ops: incheck._sm70_linear(ops, 264, 128, 4, bias=True),
+    # A K the SM70 GEMM cannot take: the layer keeps fp16 weights, named in a warning.
+    "unsupported-k": incheck._sm70_unsupported_k,
+    # The fork's own SM70 warmup over patched layers (odd and 128-multiple widths,
+    # with and without a bias, and an fp16-fallback layer).
+    "sm70-warmup": incheck._sm70_warmup,
     "cli-version": check_cli_version,
 }
 

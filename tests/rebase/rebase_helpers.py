@@ -51,7 +51,8 @@ def scenario_factory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Call
                     fork.remove_file(rel)
                 else:
                     fork.add_file(rel, text)
-            fork.commit(f"{name}: {name} summary\n\nWhy {name}.")
+            # A forkpatch work tree's commit (the trailer names the patch on import).
+            fork.commit(f"{name}: {name} summary\n\nWhy {name}.\n\nForkpatch-Patch: {name}")
         incoming = tmp_path / "incoming"
         fork.git(
             "format-patch",

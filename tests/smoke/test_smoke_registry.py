@@ -21,10 +21,12 @@ REAL_SET = [
     "static.odd-width-padding-cpu",
     "static.eager-block-cast-cpu",
     "static.packed-repack-cpu",
+    "static.sm70-warmup-cpu",
     "sm70.capability",
     "sm70.ops-registered",
     "sm70.fp8-per-block-config",
     "sm70.odd-width-linear",
+    "sm70.warmup",
     "sm70.tiny-model-generates",
 ]
 

@@ -97,7 +97,7 @@ def test_custom_pattern_and_a_base_it_does_not_match(tmp_path, fork):
     )
     report = list_releases(project)
     assert [t.tag for t in report.newer] == ["release-1.3.0"]
-    with pytest.raises(SeriesError, match="does not match track.pattern"):
+    with pytest.raises(SeriesError, match=r"does not match track\.pattern"):
         list_releases(_project(tmp_path / "b", fork.path, pattern=r"^release-(?P<version>.+)$"))
 
 
@@ -157,5 +157,46 @@ def test_track_branch_setting_picks_the_forecast_branch(tmp_path, fork):
 
 def test_run_options_need_run(tmp_path, fork, capsys):
     project = _project(tmp_path, fork.path)
-    assert main(["-C", str(project.root), "track", "--tag", "v1.2.1"]) == 2
+    assert main(["-C", str(project.root), "track", "--no-publish"]) == 2
+    assert main(["-C", str(project.root), "track", "--proposed", "body.md"]) == 2
     assert main(["-C", str(project.root), "track", "--run", "--steps", "bake"]) == 2
+
+
+@pytest.mark.parametrize(
+    ("tag", "warning"),
+    [
+        ("nightly-2026", "nightly-2026 is not a release tag"),  # does not match track.pattern
+        ("v1.3.x", "v1.3.x is not a release tag"),  # matches, not a PEP 440 version
+        ("v1.4.0rc1", "v1.4.0rc1 is held back (pre-release"),  # a pre-release
+        ("v1.2.0", "v1.2.0 is not newer than the base v1.2.1"),  # older than the base
+    ],
+)
+def test_tag_that_is_not_a_release_warns_as_for_pre_releases(tmp_path, fork, capsys, tag, warning):
+    """Issue 11: `track --tag nightly-2026` acted without a word; every tag that is not a
+    newer release is named as such, in the listing and in --run."""
+    fork.git("tag", "-a", tag, "-m", tag)
+    project = _project(tmp_path, fork.path)
+    capsys.readouterr()
+    code = main(["-C", str(project.root), "track", "--no-forecast", "--tag", tag, "--json"])
+    out, err = capsys.readouterr()
+    assert code == 10, err
+    assert f"warning: {warning}" in err
+    data = json.loads(out)
+    assert data["target"]["tag"] == tag
+    assert data["bot_branch"] == f"forkpatch/rebase-{tag}"
+    code = main(
+        [
+            *("-C", str(project.root), "track", "--run", "--no-forecast", "--tag", tag),
+            *("--steps", "rebase", "--out", str(tmp_path / "out")),
+        ]
+    )
+    err = capsys.readouterr().err
+    assert f"warning: {warning}" in err
+
+
+def test_newer_release_tag_gives_no_warning(tmp_path, fork, capsys):
+    _tag_many(fork, "v1.3.0")
+    project = _project(tmp_path, fork.path)
+    capsys.readouterr()
+    assert main(["-C", str(project.root), "track", "--no-forecast", "--tag", "v1.3.0"]) == 10
+    assert "warning" not in capsys.readouterr().err

@@ -3,7 +3,6 @@ resuming by steps, base-wheel templates and URLs, the bot branch, the summary.""
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import http.server
 import json
@@ -13,7 +12,25 @@ import threading
 from trackkit import git, make_setup, tag_release
 
 from forkpatch.cli import main
-from forkpatch.track import MAX_BODY, _bounded, overall_status
+from forkpatch.track import (
+    MAX_BODY,
+    BuildDone,
+    ConflictEntry,
+    ConflictSpot,
+    Failed,
+    RebaseConflict,
+    RebaseDone,
+    RunKey,
+    Skipped,
+    SmokeRun,
+    Stages,
+    _bounded,
+    is_final,
+    overall_status,
+    parse_state_marker,
+    stage_from_json,
+    stage_to_json,
+)
 
 
 def _run(setup, *args: str) -> int:
@@ -44,7 +61,7 @@ def test_stages_resume_across_invocations_and_inputs_change_starts_over(tmp_path
     data = json.loads((setup.out / "v1.3.0" / "result.json").read_text())
     assert data["status"] == "built"
     summary = (setup.out / "v1.3.0" / "summary.md").read_text()
-    assert "overlay build" in summary and "## Smoke\n\n- not run yet" in summary
+    assert "overlay build" in summary and "## Smoke\n\n- **smoke not run** yet" in summary
     # The project itself was never touched by the run.
     assert git(setup.project, "status", "--porcelain") == ""
     # A change to the series is new input: the run starts over.
@@ -58,6 +75,7 @@ def test_stages_resume_across_invocations_and_inputs_change_starts_over(tmp_path
     assert "starting over" in capsys.readouterr().err
     data = json.loads((setup.out / "v1.3.0" / "result.json").read_text())
     assert set(data["stages"]) == {"rebase"}
+    assert sorted(p.name for p in (setup.out / "v1.3.0" / "stages").iterdir()) == ["rebase.json"]
 
 
 def test_base_wheel_from_a_url_template(tmp_path):
@@ -127,27 +145,72 @@ def test_pre_release_tags_are_ignored_by_run(tmp_path, capsys):
     assert not (setup.out / "v1.3.0rc1").exists()
 
 
-def test_overall_status_and_body_bound():
-    assert overall_status({"stages": {}}) == "pending"
-    assert overall_status({"stages": {"rebase": {"status": "conflict"}}}) == "conflict"
-    assert (
-        overall_status(
-            {
-                "stages": {
-                    "rebase": {"status": "done"},
-                    "build": {"status": "done"},
-                    "smoke": {"status": "failed", "passed": False},
-                }
-            }
-        )
-        == "failed"
+def _rebased() -> RebaseDone:
+    return RebaseDone(
+        relation=None,
+        note=None,
+        summary={"clean": 1},
+        patches={"p": "clean"},
+        changed_files=(),
+        report_json="rebase/r.json",
+        report_markdown="rebase/r.md",
+        series_sha256="0" * 64,
     )
-    assert (
-        overall_status({"stages": {"rebase": {"status": "done"}, "publish": {"status": "skipped"}}})
-        == "rebased"
+
+
+def _smoked(passed: bool) -> SmokeRun:
+    return SmokeRun(passed, "static", "cpu", {"w.whl": "1"}, "smoke/report.json", {}, {}, {}, ())
+
+
+def test_overall_status_finality_and_body_bound():
+    built = BuildDone("overlay", "r", "1.0", {"w.whl": "1"}, None, {})
+    assert overall_status(Stages()) == "pending"
+    conflict = RebaseConflict(None, ConflictEntry("p", (), ()), (), {"p": "conflict"})
+    assert overall_status(Stages(rebase=conflict)) == "conflict"
+    failed = Stages(rebase=_rebased(), build=built, smoke=_smoked(False))
+    assert overall_status(failed) == "failed" and is_final(failed)
+    pending = Stages(rebase=_rebased(), publish=Skipped("no target"))
+    assert overall_status(pending) == "rebased" and not is_final(pending)
+    # Smoke passed, nothing to publish to: final. Built, smoke not run: not final.
+    assert is_final(
+        Stages(rebase=_rebased(), build=built, smoke=_smoked(True), publish=Skipped("x"))
     )
+    assert not is_final(Stages(rebase=_rebased(), build=built))
     text = "line\n" * (MAX_BODY // 4)
-    cut = _bounded(text)
-    assert len(cut) <= MAX_BODY and "cut at" in cut
-    with contextlib.suppress(Exception):
-        assert _bounded("short") == "short"
+    marker = "<!-- forkpatch-state: {} -->"
+    cut = _bounded(text, marker)
+    assert len(cut) <= MAX_BODY and "cut at" in cut and cut.endswith(marker + "\n")
+    assert _bounded("short") == "short"
+
+
+def test_stage_results_round_trip_and_bad_files_are_not_trusted():
+    for stage, result in (
+        ("rebase", _rebased()),
+        (
+            "rebase",
+            RebaseConflict(
+                "r",
+                ConflictEntry("p", ("a",), (ConflictSpot("a", (1, 2), 3, "x"),)),
+                ("q",),
+                {"p": "conflict"},
+            ),
+        ),
+        ("smoke", _smoked(False)),
+        ("publish", Failed("boom", "tip", "http://index/")),
+        ("build", Skipped("nothing")),
+    ):
+        raw = json.loads(json.dumps(stage_to_json(result)))
+        assert stage_from_json(stage, raw) == result, stage
+    assert stage_from_json("build", {"status": "done", "mode": "overlay"}) is None
+    assert stage_from_json("build", {"status": "weird"}) is None
+    assert stage_from_json("build", ["not", "a", "mapping"]) is None
+
+
+def test_state_marker_parsing():
+    key = RunKey("v1.3.0", "a" * 40, "b" * 64)
+    body = f"# x\n<!-- forkpatch-state: {json.dumps({'key': key.to_json(), 'status': 'published', 'final': True})} -->\n"
+    prior = parse_state_marker(body)
+    assert prior is not None and prior.key == key and prior.final and prior.status == "published"
+    assert parse_state_marker("no marker") is None
+    assert parse_state_marker("<!-- forkpatch-state: {broken -->") is None
+    assert parse_state_marker('<!-- forkpatch-state: {"key": 1} -->') is None

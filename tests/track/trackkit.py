@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from fptest import free_port, serve_pypiserver
+from fptest import serve_pypiserver
 
 from forkpatch.series import PatchEntry, load_series, save_series
 

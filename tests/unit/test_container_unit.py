@@ -27,8 +27,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_redact_hides_every_secret_longest_first() -> None:
-    text = "key=abc123 secret=abc123XYZ token="
-    assert redact(text, ["abc123", "abc123XYZ", None, ""]) == "key=**** secret=**** token="
+    # By value only from 8 characters on (forkpatch.redact.MIN_SECRET_LENGTH).
+    text = "key=abcdef123456 id=abcdef123456XYZ token="
+    assert redact(text, ["abcdef123456", "abcdef123456XYZ", None, ""]) == "key=**** id=**** token="
 
 
 def test_run_keeps_output_and_shows_it_only_on_failure(capfd) -> None:  # type: ignore[no-untyped-def]

@@ -85,7 +85,10 @@ def test_entries_parse_with_lines():
             HEAD + "patches:\n  - name: a\n    build-step: vllm-dist-inf\n    summary: x\n",
             ["did you mean 'vllm-dist-info'"],
         ),
-        (HEAD + "build:\n  mode: overlay\n  max-jobs: yes\n", ["series.yaml:10", "must be a int"]),
+        (
+            HEAD + "build:\n  mode: overlay\n  max-jobs: yes\n",
+            ["series.yaml:10", "build.max-jobs must be a whole number, got boolean true"],
+        ),
         (HEAD + "version: 2\n", ["duplicate key 'version'"]),
         (HEAD.replace("version: 1", "version: 2"), ["series.yaml:1", "unsupported"]),
         ("", ["empty"]),

@@ -312,8 +312,9 @@ def bisect(
     t0 = time.monotonic()
     project, wheel = _resolve(opts, project, fork_override)
     series = project.series
-    cfg = series.section("build")
-    base_wheel = opts.base_wheel or (Path(cfg["base-wheel"]) if cfg.get("base-wheel") else None)
+    base_wheel = opts.base_wheel or (
+        Path(series.build.base_wheel) if series.build.base_wheel else None
+    )
     if base_wheel is None:
         raise UsageError(
             "bisecting builds the series' prefixes with the overlay path, which "

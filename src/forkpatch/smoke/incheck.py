@@ -14,10 +14,15 @@ and :class:`NotRun` when the check cannot run here. ``baseline=True`` runs it
 for every wheel; otherwise it runs when a patch lists it under ``smoke:``.
 
 The SM70 checks and their ``static.*-cpu`` twins share one implementation: the
-twin passes :class:`ReferenceSm70Ops` (float reference ops registered with
-torch.library, capability mocked to 7.0), the SM70 check :class:`RealSm70Ops`
-(the wheel's compiled ops on a real 7.0 device). That is how CI exercises the
-patch set's logic without a V100.
+twin passes :class:`ReferenceSm70Ops` (CPU stand-ins for the fork's SM70 ops,
+registered with torch.library under their real schemas, capability mocked to
+7.0), the SM70 check :class:`RealSm70Ops` (the wheel's compiled ops on a real
+7.0 device). The stand-ins are as strict as the kernels (every check they make,
+with their messages, plus the rules they rely on unchecked), keep the packed
+weight and the (k_ld, q_ld) meta opaque, and dequantize in fp16 as the kernel
+does, so that what passes on the CPU would pass on a V100. The fork's own SM70
+warmup runs over the patched layers in both. That is how CI exercises the patch
+set's logic without a V100.
 
 Results are written as JSON lines to ``--out``, one per check, flushed as each
 finishes, so a crash (a CUDA fault kills the process) loses only the check
@@ -206,47 +211,263 @@ def _deps_mode() -> str:
 
 
 # --------------------------------------------------------------------------- SM70 ops
+#
+# The fork's SM70 FP8 ops live in csrc/sm70_turbomind/ops/awq_sm70_gemm.cu (schemas
+# in csrc/torch_bindings.cpp, wrappers in vllm/_sm70_ops.py). The CPU stand-ins below
+# make every check those ops make, with the ops' own messages, so that what passes on
+# the CPU would pass the compiled checks on a V100. A few rules the compiled ops rely
+# on without checking are enforced too; their messages say "[stand-in: ...]" and why.
+
+SM70_GROUP = 128
+# The SM70 (HMMA 884) GEMM takes the FP8 weight as its B operand, packed in 32-row packs
+# along N (SmemCopy_MMA_884_B::M = 32). fp8_sm70_prepare's converter writes ceil(N/32)
+# whole packs into the [K, N] buffer it allocates, and the GEMM's B iterator counts
+# N/32 whole packs per tile (PackingImpl<HMMA_884, OPERAND_B>): for N % 32 != 0 the
+# packer writes past its buffer and the last N % 32 output columns are never loaded.
+# The op itself checks only N % 8. (Read from the fork's sources, not run on a V100.)
+SM70_PACK_N = 32
+# Every SM70 E4M3 GEMM kernel the fork registers (gemm/kernel/sm70_884_*.cu) has a
+# CTA_K of 16, 32 or 64, and Kernel::is_feasible wants K % CTA_K == 0: with K % 16 != 0
+# no kernel qualifies and the op fails with "TurboMind GEMM failed.".
+SM70_MIN_CTA_K = 16
+
+# The stand-in's (k_ld, q_ld): a tag plus K, a tag plus N. Opaque to callers and never
+# equal, so that a caller that swaps them, computes its own or hands one layer's meta
+# to another fails.
+_K_LD_TAG = 0x4B000000
+_Q_LD_TAG = 0x51000000
+# The stand-in's packed layout: the e4m3 bytes with the sign bit flipped, permuted
+# within each 32-column pack along N and each 8-row group along K (no element stays in
+# place), so that only the stand-in GEMM reads it right.
+_PERM_N = [(5 * i + 3) % SM70_PACK_N for i in range(SM70_PACK_N)]
+_PERM_K = [(3 * i + 5) % 8 for i in range(8)]
+_SIGN_BIT = 0x80
 
 
-def _ref_prepare(qweight: Any, scales: Any, group_size: int, gated: bool) -> list[Any]:
-    """Float stand-in for fp8_sm70_prepare with the same contract: e4m3 [N, K] +
-    fp32 block scales [ceil(N/128), ceil(K/128)] -> packed weight [K, N] (uint8),
-    per-column fp16 group scales [ceil(K/128), N], meta."""
+def _tm_check(cond: bool, message: str) -> None:
+    """TORCH_CHECK: the compiled ops raise RuntimeError with their message."""
+    if not cond:
+        raise RuntimeError(message)
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _round_up(a: int, b: int) -> int:
+    return _cdiv(a, b) * b
+
+
+def _inverse(perm: list[int]) -> list[int]:
+    inv = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inv[p] = i
+    return inv
+
+
+def _permute_packs(t: Any, perm_n: list[int], perm_k: list[int] | None) -> Any:
+    """Permute the columns of a 2D tensor within 32-column packs (and its rows
+    within 8-row groups); a new contiguous tensor."""
     import torch
 
-    assert not gated, "the reference covers the plain (non gated-SiLU) layout"
-    assert qweight.dtype == torch.float8_e4m3fn and scales.dtype == torch.float32
+    rows, cols = t.shape
+    t = t.reshape(rows, cols // SM70_PACK_N, SM70_PACK_N).index_select(2, torch.tensor(perm_n))
+    t = t.reshape(rows, cols)
+    if perm_k is not None:
+        t = t.reshape(rows // 8, 8, cols).index_select(1, torch.tensor(perm_k)).reshape(rows, cols)
+    return t.contiguous()
+
+
+def _on_standin_device(t: Any) -> bool:
+    # The compiled ops want CUDA tensors; the stand-ins' device is the CPU.
+    return t.device.type == "cpu"
+
+
+def _fp8_sm70_prepare_ref(
+    qweight: Any, scales: Any, group_size: int, interleave_gated_silu: bool
+) -> list[Any]:
+    """CPU stand-in for _C::fp8_sm70_prepare, with its checks: an e4m3 weight
+    [N, K] and fp32 block scales [ceil(N/128), ceil(K/128)] -> a packed uint8 weight
+    [K, N], fp16 group scales [ceil(K/128), N] (both in the stand-in's own layout)
+    and meta, int64[2] on the CPU: (k_ld, q_ld)."""
+    import torch
+
+    op = "fp8_sm70_prepare"
+    _tm_check(_on_standin_device(qweight), f"{op}: qweight must be CUDA.")
+    _tm_check(_on_standin_device(scales), f"{op}: scales must be CUDA.")
+    _tm_check(qweight.dtype == torch.float8_e4m3fn, f"{op}: qweight must be float8_e4m3fn.")
+    _tm_check(scales.dtype == torch.float32, f"{op}: scales must be float32.")
+    _tm_check(qweight.dim() == 2, f"{op}: qweight must be 2D.")
+    _tm_check(scales.dim() == 2, f"{op}: scales must be 2D.")
+    _tm_check(group_size == SM70_GROUP, f"{op}: only group_size=128 is supported.")
     n, k = qweight.shape
-    assert n % 8 == 0 and k % 8 == 0, "K and N must be multiples of 8"
-    assert tuple(scales.shape) == (-(-n // group_size), -(-k // group_size))
-    tm_weight = qweight.t().contiguous().view(torch.uint8)
-    tm_scales = scales.t().to(torch.float16).repeat_interleave(group_size, 1)[:, :n].contiguous()
-    return [tm_weight, tm_scales, torch.tensor([n, n], dtype=torch.int64)]
+    _tm_check(k % 8 == 0 and n % 8 == 0, f"{op}: K and N must be multiples of 8.")
+    _tm_check(scales.size(0) == _cdiv(n, group_size), f"{op}: output scale block mismatch.")
+    _tm_check(scales.size(1) == _cdiv(k, group_size), f"{op}: input scale block mismatch.")
+    if interleave_gated_silu:
+        raise NotImplementedError(f"{op}: the stand-in covers the plain layout only")
+    _tm_check(
+        n % SM70_PACK_N == 0,
+        f"{op}: N={n} is not a multiple of {SM70_PACK_N} [stand-in: the compiled op checks "
+        f"N % 8 only, but packs N in {SM70_PACK_N}-row packs: it would write past its [K, N] "
+        f"buffer, and its GEMM would never compute the last {n % SM70_PACK_N} columns]",
+    )
+    flipped = qweight.contiguous().view(torch.uint8).t() ^ _SIGN_BIT  # [K, N]
+    tm_weight = _permute_packs(flipped, _PERM_N, _PERM_K)
+    group_scales = scales.t().to(torch.float16).repeat_interleave(group_size, 1)[:, :n]
+    tm_scales = _permute_packs(group_scales, _PERM_N, None)
+    meta = torch.tensor([_K_LD_TAG + k, _Q_LD_TAG + n], dtype=torch.int64)
+    return [tm_weight, tm_scales, meta]
 
 
-def _ref_gemm_out(
+def _fp8_gemm_sm70_out_ref(
     out: Any,
     x: Any,
-    tm_weight: Any,
-    tm_scales: Any,
+    weight: Any,
+    scales: Any,
     group_size: int,
     k_ld: int,
     q_ld: int,
-    gated: bool,
+    gated_silu: bool,
 ) -> None:
-    """Float stand-in for fp8_gemm_sm70_out: out = x @ dequant(weight)."""
+    """CPU stand-in for _C::fp8_gemm_sm70_out, with its checks: out = x @ W, W
+    dequantized as the kernel does (e4m3 -> fp16, times the fp16 group scale, the
+    product rounded to fp16 as __hmul rounds it), accumulated in float64."""
     import torch
 
-    assert not gated
-    k, n = tm_weight.shape
-    assert x.shape[1] == k and tuple(out.shape) == (x.shape[0], n)
-    w = tm_weight.view(torch.float8_e4m3fn).double()
-    w = w * tm_scales.double().repeat_interleave(group_size, 0)[:k]
-    out.copy_((x.double() @ w).to(out.dtype))
+    op = "fp8_gemm_sm70"
+    for what, t in (("input", x), ("weight", weight), ("scales", scales), ("output", out)):
+        _tm_check(_on_standin_device(t), f"{op}: {what} must be CUDA.")
+    _tm_check(x.dtype == torch.float16, f"{op}: input must be float16.")
+    _tm_check(weight.dtype == torch.uint8, f"{op}: weight must be uint8.")
+    _tm_check(scales.dtype == torch.float16, f"{op}: scales must be float16.")
+    _tm_check(out.dtype == torch.float16, f"{op}: output must be float16.")
+    _tm_check(group_size == SM70_GROUP, f"{op}: only group_size=128 is supported.")
+    _tm_check(
+        all(t.dim() == 2 for t in (x, weight, scales, out)),
+        f"{op}: input, weight, scales and output must be 2D [stand-in: the op reads "
+        f"sizes 0 and 1 of each]",
+    )
+    m, k = x.shape
+    n = weight.size(1)
+    _tm_check(weight.size(0) == k, f"{op}: weight shape mismatch.")
+    _tm_check(scales.size(0) == _cdiv(k, group_size), f"{op}: scale groups mismatch.")
+    _tm_check(scales.size(1) == n, f"{op}: scale shape mismatch.")
+    _tm_check(out.size(0) == m, f"{op}: output rows must match input rows.")
+    _tm_check(out.stride(1) == 1, f"{op}: output must be row-major contiguous.")
+    if gated_silu:
+        _tm_check(n % 2 == 0, f"{op}: gated_silu requires even output dim.")
+        _tm_check(out.size(1) == n // 2, f"{op}: gated_silu output cols must be n/2.")
+        raise NotImplementedError(f"{op}: the stand-in covers gated_silu=False only")
+    _tm_check(out.size(1) == n, f"{op}: output cols must match weight output dim.")
+    _tm_check(
+        x.stride(1) == 1,
+        f"{op}: input has column stride {x.stride(1)} [stand-in: the kernel reads input "
+        f"rows at stride(0) and assumes unit column stride]",
+    )
+    _tm_check(
+        weight.is_contiguous() and scales.is_contiguous(),
+        f"{op}: weight or scales not contiguous [stand-in: the kernel reads them as "
+        f"fp8_sm70_prepare laid them out]",
+    )
+    _tm_check(
+        k % SM70_MIN_CTA_K == 0,
+        f"{op}: TurboMind GEMM failed. [stand-in: K={k} is not a multiple of "
+        f"{SM70_MIN_CTA_K}, so no SM70 E4M3 kernel is feasible]",
+    )
+    want = (_K_LD_TAG + k, _Q_LD_TAG + n)
+    _tm_check(
+        (k_ld, q_ld) == want,
+        f"{op}: (k_ld, q_ld) = ({k_ld:#x}, {q_ld:#x}) is not the meta fp8_sm70_prepare "
+        f"returned for a [K={k}, N={n}] weight ({want[0]:#x}, {want[1]:#x}) [stand-in: the "
+        f"kernel reads the packed operands at these leading dimensions unchecked]",
+    )
+    raw = _permute_packs(weight, _inverse(_PERM_N), _inverse(_PERM_K)) ^ _SIGN_BIT
+    w16 = raw.view(torch.float8_e4m3fn).to(torch.float16)
+    s16 = _permute_packs(scales, _inverse(_PERM_N), None).repeat_interleave(group_size, 0)[:k]
+    # An fp16 x fp16 product is exact in fp32: one rounding to fp16, as __hmul does.
+    dequant = (w16.float() * s16.float()).to(torch.float16)
+    out.copy_((x.double() @ dequant.double()).to(out.dtype))
+
+
+def _fp8_gemm_sm70_out_meta_ref(
+    out: Any, x: Any, weight: Any, scales: Any, meta: Any, gated_silu: bool
+) -> None:
+    """CPU stand-in for _C::fp8_gemm_sm70_out_meta: (k_ld, q_ld) read from meta."""
+    import torch
+
+    _tm_check(meta.dtype == torch.int64, "fp8_gemm_sm70: meta must be int64.")
+    _tm_check(meta.numel() >= 2, "fp8_gemm_sm70: meta must have two values.")
+    lds = meta.to("cpu").contiguous()
+    _fp8_gemm_sm70_out_ref(out, x, weight, scales, SM70_GROUP, int(lds[0]), int(lds[1]), gated_silu)
+
+
+def _fp8_gemm_sm70_out_auto_ref(out: Any, x: Any, weight: Any, scales: Any) -> None:
+    """CPU stand-in for _C::fp8_gemm_sm70_out_auto: (k_ld, q_ld) derived from the
+    shapes, as fp8_sm70_prepare derives them."""
+    k_ld = _K_LD_TAG + x.size(-1)
+    q_ld = _Q_LD_TAG + weight.size(-1)
+    _fp8_gemm_sm70_out_ref(out, x, weight, scales, SM70_GROUP, k_ld, q_ld, False)
+
+
+def _awq_gemm_sm70_out_gate(*args: Any) -> None:
+    raise RuntimeError(
+        "awq_gemm_sm70_out: not covered by the stand-in ops; it is registered because the "
+        "fork's SM70 warmup runs only when it exists, and no AWQ layer takes part here"
+    )
+
+
+# The ops the series and the fork's SM70 warmup use: name, schema (as the fork's
+# csrc/torch_bindings.cpp defines it), CPU stand-in.
+_SM70_OPS: tuple[tuple[str, str, Callable[..., Any]], ...] = (
+    (
+        "fp8_sm70_prepare",
+        (
+            "fp8_sm70_prepare(Tensor _kernel, Tensor _scaling_factors, int group_size, "
+            "bool interleave_gated_silu) -> Tensor[]"
+        ),
+        _fp8_sm70_prepare_ref,
+    ),
+    (
+        "fp8_gemm_sm70_out",
+        (
+            "fp8_gemm_sm70_out(Tensor(a!) out, Tensor _in_feats, Tensor _kernel, "
+            "Tensor _scaling_factors, int group_size, int k_ld, int q_ld, bool gated_silu) -> ()"
+        ),
+        _fp8_gemm_sm70_out_ref,
+    ),
+    (
+        "fp8_gemm_sm70_out_meta",
+        (
+            "fp8_gemm_sm70_out_meta(Tensor(a!) out, Tensor _in_feats, Tensor _kernel, "
+            "Tensor _scaling_factors, Tensor _meta, bool gated_silu) -> ()"
+        ),
+        _fp8_gemm_sm70_out_meta_ref,
+    ),
+    (
+        "fp8_gemm_sm70_out_auto",
+        (
+            "fp8_gemm_sm70_out_auto(Tensor(a!) out, Tensor _in_feats, Tensor _kernel, "
+            "Tensor _scaling_factors) -> ()"
+        ),
+        _fp8_gemm_sm70_out_auto_ref,
+    ),
+    (
+        "awq_gemm_sm70_out",
+        (
+            "awq_gemm_sm70_out(Tensor(a!) out, Tensor _in_feats, Tensor _kernel, "
+            "Tensor _scaling_factors, int group_size, int k_ld, int q_ld, bool gated_silu) -> ()"
+        ),
+        _awq_gemm_sm70_out_gate,
+    ),
+)
+# What the fork's SM70 warmup (model_executor/warmup/awq_sm70_warmup.py) checks for
+# before it warms FP8 dense layers: without them it skips them.
+SM70_WARMUP_GATES = ("awq_gemm_sm70_out", "fp8_gemm_sm70_out_meta")
 
 
 class ReferenceSm70Ops:
-    """Float reference SM70 FP8 ops under torch.ops._C, on the CPU."""
+    """CPU stand-ins for the SM70 ops under torch.ops._C, as strict as the kernels."""
 
     name = "reference"
     device = "cpu"
@@ -254,38 +475,31 @@ class ReferenceSm70Ops:
     can_toggle = True  # install/uninstall to test the "op absent" branch
 
     def __init__(self) -> None:
-        self._lib: Any = None
+        self._libs: list[Any] = []
 
     def install(self) -> None:
-        if self._lib is not None:
+        if self._libs:
             return
         import torch
 
-        if hasattr(torch.ops._C, "fp8_sm70_prepare"):
-            # The wheel's compiled library is loaded and defines the ops (for
-            # CUDA): add CPU kernels to them instead of defining them again.
-            lib = torch.library.Library("_C", "IMPL")
-            lib.impl("fp8_sm70_prepare", _ref_prepare, "CPU")
-            lib.impl("fp8_gemm_sm70_out", _ref_gemm_out, "CPU")
-            self.can_toggle = False
-        else:
-            lib = torch.library.Library("_C", "FRAGMENT")
-            lib.define(
-                "fp8_sm70_prepare(Tensor qweight, Tensor scales, int group_size, "
-                "bool interleave_gated_silu) -> Tensor[]"
-            )
-            lib.define(
-                "fp8_gemm_sm70_out(Tensor(a!) out, Tensor input, Tensor qweight, "
-                "Tensor scales, int group_size, int k_ld, int q_ld, bool gated_silu) -> ()"
-            )
-            lib.impl("fp8_sm70_prepare", _ref_prepare, "CompositeExplicitAutograd")
-            lib.impl("fp8_gemm_sm70_out", _ref_gemm_out, "CompositeExplicitAutograd")
-        self._lib = lib
+        define = torch.library.Library("_C", "FRAGMENT")
+        add_cpu = torch.library.Library("_C", "IMPL")
+        for op, schema, impl in _SM70_OPS:
+            if hasattr(torch.ops._C, op):
+                # The wheel's compiled library is loaded and defines the op (for
+                # CUDA): add a CPU kernel to it instead of defining it again.
+                add_cpu.impl(op, impl, "CPU")
+                self.can_toggle = False
+            else:
+                define.define(schema)
+                define.impl(op, impl, "CompositeExplicitAutograd")
+        self._libs = [define, add_cpu]
 
     def uninstall(self) -> None:
-        if self._lib is not None and self.can_toggle:
-            self._lib._destroy()
-            self._lib = None
+        if self._libs and self.can_toggle:
+            for lib in self._libs:
+                lib._destroy()
+            self._libs = []
 
 
 class RealSm70Ops:
@@ -342,28 +556,91 @@ def device_capability(ops: Ops, cap: tuple[int, int] | None) -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def patched_environ(**values: str | None) -> Iterator[None]:
+    """Set (None: unset) environment variables for the block; vllm.envs reads them."""
+    old = {k: os.environ.get(k) for k in values}
+
+    def put(items: dict[str, str | None]) -> None:
+        for k, v in items.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+    put(values)
+    try:
+        yield
+    finally:
+        put(old)
+
+
+# The fork's switches for its SM70 quantized paths (vllm/envs.py), at their defaults.
+_SM70_SWITCHES_DEFAULT: dict[str, str | None] = {
+    "VLLM_SM70_QUANT_BACKEND": None,
+    "VLLM_SM70_FP8_TURBOMIND": None,
+}
+
+
+@contextlib.contextmanager
+def sm70_worker_device(ops: Ops) -> Iterator[Any]:
+    """The device the fork's SM70 warmup is handed (``worker.device``): the real
+    one with real ops; with the stand-ins a ``cuda:0`` that reads (7, 0) and whose
+    synchronisation is a no-op (the stand-ins compute on the CPU, synchronously)."""
+    import torch
+
+    if isinstance(ops, RealSm70Ops):
+        yield torch.device("cuda", torch.cuda.current_device())
+        return
+    no_sync = lambda device=None: None  # noqa: E731
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(patched(torch.cuda, "get_device_capability", lambda device=None: SM70))
+        stack.enter_context(patched(torch.cuda, "synchronize", no_sync))
+        accelerator = getattr(torch, "accelerator", None)  # v1.3.0's warmup syncs through it
+        if accelerator is not None and hasattr(accelerator, "synchronize"):
+            stack.enter_context(patched(accelerator, "synchronize", no_sync))
+        yield torch.device("cuda", 0)
+
+
 def _online_fp8() -> Any:
     return _import_vllm_module("vllm.model_executor.layers.quantization.online.fp8")
 
 
+def _online_config(scheme: str) -> Any:
+    """The OnlineQuantizationConfig that `--quantization SCHEME` gives (as
+    VllmConfig builds it through get_quant_config)."""
+    qconf = _import_vllm_module("vllm.config.quantization")
+    base = _import_vllm_module("vllm.model_executor.layers.quantization.online.base")
+    return base.OnlineQuantizationConfig(args=qconf.resolve_quantization_config(scheme, None))
+
+
+# Rows this small have block scales in fp16's subnormal range, where the kernel's
+# fp16 dequantization (one rounding per product) visibly differs from an exact one.
+SMALL_AMPLITUDE = 3e-5
+
+
 def _reference_linear(weight: Any, x: Any) -> Any:
-    """x @ dequant(block-cast weight).T with fp16-rounded scales, in float64."""
+    """x @ dequant(block-cast weight).T from the original fp16 weight, dequantized
+    as the kernel does (fp16 scales, each product rounded to fp16), in float64."""
     import torch
     from vllm.utils.deep_gemm import _per_block_cast_to_fp8_eager
 
     q, s = _per_block_cast_to_fp8_eager(weight, [BLOCK, BLOCK], False)
     n, k = q.shape
-    s_full = s.to(torch.float16).double().repeat_interleave(BLOCK, 0)[:n]
+    s_full = s.to(torch.float16).repeat_interleave(BLOCK, 0)[:n]
     s_full = s_full.repeat_interleave(BLOCK, 1)[:, :k]
-    w = q.double() * s_full
-    return (x.double() @ w.t()).to(x.dtype)
+    w = (q.to(torch.float16).float() * s_full.float()).to(torch.float16)
+    return (x.double() @ w.t().contiguous().double()).to(x.dtype)
 
 
 def _make_layer(method: Any, n: int, k: int, device: str, bias: bool) -> Any:
+    """An online fp8_per_block layer [n, k] made by ``method`` and loaded with
+    random fp16 weights; its first 128 rows are of SMALL_AMPLITUDE."""
     import torch
     from vllm.model_executor import parameter
 
     layer: Any = torch.nn.Module()
+    layer.prefix = f"model.layers.0.proj_{n}x{k}"
     with (
         patched(parameter, "get_tensor_model_parallel_rank", lambda: 0),
         patched(parameter, "get_tensor_model_parallel_world_size", lambda: 1),
@@ -378,7 +655,9 @@ def _make_layer(method: Any, n: int, k: int, device: str, bias: bool) -> Any:
             weight_loader=lambda *a, **kw: None,
         )
     gen = torch.Generator().manual_seed(n * 31 + k)
-    w = (torch.randn(n, k, generator=gen) * 0.05).to(torch.float16).to(device)
+    w = torch.randn(n, k, generator=gen) * 0.05
+    w[:BLOCK] *= SMALL_AMPLITUDE / 0.05
+    w = w.to(torch.float16).to(device)
     layer.register_parameter("weight", torch.nn.Parameter(w, requires_grad=False))
     layer.bias = None
     if bias:
@@ -388,23 +667,72 @@ def _make_layer(method: Any, n: int, k: int, device: str, bias: bool) -> Any:
 
 
 def _capability_floor(ops: Ops) -> str:
+    """What VllmConfig's capability check admits: 7.0 for fp8_per_block with the
+    SM70 ops and the fork's switches on, 7.5 for every other online scheme and
+    for the class-level (scheme-less) question; MoE layers refused by name."""
     base = _import_vllm_module("vllm.model_executor.layers.quantization.online.base")
-    floor = base.OnlineQuantizationConfig.get_min_capability
+    cls = base.OnlineQuantizationConfig
+    schemes = ("fp8_per_block", "fp8_per_tensor", "mxfp8", "int8_per_channel_weight_only")
+    want = {s: 70 if s == "fp8_per_block" else 75 for s in schemes}
     ops.install()
-    with device_capability(ops, SM70):
-        assert floor() == 70, f"get_min_capability() on (7, 0) with the SM70 op is {floor()}"
+    with device_capability(ops, SM70), patched_environ(**_SM70_SWITCHES_DEFAULT):
+        got = {s: _online_config(s).get_min_capability() for s in schemes}
+        assert got == want, f"floors on (7, 0) with the SM70 ops: {got}, want {want}"
+        assert cls.get_min_capability() == 75, (
+            f"OnlineQuantizationConfig.get_min_capability() (no scheme) is "
+            f"{cls.get_min_capability()}, want 75"
+        )
+        # The fork's own switches (VLLM_SM70_QUANT_BACKEND, VLLM_SM70_FP8_TURBOMIND),
+        # honoured as Fp8Config honours them.
+        for env, floor in (
+            ({"VLLM_SM70_FP8_TURBOMIND": "0"}, 75),
+            ({"VLLM_SM70_QUANT_BACKEND": "marlin"}, 75),
+            ({"VLLM_SM70_QUANT_BACKEND": "turbomind", "VLLM_SM70_FP8_TURBOMIND": "0"}, 70),
+        ):
+            with patched_environ(**env):
+                got_env = _online_config("fp8_per_block").get_min_capability()
+            assert got_env == floor, f"fp8_per_block floor with {env} is {got_env}, want {floor}"
+        detail = _moe_refused(base)
     if not ops.can_toggle:
-        return "floor 70 on (7, 0)"
+        return f"floor 70 for fp8_per_block on (7, 0), 75 for the other schemes; {detail}"
     for cap in [(7, 5), (8, 0), (8, 9), (9, 0), (12, 0)]:
         with device_capability(ops, cap):
-            assert floor() == 75, f"get_min_capability() on {cap} is {floor()}, want 75"
+            got = {s: _online_config(s).get_min_capability() for s in schemes}
+        assert set(got.values()) == {75}, f"floors on {cap}: {got}, want 75"
     ops.uninstall()
     try:
         with device_capability(ops, SM70):
-            assert floor() == 75, f"get_min_capability() on (7, 0) without the op is {floor()}"
+            got = _online_config("fp8_per_block").get_min_capability()
+        assert got == 75, f"fp8_per_block floor on (7, 0) without the SM70 ops is {got}"
     finally:
         ops.install()
-    return "floor 70 on (7, 0) with the op, 75 without it and on 7.5+"
+    return (
+        "floor 70 only for fp8_per_block on (7, 0) with the ops and switches on; 75 for "
+        f"the other schemes, without the ops and on 7.5+; {detail}"
+    )
+
+
+def _moe_refused(base: Any) -> str:
+    """On SM70 an online-quantized MoE layer has no kernel: refused by name."""
+    import torch
+
+    moe_cls = _import_vllm_module("vllm.model_executor.layers.fused_moe").RoutedExperts
+    layer = moe_cls.__new__(moe_cls)
+    torch.nn.Module.__init__(layer)
+    prefix = "model.layers.3.mlp.experts"
+    try:
+        _online_config("fp8_per_block").get_quant_method(layer, prefix=prefix)
+    except ValueError as exc:
+        assert prefix in str(exc), f"the MoE refusal does not name the layer: {exc}"
+        assert '{"linear": "fp8_per_block"}' in str(exc), f"no way out in: {exc}"
+    else:
+        raise AssertionError(f"fp8_per_block on SM70 accepted the MoE layer {prefix}")
+    # The way out it names: linear layers only, which 7.0 admits.
+    qconf = _import_vllm_module("vllm.config.quantization")
+    args = qconf.resolve_quantization_config("online", {"linear": "fp8_per_block"})
+    floor = base.OnlineQuantizationConfig(args=args).get_min_capability()
+    assert args.moe is None and floor == 70, f"linear-only config: moe={args.moe}, floor {floor}"
+    return "MoE layers refused by name, pointing at the linear-only config 7.0 admits"
 
 
 def _padding_helpers(ops: Ops) -> str:
@@ -456,12 +784,100 @@ def _eager_block_cast(ops: Ops) -> str:
     return "SM70 uses the eager cast, other devices the compiled one"
 
 
-def _sm70_linear(ops: Ops, n: int, k: int, m: int, bias: bool) -> str:
+@contextlib.contextmanager
+def _sm70_online_fp8(ops: Ops) -> Iterator[Any]:
+    """online/fp8.py as it runs on a 7.0 device with the SM70 ops (capability
+    mocked for the stand-ins), an fp16 model, the fork's switches at their
+    defaults, and no generic FP8 kernel allowed (SM70 must not set one up)."""
+    from types import SimpleNamespace
+
     import torch
 
     f = _online_fp8()
-    sm70_ops = _import_vllm_module("vllm._sm70_ops")
     ops.install()
+
+    def no_generic_kernel(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("generic FP8 kernel initialised on SM70")
+
+    def fake_config() -> Any:
+        return SimpleNamespace(model_config=SimpleNamespace(dtype=torch.float16))
+
+    with (
+        device_capability(ops, SM70),
+        patched_environ(**_SM70_SWITCHES_DEFAULT),
+        patched(f, "get_current_vllm_config", fake_config),
+        patched(f, "init_fp8_linear_kernel", no_generic_kernel),
+    ):
+        yield f
+
+
+def _packed_layer(f: Any, ops: Ops, n: int, k: int, bias: bool) -> tuple[Any, Any, Any, Any]:
+    """A patched online fp8_per_block layer [n, k], loaded and processed (packed
+    for the SM70 GEMM): (method, layer, its fp16 weight, its bias or None)."""
+    import torch
+
+    method = f.Fp8PerBlockOnlineLinearMethod()
+    assert method.use_sm70_fp8, "SM70 path not selected"
+    layer = _make_layer(method, n, k, ops.device, bias)
+    assert not hasattr(method, "fp8_linear"), "a generic FP8 kernel was set up on SM70"
+    w = layer.weight.data.clone()
+    b = None if layer.bias is None else layer.bias.data.clone()
+    method.process_weights_after_loading(layer)
+    padded = _round_up(n, BLOCK)
+    assert layer.sm70_fp8_turbomind and layer.fp8_true_n == n, (
+        f"sm70_fp8_turbomind={getattr(layer, 'sm70_fp8_turbomind', None)}, "
+        f"fp8_true_n={getattr(layer, 'fp8_true_n', None)}, want True and {n}"
+    )
+    assert layer.weight.dtype == torch.uint8 and tuple(layer.weight.shape) == (k, padded), (
+        f"packed weight {layer.weight.dtype} {tuple(layer.weight.shape)}, want uint8 {(k, padded)}"
+    )
+    meta = layer.sm70_fp8_meta
+    assert meta.dtype == torch.int64 and tuple(meta.shape) == (2,), (meta.dtype, meta.shape)
+    assert (layer.sm70_fp8_k_ld, layer.sm70_fp8_q_ld) == (int(meta[0]), int(meta[1])), (
+        "sm70_fp8_k_ld/q_ld are not meta[0]/meta[1]"
+    )
+    if isinstance(ops, ReferenceSm70Ops):  # the compiled op's scale layout is its own
+        want = (_cdiv(k, BLOCK), padded)
+        assert tuple(layer.weight_scale_inv.shape) == want, (
+            f"packed scales {tuple(layer.weight_scale_inv.shape)}, want {want}"
+        )
+    return method, layer, w, b
+
+
+def _check_against_reference(ops: Ops, out: Any, w: Any, b: Any, x: Any) -> float:
+    """``out`` (of a [n, k] layer on ``x``) against the float reference: bit for bit
+    with the stand-ins, within FP8/fp16-accumulation tolerance on the GPU."""
+    import torch
+
+    n, k = w.shape
+    lead = tuple(x.shape[:-1])
+    assert tuple(out.shape) == (*lead, n) and out.dtype == torch.float16, (
+        f"output {out.dtype} {tuple(out.shape)}, want float16 {(*lead, n)}"
+    )
+    ref = _reference_linear(w.cpu(), x.reshape(-1, k).cpu()).reshape(*lead, n)
+    if b is not None:
+        ref = ref + b.cpu()
+    got = out.cpu()
+    err = float((got.float() - ref.float()).abs().max())
+    if ops.exact:
+        assert torch.equal(got, ref), f"N={n} K={k}: not bit-exact against the reference ({err})"
+    else:  # fp32 accumulation in a different order on the GPU
+        torch.testing.assert_close(got.float(), ref.float(), rtol=2e-2, atol=2e-2)
+    return err
+
+
+def _input(ops: Ops, k: int, m: int) -> Any:
+    import torch
+
+    gen = torch.Generator().manual_seed(7 + k + m)
+    return (torch.randn(2, m, k, generator=gen) * 0.5).to(torch.float16).to(ops.device)
+
+
+def _sm70_linear(ops: Ops, n: int, k: int, m: int, bias: bool) -> str:
+    """A patched online fp8_per_block layer [n, k] on SM70: packed at load (rows
+    padded to whole 128-row blocks, output_size_per_partition the packed width),
+    one SM70 GEMM per call, sliced back to n, matching the reference."""
+    sm70_ops = _import_vllm_module("vllm._sm70_ops")
     gemm_calls: list[tuple[int, ...]] = []
     real_gemm = sm70_ops.fp8_gemm_sm70_out
 
@@ -469,56 +885,144 @@ def _sm70_linear(ops: Ops, n: int, k: int, m: int, bias: bool) -> str:
         gemm_calls.append(tuple(out.shape))
         real_gemm(out, *args)
 
-    def no_generic_kernel(*args: Any, **kwargs: Any) -> Any:
-        raise AssertionError("generic FP8 kernel initialised on SM70")
-
-    def fake_config() -> Any:
-        from types import SimpleNamespace
-
-        return SimpleNamespace(model_config=SimpleNamespace(dtype=torch.float16))
-
-    with (
-        device_capability(ops, SM70),
-        patched(f, "get_current_vllm_config", fake_config),
-        patched(f, "init_fp8_linear_kernel", no_generic_kernel),
-        patched(sm70_ops, "fp8_gemm_sm70_out", gemm_spy),
-    ):
-        method = f.Fp8PerBlockOnlineLinearMethod()
-        assert method.use_sm70_fp8, "SM70 path not selected"
-        layer = _make_layer(method, n, k, ops.device, bias)
-        assert not hasattr(method, "fp8_linear"), "a generic FP8 kernel was set up on SM70"
-        w = layer.weight.data.clone()
-        b = None if layer.bias is None else layer.bias.data.clone()
-        method.process_weights_after_loading(layer)
-        padded = -(-n // BLOCK) * BLOCK
-        assert layer.sm70_fp8_turbomind and layer.fp8_true_n == n
-        assert layer.weight.dtype == torch.uint8 and tuple(layer.weight.shape) == (k, padded), (
-            f"packed weight {layer.weight.dtype} {tuple(layer.weight.shape)}, want uint8 {(k, padded)}"
+    padded = _round_up(n, BLOCK)
+    with _sm70_online_fp8(ops) as f, patched(sm70_ops, "fp8_gemm_sm70_out", gemm_spy):
+        method, layer, w, b = _packed_layer(f, ops, n, k, bias)
+        assert layer.output_size_per_partition == padded, (
+            f"output_size_per_partition is {layer.output_size_per_partition}, want the "
+            f"packed width {padded}: the fork's SM70 warmup sizes its GEMM output with it"
         )
-        assert layer.output_size_per_partition == n, (
-            f"output_size_per_partition is {layer.output_size_per_partition}, want the true {n}"
-        )
-        if isinstance(ops, ReferenceSm70Ops):  # the compiled op's scale layout is its own
-            want = (-(-k // BLOCK), padded)
-            assert tuple(layer.weight_scale_inv.shape) == want, (
-                f"packed scales {tuple(layer.weight_scale_inv.shape)}, want {want}"
-            )
-        gen = torch.Generator().manual_seed(7)
-        x = (torch.randn(2, m, k, generator=gen) * 0.5).to(torch.float16).to(ops.device)
+        x = _input(ops, k, m)
         out = method.apply(layer, x, layer.bias)
     assert gemm_calls == [(2 * m, padded)], f"SM70 GEMM calls {gemm_calls}"
-    assert tuple(out.shape) == (2, m, n) and out.dtype == torch.float16, tuple(out.shape)
-    ref = _reference_linear(w.cpu(), x.reshape(-1, k).cpu()).reshape(2, m, n)
-    if b is not None:
-        ref = ref + b.cpu()
-    got = out.cpu()
-    err = float((got.float() - ref.float()).abs().max())
-    if ops.exact and b is None:
-        assert torch.equal(got, ref), f"not bit-exact against the float reference (max {err})"
-    else:
-        # fp16 accumulation on the GPU (and, with a bias, one more fp16 add).
-        torch.testing.assert_close(got.float(), ref.float(), rtol=2e-2, atol=2e-2)
-    return f"N={n} (padded {padded}) K={k}: max abs error {err:.3g} vs float reference"
+    err = _check_against_reference(ops, out, w, b, x)
+    return f"N={n} (packed {padded}) K={k}: max abs error {err:.3g} vs float reference"
+
+
+# K values the SM70 GEMM cannot take: K % 16 == 8 (fp8_sm70_prepare would take it,
+# no GEMM kernel would) and K % 8 != 0 (fp8_sm70_prepare refuses it).
+UNSUPPORTED_K = (264, 260)
+
+
+def _sm70_unsupported_k(ops: Ops) -> str:
+    """A layer whose K the SM70 GEMM cannot take (e.g. a tensor-parallel vision
+    projection) keeps its fp16 weight, with a warning naming the layer, and
+    computes with it: never a raw kernel check."""
+    import logging
+
+    import torch
+
+    class Collect(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__(logging.WARNING)
+            self.messages: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.messages.append(record.getMessage())
+
+    with _sm70_online_fp8(ops) as f:
+        for k in UNSUPPORTED_K:
+            method = f.Fp8PerBlockOnlineLinearMethod()
+            layer = _make_layer(method, 256, k, ops.device, bias=True)
+            w, b = layer.weight.data.clone(), layer.bias.data.clone()
+            handler = Collect()
+            f.logger.addHandler(handler)
+            level = f.logger.level
+            f.logger.setLevel(logging.WARNING)
+            try:
+                method.process_weights_after_loading(layer)
+            finally:
+                f.logger.removeHandler(handler)
+                f.logger.setLevel(level)
+            assert not getattr(layer, "sm70_fp8_turbomind", False), f"K={k} was packed"
+            assert layer.weight.dtype == torch.float16 and tuple(layer.weight.shape) == (256, k)
+            assert any(layer.prefix in msg and str(k) in msg for msg in handler.messages), (
+                f"no warning names {layer.prefix} (K={k}): {handler.messages}"
+            )
+            x = _input(ops, k, 3)
+            out = method.apply(layer, x, layer.bias)
+            ref = torch.nn.functional.linear(x, w, b)
+            assert torch.equal(out, ref), f"K={k}: the fp16 fallback does not compute x @ W.T + b"
+    return f"K in {UNSUPPORTED_K}: kept fp16, warned by layer name, computed exactly"
+
+
+# Layers the fork's SM70 warmup runs over: odd widths (padded) and 128-multiples,
+# with and without a bias, each (K, packed N) distinct so that none is deduplicated;
+# plus one layer with a K the GEMM cannot take, which the warmup must leave alone.
+WARMUP_LAYERS = ((ODD_WIDTH, 256, False), (264, 128, True), (512, 384, False), (384, 256, True))
+
+
+def _sm70_warmup(ops: Ops) -> str:
+    """The fork's own SM70 TurboMind warmup (on by default, run from the worker's
+    kernel warmup even with --enforce-eager) over patched layers: one
+    fp8_gemm_sm70_out per FP8 layer shape and decode M, and every layer still
+    computes right afterwards."""
+    from types import SimpleNamespace
+
+    import torch
+
+    warmup = _import_vllm_module("vllm.model_executor.warmup.awq_sm70_warmup")
+    sm70_ops = warmup.sm70_ops
+    calls: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
+    real_gemm = sm70_ops.fp8_gemm_sm70_out
+
+    def gemm_spy(out: Any, x: Any, weight: Any, *args: Any) -> None:
+        calls.append((tuple(out.shape), tuple(weight.shape)))
+        real_gemm(out, x, weight, *args)
+
+    with _sm70_online_fp8(ops) as f:
+        missing = [op for op in SM70_WARMUP_GATES if not hasattr(torch.ops._C, op)]
+        if missing:
+            raise NotRun(
+                "the fork's SM70 warmup skips FP8 layers in this build: no "
+                + ", ".join(f"_C::{op}" for op in missing)
+            )
+        built = [_packed_layer(f, ops, n, k, bias) for n, k, bias in WARMUP_LAYERS]
+        fallback = f.Fp8PerBlockOnlineLinearMethod()
+        fallback_layer = _make_layer(fallback, 256, UNSUPPORTED_K[0], ops.device, bias=False)
+        fallback_w = fallback_layer.weight.data.clone()
+        fallback.process_weights_after_loading(fallback_layer)
+        model = torch.nn.ModuleList([layer for _, layer, _, _ in built] + [fallback_layer])
+        config = SimpleNamespace(
+            speculative_config=None,
+            compilation_config=SimpleNamespace(cudagraph_capture_sizes=None),
+        )
+        with (
+            sm70_worker_device(ops) as device,
+            patched_environ(
+                VLLM_SM70_AWQ_WARMUP="1",
+                VLLM_SM70_GEMM_LUT_PATH=None,
+                # v1.3.0+: tensor-parallel tuning exchange; a single process here.
+                VLLM_SM70_FP8_COORDINATED_TUNING="0",
+            ),
+            patched(sm70_ops, "fp8_gemm_sm70_out", gemm_spy),
+        ):
+            worker = SimpleNamespace(device=device, get_model=lambda: model, vllm_config=config)
+            try:
+                warmup.sm70_awq_warmup(worker)
+            except RuntimeError as exc:
+                raise AssertionError(
+                    f"the fork's SM70 warmup fails on the patched layers: {exc}"
+                ) from exc
+            m_values = warmup._get_decode_m_values(worker)
+        want = sorted(
+            ((m, _round_up(n, BLOCK)), (k, _round_up(n, BLOCK)))
+            for n, k, _ in WARMUP_LAYERS
+            for m in m_values
+        )
+        assert sorted(calls) == want, (
+            f"the fork's SM70 warmup made the FP8 GEMM calls {sorted(calls)}, want {want}"
+        )
+        for (method, layer, w, b), (_, k, _) in zip(built, WARMUP_LAYERS, strict=True):
+            x = _input(ops, k, 3)
+            _check_against_reference(ops, method.apply(layer, x, layer.bias), w, b, x)
+        x = _input(ops, UNSUPPORTED_K[0], 3)
+        out = fallback.apply(fallback_layer, x, None)
+        assert torch.equal(out, torch.nn.functional.linear(x, fallback_w)), "fallback layer"
+    return (
+        f"{len(calls)} warmup GEMM calls ({len(WARMUP_LAYERS)} FP8 layer shapes x M in "
+        f"{m_values}), the fp16 fallback layer skipped; every layer computes right after"
+    )
 
 
 # --------------------------------------------------------------------------- static tier
@@ -693,14 +1197,15 @@ def provenance(ctx: Ctx) -> str:
 
 @check("static.capability-floor-cpu", needs=("torch",))
 def capability_floor_cpu(ctx: Ctx) -> str:
-    """capability-floor with float reference SM70 ops and a mocked (7, 0) device."""
+    """capability-floor with the CPU stand-in SM70 ops and a mocked (7, 0) device:
+    7.0 is admitted for fp8_per_block only, as the fork's switches allow."""
     return _capability_floor(_reference_ops())
 
 
 @check("static.odd-width-padding-cpu", needs=("torch",))
 def odd_width_padding_cpu(ctx: Ctx) -> str:
     """odd-width-padding helpers on CPU: 4,120 rows padded to 4,224 and sliced back,
-    plus an odd-width layer with a bias through the reference SM70 linear."""
+    plus an odd-width layer with a bias through the stand-in SM70 linear."""
     ops = _reference_ops()
     ops.install()
     first = _padding_helpers(ops)
@@ -716,11 +1221,19 @@ def eager_block_cast_cpu(ctx: Ctx) -> str:
 @check("static.packed-repack-cpu", needs=("torch",))
 def packed_repack_cpu(ctx: Ctx) -> str:
     """packed-repack on CPU: the 4,120-row per-block FP8 linear is packed at load,
-    dispatched to the (reference) SM70 GEMM and bit-exact against the float reference."""
+    dispatched to the (stand-in) SM70 GEMM and bit-exact against the float reference;
+    a K the SM70 GEMM cannot take falls back to fp16 by name."""
     ops = _reference_ops()
     a = _sm70_linear(ops, ODD_WIDTH, 256, 3, bias=False)
     b = _sm70_linear(ops, 512, 384, 5, bias=True)
-    return f"{a}; {b}"
+    return f"{a}; {b}; {_sm70_unsupported_k(ops)}"
+
+
+@check("static.sm70-warmup-cpu", needs=("torch",))
+def sm70_warmup_cpu(ctx: Ctx) -> str:
+    """The fork's own SM70 warmup over patched layers (odd and 128-multiple widths,
+    with and without a bias) with the CPU stand-in ops: it must not fail."""
+    return _sm70_warmup(_reference_ops())
 
 
 # --------------------------------------------------------------------------- gpu tier
@@ -773,19 +1286,17 @@ def sm70_ops_registered(ctx: Ctx) -> str:
 
 @check("sm70.fp8-per-block-config")
 def sm70_fp8_per_block_config(ctx: Ctx) -> str:
-    """The online fp8_per_block config is accepted on this (7, 0) device."""
+    """The online fp8_per_block config is accepted on this (7, 0) device (and the
+    online schemes without an SM70 path are not)."""
     detail = _capability_floor(RealSm70Ops())
     qmod = _import_vllm_module("vllm.model_executor.layers.quantization")
     methods = getattr(qmod, "QUANTIZATION_METHODS", None)
     if methods is not None:
         assert "fp8_per_block" in methods, "fp8_per_block is not a known quantization method"
-    getter = getattr(qmod, "get_quantization_config", None)
-    if getter is not None:
-        cls = getter("fp8_per_block")
-        floor = cls.get_min_capability()
-        assert floor <= 70, f"{cls.__name__}.get_min_capability() is {floor} on this device"
-        detail += f"; {cls.__name__} loads (min capability {floor})"
-    return detail
+    config = _online_config("fp8_per_block")
+    floor = config.get_min_capability()
+    assert floor <= 70, f"{type(config).__name__}.get_min_capability() is {floor} on this device"
+    return f"{detail}; {type(config).__name__} for fp8_per_block: min capability {floor}"
 
 
 @check("sm70.odd-width-linear")
@@ -795,10 +1306,23 @@ def sm70_odd_width_linear(ctx: Ctx) -> str:
     return _sm70_linear(RealSm70Ops(), ODD_WIDTH, 256, 3, bias=False)
 
 
+@check("sm70.warmup")
+def sm70_warmup(ctx: Ctx) -> str:
+    """The fork's own SM70 warmup runs the real SM70 GEMM over patched layers (odd
+    and 128-multiple widths, with and without a bias, and an fp16-fallback layer)
+    without failing, and every layer matches the float reference afterwards."""
+    return _sm70_warmup(RealSm70Ops())
+
+
+TINY_MODEL_INTERMEDIATE = 520
+
+
 @check("sm70.tiny-model-generates")
 def sm70_tiny_model_generates(ctx: Ctx) -> str:
     """A tiny Qwen2-shaped model, made here with random weights, loads with
-    fp8_per_block and generates tokens."""
+    fp8_per_block and generates tokens; its fused gate_up_proj is 1,040 wide (not a
+    multiple of 128, as Qwen3.5's in_proj_qkvz), and the worker's kernel warmup
+    (the fork's SM70 warmup, run even with enforce_eager) goes over it."""
     torch = _torch()
     try:
         from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -811,7 +1335,9 @@ def sm70_tiny_model_generates(ctx: Ctx) -> str:
         cfg = Qwen2Config(
             vocab_size=1024,
             hidden_size=256,
-            intermediate_size=512,
+            # gate_up_proj fuses 2 x 520 = 1,040 rows: padded to 1,152 for the SM70
+            # GEMM; down_proj's K = 520 is no multiple of 16: it stays fp16.
+            intermediate_size=TINY_MODEL_INTERMEDIATE,
             num_hidden_layers=2,
             num_attention_heads=4,
             num_key_value_heads=2,

@@ -13,6 +13,7 @@ A tier's status is one of:
 from __future__ import annotations
 
 import json
+import re
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
@@ -23,9 +24,14 @@ from typing import Any
 from forkpatch import __version__
 from forkpatch.errors import SmokeError
 from forkpatch.fsutil import atomic_write
+from forkpatch.redact import scrub
 from forkpatch.smoke.incheck import ERROR, FAILED, NOT_RUN, PASSED, TIERS
 
 SCHEMA = 1
+OUTCOMES = (PASSED, FAILED, NOT_RUN, ERROR)
+INCOMPLETE = "incomplete"
+TIER_STATUSES = (PASSED, "failed", INCOMPLETE, NOT_RUN)
+_SHA256 = re.compile(r"\A[0-9a-f]{64}\Z")
 REPORT_SUFFIX = ".smoke.json"
 STORE = Path(".forkpatch") / "smoke"
 
@@ -69,42 +75,12 @@ class SmokeReport:
     # ------------------------------------------------------------- derived
 
     def tier_status(self) -> dict[str, dict[str, Any]]:
-        out: dict[str, dict[str, Any]] = {}
-        for tier in TIERS:
-            results = [c for c in self.checks if c.tier == tier]
-            outcomes = {c.outcome for c in results}
-            if tier not in self.requested_tiers:
-                status, reason = (
-                    NOT_RUN,
-                    "not requested (--tier "
-                    + (self.requested_tiers[-1] if self.requested_tiers else "?")
-                    + ")",
-                )
-            elif outcomes & {FAILED, ERROR}:
-                status, reason = "failed", ""
-            elif not results:
-                status, reason = NOT_RUN, "no checks"
-            elif outcomes == {NOT_RUN}:
-                status, reason = NOT_RUN, _common_reason(results)
-            elif NOT_RUN in outcomes:
-                status = "incomplete"
-                reason = "; ".join(f"{c.id}: {c.detail}" for c in results if c.outcome == NOT_RUN)
-            else:
-                status, reason = PASSED, ""
-            out[tier] = {
-                "status": status,
-                "reason": reason,
-                "checks": {
-                    o: sum(1 for c in results if c.outcome == o)
-                    for o in (PASSED, FAILED, ERROR, NOT_RUN)
-                },
-            }
-        return out
+        return derive_tiers(self.checks, self.requested_tiers)
 
     @property
     def passed(self) -> bool:
         """No check failed or errored (tiers not run do not make a report fail)."""
-        return not any(c.outcome in (FAILED, ERROR) for c in self.checks)
+        return derived_passed(self.checks)
 
     def per_patch(self) -> list[dict[str, Any]]:
         out = []
@@ -152,6 +128,46 @@ class SmokeReport:
         }
 
 
+def derive_tiers(
+    checks: Sequence[CheckResult], requested: Sequence[str]
+) -> dict[str, dict[str, Any]]:
+    """Each tier's status, from the individual check results: the only source of truth
+    (a report's own summary is checked against this, never trusted)."""
+    out: dict[str, dict[str, Any]] = {}
+    for tier in TIERS:
+        results = [c for c in checks if c.tier == tier]
+        outcomes = {c.outcome for c in results}
+        if tier not in requested:
+            status, reason = (
+                NOT_RUN,
+                "not requested (--tier " + (requested[-1] if requested else "?") + ")",
+            )
+        elif outcomes & {FAILED, ERROR}:
+            status, reason = "failed", ""
+        elif not results:
+            status, reason = NOT_RUN, "no checks"
+        elif outcomes == {NOT_RUN}:
+            status, reason = NOT_RUN, _common_reason(results)
+        elif NOT_RUN in outcomes:
+            status = INCOMPLETE
+            reason = "; ".join(f"{c.id}: {c.detail}" for c in results if c.outcome == NOT_RUN)
+        else:
+            status, reason = PASSED, ""
+        out[tier] = {
+            "status": status,
+            "reason": reason,
+            "checks": {
+                o: sum(1 for c in results if c.outcome == o)
+                for o in (PASSED, FAILED, ERROR, NOT_RUN)
+            },
+        }
+    return out
+
+
+def derived_passed(checks: Sequence[CheckResult]) -> bool:
+    return not any(c.outcome in (FAILED, ERROR) for c in checks)
+
+
 def _common_reason(results: Sequence[CheckResult]) -> str:
     reasons = []
     for c in results:
@@ -168,7 +184,8 @@ def now_iso() -> str:
 
 
 def dumps(data: Mapping[str, Any]) -> bytes:
-    return (json.dumps(data, indent=2, sort_keys=False) + "\n").encode("utf-8")
+    """A report's bytes; credentials in URLs (e.g. an old wheel's fork URL) are hidden."""
+    return (json.dumps(scrub(data), indent=2, sort_keys=False) + "\n").encode("utf-8")
 
 
 def write_report(data: Mapping[str, Any], path: Path) -> Path:
@@ -177,24 +194,205 @@ def write_report(data: Mapping[str, Any], path: Path) -> Path:
 
 
 def load_report(path: Path) -> dict[str, Any]:
-    """A report file, checked for shape; SmokeError when it is not one."""
+    """A report file, validated (:func:`read_report`); its data as a dict."""
+    return read_report(path).data
+
+
+@dataclass(frozen=True)
+class CheckedReport:
+    """A smoke report that passed :func:`validate_report`, with its tiers derived."""
+
+    path: Path
+    data: dict[str, Any]
+    checks: tuple[CheckResult, ...]
+    requested: tuple[str, ...]
+    sha256s: frozenset[str]
+    tiers: Mapping[str, Mapping[str, Any]]  # derive_tiers(checks, requested)
+
+    @property
+    def passed(self) -> bool:
+        return derived_passed(self.checks)
+
+    def status(self, tier: str) -> str:
+        return str(self.tiers[tier]["status"])
+
+    def reason(self, tier: str) -> str:
+        return str(self.tiers[tier]["reason"])
+
+
+def read_report(path: Path) -> CheckedReport:
+    """Read and validate a smoke report file; SmokeError naming the file and field."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        raw = Path(path).read_bytes()
     except FileNotFoundError:
         raise SmokeError(f"{path}: no such smoke report") from None
+    try:
+        data = json.loads(raw.decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
         raise SmokeError(
             f"{path}: not a JSON smoke report ({exc})",
             tip="run `forkpatch smoke WHEEL` again to write a fresh one",
         ) from None
-    if not isinstance(data, dict) or data.get("kind") != "forkpatch-smoke-report":
-        raise SmokeError(f"{path}: not a forkpatch smoke report")
-    if data.get("schema") != SCHEMA:
+    return validate_report(data, path=Path(path))
+
+
+class _Bad(Exception):
+    pass
+
+
+def validate_report(data: object, *, path: Path) -> CheckedReport:
+    """Check a report against the schema strictly (types, known values, required
+    fields), then check that its summary (``passed``, ``tiers.status``) is what its
+    own check results give. Anything else is a SmokeError naming ``path`` and the
+    field: a report is evidence for publishing, so nothing in it is taken on trust.
+    """
+    tip = "run `forkpatch smoke WHEEL` again to write a fresh report (never edit one by hand)"
+    try:
+        return _validate(data, path)
+    except _Bad as exc:
+        raise SmokeError(f"{path}: {exc}", tip=tip) from None
+
+
+def _want(cond: bool, field: str, what: str, value: object) -> None:
+    if not cond:
+        shown = repr(value)
+        if len(shown) > 80:
+            shown = shown[:77] + "..."
+        raise _Bad(f"field {field} must be {what}, found {shown}")
+
+
+def _is_str(v: object) -> bool:
+    return isinstance(v, str)
+
+
+def _is_num(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _validate(data: object, path: Path) -> CheckedReport:
+    _want(isinstance(data, dict), "(top level)", "an object", type(data).__name__)
+    assert isinstance(data, dict)
+    if data.get("kind") != "forkpatch-smoke-report":
+        raise _Bad("not a forkpatch smoke report (field kind)")
+    schema = data.get("schema")
+    if schema != SCHEMA or isinstance(schema, bool):
         raise SmokeError(
-            f"{path}: smoke report schema {data.get('schema')!r} is not {SCHEMA}",
+            f"{path}: smoke report schema {schema!r} is not {SCHEMA}",
             tip="run `forkpatch smoke` with this forkpatch version",
         )
-    return data
+    for key in ("passed", "wheel", "wheels", "tiers", "checks"):
+        if key not in data:
+            raise _Bad(f"missing required field {key}")
+    _want(isinstance(data["passed"], bool), "passed", "true or false", data["passed"])
+    wheel = data["wheel"]
+    _want(isinstance(wheel, dict), "wheel", "an object", wheel)
+    _want(
+        _SHA256.match(str(wheel.get("sha256"))) is not None and _is_str(wheel.get("sha256")),
+        "wheel.sha256",
+        "a sha256 (64 lower-case hex digits)",
+        wheel.get("sha256"),
+    )
+    wheels = data["wheels"]
+    _want(isinstance(wheels, list) and bool(wheels), "wheels", "a non-empty list", wheels)
+    shas = set()
+    for i, w in enumerate(wheels):
+        _want(isinstance(w, dict), f"wheels[{i}]", "an object", w)
+        sha = w.get("sha256")
+        _want(
+            _is_str(sha) and _SHA256.match(sha) is not None,
+            f"wheels[{i}].sha256",
+            "a sha256 (64 lower-case hex digits)",
+            sha,
+        )
+        if "file" in w:
+            _want(_is_str(w["file"]), f"wheels[{i}].file", "a string", w["file"])
+        shas.add(sha)
+    _want(wheel["sha256"] in shas, "wheel.sha256", "one of wheels[].sha256", wheel["sha256"])
+    tiers = data["tiers"]
+    _want(isinstance(tiers, dict), "tiers", "an object", tiers)
+    requested = tiers.get("requested")
+    _want(
+        isinstance(requested, list) and all(t in TIERS for t in requested),
+        "tiers.requested",
+        f"a list of tiers ({', '.join(TIERS)})",
+        requested,
+    )
+    status = tiers.get("status")
+    _want(isinstance(status, dict), "tiers.status", "an object", status)
+    for t, st in status.items():
+        _want(t in TIERS, f"tiers.status.{t}", f"a known tier ({', '.join(TIERS)})", t)
+        _want(st in TIER_STATUSES, f"tiers.status.{t}", " / ".join(TIER_STATUSES), st)
+    for key in ("not_run", "detail"):
+        if key in tiers:
+            _want(isinstance(tiers[key], dict), f"tiers.{key}", "an object", tiers[key])
+    if "not_run" in tiers:
+        for t, why in tiers["not_run"].items():
+            _want(_is_str(why), f"tiers.not_run.{t}", "a string", why)
+    checks_raw = data["checks"]
+    _want(isinstance(checks_raw, list), "checks", "a list", checks_raw)
+    checks: list[CheckResult] = []
+    seen: set[str] = set()
+    for i, c in enumerate(checks_raw):
+        where = f"checks[{i}]"
+        _want(isinstance(c, dict), where, "an object", c)
+        for key in ("id", "tier", "outcome"):
+            if key not in c:
+                raise _Bad(f"missing required field {where}.{key}")
+        cid, tier, outcome = c["id"], c["tier"], c["outcome"]
+        _want(tier in TIERS, f"{where}.tier", f"a tier ({', '.join(TIERS)})", tier)
+        _want(
+            _is_str(cid) and cid.startswith(f"{tier}.") and len(cid) > len(tier) + 1,
+            f"{where}.id",
+            f"'{tier}.<name>'",
+            cid,
+        )
+        _want(cid not in seen, f"{where}.id", "unique", cid)
+        seen.add(cid)
+        _want(outcome in OUTCOMES, f"{where}.outcome", " / ".join(OUTCOMES), outcome)
+        duration = c.get("duration_s", 0.0)
+        _want(_is_num(duration), f"{where}.duration_s", "a number", duration)
+        detail = c.get("detail", "")
+        _want(_is_str(detail), f"{where}.detail", "a string", detail)
+        patches = c.get("patches", [])
+        _want(
+            isinstance(patches, list) and all(_is_str(p) for p in patches),
+            f"{where}.patches",
+            "a list of patch names",
+            patches,
+        )
+        checks.append(CheckResult(cid, tier, outcome, float(duration), detail, list(patches)))
+    for key, check in (
+        ("started", _is_str),
+        ("duration_s", _is_num),
+        ("series_compared", lambda v: isinstance(v, bool)),
+        ("device", lambda v: isinstance(v, dict)),
+        ("environment", lambda v: isinstance(v, dict)),
+        ("provenance", lambda v: v is None or isinstance(v, dict)),
+        ("patches", lambda v: isinstance(v, list)),
+        ("notes", lambda v: isinstance(v, list) and all(_is_str(n) for n in v)),
+    ):
+        if key in data and not check(data[key]):
+            raise _Bad(f"field {key} has the wrong type ({type(data[key]).__name__})")
+    derived = derive_tiers(checks, requested)
+    for t, st in status.items():
+        if st != derived[t]["status"]:
+            raise _Bad(
+                f"field tiers.status.{t} says {st!r}, but its check results say "
+                f"{derived[t]['status']!r}"
+            )
+    if data["passed"] != derived_passed(checks):
+        raise _Bad(
+            f"field passed says {data['passed']}, but its check results say "
+            f"{derived_passed(checks)}"
+        )
+    return CheckedReport(
+        path=path,
+        data=data,
+        checks=tuple(checks),
+        requested=tuple(requested),
+        sha256s=frozenset(shas),
+        tiers=derived,
+    )
 
 
 def store_path(project_root: Path, sha256: str) -> Path:

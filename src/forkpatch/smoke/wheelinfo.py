@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import zipfile
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from email.parser import BytesHeaderParser
@@ -12,8 +13,9 @@ from typing import Any
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
-from forkpatch.errors import SmokeError
+from forkpatch.errors import BuildError, SmokeError
 from forkpatch.fsutil import file_sha256
+from forkpatch.wheels.wheelzip import SizeFacts, check_member_names, check_sizes
 
 PROVENANCE_FILENAME = "forkpatch-provenance.json"
 
@@ -76,6 +78,25 @@ def read_wheel(path: Path) -> WheelInfo:
     try:
         with zipfile.ZipFile(path) as zf:
             names = zf.namelist()
+            try:
+                check_member_names(names, source=path)
+                check_sizes(
+                    (
+                        SizeFacts(
+                            i.filename,
+                            i.compress_type,
+                            i.compress_size,
+                            i.file_size,
+                            i.header_offset,
+                            # the local header is at least 30 bytes plus the name
+                            i.header_offset + 30 + len(i.orig_filename.encode()) + i.compress_size,
+                        )
+                        for i in zf.infolist()
+                    ),
+                    source=path,
+                )
+            except BuildError as exc:
+                raise SmokeError(exc.message, tip=exc.tip) from None
             dist_infos = sorted(
                 {
                     n.split("/", 1)[0]
@@ -89,10 +110,10 @@ def read_wheel(path: Path) -> WheelInfo:
                     tip="rebuild the wheel",
                 )
             di = dist_infos[0]
-            meta = BytesHeaderParser().parsebytes(zf.read(f"{di}/METADATA"))
+            meta = BytesHeaderParser().parsebytes(_read_small(zf, f"{di}/METADATA", path))
             prov_name = f"{di}/{PROVENANCE_FILENAME}"
-            prov = zf.read(prov_name) if prov_name in names else None
-    except (zipfile.BadZipFile, KeyError, OSError) as exc:
+            prov = _read_small(zf, prov_name, path) if prov_name in names else None
+    except (zipfile.BadZipFile, KeyError, OSError, zlib.error) as exc:
         raise SmokeError(
             f"{path}: not a readable wheel ({exc})", tip="rebuild or re-download the wheel"
         ) from None
@@ -128,6 +149,29 @@ def _top_level(names: Iterable[str]) -> tuple[str, ...]:
         elif first.endswith((".so", ".pyd")):
             out.add(first.split(".", 1)[0])
     return tuple(sorted(out))
+
+
+#: METADATA and the provenance are a few kilobytes; a wheel declaring more is refused.
+MAX_SMALL_MEMBER = 16 << 20
+
+
+def _read_small(zf: zipfile.ZipFile, name: str, path: Path) -> bytes:
+    """A small member, read in bounded chunks: never more than its declared size (which
+    is capped), so a member that inflates to gigabytes costs nothing."""
+    info = zf.getinfo(name)
+    if info.file_size > MAX_SMALL_MEMBER:
+        raise SmokeError(
+            f"{path}: {name} declares {info.file_size:,} bytes (at most "
+            f"{MAX_SMALL_MEMBER:,} expected); refusing the wheel",
+            tip="rebuild the wheel with a standard tool",
+        )
+    out = bytearray()
+    with zf.open(info) as fh:  # zipfile stops at the declared size and checks the CRC
+        while chunk := fh.read(1 << 16):
+            out += chunk
+            if len(out) > info.file_size:
+                raise SmokeError(f"{path}: {name} inflates past its declared size")
+    return bytes(out)
 
 
 def dist_names(wheel_names: Iterable[str]) -> list[str]:

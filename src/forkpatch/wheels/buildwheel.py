@@ -26,7 +26,7 @@ from packaging.version import InvalidVersion, Version
 from forkpatch import __version__, log
 from forkpatch.engine import SeriesApplier
 from forkpatch.errors import BuildError, PatchApplyError
-from forkpatch.fsutil import file_sha256
+from forkpatch.fsutil import commit_files, file_sha256, recover_files, sweep_temps
 from forkpatch.project import Project
 from forkpatch.series import Series
 from forkpatch.stack import describe_failure
@@ -47,6 +47,8 @@ from forkpatch.wheels.overlay import (
 
 MODES = ("auto", "overlay", "container")
 DEFAULT_BASE_IMAGE = "nvidia/cuda:12.8.1-devel-ubuntu22.04"
+# The multi-file commit journal of a dist directory outside the project.
+DIST_JOURNAL = ".forkpatch-commit.json"
 
 
 @dataclass(frozen=True)
@@ -139,11 +141,14 @@ def build_steps(series: Series) -> list[Any]:
 def build_wheel(project: Project, opts: BuildOptions) -> BuildResult:
     started = time.monotonic()
     series = project.series
-    cfg = series.section("build")
+    cfg = series.build
     fork = project.fork()
     base = fork.verify_base(series.base.tag, series.base.commit)
-    out_dir = (opts.out_dir or project.root / cfg.get("dist-dir", "dist")).resolve()
+    out_dir = (opts.out_dir or project.root / (cfg.dist_dir or "dist")).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
+    if not out_dir.is_relative_to(project.root):
+        recover_files(out_dir / DIST_JOURNAL, root=out_dir)  # a build killed mid-commit
+        sweep_temps(out_dir)
 
     with log.step(f"apply {len(series.patches)} patch(es) to {series.base.tag} in memory"):
         result = SeriesApplier(fork.store, base).run(project.items(), write=True)
@@ -158,13 +163,13 @@ def build_wheel(project: Project, opts: BuildOptions) -> BuildResult:
     version = build_version(
         fork_version(series.base.tag), patchset_label(base, patch_items(project, series))
     )
-    patterns = tuple(cfg.get("compiled-patterns", DEFAULT_COMPILED_PATTERNS))
+    patterns = DEFAULT_COMPILED_PATTERNS if cfg.compiled_patterns is None else cfg.compiled_patterns
     compiled = compiled_paths_touched(touched, patterns)
-    base_wheel = opts.base_wheel or (Path(cfg["base-wheel"]) if cfg.get("base-wheel") else None)
+    base_wheel = opts.base_wheel or (Path(cfg.base_wheel) if cfg.base_wheel else None)
     if base_wheel is not None and not base_wheel.is_absolute():
         base_wheel = project.root / base_wheel
 
-    mode = opts.mode if opts.mode != "auto" else cfg.get("mode", "auto")
+    mode = opts.mode if opts.mode != "auto" else (cfg.mode or "auto")
     if mode not in MODES:
         raise BuildError(f"unknown build mode '{mode}'", tip=f"use one of {', '.join(MODES)}")
     if mode == "overlay" and compiled:
@@ -207,7 +212,11 @@ def build_wheel(project: Project, opts: BuildOptions) -> BuildResult:
             )
             moves: dict[Path, bytes | Path | None] = {out_dir / w.name: w for w in staged}
             moves[out_dir / "SHA256SUMS"] = _sums_text(out_dir, staged).encode()
-            project.commit(extra=moves)
+            if out_dir.is_relative_to(project.root):
+                project.commit(extra=moves)
+            else:
+                # A dist directory outside the project keeps its own journal there.
+                commit_files(moves, journal=out_dir / DIST_JOURNAL, root=out_dir)
             wheels = [out_dir / w.name for w in staged]
         finally:
             shutil.rmtree(stage, ignore_errors=True)
@@ -288,9 +297,9 @@ def _container(
 ) -> tuple[list[Path], Provenance, Path]:
     from forkpatch.wheels.container import CacheConfig, build_in_container
 
-    cfg = series.section("build")
-    arch = opts.arch_list or cfg.get("arch-list", "7.0")
-    base_image = opts.base_image or cfg.get("base-image", DEFAULT_BASE_IMAGE)
+    cfg = series.build
+    arch = opts.arch_list or cfg.arch_list or "7.0"
+    base_image = opts.base_image or cfg.base_image or DEFAULT_BASE_IMAGE
     logs = project.state_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     log_path = logs / f"build-{version}-{time.strftime('%Y%m%dT%H%M%S')}.log"
@@ -306,7 +315,7 @@ def _container(
                     tip="fetch the fork again (`forkpatch status` refreshes it)",
                 )
             entries.append((path, int(mode, 8), data))
-    cache_cfg = cfg.get("cache") or {}
+    cache_cfg = cfg.cache.as_mapping() if cfg.cache else {}
     cache = CacheConfig.from_env()
     if cache_cfg:
         cache = (
@@ -321,7 +330,7 @@ def _container(
             out_dir=raw_dir,
             version=version,
             arch_list=arch,
-            max_jobs=opts.max_jobs or cfg.get("max-jobs"),
+            max_jobs=opts.max_jobs or cfg.max_jobs,
             cache=cache,
             base_image=base_image,
             install_toolchain=opts.install_toolchain,

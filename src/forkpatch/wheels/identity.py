@@ -24,6 +24,7 @@ from typing import Any, Literal
 from packaging.version import InvalidVersion, Version
 
 from forkpatch.errors import BuildError
+from forkpatch.redact import strip_url_credentials
 
 __all__ = [
     "LABEL_LENGTH",
@@ -169,6 +170,9 @@ class Provenance:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "patches", tuple(self.patches))
+        # A wheel never records a password or token (older builds might have: drop it).
+        if isinstance(self.fork_url, str):
+            object.__setattr__(self, "fork_url", strip_url_credentials(self.fork_url))
 
     def to_dict(self) -> dict[str, Any]:
         return {

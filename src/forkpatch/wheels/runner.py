@@ -19,23 +19,12 @@ from typing import IO
 
 from forkpatch import log
 from forkpatch.errors import BuildError
+from forkpatch.redact import REDACTED, redact, redact_argv
+
+__all__ = ["REDACTED", "format_command", "redact", "run", "tail"]
 
 #: How many trailing output lines a failure message carries.
 TAIL_LINES = 30
-
-REDACTED = "****"
-
-
-def redact(text: str, secrets: Iterable[str | None]) -> str:
-    """Replace every occurrence of each non-empty secret in ``text`` by ``****``.
-
-    Longest first, so a secret that contains another is hidden whole. Values
-    shorter than 4 characters are still hidden: a short secret is a bad
-    secret, not a reason to print it.
-    """
-    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
-        text = text.replace(secret, REDACTED)
-    return text
 
 
 def format_command(cmd: Sequence[str | os.PathLike[str]]) -> str:
@@ -73,7 +62,7 @@ def run(
     exits non-zero.
     """
     secrets = tuple(secrets)
-    shown = redact(format_command(cmd), secrets)
+    shown = redact(format_command(redact_argv([os.fspath(c) for c in cmd], secrets)), secrets)
     log.info(f"+ {shown}" + (f"  (in {cwd})" if cwd else ""))
     full_env = None
     if env is not None:

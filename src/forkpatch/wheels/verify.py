@@ -19,8 +19,8 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from forkpatch.errors import BuildError, ForkpatchError
 from forkpatch.wheels.identity import PROVENANCE_FILENAME, Provenance
-from forkpatch.wheels.overlay import metadata_field, record_hash
-from forkpatch.wheels.wheelzip import WheelZip
+from forkpatch.wheels.overlay import metadata_field
+from forkpatch.wheels.wheelzip import WheelZip, member_name_problem
 
 __all__ = ["VerifyReport", "matches_series", "verify_wheel"]
 
@@ -93,6 +93,11 @@ def verify_wheel(path: Path) -> VerifyReport:
             if len(row) != 3:
                 report.errors.append(f"{record_name}: malformed line {row!r}")
                 continue
+            problem = member_name_problem(row[0])
+            if problem is not None:
+                # An installer would write this path outside the environment (zip slip).
+                report.errors.append(f"{record_name}: {row[0]!r} has {problem}")
+                continue
             if row[0] in listed:
                 report.errors.append(f"{record_name}: {row[0]} listed twice")
             listed[row[0]] = (row[1], row[2])
@@ -107,21 +112,23 @@ def verify_wheel(path: Path) -> VerifyReport:
                 if want_hash or want_size:
                     report.errors.append(f"{record_name} lists a hash for itself")
                 continue
+            algo = want_hash.partition("=")[0] or "sha256"
             try:
-                data = wz.read(e)
+                # RECORD may use any hashlib algorithm >= sha256; recompute with it.
+                hasher = hashlib.new(algo)
+            except ValueError:
+                report.errors.append(f"{e.name}: unknown hash algorithm {algo!r} in RECORD")
+                continue
+            size = 0
+            try:
+                for chunk in wz.chunks(e):  # streamed: bounded memory whatever the member
+                    hasher.update(chunk)
+                    size += len(chunk)
             except ForkpatchError as exc:
                 report.errors.append(exc.message)
                 continue
-            got_hash, got_size = record_hash(data), str(len(data))
-            algo = want_hash.partition("=")[0]
-            if algo != "sha256":
-                # RECORD may use any hashlib algorithm >= sha256; recompute with it.
-                try:
-                    digest = hashlib.new(algo, data).digest()
-                    got_hash = f"{algo}=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
-                except ValueError:
-                    report.errors.append(f"{e.name}: unknown hash algorithm {algo!r} in RECORD")
-                    continue
+            digest = base64.urlsafe_b64encode(hasher.digest()).rstrip(b"=").decode()
+            got_hash, got_size = f"{algo}={digest}", str(size)
             if (want_hash, want_size) != (got_hash, got_size):
                 report.mismatches.append(
                     f"{e.name}: RECORD says {want_hash or '-'} / {want_size or '-'} bytes, "

@@ -20,12 +20,14 @@ renamed, so a reader never sees half a wheel.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
+import re
 import struct
 import tempfile
 import time
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,6 +67,112 @@ _CENTRAL_OFFSET_FIELD = 42  # byte offset of "relative offset of local header" i
 _MADE_BY = (20, 3)
 _EXTRACT_VERSION = 20
 DEFAULT_FILE_ATTR = (0o100644 & 0xFFFF) << 16
+
+
+#: Limits on what a wheel may make forkpatch inflate. A member is read in bounded
+#: chunks and must inflate to exactly its declared size; the declared sizes are
+#: capped per member read into memory and in total (``FORKPATCH_WHEEL_MAX_BYTES``).
+MAX_TOTAL_BYTES = int(os.environ.get("FORKPATCH_WHEEL_MAX_BYTES") or 16 << 30)
+MAX_MEMBER_IN_MEMORY = 512 << 20
+#: Deflate cannot compress better than about 1032:1; a member declaring more is a bomb.
+MAX_DEFLATE_RATIO = 1100
+_CHUNK = 1 << 20
+_DRIVE = re.compile(r"\A[A-Za-z]:")
+
+
+def member_name_problem(name: str) -> str | None:
+    """Why a member name is unsafe to extract or copy (None when it is safe).
+
+    Unsafe: empty, absolute, a drive letter, a backslash (a separator on Windows),
+    a NUL byte, or a ``..`` or ``.`` component: any of these can put a file outside
+    the directory a wheel is installed or unpacked into ("zip slip").
+    """
+    if not name:
+        return "an empty name"
+    if "\0" in name:
+        return "a NUL byte"
+    if "\\" in name:
+        return "a backslash"
+    if name.startswith("/"):
+        return "an absolute path"
+    if _DRIVE.match(name):
+        return "a drive letter"
+    parts = name.rstrip("/").split("/")
+    if any(p in ("..", ".") for p in parts):
+        return "a '..' or '.' component"
+    if any(p == "" for p in parts):
+        return "an empty component"
+    return None
+
+
+def check_member_names(names: Iterable[str], *, source: Path) -> None:
+    """Refuse (BuildError naming ``source`` and the member) any unsafe or duplicate name."""
+    seen: set[str] = set()
+    for name in names:
+        problem = member_name_problem(name)
+        if problem is not None:
+            raise BuildError(
+                f"{source}: member {name!r} has {problem}; forkpatch refuses this wheel",
+                tip="a wheel's members must be relative paths inside it (no '..', no "
+                "absolute paths, no backslashes or drive letters); rebuild it with a "
+                "standard tool",
+            )
+        key = name.rstrip("/")
+        if key in seen:
+            raise BuildError(
+                f"{source}: member {name!r} appears twice; forkpatch refuses this wheel",
+                tip="rebuild the wheel with a standard tool",
+            )
+        seen.add(key)
+
+
+@dataclass(frozen=True)
+class SizeFacts:
+    """What the central directory declares about a member, for :func:`check_sizes`."""
+
+    name: str
+    method: int
+    compress_size: int
+    file_size: int
+    start: int  # offset of the local header
+    end: int  # where the member's record ends (at least)
+
+
+def check_sizes(members: Iterable[SizeFacts], *, source: Path) -> None:
+    """Refuse a wheel whose declared sizes make it a zip bomb (BuildError naming it).
+
+    - a deflated member may not declare more than deflate can produce from its
+      compressed size (about 1032:1);
+    - a stored member's two sizes must agree;
+    - members may not overlap (one compressed stream listed many times is how the
+      smallest bombs multiply themselves; no real wheel does it);
+    - the declared sizes may not add up to more than ``FORKPATCH_WHEEL_MAX_BYTES``.
+    """
+    total = 0
+    ranges = []
+    for m in members:
+        if (
+            m.method == _DEFLATED
+            and m.file_size > max(m.compress_size, 1) * MAX_DEFLATE_RATIO + 4096
+        ):
+            raise _fail(
+                source,
+                f"member {m.name} declares {m.file_size:,} bytes from {m.compress_size:,} "
+                "compressed (more than deflate can produce: a zip bomb)",
+            )
+        if m.method == _STORED and m.file_size != m.compress_size:
+            raise _fail(source, f"member {m.name} is stored with two different sizes")
+        total += m.file_size
+        if total > MAX_TOTAL_BYTES:
+            raise BuildError(
+                f"{source}: its members add up to more than {MAX_TOTAL_BYTES:,} bytes "
+                "uncompressed; forkpatch refuses it",
+                tip="raise FORKPATCH_WHEEL_MAX_BYTES if this wheel is really that large",
+            )
+        ranges.append((m.start, m.end, m.name))
+    for (_s1, end1, n1), (start2, _e2, n2) in itertools.pairwise(sorted(ranges)):
+        if start2 < end1:
+            raise _fail(source, f"members {n1} and {n2} overlap (a zip bomb)")
 
 
 def _fail(path: Path, what: str) -> BuildError:
@@ -273,9 +381,9 @@ class WheelZip:
                     "builder does not handle",
                     tip="use the container build for this wheel",
                 )
-            if name in seen:
-                raise _fail(self.path, f"member {name} appears twice")
-            seen.add(name)
+            if member_name_problem(name) is not None or name.rstrip("/") in seen:
+                check_member_names([*seen, name], source=self.path)
+            seen.add(name.rstrip("/"))
             # The local header's name/extra lengths may differ from the central
             # one's, so the data offset must be read from the local header.
             local = self._pread(offset, _LOCAL.size) if offset + _LOCAL.size <= self.size else b""
@@ -311,6 +419,20 @@ class WheelZip:
                     internal_attr=internal_attr,
                 )
             )
+        check_sizes(
+            (
+                SizeFacts(
+                    e.name,
+                    e.compress_type,
+                    e.compress_size,
+                    e.file_size,
+                    e.header_offset,
+                    e.record_end,
+                )
+                for e in entries
+            ),
+            source=self.path,
+        )
         return entries
 
     def raw_data(self, entry: ZipEntry) -> bytes:
@@ -318,25 +440,72 @@ class WheelZip:
         return self._pread(entry.data_offset, entry.compress_size)
 
     def read(self, name_or_entry: str | ZipEntry) -> bytes:
-        """Decompress one member and check its size and CRC."""
+        """Decompress one member into memory (checked as :meth:`chunks` does)."""
         entry = self.by_name[name_or_entry] if isinstance(name_or_entry, str) else name_or_entry
-        raw = self.raw_data(entry)
-        if entry.compress_type == _STORED:
-            data = raw
-        elif entry.compress_type == _DEFLATED:
-            try:
-                data = zlib.decompress(raw, -15)
-            except zlib.error as exc:
-                raise _fail(self.path, f"member {entry.name} does not inflate ({exc})") from None
-        else:
+        if entry.file_size > MAX_MEMBER_IN_MEMORY:
+            raise _fail(
+                self.path,
+                f"member {entry.name} declares {entry.file_size:,} bytes, more than forkpatch "
+                f"reads into memory ({MAX_MEMBER_IN_MEMORY:,})",
+            )
+        return b"".join(self.chunks(entry))
+
+    def chunks(self, entry: ZipEntry) -> Iterator[bytes]:
+        """The member's bytes in bounded chunks; never more than its declared size.
+
+        Inflating stops (BuildError) as soon as the output would pass the size the
+        central directory declares, and the size and CRC are checked at the end: a
+        member that inflates to gigabytes while declaring a few bytes costs one chunk.
+        """
+        if entry.compress_type not in (_STORED, _DEFLATED):
             raise BuildError(
                 f"{self.path}: member {entry.name} uses compression method "
                 f"{entry.compress_type}; only stored and deflate are supported",
                 tip="rebuild the wheel with a standard tool (pip wheel / python -m build)",
             )
-        if len(data) != entry.file_size or zlib.crc32(data) != entry.crc:
+        inflate = zlib.decompressobj(-15) if entry.compress_type == _DEFLATED else None
+        crc = 0
+        produced = 0
+        offset, left = entry.data_offset, entry.compress_size
+        limit = entry.file_size
+
+        def emit(data: bytes) -> bytes:
+            nonlocal crc, produced
+            produced += len(data)
+            if produced > limit:
+                raise _fail(
+                    self.path,
+                    f"member {entry.name} inflates past its declared {limit:,} bytes "
+                    "(a zip bomb or corrupt data)",
+                )
+            crc = zlib.crc32(data, crc)
+            return data
+
+        try:
+            while left > 0 or (inflate is not None and inflate.unconsumed_tail):
+                if inflate is not None and inflate.unconsumed_tail:
+                    raw = inflate.unconsumed_tail
+                else:
+                    raw = self._pread(offset, min(left, _CHUNK))
+                    offset += len(raw)
+                    left -= len(raw)
+                if inflate is None:
+                    yield emit(raw)
+                    continue
+                # max_length bounds the output of each step, whatever the input holds.
+                out = inflate.decompress(raw, min(_CHUNK, limit - produced + 1))
+                if out:
+                    yield emit(out)
+                if inflate.eof:
+                    break
+            if inflate is not None:
+                rest = inflate.flush(1) if not inflate.eof else b""
+                if rest:
+                    yield emit(rest)
+        except zlib.error as exc:
+            raise _fail(self.path, f"member {entry.name} does not inflate ({exc})") from None
+        if produced != entry.file_size or crc != entry.crc:
             raise _fail(self.path, f"member {entry.name} fails its CRC check (corrupt data)")
-        return data
 
 
 def _has_zip64_extra(extra: bytes) -> bool:

@@ -1,0 +1,579 @@
+"""Write a patch file for a commit, keeping the file's own bytes wherever they still hold.
+
+A patch file is a header, a diff and maybe a tail (see :mod:`forkpatch.patchheader`
+and the README's "What import normalises"). When forkpatch writes a patch back
+(export, refresh, rebase, import of a patch that applied with an offset) it
+starts from the bytes the file has now and the commit the patch became:
+
+* **the diff** is kept byte for byte when it still describes the commit, i.e.
+  applying it exactly (no offset, no fuzz) to the commit's parent gives the
+  commit's files and modes. This is checked, not guessed: a quilt diff with
+  ``Index:`` lines and ``.orig`` names, a ``diff -u`` without ``diff --git``,
+  ``index`` lines, another diff algorithm or context size all stay as they are.
+  Otherwise each file section is checked alone: sections that still hold are
+  kept; the others are rewritten from git's diff in the section's own style (a
+  plain section keeps its ``Index:``/``---``/``+++`` lines; a git section its
+  ``index`` line, with the new blob ids abbreviated to the old length); new
+  files come as git sections, in git's form.
+* **the header** is kept, except for what the commit changed: the description
+  (the text a commit message carries) is replaced in place, a mail's
+  ``Subject:`` follows the summary, and a diffstat block is regenerated (git's
+  ``--stat=72 --summary``, as ``format-patch`` writes it) when the diff was
+  rewritten and the counts it shows changed: a diffstat never goes stale.
+* **the tail** (format-patch's ``-- `` signature and anything after it) is kept.
+
+A file that forkpatch writes from scratch gets the canonical form
+(:func:`forkpatch.patchfile.format_patch`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, replace
+from types import TracebackType
+
+from forkpatch.applier import HunkFailed, apply_file_patch
+from forkpatch.engine import canonical_diff
+from forkpatch.errors import PatchParseError
+from forkpatch.git import Git, ObjectReader
+from forkpatch.patchfile import FilePatch, PatchFile, format_patch, parse_patch, split_lines
+from forkpatch.patchheader import HeaderLayout
+
+__all__ = ["PatchTexts", "Rendered", "split_tail"]
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """A patch file's new bytes, and what had to change."""
+
+    data: bytes
+    diff_changed: bool  # the diff no longer described the commit and was rewritten
+    header_changed: bool
+    #: The diff was kept although its hunks now start at other lines (``keep_offsets``).
+    offsets_kept: bool = False
+
+
+def _bare(line: bytes) -> bytes:
+    return line.rstrip(b"\n").rstrip(b"\r")
+
+
+@dataclass(frozen=True)
+class _Section:
+    """One file section of a patch file: its lines up to the first hunk, the hunks,
+    and the text after them (up to the next section)."""
+
+    fp: FilePatch
+    head: bytes
+    hunks: bytes
+    junk: bytes
+
+    @property
+    def raw(self) -> bytes:
+        return self.head + self.hunks + self.junk
+
+    @property
+    def is_git(self) -> bool:
+        return self.head.startswith(b"diff --git ")
+
+
+def _split_section(fp: FilePatch) -> _Section:
+    lines = split_lines(fp.raw)
+    if not fp.hunks or fp.is_binary:
+        for i, ln in enumerate(lines):
+            if _bare(ln) == b"-- ":
+                return _Section(fp, b"".join(lines[:i]), b"", b"".join(lines[i:]))
+        return _Section(fp, fp.raw, b"", b"")
+    first = next(i for i, ln in enumerate(lines) if ln.startswith(b"@@"))
+    j = first
+    for hunk in fp.hunks:
+        j += 1  # the @@ line
+        old_seen = new_seen = 0
+        while old_seen < hunk.old_len or new_seen < hunk.new_len:
+            ln = lines[j]
+            kind = ln[:1]
+            if kind == b"\\":
+                j += 1
+                continue
+            if kind == b" " or ln in (b"\n", b"\r\n"):
+                old_seen += 1
+                new_seen += 1
+            elif kind == b"-":
+                old_seen += 1
+            else:
+                new_seen += 1
+            j += 1
+        if j < len(lines) and lines[j].startswith(b"\\"):
+            j += 1
+    return _Section(fp, b"".join(lines[:first]), b"".join(lines[first:j]), b"".join(lines[j:]))
+
+
+def split_tail(junk: bytes) -> tuple[bytes, bytes]:
+    """Text after the last hunk -> (text before a ``-- `` signature line, the rest)."""
+    pos = 0
+    for ln in split_lines(junk):
+        if _bare(ln) == b"-- ":
+            return junk[:pos], junk[pos:]
+        pos += len(ln)
+    return junk, b""
+
+
+def _sections(patch: PatchFile) -> tuple[list[_Section], bytes]:
+    """The file sections of a parsed patch file, and its tail."""
+    sections = [_split_section(fp) for fp in patch.files]
+    if not sections:
+        return [], b""
+    last = sections[-1]
+    junk, tail = split_tail(last.junk)
+    sections[-1] = _Section(last.fp, last.head, last.hunks, junk)
+    return sections, tail
+
+
+_GIT_SECTION = re.compile(rb"^diff --git ", re.MULTILINE)
+_PLAIN_SECTION = re.compile(rb"^--- [^\n]*\n\+\+\+ ", re.MULTILINE)
+
+
+def _quick_split(old: bytes, canonical: bytes) -> tuple[bytes, bytes] | None:
+    """(header, diff with its tail) of a file whose diff is ``canonical`` once its text
+    ``index`` lines are dropped, as a git-made patch (format-patch, git diff) usually is;
+    None otherwise. Sound however the split is found: the comparison is the proof (and
+    a plain section before the first git one makes it parse the file properly)."""
+    if not canonical:
+        return None
+    m = _GIT_SECTION.search(old)
+    if m is None or _PLAIN_SECTION.search(old, 0, m.start()):
+        return None
+    start = m.start()
+    ends = [len(old)]
+    sig = old.rfind(b"\n-- \n", start)
+    if sig != -1:
+        ends.append(sig + 1)
+    for end in ends:
+        body = old[start:end]
+        if body == canonical or canonical_diff(body) == canonical:
+            return old[:start], old[start:]
+    return None
+
+
+def _blob_id(data: bytes, length: int) -> str:
+    h = hashlib.sha256() if length == 64 else hashlib.sha1()
+    h.update(b"blob %d\0" % len(data))
+    h.update(data)
+    return h.hexdigest()
+
+
+class PatchTexts:
+    """Renders patch files for commits of one repository.
+
+    Used as a context manager it keeps one object reader for all its renders;
+    otherwise each :meth:`render` closes the reader it opened.
+    """
+
+    def __init__(self, git: Git) -> None:
+        self.git = git
+        self._reader: ObjectReader | None = None
+        self._held = False
+
+    def __enter__(self) -> PatchTexts:
+        self._held = True
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._held = False
+        self.close()
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+    @property
+    def reader(self) -> ObjectReader:
+        if self._reader is None:
+            self._reader = self.git.reader()
+        return self._reader
+
+    # ------------------------------------------------------------------ public
+
+    def render(
+        self,
+        old: bytes | None,
+        *,
+        commit: str,
+        parent: str | None = None,
+        raw_diff: bytes | None = None,
+        description: str | None = None,
+        summary: str | None = None,
+        source: str = "patch",
+        keep_offsets: bool = False,
+    ) -> Rendered:
+        """The bytes the patch file should have for ``commit`` (a patch on ``parent``,
+        default its first parent), given the bytes ``old`` it has now.
+
+        ``raw_diff`` is ``git diff-tree`` output with full ``index`` lines
+        (:data:`forkpatch.git.DIFF_OPTIONS`), computed when not given.
+        ``description``/``summary`` are the commit message's (None: keep the file's).
+        ``keep_offsets``: a diff whose hunks apply only at other lines (an edit of a
+        patch below moved them) is kept too when, so applied, it still gives exactly
+        the commit's files (``Rendered.offsets_kept``): the stack's refresh and export
+        leave such files alone unless asked (``--offsets``).
+        """
+        try:
+            return self._render(
+                old,
+                commit=commit,
+                parent=parent,
+                raw_diff=raw_diff,
+                description=description,
+                summary=summary,
+                source=source,
+                keep_offsets=keep_offsets,
+            )
+        finally:
+            if not self._held:
+                self.close()
+
+    def _render(
+        self,
+        old: bytes | None,
+        *,
+        commit: str,
+        parent: str | None,
+        raw_diff: bytes | None,
+        description: str | None,
+        summary: str | None,
+        source: str,
+        keep_offsets: bool = False,
+    ) -> Rendered:
+        parent = parent or f"{commit}^"
+        if raw_diff is None:
+            raw_diff = self.git.diff_trees(parent, commit)
+        canonical = canonical_diff(raw_diff)
+        if not old:
+            return Rendered(format_patch(description or "", canonical), bool(canonical), True)
+        quick = _quick_split(old, canonical)
+        if quick is not None:
+            # A git diff that is the commit's own (index lines aside): no parse needed.
+            header_bytes, diff = quick
+            return self._finish(
+                header_bytes, diff, description=description, summary=summary, has_diff=True
+            )
+        try:
+            patch = parse_patch(old, source=source)
+        except PatchParseError:
+            return Rendered(format_patch(description or "", canonical), True, True)
+        header_bytes = old[: len(old) - len(patch.diff)]
+        sections, tail = _sections(patch)
+        body = b"".join(s.raw for s in sections)
+
+        diff_changed = offsets_kept = False
+        if body == canonical:
+            diff = body + tail
+        elif not patch.files or not canonical:
+            diff, diff_changed = canonical, True
+        elif self._same_effect(patch.files, parent, commit):
+            diff = body + tail
+        elif keep_offsets and self._same_effect(patch.files, parent, commit, allow_offset=True):
+            diff, offsets_kept = body + tail, True
+        else:
+            diff = self._rewrite(sections, raw_diff, parent, commit) + tail
+            diff_changed = True
+
+        rendered = self._finish(
+            header_bytes,
+            diff,
+            description=description,
+            summary=summary,
+            has_diff=bool(patch.files and canonical),
+            canonical=canonical,
+            changed_by=(parent, commit) if diff_changed else None,
+        )
+        return replace(rendered, offsets_kept=offsets_kept) if offsets_kept else rendered
+
+    def _finish(
+        self,
+        header_bytes: bytes,
+        diff: bytes,
+        *,
+        description: str | None,
+        summary: str | None,
+        has_diff: bool,
+        canonical: bytes = b"",
+        changed_by: tuple[str, str] | None = None,
+    ) -> Rendered:
+        """The header with the commit's description, summary and (when the diff was
+        rewritten for the commit ``changed_by`` = (parent, commit)) diffstat, then ``diff``."""
+        layout = HeaderLayout.parse(header_bytes.decode("utf-8", "surrogateescape"))
+        text = layout.text
+        if description is not None:
+            text = layout.with_description(description)
+        if summary is not None:
+            text = HeaderLayout.parse(text).with_subject(summary)
+        if changed_by is not None:
+            again = HeaderLayout.parse(text)
+            if again.stat_span is not None:
+                stat = self._diffstat(*changed_by)
+                if _stat_counts(again.text[slice(*again.stat_span)]) != _stat_counts(stat):
+                    text = again.with_stat(stat)
+        header = text.encode("utf-8", "surrogateescape")
+        header_changed = header != header_bytes
+        if not has_diff:
+            data = format_patch(text, canonical)  # no diff before or after: canonical joint
+        else:
+            data = header + diff
+        return Rendered(data, changed_by is not None, header_changed)
+
+    # ------------------------------------------------------------------ effect
+
+    def _entries(self, rev: str, paths: set[str]) -> dict[str, tuple[str, str]]:
+        """path -> (mode, blob id) in ``rev`` for those of ``paths`` that exist there."""
+        if not paths:
+            return {}
+        proc = self.git.run(
+            "ls-tree",
+            "-r",
+            "-z",
+            "--full-tree",
+            rev,
+            "--",
+            *sorted(paths),
+            env={"GIT_LITERAL_PATHSPECS": "1"},
+            check=False,
+        )
+        out: dict[str, tuple[str, str]] = {}
+        for item in proc.stdout.split(b"\0"):
+            if not item:
+                continue
+            meta, _, raw_path = item.partition(b"\t")
+            path = raw_path.decode("utf-8", "surrogateescape")
+            if path in paths:
+                mode, _type, oid = meta.decode().split()
+                out[path] = (mode, oid)
+        return out
+
+    def _effect_holds(
+        self,
+        files: tuple[FilePatch, ...] | list[FilePatch],
+        paths: set[str],
+        pre: dict[str, tuple[str, str]],
+        post: dict[str, tuple[str, str]],
+        allow_offset: bool = False,
+    ) -> bool:
+        """Whether applying ``files`` exactly (or, with ``allow_offset``, at other lines
+        but no fuzz) to the ``pre`` files gives the ``post`` ones (modes included) on
+        every path of ``paths``."""
+        state: dict[str, tuple[str, bytes] | None] = {}
+
+        def current(path: str) -> tuple[str, bytes] | None:
+            if path in state:
+                return state[path]
+            entry = pre.get(path)
+            if entry is None:
+                return None
+            if entry[0] == "160000":
+                raise HunkFailed(0, 0, "submodule")
+            data = self.reader.blob(entry[1])
+            if data is None:
+                raise HunkFailed(0, 0, "missing blob")
+            return entry[0], data
+
+        try:
+            for fp in files:
+                before = current(fp.old_path) if fp.old_path is not None else None
+                if fp.is_binary:
+                    if fp.new_path is None or fp.new_oid is None:
+                        return False
+                    want = post.get(fp.new_path)
+                    if want is None or not want[1].startswith(fp.new_oid):
+                        return False
+                    data = self.reader.blob(want[1])
+                    if data is None:
+                        return False
+                    result: bytes | None = data
+                else:
+                    res = apply_file_patch(
+                        before[1] if before else None, fp, max_fuzz=0, allow_offset=allow_offset
+                    )
+                    result = res.content
+                if fp.new_path is None:
+                    if fp.old_path is not None:
+                        state[fp.old_path] = None
+                    continue
+                if fp.old_path is not None and fp.old_path != fp.new_path and not fp.is_copy:
+                    state[fp.old_path] = None
+                mode = fp.new_mode or (before[0] if before else "100644")
+                state[fp.new_path] = (mode, result or b"")
+        except HunkFailed:
+            return False
+        if not set(state) >= paths:
+            return False
+        for path in paths:
+            got = state[path]
+            want = post.get(path)
+            if got is None and want is None:
+                continue
+            if got is None or want is None:
+                return False
+            if got[0] != want[0] or _blob_id(got[1], len(want[1])) != want[1]:
+                return False
+        return True
+
+    @staticmethod
+    def _touched(files: tuple[FilePatch, ...] | list[FilePatch]) -> set[str]:
+        return {p for fp in files for p in (fp.old_path, fp.new_path) if p is not None}
+
+    def _same_effect(
+        self,
+        files: tuple[FilePatch, ...],
+        parent: str,
+        commit: str,
+        *,
+        allow_offset: bool = False,
+    ) -> bool:
+        """Whether the old diff, applied exactly to ``parent``, gives ``commit``."""
+        pre, post, changed = self._changes(parent, commit)
+        paths = self._touched(files) | changed
+        if not paths <= changed:
+            # The old diff touches a file the commit leaves alone (it cannot hold, but
+            # that is for the check to say): read those files too.
+            pre.update(self._entries(parent, paths - changed))
+            post.update(self._entries(commit, paths - changed))
+        return self._effect_holds(files, paths, pre, post, allow_offset)
+
+    def _changes(
+        self, parent: str, commit: str
+    ) -> tuple[dict[str, tuple[str, str]], dict[str, tuple[str, str]], set[str]]:
+        """(mode, blob id) before and after of every path ``commit`` changes, and the
+        paths: one ``git diff-tree --raw`` (a rename is a deletion and a creation here)."""
+        out = self.git.run(
+            "diff-tree", "-r", "-z", "--raw", "--full-index", "--no-renames", parent, commit
+        ).stdout
+        fields = out.split(b"\0")
+        pre: dict[str, tuple[str, str]] = {}
+        post: dict[str, tuple[str, str]] = {}
+        i = 0
+        while i + 1 < len(fields):
+            meta = fields[i]
+            if not meta.startswith(b":"):
+                i += 1
+                continue
+            old_mode, new_mode, old_oid, new_oid, _status = meta[1:].decode().split()
+            path = fields[i + 1].decode("utf-8", "surrogateescape")
+            if old_mode != "000000":
+                pre[path] = (old_mode, old_oid)
+            if new_mode != "000000":
+                post[path] = (new_mode, new_oid)
+            i += 2
+        return pre, post, set(pre) | set(post)
+
+    # ------------------------------------------------------------------ rewriting
+
+    def _rewrite(
+        self, sections: list[_Section], raw_diff: bytes, parent: str, commit: str
+    ) -> bytes:
+        """The diff for ``commit``, each file in its old section's style where it had one."""
+        raw_new = parse_patch(raw_diff, source=commit)
+        canon_new = parse_patch(canonical_diff(raw_diff), source=commit)
+        pre, post, changed = self._changes(parent, commit)
+        paths = self._touched([s.fp for s in sections]) | changed
+        if not paths <= changed:
+            pre.update(self._entries(parent, paths - changed))
+            post.update(self._entries(commit, paths - changed))
+        by_key = {(s.fp.old_path, s.fp.new_path): i for i, s in enumerate(sections)}
+        out: list[tuple[int, bytes]] = []
+        matched = 0
+        for n, (rfp, cfp) in enumerate(zip(raw_new.files, canon_new.files, strict=True)):
+            i = by_key.get((cfp.old_path, cfp.new_path))
+            if i is None:
+                out.append((len(sections) + n, cfp.raw))
+                continue
+            matched += 1
+            old = sections[i]
+            if self._effect_holds([old.fp], self._touched([old.fp, cfp]), pre, post):
+                out.append((i, old.raw))
+            else:
+                out.append((i, _restyle(old, rfp, cfp)))
+        if matched == len(sections) == len(out):
+            out.sort(key=lambda item: item[0])  # the same files: keep the file's order
+        return b"".join(raw for _i, raw in out)
+
+    def _diffstat(self, parent: str, commit: str) -> str:
+        proc = self.git.run(
+            "diff-tree", "--stat=72", "--summary", "-M", "--no-color", parent, commit
+        )
+        return proc.stdout.decode("utf-8", "surrogateescape")
+
+
+def _restyle(old: _Section, rfp: FilePatch, cfp: FilePatch) -> bytes:
+    """git's section for a file (``rfp`` with full ids, ``cfp`` canonical) in ``old``'s style."""
+    new = _split_section(cfp)
+    if cfp.is_binary or not cfp.hunks:
+        return cfp.raw + old.junk
+    hunks = new.hunks
+    if not old.is_git and not any(h.section for h in old.fp.hunks):
+        # diff -u without -p: no function names after the @@ either.
+        hunks = b"".join(
+            _drop_section_text(ln) if ln.startswith(b"@@") else ln for ln in split_lines(hunks)
+        )
+    if not old.is_git:
+        plain_ok = (
+            not cfp.is_rename
+            and not cfp.is_copy
+            and (cfp.old_path is None) == (old.fp.old_path is None)
+            and (cfp.new_path is None) == (old.fp.new_path is None)
+            and not (cfp.old_mode and cfp.new_mode and cfp.old_mode != cfp.new_mode)
+            and (cfp.old_path is not None or cfp.new_mode in (None, "100644"))
+        )
+        if plain_ok:
+            return old.head + hunks + old.junk
+        return new.head + hunks + old.junk
+    head = new.head
+    old_index = next(
+        (ln for ln in split_lines(old.head) if ln.startswith(b"index ") and b".." in ln), None
+    )
+    if old_index is not None:
+        width = len(old_index.split(b" ")[1].split(b"..")[0])
+        full = next(
+            (ln for ln in split_lines(_split_section(rfp).head) if ln.startswith(b"index ")),
+            None,
+        )
+        if full is not None:
+            ids, _, rest = full[len(b"index ") :].partition(b" ")
+            a, _, b = ids.rstrip(b"\n").partition(b"..")
+            line = b"index " + a[:width] + b".." + b[:width]
+            line += (b" " + rest) if rest else b"\n"
+            head = _insert_index(head, line)
+    return head + hunks + old.junk
+
+
+_STAT_COUNT = re.compile(r"^ (.*?) +\| +(\d+|Bin)", re.M)
+_STAT_TOTALS = re.compile(
+    r"^ (\d+) files? changed(?:, (\d+) insertions?)?(?:, (\d+) deletions?)?", re.M
+)
+
+
+def _stat_counts(stat: str) -> tuple[list[tuple[str, str]], list[tuple[str, ...]]]:
+    """What a diffstat says (files and counts, totals), whatever tool aligned it: a
+    block that still says the same is kept as it is."""
+    return _STAT_COUNT.findall(stat), _STAT_TOTALS.findall(stat)
+
+
+def _drop_section_text(line: bytes) -> bytes:
+    end = line.find(b" @@", 2)
+    if end == -1:
+        return line
+    return line[: end + 3] + (b"\r\n" if line.endswith(b"\r\n") else b"\n")
+
+
+def _insert_index(head: bytes, index_line: bytes) -> bytes:
+    """Put an ``index`` line where git does: before the ``---`` line of a git section."""
+    lines = split_lines(head)
+    for i, ln in enumerate(lines):
+        if ln.startswith(b"--- "):
+            return b"".join(lines[:i]) + index_line + b"".join(lines[i:])
+    return head + index_line
