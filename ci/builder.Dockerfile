@@ -13,30 +13,47 @@
 #   requirements/cuda.txt           (cuda.txt includes common.txt with -r, so the
 #   requirements/common.txt          layout of requirements/ is kept)
 #   tools/                          optional prebuilt binaries (e.g. tools/sccache)
+#   cuda-wheels.lock                the hash-pinned wheel set of TOOLCHAIN=wheels
 # and tags it forkpatch-builder:<hash of all of the above + base image + args>.
 #
-# Two modes, one Dockerfile:
-#   INSTALL_TOOLCHAIN=1 (default): the real SM70 builder on the CUDA devel base.
-#   INSTALL_TOOLCHAIN=0: no network installs; for the local stand-in base
-#     (Debian bookworm with python3, pip, setuptools, wheel, build, gcc, ccache,
-#     git; see ci/standin-image.sh) used by the docker tests. Everything else
-#     (the venv at /opt/venv, /src, /out, the build script, the cache wiring)
-#     is identical, so the tests exercise the real build path.
+# Three toolchain routes, one Dockerfile (ARG TOOLCHAIN); every step after the
+# toolchain (tools, /src, /out, the build script, the cache wiring) is shared:
+#   apt (default)  the production SM70 builder: nvidia/cuda:12.8.1-devel base,
+#                  Python from the deadsnakes PPA, torch from the PyTorch cu128
+#                  index, the fork's requirement files. Needs network.
+#   wheels         torch 2.10.0 (cu128, with its nvidia-* CUDA 12.8 libraries) and
+#                  the fork's build requirements from PyPI wheels pinned by sha256
+#                  in cuda-wheels.lock (pip --require-hashes). WHEELHOUSE_URL set:
+#                  offline, from that --find-links location (forkpatch serves a local
+#                  wheelhouse directory on the host's loopback for the image build);
+#                  unset: straight from PyPI. The CUDA *compiler* must be in the base
+#                  image: PyPI's cu12 nvcc wheel carries ptxas and libnvvm but no
+#                  nvcc driver, cicc, cudafe++, fatbinary or nvlink.
+#   none           no installs at all, for the stand-in base of the synthetic-fork
+#                  tests (ci/standin-image.sh; venv with --system-site-packages).
+# The build context also carries cuda-wheels.lock (always; only `wheels` reads it).
 
-# Pinned by digest once known (we cannot pull from here):
-#   nvidia/cuda:12.8.1-devel-ubuntu22.04@sha256:<digest>
+# The production base is pinned by digest. sha256:a99a1860... is the multi-arch
+# index digest of nvidia/cuda:12.8.1-devel-ubuntu22.04 (its linux/amd64 manifest
+# is sha256:6617a625f4090c76c545a0e7d63f2e441718ef9af7f4efe7dd1242a29e289fd7), as
+# recorded by several independent public projects that pull it. No registry is
+# reachable from this project's machines, so it was NOT checked against the
+# registry here: verify with `docker buildx imagetools inspect
+# nvidia/cuda:12.8.1-devel-ubuntu22.04` before relying on it, and override with
+# --base-image / build.base-image (or BASE_IMAGE) if NVIDIA re-pushed the tag.
 # Upstream vLLM builds cu128 wheels on the same -devel-ubuntu22.04 base; cuDNN is
 # not needed at build time (torch's wheels bring their own).
-ARG BASE_IMAGE=nvidia/cuda:12.8.1-devel-ubuntu22.04
+ARG BASE_IMAGE=nvidia/cuda:12.8.1-devel-ubuntu22.04@sha256:a99a1860ba8e2916e5c3e73b72ec4c4301653a84586e05bfc9a2aa2d58027e97
 FROM ${BASE_IMAGE}
 
-ARG INSTALL_TOOLCHAIN=1
+ARG BASE_IMAGE
+ARG TOOLCHAIN=apt
 ARG PYTHON_VERSION=3.12
 ARG TORCH_VERSION=2.10.0
 ARG TORCHVISION_VERSION=0.25.0
 ARG TORCHAUDIO_VERSION=2.10.0
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128
-ARG GET_PIP_URL=https://bootstrap.pypa.io/get-pip.py
+ARG WHEELHOUSE_URL=
 
 ENV DEBIAN_FRONTEND=noninteractive \
     LANG=C.UTF-8 \
@@ -46,31 +63,44 @@ ENV DEBIAN_FRONTEND=noninteractive \
     VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:/usr/local/cuda/bin:${PATH}
 
-# System toolchain. Python 3.12 from the deadsnakes PPA, as upstream vLLM's
-# cu128 Dockerfile does on ubuntu22.04 (whose own python3 is 3.10).
+# 1. System toolchain and the venv. apt/wheels: Python ${PYTHON_VERSION}; when the
+#    base lacks it (ubuntu22.04's python3 is 3.10) it comes from the deadsnakes
+#    PPA, as upstream vLLM's cu128 Dockerfile does; compilers/ccache/git from apt
+#    only when missing, so an offline base that has them needs no network.
 RUN set -eux; \
-    if [ "${INSTALL_TOOLCHAIN}" = 1 ]; then \
-        apt-get update -y; \
-        apt-get install -y --no-install-recommends \
-            ca-certificates curl git ccache software-properties-common gnupg \
-            build-essential libnuma-dev; \
-        for i in 1 2 3; do add-apt-repository -y ppa:deadsnakes/ppa && break || sleep 5; done; \
-        apt-get update -y; \
-        apt-get install -y --no-install-recommends \
-            python${PYTHON_VERSION} python${PYTHON_VERSION}-dev python${PYTHON_VERSION}-venv; \
-        rm -rf /var/lib/apt/lists/*; \
-        python${PYTHON_VERSION} -m venv /opt/venv; \
-    else \
-        # Stand-in: Debian's python3 (3.11); setuptools/wheel/build come from
-        # Debian packages, seen through --system-site-packages.
+    case "${TOOLCHAIN}" in apt|wheels|none) ;; *) echo "TOOLCHAIN=${TOOLCHAIN}: use apt, wheels or none" >&2; exit 2 ;; esac; \
+    if [ "${TOOLCHAIN}" = none ]; then \
+        # Stand-in: Debian's python3; setuptools/wheel/build from Debian packages,
+        # seen through --system-site-packages.
         python3 -m venv --system-site-packages /opt/venv; \
+    else \
+        missing=""; \
+        for t in git ccache g++ make; do command -v "$t" >/dev/null || missing="$missing $t"; done; \
+        command -v "python${PYTHON_VERSION}" >/dev/null && "python${PYTHON_VERSION}" -m venv --help >/dev/null 2>&1 \
+            || missing="$missing python${PYTHON_VERSION}"; \
+        if [ -n "$missing" ]; then \
+            echo "installing from apt:$missing"; \
+            apt-get update -y; \
+            apt-get install -y --no-install-recommends \
+                ca-certificates curl git ccache software-properties-common gnupg \
+                build-essential libnuma-dev; \
+            if ! command -v "python${PYTHON_VERSION}" >/dev/null; then \
+                for i in 1 2 3; do add-apt-repository -y ppa:deadsnakes/ppa && break || sleep 5; done; \
+                apt-get update -y; \
+            fi; \
+            apt-get install -y --no-install-recommends \
+                python${PYTHON_VERSION} python${PYTHON_VERSION}-dev python${PYTHON_VERSION}-venv; \
+            rm -rf /var/lib/apt/lists/*; \
+        fi; \
+        "python${PYTHON_VERSION}" -m venv /opt/venv; \
     fi; \
     python --version; python -m pip --version
 
-# Build requirements of the fork tree being built (passed in the context).
+# 2. Python packages: torch and the fork's build requirements.
 COPY requirements/ /opt/forkpatch/requirements/
+COPY cuda-wheels.lock /opt/forkpatch/cuda-wheels.lock
 RUN set -eux; \
-    if [ "${INSTALL_TOOLCHAIN}" = 1 ]; then \
+    if [ "${TOOLCHAIN}" = apt ]; then \
         python -m pip install --upgrade pip uv; \
         uv pip install --index-strategy unsafe-best-match \
             --extra-index-url "${TORCH_INDEX_URL}" \
@@ -86,8 +116,26 @@ RUN set -eux; \
             -r /opt/forkpatch/requirements/cuda.txt \
             -r /opt/forkpatch/requirements/common.txt \
             build ninja cmake sccache; \
+    elif [ "${TOOLCHAIN}" = wheels ]; then \
+        if [ -n "${WHEELHOUSE_URL}" ]; then \
+            src="--no-index --find-links ${WHEELHOUSE_URL}"; \
+        else \
+            src=""; \
+        fi; \
+        # Every file is checked against its sha256 in the lock; nothing unlisted installs.
+        python -m pip install --require-hashes --only-binary=:all: $src \
+            -r /opt/forkpatch/cuda-wheels.lock; \
+        python -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"; \
     fi; \
-    python -c "import setuptools, wheel; print('setuptools', setuptools.__version__)"
+    python -c "import setuptools, wheel; print('setuptools', setuptools.__version__)"; \
+    if [ "${TOOLCHAIN}" != none ]; then \
+        command -v nvcc >/dev/null || { \
+            echo "TOOLCHAIN=${TOOLCHAIN}: no nvcc in the base image ${BASE_IMAGE:-}." \
+                 "The CUDA compiler comes from the base (nvidia/cuda:12.8.1-devel-*);" \
+                 "PyPI's nvidia-cuda-nvcc-cu12 wheel has ptxas and libnvvm but no nvcc/cicc/cudafe++." >&2; \
+            exit 1; }; \
+        nvcc --version | tail -2; \
+    fi
 
 # Optional prebuilt tools from the context (tests put the host's sccache here,
 # since stand-in containers have no network).

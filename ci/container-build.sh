@@ -11,6 +11,11 @@
 #   FORKPATCH_CACHE                ccache | sccache | none   (default ccache)
 #   CCACHE_DIR                     default /root/.ccache (a named volume)
 #   SCCACHE_*, AWS_*               sccache S3 settings, passed from the host
+#   FORKPATCH_COMPILE_ONLY         "csrc/a.cu csrc/b.cu": configure the fork's CMake and
+#                                  compile only these units (timed, cuobjdump'ed) into
+#                                  /out instead of building wheels
+#   VLLM_CUTLASS_SRC_DIR, TRITON_KERNELS_SRC_DIR, ...  local copies of what the fork's
+#                                  CMake would download (forkpatch copies them to /deps)
 set -euo pipefail
 
 SRC=${FORKPATCH_SRC:-/src}
@@ -78,6 +83,76 @@ build_wheel() {  # build_wheel <project dir> <out dir>
         python -m pip wheel --no-deps --no-build-isolation --wheel-dir "$2" "$1"
     fi
 }
+
+# Compile-only mode: the fork's CMake configure (as its setup.py runs it), then
+# single objects through ninja, each timed (wall, user+sys CPU of the compiler
+# processes, their peak RSS) and disassembled with cuobjdump. For proving a
+# toolchain and measuring units without a full _C build.
+compile_only() {
+    local build=/tmp/forkpatch-cmake out="$OUT" unit target obj name
+    mkdir -p "$out"
+    say "toolchain: $(nvcc --version | tail -1); python $(python -c 'import sys; print(sys.version.split()[0])');" \
+        "$(python -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>/dev/null)"
+    say "configure: cmake (arch $TORCH_CUDA_ARCH_LIST)"
+    local t0=$SECONDS
+    if ! cmake -S "$SRC" -B "$build" -G Ninja \
+            -DCMAKE_BUILD_TYPE="${CMAKE_BUILD_TYPE:-RelWithDebInfo}" \
+            -DVLLM_TARGET_DEVICE="$VLLM_TARGET_DEVICE" \
+            -DVLLM_PYTHON_EXECUTABLE="$(command -v python)" \
+            -DFETCHCONTENT_BASE_DIR="$build/_deps" \
+            -DNVCC_THREADS="$NVCC_THREADS" \
+            -DCMAKE_JOB_POOL_COMPILE:STRING=compile \
+            -DCMAKE_JOB_POOLS:STRING="compile=$MAX_JOBS" \
+            ${LAUNCHER:+-DCMAKE_C_COMPILER_LAUNCHER=$LAUNCHER -DCMAKE_CXX_COMPILER_LAUNCHER=$LAUNCHER -DCMAKE_CUDA_COMPILER_LAUNCHER=$LAUNCHER} \
+            >"$out/cmake-configure.log" 2>&1; then
+        tail -40 "$out/cmake-configure.log"
+        say "cmake configure FAILED after $((SECONDS - t0)) s (full log: /out/cmake-configure.log)"
+        return 1
+    fi
+    grep -E 'CUDA target architectures|CUDA supported target|Building SM70|SM70 Marlin|Skipping|FetchContent|VLLM_CUTLASS_SRC_DIR|triton_kernels|Found CUDA|CUDA compiler' \
+        "$out/cmake-configure.log" || true
+    say "configure: ok in $((SECONDS - t0)) s"
+    # Every object of the configured build, by target (for extrapolating a full build).
+    ninja -C "$build" -t targets all | sed -n 's#^\(CMakeFiles/[^:]*\.o\): .*#\1#p' | sort -u \
+        >"$out/object-targets.txt"
+    say "the configured build has $(wc -l <"$out/object-targets.txt") objects" \
+        "($(grep -c '^CMakeFiles/_C\.dir/' "$out/object-targets.txt" || true) in _C)"
+    printf 'unit\twall_s\tuser_s\tsys_s\tmax_rss_mib\tobject_bytes\n' >"$out/timings.tsv"
+    for unit in $FORKPATCH_COMPILE_ONLY; do
+        target="$(ninja -C "$build" -t targets all | sed -n "s#^\(CMakeFiles/[^:]*/$unit\.o\): .*#\1#p" | head -1)"
+        [ -n "$target" ] || { say "no object target for $unit in the CMake build (not in this arch list?)"; return 1; }
+        say "compile $unit -> $target"
+        python - "$build" "$target" "$unit" "$out/timings.tsv" <<'PY' || return 1
+import resource, subprocess, sys, time, os
+build, target, unit, tsv = sys.argv[1:]
+t0 = time.monotonic()
+rc = subprocess.call(["ninja", "-C", build, target])
+wall = time.monotonic() - t0
+ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+if rc != 0:
+    sys.exit(rc)
+size = os.path.getsize(os.path.join(build, target))
+with open(tsv, "a") as fh:
+    fh.write(f"{unit}\t{wall:.1f}\t{ru.ru_utime:.1f}\t{ru.ru_stime:.1f}\t{ru.ru_maxrss / 1024:.0f}\t{size}\n")
+print(f"[container-build] {unit}: wall {wall:.1f} s, user {ru.ru_utime:.1f} s, sys {ru.ru_stime:.1f} s, peak {ru.ru_maxrss / 1024:.0f} MiB")
+PY
+        name="$(basename "$unit")"
+        obj="$out/$name.o"
+        cp "$build/$target" "$obj"
+        if command -v cuobjdump >/dev/null; then
+            cuobjdump -lelf "$obj" >"$out/cuobjdump-$name.txt" 2>&1 || true
+            cuobjdump -sass "$obj" >>"$out/cuobjdump-$name.txt" 2>&1 || true
+            say "cuobjdump $name: $(grep -c 'code for sm_' "$out/cuobjdump-$name.txt" || true) code sections," \
+                "archs: $(grep -o 'sm_[0-9]*' "$out/cuobjdump-$name.txt" | sort -u | tr '\n' ' ')"
+        fi
+    done
+    cat "$out/timings.tsv"
+}
+
+if [ -n "${FORKPATCH_COMPILE_ONLY:-}" ]; then
+    compile_only
+    exit $?
+fi
 
 say "python $(python -c 'import sys; print(sys.version.split()[0])'), version $VLLM_VERSION_OVERRIDE," \
     "arch $TORCH_CUDA_ARCH_LIST, MAX_JOBS=$MAX_JOBS NVCC_THREADS=$NVCC_THREADS cache=$FORKPATCH_CACHE"

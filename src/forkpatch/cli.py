@@ -12,36 +12,15 @@ import os
 import sys
 import traceback
 from pathlib import Path
-from typing import Any
 
 import click
 
 from forkpatch import __version__, log
+from forkpatch.cli_context import Ctx, pass_ctx
 from forkpatch.errors import ForkpatchError, UsageError
+from forkpatch.views import print_results
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
-
-
-class Ctx:
-    """What every command gets: the project directory and global switches."""
-
-    def __init__(self, directory: Path | None, fork_repo: str | None, debug: bool) -> None:
-        self.directory = directory
-        self.fork_repo = fork_repo
-        self.debug = debug
-
-    def project(self) -> Any:
-        from forkpatch.project import open_project
-
-        return open_project(self.directory, self.fork_repo)
-
-    def stack(self) -> Any:
-        from forkpatch.stack import Stack
-
-        return Stack(self.project())
-
-
-pass_ctx = click.make_pass_decorator(Ctx)
 
 
 class AliasedGroup(click.Group):
@@ -84,38 +63,6 @@ def cli(
     """
     log.set_quiet(quiet)
     ctx.obj = Ctx(directory, fork_repo, debug)
-
-
-# --------------------------------------------------------------------------- output
-
-
-def _table(rows: list[list[str]], headers: list[str]) -> str:
-    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows, strict=False)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
-    for row in rows:
-        lines.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
-    return "\n".join(lines)
-
-
-def _print_results(results: list[Any], applied: list[str] | None = None) -> None:
-    rows = []
-    for i, r in enumerate(results, 1):
-        files = ", ".join(r.files[:3]) + (f" (+{len(r.files) - 3})" if len(r.files) > 3 else "")
-        if not r.files and any(d.startswith("build step") for d in r.detail):
-            files = "(build step)"
-        mark = ""
-        if applied is not None:
-            mark = "*" if r.name in applied else " "
-        rows.append([f"{mark}{i}", r.name, r.status, f"+{r.added}/-{r.removed}", files or "-"])
-    log.info(_table(rows, ["#", "patch", "status", "lines", "files"]))
-    for r in results:
-        for line in r.detail:
-            if r.status not in ("clean",):
-                log.info(f"  {r.name}: {line}")
-        for c in r.conflicts:
-            log.info(f"  {r.name}: {c.reason}")
-        if r.evidence:
-            log.info(f"  {r.name}: {r.evidence}")
 
 
 # --------------------------------------------------------------------------- commands
@@ -176,7 +123,7 @@ def status(c: Ctx, as_json: bool) -> None:
             f"{len(report.results)} patch(es)"
             + (f", work tree {report.worktree}" if report.worktree else "")
         )
-        _print_results(report.results, report.applied)
+        print_results(report.results, report.applied)
         if report.editing:
             log.info(
                 f"editing '{report.editing}': `forkpatch refresh` re-applies the patches above it"
@@ -209,7 +156,7 @@ def apply(c: Ctx, worktree: Path | None, force: bool, sparse: bool | None) -> No
     stack = c.stack()
     with stack.project.locked("apply"):
         path, result = stack.apply(worktree, force=force, sparse=sparse)
-    _print_results(result.results)
+    print_results(result.results)
     layout = stack.layout()
     what = f"sparse: {len(layout.dirs or ())} directories" if layout.sparse else "full"
     log.info(f"work tree: {path} (branch forkpatch/stack, {what})")
@@ -526,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _hint_pending_operation(directory: Path | None = None) -> bool:
     try:
-        from forkpatch.rebase import pending_hint  # type: ignore[attr-defined]
+        from forkpatch.rebase import pending_hint
     except ImportError:
         return False
     try:

@@ -10,7 +10,7 @@ from forkpatch import log
 
 
 def register(cli: click.Group) -> None:
-    from forkpatch.cli import Ctx, pass_ctx
+    from forkpatch.cli_context import Ctx, pass_ctx
 
     @cli.command(name="build-wheel")
     @click.option(
@@ -36,10 +36,32 @@ def register(cli: click.Group) -> None:
     @click.option("--arch-list", help="TORCH_CUDA_ARCH_LIST (default: build.arch-list or 7.0).")
     @click.option("--base-image", help="Base image of the builder (default: CUDA 12.8 devel).")
     @click.option(
+        "--toolchain",
+        type=click.Choice(["apt", "wheels", "none"]),
+        default="apt",
+        show_default=True,
+        help="How the builder image gets Python packages: apt (nvidia/cuda devel base, "
+        "deadsnakes, PyTorch index; network), wheels (hash-pinned PyPI wheels of "
+        "ci/cuda-wheels.lock; offline with --wheelhouse), none (the base has everything).",
+    )
+    @click.option(
         "--no-toolchain-install",
         is_flag=True,
-        help="Do not install the CUDA toolchain into the builder image "
-        "(for a base image that already has it, or offline stand-ins).",
+        help="Same as --toolchain none.",
+    )
+    @click.option(
+        "--wheelhouse",
+        help="wheels toolchain: a directory of the locked wheels (served to the image "
+        "build on the host's loopback) or a --find-links URL. Default: PyPI.",
+    )
+    @click.option("--python-version", help="The builder's Python (default 3.12).")
+    @click.option(
+        "--fork-source",
+        "fork_sources",
+        multiple=True,
+        metavar="VAR=DIR",
+        help="A local copy of a dependency the fork's CMake downloads, e.g. "
+        "VLLM_CUTLASS_SRC_DIR=../cutlass (repeatable).",
     )
     @click.option("--max-jobs", type=int, help="MAX_JOBS (default: sized to the engine host).")
     @click.option("--json", "as_json", is_flag=True, help="Machine-readable result on stdout.")
@@ -51,13 +73,23 @@ def register(cli: click.Group) -> None:
         out_dir: Path | None,
         arch_list: str | None,
         base_image: str | None,
+        toolchain: str,
         no_toolchain_install: bool,
+        wheelhouse: str | None,
+        python_version: str | None,
+        fork_sources: tuple[str, ...],
         max_jobs: int | None,
         as_json: bool,
     ) -> None:
         """Build the patched fork's wheel(s) into dist/ with a SHA256SUMS."""
         from forkpatch.wheels.buildwheel import BuildOptions, build_wheel
 
+        sources = {}
+        for item in fork_sources:
+            var, sep, path = item.partition("=")
+            if not sep or not var or not path:
+                raise click.BadParameter(f"{item!r} is not VAR=DIR", param_hint="--fork-source")
+            sources[var] = Path(path).resolve()
         project = c.project()
         opts = BuildOptions(
             mode=mode,
@@ -65,7 +97,16 @@ def register(cli: click.Group) -> None:
             out_dir=out_dir,
             arch_list=arch_list,
             base_image=base_image,
-            install_toolchain=not no_toolchain_install,
+            toolchain="none" if no_toolchain_install else toolchain,
+            wheelhouse=(
+                None
+                if wheelhouse is None
+                else wheelhouse
+                if "://" in wheelhouse
+                else Path(wheelhouse).resolve()
+            ),
+            python_version=python_version,
+            sources=sources,
             max_jobs=max_jobs,
         )
         with project.locked("build-wheel"):

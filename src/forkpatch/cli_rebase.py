@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from forkpatch import log
 from forkpatch.errors import ConflictError, UsageError
 
+if TYPE_CHECKING:
+    from forkpatch.rebase import Plan, RebaseOptions
 
-def _options(onto: str, no_three_way: bool, fuzz: int, report_dir: Path | None = None) -> Any:
+
+def _options(
+    onto: str, no_three_way: bool, fuzz: int, report_dir: Path | None = None
+) -> RebaseOptions:
     from forkpatch.rebase import RebaseOptions
 
     if no_three_way and fuzz:
@@ -24,7 +29,7 @@ def _options(onto: str, no_three_way: bool, fuzz: int, report_dir: Path | None =
     )
 
 
-def _summary(plan: Any) -> None:
+def _summary(plan: Plan) -> None:
     counts: dict[str, int] = {}
     for o in plan.outcomes:
         counts[o.status] = counts.get(o.status, 0) + 1
@@ -34,17 +39,44 @@ def _summary(plan: Any) -> None:
     )
     limit = 8  # per patch; --json has everything
     for o in plan.outcomes:
-        lines = [c["reason"] for c in o.conflicts]
-        if o.status not in ("clean", "blocked"):
+        lines = [c.reason for c in o.conflicts]
+        if o.replaced_by:
+            lines.append(
+                f"upstream commit {o.replaced_by} is in {plan.onto}: it probably replaces it"
+            )
+        if o.status != "clean":
             lines += o.detail
         for line in lines[:limit]:
             log.info(f"  {o.name}: {line}")
         if len(lines) > limit:
             log.info(f"  {o.name}: ... {len(lines) - limit} more (see --json)")
+    _forecast_summary(plan)
+
+
+def _forecast_summary(plan: Plan) -> None:
+    """How to read the patches above the first conflict (see README, "Reading a forecast")."""
+    first = plan.first_conflict
+    above = [o for o in plan.outcomes if o.forecast is not None]
+    if first is None or not above:
+        return
+    sure = [o for o in above if o.forecast and o.forecast.independent]
+    unsure = [o for o in above if o.forecast and not o.forecast.independent]
+    conflicts = sum(1 for o in plan.outcomes if o.status == "conflict")
+    log.info(
+        f"forecast past '{first.name}' (as if each conflicting patch were skipped): "
+        f"{len(sure)} patch(es) independent of the conflicts (their outcome is certain), "
+        f"{len(unsure)} sharing files with them; {conflicts} conflict(s) in all"
+    )
+    for o in unsure:
+        assert o.forecast is not None
+        log.info(
+            f"  {o.name}: depends on {', '.join(o.forecast.depends_on)}: {o.status} if "
+            f"skipped, {o.forecast.if_merged} if merged with the conflict markers kept"
+        )
 
 
 def register(cli: click.Group) -> None:
-    from forkpatch.cli import Ctx
+    from forkpatch.cli_context import Ctx
 
     pass_ctx = click.make_pass_decorator(Ctx)
     three_way_opt = click.option(
@@ -71,7 +103,10 @@ def register(cli: click.Group) -> None:
     def check(c: Ctx, onto: str, no_three_way: bool, fuzz: int, as_json: bool) -> None:
         """Dry run of `rebase --onto TAG`: how each patch would fare. Changes nothing.
 
-        Exit status 0 when nothing conflicts, 3 when a patch conflicts.
+        Past a conflict every patch is still forecast (as if the conflicting one were
+        skipped, and as if it were merged with its markers), marked independent when it
+        shares no file with it. Exit status 0 when nothing conflicts, 3 when a patch
+        conflicts.
         """
         from forkpatch.rebase import check as run_check
 
@@ -98,7 +133,8 @@ def register(cli: click.Group) -> None:
         "--report",
         "report_dir",
         type=click.Path(file_okay=False, path_type=Path),
-        help="Also write the report (.md and .json) into DIR.",
+        help="Also write the report (.md and .json) into DIR (with --onto, or with the "
+        "--continue / --skip that finishes the rebase).",
     )
     @click.option("--json", "as_json", is_flag=True, help="The report as JSON on stdout.")
     @pass_ctx
@@ -119,7 +155,7 @@ def register(cli: click.Group) -> None:
         `--skip` or `--abort`.
         """
         from forkpatch import rebase as core
-        from forkpatch import report as report_mod
+        from forkpatch.rebase import report as report_mod
 
         chosen = [
             n
@@ -150,12 +186,13 @@ def register(cli: click.Group) -> None:
                 if onto:
                     result = core.rebase(project, _options(onto, no_three_way, fuzz, report_dir))
                 elif continue_:
-                    result = core.continue_(project)
+                    result = core.continue_(project, report_dir.resolve() if report_dir else None)
                 else:
-                    result = core.skip(project)
-            except ConflictError:
+                    result = core.skip(project, report_dir.resolve() if report_dir else None)
+            except ConflictError as exc:
                 if as_json:
-                    stopped = core.stopped_json(project)
+                    state = exc.state if isinstance(exc, core.RebaseStopped) else None
+                    stopped = core.stopped_json(project, state)
                     if stopped is not None:
                         log.emit_json(stopped)
                 raise

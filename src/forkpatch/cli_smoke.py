@@ -89,7 +89,7 @@ def install_line(to: str, simple_url: str | None, files: list[str]) -> str:
 
 
 def register(cli: click.Group) -> None:
-    from forkpatch.cli import pass_ctx
+    from forkpatch.cli_context import pass_ctx
 
     @cli.command()
     @click.argument("wheels", nargs=-1, type=click.Path(dir_okay=False, path_type=Path))
@@ -197,9 +197,9 @@ def register(cli: click.Group) -> None:
                 [s.id, s.tier, "yes" if s.baseline else "", ", ".join(s.needs), s.summary]
                 for s in checks.registry().values()
             ]
-            from forkpatch.cli import _table
+            from forkpatch.views import table
 
-            click.echo(_table(rows, ["check", "tier", "baseline", "needs", "what it proves"]))
+            click.echo(table(rows, ["check", "tier", "baseline", "needs", "what it proves"]))
             return
         if bisect is not None:
             if junit is not None or report_path is not None:

@@ -58,7 +58,7 @@ def _steps(value: str | None) -> tuple[str, ...]:
 
 
 def register(cli: click.Group) -> None:
-    from forkpatch.cli import Ctx, pass_ctx
+    from forkpatch.cli_context import Ctx, pass_ctx
 
     @cli.command(help=HELP)
     @click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")

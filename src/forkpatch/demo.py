@@ -1,7 +1,8 @@
 """`forkpatch demo`: the whole workflow on a built-in example, offline, no GPU.
 
-Later stages extend :data:`DEMO_STAGES`; each stage gets the demo context and
-adds what it produced to the summary.
+:data:`DEMO_STAGES` lists the stages in order; each gets the demo context and adds
+what it produced to the summary. The demo sits on top of everything (nothing in
+the core imports it).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 from forkpatch import log
 from forkpatch.errors import UsageError
+from forkpatch.views import print_results
 
 
 @dataclass
@@ -58,7 +60,6 @@ def _stage_setup(ctx: DemoContext) -> None:
 
 
 def _stage_status_apply(ctx: DemoContext) -> None:
-    from forkpatch.cli import _print_results
     from forkpatch.ops import series_status
     from forkpatch.project import Project
     from forkpatch.stack import Stack
@@ -66,7 +67,7 @@ def _stage_status_apply(ctx: DemoContext) -> None:
     project = Project(ctx.project_dir)
     with log.step("forkpatch status"):
         report = series_status(project)
-        _print_results(report.results)
+        print_results(report.results)
     with log.step("forkpatch apply (work tree with one commit per patch)"):
         path, _ = Stack(project).apply()
         log.info(f"    work tree: {path}")
@@ -117,23 +118,76 @@ def _stage_build(ctx: DemoContext) -> None:
 
 
 def _stage_rebase(ctx: DemoContext) -> None:
-    from forkpatch.rebase import demo_stage
+    """`forkpatch check --onto v1.3.0` then `forkpatch rebase --onto v1.3.0`, with the report."""
+    from forkpatch.project import Project
+    from forkpatch.rebase import RebaseOptions, check, rebase
+    from forkpatch.rebase import report as report_mod
 
-    demo_stage(ctx)
+    project = Project(ctx.project_dir)
+    with log.step("forkpatch check --onto v1.3.0 (dry run)"):
+        plan = check(project, RebaseOptions(onto="v1.3.0"))
+    with log.step("forkpatch rebase --onto v1.3.0"):
+        result = rebase(project, RebaseOptions(onto="v1.3.0"))
+    log.info(report_mod.markdown(result.report))
+    for p in result.report_paths:
+        log.info(f"    report: {p}")
+    ctx.summary["rebase"] = {
+        "onto": result.plan.onto,
+        "check": {o.name: o.status for o in plan.outcomes},
+        "status": {o.name: o.status for o in result.plan.outcomes},
+        "changed_files": list(result.written),
+        "report": [str(p) for p in result.report_paths],
+    }
+
+
+def _stage_smoke_publish(ctx: DemoContext) -> None:
+    """Smoke the wheel the build stage made (static tier), then publish it to a directory."""
+    from forkpatch.project import Project
+    from forkpatch.publish import PublishOptions, publish
+    from forkpatch.smoke import SmokeOptions, run_smoke
+    from forkpatch.smoke.runner import print_summary
+
+    project = Project(ctx.project_dir)
+    wheel = (ctx.summary.get("build") or {}).get("wheel")
+    if not wheel:
+        log.info("no wheel was built by an earlier stage: skipping smoke and publish")
+        return
+    wheel = Path(wheel)
+    with log.step("forkpatch smoke --tier static <wheel>  (deps: this interpreter's packages)"):
+        outcome = run_smoke(SmokeOptions(wheels=(wheel,), tier="static", deps="system"), project)
+        print_summary(outcome.report)
+    static = outcome.report["tiers"]["status"]["static"]
+    ctx.summary.update(
+        {"smoke_passed": outcome.passed, "smoke_tiers": outcome.report["tiers"]["status"]}
+    )
+    if static != "passed":
+        # Not passed (e.g. no torch here, so the patched modules cannot import): the
+        # publish gate would refuse, as it should; the demo says so instead of failing.
+        log.warn(f"static tier {static}: not publishing (the gate requires it to pass)")
+        return
+    index = ctx.root / "index"
+    with log.step(f"forkpatch publish <wheel> --to {index} --allow-missing-tier sm70"):
+        done = publish(
+            PublishOptions(wheels=(wheel,), to=str(index), allow_missing_tiers=("sm70",)), project
+        )
+    from forkpatch.cli_smoke import install_line
+
+    line = install_line(str(index), None, [p.file for p in done])
+    log.info(f"    {line}")
+    ctx.summary.update(
+        {"published": [p.to_json() for p in done], "index": str(index), "install": line}
+    )
 
 
 # The order a user would follow: set up, apply, rebase onto the newer tag, build,
-# then smoke and publish (appended by those stages' modules below).
+# then smoke and publish.
 DEMO_STAGES: list[Callable[[DemoContext], None]] = [
     _stage_setup,
     _stage_status_apply,
     _stage_rebase,
     _stage_build,
+    _stage_smoke_publish,
 ]
-
-from forkpatch.smoke.demo_stage import stage_smoke_publish
-
-DEMO_STAGES.append(stage_smoke_publish)
 
 
 def run_demo(directory: Path | None) -> dict[str, Any]:

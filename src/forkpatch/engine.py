@@ -11,6 +11,7 @@ always rebuild: this is why patch files need no ``index`` lines.
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import tempfile
@@ -202,6 +203,10 @@ class TreeState:
                 return found
         return None
 
+    def copy(self) -> TreeState:
+        """An independent copy: changes to either do not show in the other."""
+        return _Overlay(self, self._links)
+
     def set(self, path: str, mode: str, data: bytes) -> None:
         if mode == "120000" or (self.entries.get(path, ("",))[0] == "120000"):
             self._links = None
@@ -224,10 +229,15 @@ class _FileOutcome:
     images: dict[str, tuple[bytes | None, bytes | None]] = field(default_factory=dict)
 
 
+@functools.lru_cache(maxsize=64)
 def _merge_file(
     ours: bytes, base: bytes, theirs: bytes, labels: tuple[str, str, str]
 ) -> tuple[bytes, int]:
-    """3-way merge of three contents with ``git merge-file``; returns (result, conflicts)."""
+    """3-way merge of three contents with ``git merge-file``; returns (result, conflicts).
+
+    A pure function of its inputs, so its results are kept: a rebase that stops at
+    a conflict merges the same file again to write it with its markers.
+    """
     with tempfile.TemporaryDirectory(prefix="forkpatch-merge-") as tmp:
         paths = []
         for name, data in (("ours", ours), ("base", base), ("theirs", theirs)):
@@ -454,9 +464,9 @@ class SeriesApplier:
         statuses: list[str] = []
         images: dict[str, tuple[bytes | None, bytes | None]] = {}
         # Apply on a scratch overlay so a failing patch leaves ``state`` intact.
-        scratch = _Overlay(state)
+        scratch = state.copy()
         for i, fp in enumerate(patch.files):
-            out = self._apply_file(scratch, fp, entry.name, i)  # type: ignore[arg-type]
+            out = self._apply_file(scratch, fp, entry.name, i)
             statuses.append(out.status)
             result.detail.extend(out.detail)
             images.update(out.images)
@@ -594,13 +604,13 @@ class SeriesApplier:
 class _Overlay(TreeState):
     """A copy-on-write view of a TreeState, discarded if a patch fails."""
 
-    def __init__(self, under: TreeState) -> None:
+    def __init__(self, under: TreeState, links: dict[str, str] | None) -> None:
         self.reader = under.reader
         self._under = under
         self.entries = dict(under.entries)
         self.content = dict(under.content)
         self._dirs = None
-        self._links = under._links
+        self._links = links
 
 
 def _unique(items: Iterable[str]) -> list[str]:

@@ -29,8 +29,6 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.version import InvalidVersion, Version
-
 from forkpatch.errors import ForkRepoError, GitError
 from forkpatch.git import Git, hide_url_secrets, init_bare
 
@@ -282,6 +280,58 @@ class ForkRepo:
             self.fetch()
         return current
 
+    # ----------------------------------------------------------------- shallow clones
+
+    def shallow_commits(self) -> set[str]:
+        """The shallow boundary commits of the store and of every repository it borrows
+        objects from (a local fork that is a shallow clone): history stops below them."""
+        dirs = [self.store.git_dir]
+        alternates = self.store.git_dir / "objects" / "info" / "alternates"
+        if alternates.is_file():
+            for line in alternates.read_text().splitlines():
+                if line.strip() and not line.startswith("#"):
+                    dirs.append(Path(line.strip()).parent)
+        found: set[str] = set()
+        for d in dirs:
+            try:
+                found.update(x for x in (d / "shallow").read_text().split() if len(x) == 40)
+            except OSError:
+                continue
+        return found
+
+    def require_history(self, newest: str, oldest: str, *, why: str) -> None:
+        """Refuse, saying how deep the clone must be, when the fork's history from
+        ``oldest`` up to ``newest`` (commit ids or tags) is cut by a shallow clone.
+
+        The one place that words this error: every command that walks the fork's
+        history past what a shallow clone holds calls it first. Free when no clone
+        involved is shallow.
+        """
+        shallow = self.shallow_commits()
+        if not shallow:
+            return
+        proc = self.store.run("rev-list", f"{oldest}..{newest}", check=False)
+        listed = set(proc.stdout.decode().split())
+        cut = sorted(listed & shallow) if proc.returncode == 0 else sorted(shallow)
+        if proc.returncode == 0 and not cut:
+            return
+        date = self.store.run("show", "-s", "--format=%cI", oldest, check=False)
+        since = date.stdout.decode().strip() if date.returncode == 0 else ""
+        have = (
+            f"it holds {len(listed)} commit(s) below {newest[:12]} before its boundary "
+            f"{cut[0][:12]}"
+            if proc.returncode == 0
+            else f"its history stops at {', '.join(c[:12] for c in cut[:3])}"
+        )
+        deepen = f"--shallow-since={since}" if since else "--unshallow"
+        raise ForkRepoError(
+            f"the fork clone ({self.source}) is shallow and {why} needs its history from "
+            f"{oldest[:12]} up to {newest[:12]}; {have}, so it must be deep enough to reach "
+            f"{oldest[:12]}" + (f" (committed {since})" if since else ""),
+            tip=f"deepen the clone: `git -C <clone> fetch {deepen} origin` "
+            "(or `git fetch --unshallow`), then run the command again",
+        )
+
     def commit_exists(self, oid: str) -> bool:
         try:
             return self.store.commit_of(oid) is not None
@@ -296,7 +346,7 @@ class ForkRepo:
             self.fetch()
             if self.commit_exists(commit):
                 return
-        boundary = shallow_commits(self.store)
+        boundary = sorted(self.shallow_commits())
         if boundary:
             why = (
                 f"it is a shallow clone whose history stops at {_short(boundary)}: deepen it "
@@ -312,47 +362,15 @@ class ForkRepo:
         )
 
 
-def shallow_commits(git: Git) -> list[str]:
-    """The boundary commits of a shallow repository (empty when it is complete)."""
-    path = git.git_dir / "shallow"
-    try:
-        return path.read_text().split()
-    except FileNotFoundError:
-        return []
-
-
 def _short(commits: list[str]) -> str:
     shown = ", ".join(c[:12] for c in commits[:3])
     return shown + (f" and {len(commits) - 3} more" if len(commits) > 3 else "")
 
 
-def require_history(git: Git, old: str, new: str, *, old_name: str, new_name: str) -> None:
-    """Refuse to walk ``old..new`` when a shallow boundary cuts it.
-
-    In a shallow repository ``git log old..new`` silently stops at the boundary
-    when ``new``'s history does not reach ``old`` within it, so a listing of
-    upstream commits would be incomplete. Cheap: one ``rev-list`` of the range.
-    """
-    boundary = set(shallow_commits(git))
-    if not boundary:
-        return
-    listed = git.run("rev-list", f"{old}..{new}").stdout.decode().split()
-    cut = [c for c in listed if c in boundary]
-    if not cut:
-        return
-    date = git.out("show", "-s", "--format=%cs", old) if git.commit_of(old) else None
-    since = f" or `git fetch --shallow-since={date}` (the date of {old_name})" if date else ""
-    raise ForkRepoError(
-        f"the fork clone is shallow and its history stops at {_short(cut)}, inside "
-        f"{old_name}..{new_name}: forkpatch needs every commit between {old_name} "
-        f"({old[:12]}) and {new_name} ({new[:12]})",
-        tip=f"deepen the clone past {_short(cut)}: `git fetch --unshallow`{since}; "
-        "in CI, `fetch-depth: 0`",
-    )
-
-
 def nearest_tags(tag: str, tags: dict[str, str] | list[str], n: int = 5) -> list[str]:
     """Known tags closest to ``tag``: by version distance when both parse, else by name."""
+    from packaging.version import InvalidVersion, Version  # only for this message
+
     names = list(tags)
     try:
         want = Version(tag.lstrip("vV"))

@@ -65,7 +65,7 @@ class Git:
     git_dir: Path
     work_tree: Path | None = None
 
-    def _argv(self, args: Sequence[str]) -> list[str]:
+    def argv(self, args: Sequence[str]) -> list[str]:
         argv = ["git", f"--git-dir={self.git_dir}"]
         if self.work_tree is not None:
             argv.append(f"--work-tree={self.work_tree}")
@@ -81,7 +81,7 @@ class Git:
         cwd: Path | None = None,
         timeout: float | None = None,
     ) -> subprocess.CompletedProcess[bytes]:
-        argv = self._argv(args)
+        argv = self.argv(args)
         try:
             proc = subprocess.run(
                 argv,
@@ -187,11 +187,21 @@ class Git:
             args.insert(1, "-w")
         return self.run(*args, input=data).stdout.decode().strip()
 
-    def reader(self) -> ObjectReader:
-        return ObjectReader(self)
+    def reader(self, cache: dict[str, bytes | None] | None = None) -> ObjectReader:
+        """A ``cat-file --batch`` reader; ``cache`` (blob id -> bytes) may be shared by readers."""
+        return ObjectReader(self, cache)
 
-    def fast_import(self) -> FastImport:
-        return FastImport(self)
+    def fast_import(self, *, keep_pack: bool = False) -> FastImport:
+        return FastImport(self, keep_pack=keep_pack)
+
+    def repack_if_many(self, limit: int = 40) -> bool:
+        """Merge this repository's own packs (not its alternates') into one when there are
+        more than ``limit`` (after many imports that kept their packs)."""
+        packs = list((self.git_dir / "objects" / "pack").glob("*.pack"))
+        if len(packs) <= limit:
+            return False
+        self.run("repack", "-a", "-d", "-l", "-q")
+        return True
 
 
 def identity_env(date: str | None = None) -> dict[str, str]:
@@ -211,14 +221,14 @@ def identity_env(date: str | None = None) -> dict[str, str]:
 class ObjectReader:
     """A persistent ``git cat-file --batch``: read many objects for one process."""
 
-    def __init__(self, git: Git) -> None:
+    def __init__(self, git: Git, cache: dict[str, bytes | None] | None = None) -> None:
         self._proc = subprocess.Popen(
-            git._argv(["cat-file", "--batch"]),
+            git.argv(["cat-file", "--batch"]),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=_base_env(),
         )
-        self._cache: dict[str, bytes | None] = {}
+        self._cache: dict[str, bytes | None] = {} if cache is None else cache
 
     def read(self, spec: str) -> tuple[str, bytes] | None:
         """Return (type, content) for an object id or ``rev:path``; None when missing."""
@@ -322,10 +332,13 @@ class FastImport:
     Nothing becomes reachable from a branch: callers move refs afterwards.
     """
 
-    def __init__(self, git: Git) -> None:
+    def __init__(self, git: Git, *, keep_pack: bool = False) -> None:
+        """``keep_pack``: keep even a small import as one pack instead of unpacking it into
+        loose objects (an extra process and a file per object); the caller repacks."""
         self._git = git
         self._chunks: list[bytes] = []
         self._mark = 0
+        self._keep_pack = keep_pack
 
     def commit(
         self,
@@ -367,15 +380,31 @@ class FastImport:
         self._chunks.extend(out)
         return mark
 
+    def blob(self, data: bytes) -> str:
+        """Queue a blob. Returns its mark (its id comes back from :meth:`finish`)."""
+        self._mark += 1
+        mark = f":{self._mark}"
+        self._chunks.extend(
+            [b"blob\nmark " + mark.encode() + b"\n", b"data %d\n" % len(data), data, b"\n"]
+        )
+        return mark
+
     def finish(self) -> dict[str, str]:
-        """Run fast-import; return mark -> commit id."""
+        """Run fast-import; return mark -> object id (commits and blobs)."""
         if not self._mark:
             return {}
         with tempfile.TemporaryDirectory(prefix="forkpatch-fi-") as tmp:
             marks = Path(tmp) / "marks"
             stream = b"".join(self._chunks) + b"done\n"
+            # Kept packs: no unpacking, and light compression (the store is private;
+            # building the trees, not zlib, is most of the work).
+            limit = (
+                ["-c", "fastimport.unpackLimit=1", "-c", "pack.compression=1"]
+                if self._keep_pack
+                else []
+            )
             self._git.run(
-                "fast-import", "--quiet", "--done", f"--export-marks={marks}", input=stream
+                *limit, "fast-import", "--quiet", "--done", f"--export-marks={marks}", input=stream
             )
             result = {}
             for line in marks.read_text().splitlines():

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shutil
+import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +49,9 @@ STACK_KIND = "stack"
 STACK_VERSION = 1
 # The journal of a multi-file write (fsutil.commit_files) in progress.
 COMMIT_JOURNAL = "commit.json"
+# The journal of a rebase in progress (written by forkpatch.rebase.state): while it
+# exists, patches/ and series.yaml belong to the rebase.
+REBASE_JOURNAL = "rebase/state.json"
 
 
 def find_root(start: Path) -> Path:
@@ -274,10 +278,20 @@ class Project:
                 self.relocate_if_moved()
             # While a rebase is in progress patches/ belongs to it: only `rebase`
             # (--continue / --skip / --abort) may change the project.
-            from forkpatch.rebase import refuse_during_rebase
-
-            refuse_during_rebase(self, command)
+            if command != "rebase":
+                self.refuse_during_rebase(command)
             yield
+
+    def refuse_during_rebase(self, command: str) -> None:
+        """Refuse ``command`` while the rebase journal exists (mutating commands only)."""
+        path = self.state_dir / REBASE_JOURNAL
+        if not (path.exists() or path.is_symlink()):
+            return
+        raise StateError(
+            f"`forkpatch {command}` is refused while a rebase{_onto_of(path)} is in progress",
+            tip="finish it with `forkpatch rebase --continue` "
+            "(or --skip), or undo it with `forkpatch rebase --abort`",
+        )
 
     def read_state(self, name: str = STATE_FILE) -> dict[str, Any] | None:
         """A state file under .forkpatch/, checked before it is trusted (None: absent).
@@ -426,6 +440,8 @@ class Project:
         dotgit = path / ".git"
         where = self.rel(dotgit)
         try:
+            if not stat.S_ISREG(os.lstat(dotgit).st_mode):
+                raise OSError(f"{where} is not a regular file")
             text = dotgit.read_text(encoding="utf-8").strip()
         except (OSError, UnicodeDecodeError) as exc:
             text = f"<{where} cannot be read: {exc.__class__.__name__}>"
@@ -549,6 +565,21 @@ def _project_of(path: Path) -> Path | None:
         return None
     idx = len(parts) - 1 - parts[::-1].index(STORE_DIR)
     return Path(*parts[:idx]) if idx else None
+
+
+def _onto_of(journal: Path) -> str:
+    """ " onto TAG" for a message, read without trusting the file (the rebase validates it)."""
+    try:
+        doc = json.loads(journal.read_bytes()) if not journal.is_symlink() else None
+        onto = (
+            doc["data"]["onto"]
+            if isinstance(doc, dict) and isinstance(doc.get("data"), dict)
+            else None
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
+    ok = isinstance(onto, str) and 0 < len(onto) <= 200 and onto.isprintable()
+    return f" onto {onto}" if ok else ""
 
 
 def open_project(directory: Path | None = None, fork_override: str | None = None) -> Project:

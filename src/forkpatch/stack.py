@@ -285,7 +285,7 @@ class Stack:
             wt = self.wt()
             if not force:
                 self.require_clean(wt, "re-applying the series")
-                self._require_refreshed(wt)
+                self.require_refreshed(wt)
         entries = list(series.patches)
         if upto is not None:
             entries = entries[: series.index(upto) + 1]
@@ -313,7 +313,7 @@ class Stack:
         names = {a.name for a in applied}
         return [p for p in self.project.series.patches if p.name not in names]
 
-    def _require_refreshed(self, wt: Git, patches: list[AppliedPatch] | None = None) -> None:
+    def require_refreshed(self, wt: Git, patches: list[AppliedPatch] | None = None) -> None:
         """Refuse when an applied patch's commit differs from its file (unsaved work)."""
         applied = patches if patches is not None else self.applied(wt)
         pending = self._unsaved(wt, applied)
@@ -540,7 +540,7 @@ class Stack:
         popped = applied[keep:]
         if not force:
             self.require_clean(wt, "popping")
-            self._require_refreshed(wt, popped)
+            self.require_refreshed(wt, popped)
         target = applied[keep - 1].commit if keep else self.base_commit()
         wt.run("reset", "-q", "--hard", target)
         wt.run("clean", "-q", "-fd")
@@ -726,7 +726,7 @@ class Stack:
         self.require_clean(wt, f"going to '{name}'")
         idx = names.index(entry.name)
         above = applied[idx + 1 :]
-        self._require_refreshed(wt, above)
+        self.require_refreshed(wt, above)
         if above:
             wt.run("reset", "-q", "--hard", applied[idx].commit)
             state = self.state
@@ -834,7 +834,7 @@ class Stack:
             wt = self.wt()
             applied = self.applied(wt)
             self.require_clean(wt, "renaming")
-            self._require_refreshed(wt, applied)
+            self.require_refreshed(wt, applied)
             names = {new if a.name == entry.name else a.name for a in applied}
         new_file = entry.file
         if entry.file is not None and entry.file == f"{entry.name}.patch":
@@ -884,7 +884,7 @@ class Stack:
             wt = self.wt()
             applied = self.applied(wt)
             self.require_clean(wt, "reordering")
-            self._require_refreshed(wt, applied)
+            self.require_refreshed(wt, applied)
             names = {a.name for a in applied}
         # The new order must apply before anything is written.
         items = [Item(e, self.project.load_patch(e)) for e in new_series.patches]

@@ -376,27 +376,11 @@ def fork_branch_head(project: Project) -> tuple[str, str]:
 
 
 def _classify_on_branch(project: Project, branch: str, head: str) -> list[Any]:
-    """The series' outcomes on a branch head, in memory (nothing written).
-
-    The one place that drives the rebase classifier directly: ``rebase.check()``
-    takes a tag, a branch head has none. When the ``forkpatch.rebase`` package
-    with its public ``classify()`` lands, this body becomes that one call.
-    """
+    """The series' outcomes on a branch head, in memory (nothing written): the same
+    classification as ``check --onto`` and the rebase."""
     from forkpatch import rebase as rb
 
-    items = project.items()
-    walker = rb._Walker(  # noqa: SLF001  (until rebase.classify() is public)
-        project.fork().store,
-        base_commit=project.series.base.commit,
-        onto=branch,
-        onto_commit=head,
-        items=items,
-        options=rb.RebaseOptions(onto=branch),
-    )
-    outcomes, _head, _conflict = walker.walk(
-        items, parent=head, write=False, number=1, total=len(items)
-    )
-    return list(outcomes)
+    return list(rb.classify(project, rb.Target(branch, head)).outcomes)
 
 
 def forecast(project: Project) -> Forecast:
@@ -1122,7 +1106,7 @@ class _RunCtx:
             return _failed("rebase", exc)
         except ForkpatchError as exc:
             return _failed("rebase", exc)
-        from forkpatch import report as report_mod
+        from forkpatch.rebase import report as report_mod
 
         stem = report_mod.file_stem(result.report)
         return StageOutcome(
@@ -1428,7 +1412,8 @@ def _conflict_stage(plan: Mapping[str, Any], fc: Forecast | None) -> RebaseConfl
     return RebaseConflict(
         relation=plan.get("relation"),
         conflict=ConflictEntry.from_outcome(first),
-        blocked=tuple(o["name"] for o in outcomes if o["status"] == "blocked"),
+        # Above the first conflict: forecast as if it were skipped (rebase.plan.Forecast).
+        blocked=tuple(o["name"] for o in outcomes[outcomes.index(first) + 1 :]),
         patches={o["name"]: o["status"] for o in outcomes},
         forecast=fc,
     )
@@ -1536,8 +1521,13 @@ def _conflict_section(info: RunInfo, st: RebaseConflict) -> list[str]:
             f"{x.line or '-'} | {x.reason.replace('|', '/')} |"
         )
     if st.blocked:
-        out += ["", "Not tried (they come after it): " + ", ".join(_code(b) for b in st.blocked)]
-    others = {n: s for n, s in st.patches.items() if s not in ("conflict", "blocked")}
+        out += [
+            "",
+            "After it (forecast as if it were skipped; `forkpatch check --onto` says which "
+            "depend on it): "
+            + ", ".join(f"{_code(b)} {st.patches.get(b, '?')}" for b in st.blocked),
+        ]
+    others = {n: s for n, s in st.patches.items() if n not in st.blocked and n != c.patch}
     if others:
         out += ["", "Before it: " + ", ".join(f"{_code(n)} {s}" for n, s in others.items())]
     first = c.conflicts[0].path if c.conflicts else "..."

@@ -9,6 +9,7 @@ engine answers or the stand-in cannot be made; wherever both are present
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
 import uuid
@@ -71,10 +72,8 @@ def ccache_volume(docker_client) -> Iterator[str]:  # type: ignore[no-untyped-de
 
     name = f"forkpatch-ccache-test-{uuid.uuid4().hex[:8]}"
     yield name
-    try:
+    with contextlib.suppress(docker.errors.NotFound):
         docker_client.volumes.get(name).remove(force=True)
-    except docker.errors.NotFound:
-        pass
 
 
 @pytest.fixture

@@ -17,3 +17,6 @@ REPO = Path(__file__).resolve().parents[2]
 def build_containers(client) -> list:  # type: ignore[no-untyped-def]
     """All forkpatch build containers (running or not) on the engine."""
     return client.containers.list(all=True, filters={"label": "org.forkpatch.wheels"})
+
+
+__all__ = ["REPO", "build_containers", "make_synthetic_fork"]

@@ -22,6 +22,7 @@ from fptest import free_port
 
 from forkpatch.errors import BuildError
 from forkpatch.wheels.container import CacheConfig, build_in_container
+from forkpatch.wheels.options import BuildOptions
 
 pytestmark = pytest.mark.docker
 
@@ -29,16 +30,10 @@ VERSION = "1.3.0+sm70.fp1"
 
 
 def _build(src: Path, tmp: Path, image: str, *, cache: CacheConfig, name: str = "b", **kw):  # type: ignore[no-untyped-def]
-    return build_in_container(
-        src,
-        out_dir=tmp / name / "dist",
-        version=VERSION,
-        cache=cache,
-        base_image=image,
-        install_toolchain=False,
-        log_path=tmp / name / "build.log",
-        **kw,
+    opts = BuildOptions(
+        out_dir=tmp / name / "dist", cache=cache, base_image=image, toolchain="none", **kw
     )
+    return build_in_container(src, opts, version=VERSION, log_path=tmp / name / "build.log")
 
 
 def _container_name(log_path: Path) -> str:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from fptest import Runner, ScratchRepo, snapshot
+from fptest import Runner, ScratchRepo
 
 LINES = "".join(f"line {i}\n" for i in range(1, 41))
 

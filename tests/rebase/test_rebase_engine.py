@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from rebase_helpers import LINES, scenario_factory, snapshot
+from fptest import snapshot
+from rebase_helpers import LINES, scenario_factory
 
 
 @pytest.fixture
@@ -42,15 +43,26 @@ def test_check_example_reports_each_status_and_changes_nothing(example_project):
     assert snapshot(project) == before
 
 
-def test_check_no_3way_conflicts_and_blocks(example_project):
+def test_check_no_3way_conflicts_and_forecasts_the_rest(example_project):
     _project, run = example_project
-    _code, out, _ = run("check", "--onto", "v1.3.0", "--no-3way", "--json", expect=3)
+    _code, out, err = run("check", "--onto", "v1.3.0", "--no-3way", "--json", expect=3)
     st = {p["name"]: p for p in json.loads(out)["patches"]}
     assert st["odd-width-padding"]["status"] == "conflict"
+    assert "forecast" not in st["odd-width-padding"]
     conflict = st["odd-width-padding"]["conflicts"][0]
     assert conflict["path"].endswith("online/fp8.py") and conflict["hunks"] == [1]
-    assert st["eager-block-cast"]["status"] == "blocked"
-    assert st["cli-version"]["status"] == "blocked"
+    # The patches above it are classified all the same, and touch other files.
+    assert st["eager-block-cast"]["status"] == "clean"
+    assert st["cli-version"]["status"] == "upstreamed"
+    for name in ("eager-block-cast", "cli-version"):
+        fc = st[name]["forecast"]
+        assert fc == {
+            "after": "odd-width-padding",
+            "independent": True,
+            "depends_on": [],
+            "if_merged": None,
+        }
+    assert "2 patch(es) independent of the conflicts" in err
 
 
 def test_rebase_example_writes_result_and_report(example_project, tmp_path):
@@ -220,7 +232,7 @@ def test_file_upstream_rewrote_conflicts_with_files_and_hunks(scenario):
     p1, p2 = data["patches"]
     assert p1["status"] == "conflict" and p1["conflicts"][0]["path"] == "a.py"
     assert p1["conflicts"][0]["hunks"] == [1]
-    assert p2["status"] == "blocked"
+    assert p2["status"] == "clean" and p2["forecast"]["independent"]
 
 
 def test_fuzz_is_reported_and_refreshed_away(scenario):
@@ -303,7 +315,9 @@ def test_conflict_stops_with_a_work_tree_then_continue(scenario):
     assert st == {"p0": "clean", "p1": "resolved", "p2": "clean"}
     assert "+line 9 upstream and ours" in s.patch("p1")
     assert "tag: v2" in (s.project / "series.yaml").read_text()
-    assert not wt.exists() and not (s.project / ".forkpatch" / "rebase").exists()
+    assert not (s.project / ".forkpatch" / "rebase").exists()
+    # The work tree stays for the next rebase (made once, moved incrementally).
+    assert (wt / ".git").is_file()
     assert s.statuses("v2") == {"p0": "clean", "p1": "clean", "p2": "clean"}
 
 
@@ -327,7 +341,6 @@ def test_conflict_abort_restores_everything(scenario):
     s.run("rebase", "--onto", "v2", expect=3)
     s.run("rebase", "--abort")
     assert snapshot(s.project) == before
-    assert not _conflict_files(s.project).exists()
     assert not (s.project / ".forkpatch" / "rebase").exists()
     _, _, err = s.run("status")
     assert "in progress" not in err

@@ -6,6 +6,7 @@ FORKPATCH_TEST_PAUSE_AFTER (it SIGSTOPs itself there), then SIGKILLed.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -14,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from rebase_helpers import snapshot
+from fptest import snapshot
 
 
 def _killed_at(project: Path, point: str, *args: str) -> None:
@@ -56,19 +57,15 @@ def reference(example_project, tmp_path):
     return before, after
 
 
-@pytest.mark.parametrize("point", ["journal", "write-patch-1", "write-series"])
+@pytest.mark.parametrize("point", ["journal", "files", "report"])
 @pytest.mark.parametrize("how", ["--continue", "--abort"])
 def test_killed_rebase_recovers(example_project, reference, point, how):
     project, run = example_project
     before, after = reference
     _killed_at(project, point, "rebase", "--onto", "v1.3.0")
     assert (project / ".forkpatch" / "rebase" / "state.json").exists()
-    if point == "write-patch-1":
-        # Killed between file writes: a mix of old and new, but never a torn file.
-        now = snapshot(project)
-        assert now != before and now != after
-        for rel, data in now.items():
-            assert data in (before.get(rel), after.get(rel))
+    # Patch files and series.yaml are written as one unit: all old, or all new.
+    assert snapshot(project) == (before if point == "journal" else after)
     # The next command says how to go on; mutating commands refuse.
     _, _, err = run("status")
     assert "a rebase onto v1.3.0 was interrupted" in err
@@ -90,3 +87,24 @@ def test_killed_at_a_conflict_can_be_aborted(example_project):
     assert "stopped at patch 'odd-width-padding'" in err
     run("rebase", "--abort")
     assert snapshot(project) == before
+
+
+def test_killed_before_the_conflict_work_tree_is_written(example_project):
+    """Killed once the journal says it stopped, before the work tree holds the stop:
+    --continue writes the work tree (and stops there), then --skip goes on."""
+    project, run = example_project
+    _killed_at(project, "journal", "rebase", "--onto", "v1.3.0", "--no-3way")
+    _, _, err = run("status")
+    assert "its work tree was not written yet" in err
+    _, _, err = run("rebase", "--continue", expect=3)
+    wt = project / ".forkpatch" / "rebase-worktree"
+    assert "patch 'odd-width-padding' does not apply" in err and str(wt) in err
+    # --no-3way stopped it; the work tree brings it in with a 3-way merge, which is clean.
+    (fp8,) = [p for p in wt.rglob("fp8.py") if "online" in str(p)]
+    assert b"pad = (-layer.true_n) % self.block" in fp8.read_bytes()
+    _, _, err = run("status")
+    assert "stopped at patch 'odd-width-padding' with conflicts in" in err
+    _, out, _ = run("rebase", "--continue", "--json")
+    rep = json.loads(out)
+    assert [d["name"] for d in rep["dropped"]] == ["cli-version"]
+    assert {p["name"]: p["status"] for p in rep["patches"]}["odd-width-padding"] == "resolved"

@@ -157,7 +157,7 @@ def test_conflicting_release_reports_the_patch_and_publishes_nothing(tmp_path):
         f"`{ONLINE}/base.py`",
         "forkpatch rebase --onto v1.3.1",
         "forkpatch rebase --continue",
-        "Not tried (they come after it)",
+        "After it (forecast as if it were skipped",
     ):
         assert needle in summary, needle
 

@@ -134,11 +134,10 @@ def test_builder_context_follows_requirement_includes(tmp_path: Path) -> None:
     (src / "requirements" / "cuda.txt").write_text("-r common.txt\ntorch==2.10.0\n")
     (src / "requirements" / "common.txt").write_text("-c constraints.txt\nregex\n")
     (src / "requirements" / "constraints.txt").write_text("regex<2030\n")
-    ctx = builder_context(
-        src, dockerfile=REPO / "ci" / "builder.Dockerfile", install_toolchain=True
-    )
+    ctx = builder_context(src, dockerfile=REPO / "ci" / "builder.Dockerfile", toolchain="apt")
     assert set(ctx) == {
         "ci/container-build.sh",
+        "cuda-wheels.lock",
         "requirements/build/cuda.txt",
         "requirements/cuda.txt",
         "requirements/common.txt",
@@ -147,10 +146,10 @@ def test_builder_context_follows_requirement_includes(tmp_path: Path) -> None:
         "tools/.forkpatch-keep",
     }
     (src / "requirements" / "cuda.txt").unlink()
-    with pytest.raises(BuildError, match="no requirements/cuda.txt"):
-        builder_context(src, dockerfile=REPO / "ci" / "builder.Dockerfile", install_toolchain=True)
+    with pytest.raises(BuildError, match=r"no requirements/cuda\.txt"):
+        builder_context(src, dockerfile=REPO / "ci" / "builder.Dockerfile", toolchain="apt")
     # The stand-in path does not need them.
-    builder_context(src, dockerfile=REPO / "ci" / "builder.Dockerfile", install_toolchain=False)
+    builder_context(src, dockerfile=REPO / "ci" / "builder.Dockerfile", toolchain="none")
 
 
 def test_cache_config_from_env_and_secrets() -> None:
@@ -201,9 +200,9 @@ def test_builder_files_ship_as_package_data() -> None:
     import forkpatch
 
     data = Path(forkpatch.__file__).resolve().parent / "data"
-    for name in ("builder.Dockerfile", "container-build.sh"):
+    for name in ("builder.Dockerfile", "container-build.sh", "cuda-wheels.lock"):
         assert (data / name).read_bytes() == (REPO / "ci" / name).read_bytes(), name
     found = default_dockerfile()
     assert found.read_bytes() == (REPO / "ci" / "builder.Dockerfile").read_bytes()
     assert (found.parent / "container-build.sh").is_file()
-    builder_context(REPO, dockerfile=found, install_toolchain=False)
+    builder_context(REPO, dockerfile=found, toolchain="none")

@@ -13,6 +13,7 @@ says which it picked and why.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -38,6 +39,7 @@ from forkpatch.wheels.identity import (
     patchset_label,
     sha256_hex,
 )
+from forkpatch.wheels.options import DEFAULT_BASE_IMAGE, BuildOptions
 from forkpatch.wheels.overlay import (
     DEFAULT_COMPILED_PATTERNS,
     compiled_paths_touched,
@@ -46,21 +48,8 @@ from forkpatch.wheels.overlay import (
 )
 
 MODES = ("auto", "overlay", "container")
-DEFAULT_BASE_IMAGE = "nvidia/cuda:12.8.1-devel-ubuntu22.04"
 # The multi-file commit journal of a dist directory outside the project.
 DIST_JOURNAL = ".forkpatch-commit.json"
-
-
-@dataclass(frozen=True)
-class BuildOptions:
-    mode: str = "auto"
-    base_wheel: Path | None = None
-    out_dir: Path | None = None
-    arch_list: str | None = None
-    base_image: str | None = None
-    install_toolchain: bool = True
-    max_jobs: int | None = None
-    keep_container: bool | None = None
 
 
 @dataclass
@@ -315,28 +304,23 @@ def _container(
                     tip="fetch the fork again (`forkpatch status` refreshes it)",
                 )
             entries.append((path, int(mode, 8), data))
-    cache_cfg = cfg.cache.as_mapping() if cfg.cache else {}
-    cache = CacheConfig.from_env()
-    if cache_cfg:
-        cache = (
-            CacheConfig.from_mapping(cache_cfg) if hasattr(CacheConfig, "from_mapping") else cache
-        )
+    cache = opts.cache
+    if cache is None:
+        cache_cfg = cfg.cache.as_mapping() if cfg.cache else {}
+        cache = CacheConfig.from_mapping(cache_cfg) if cache_cfg else CacheConfig.from_env()
     with tempfile.TemporaryDirectory(prefix="forkpatch-build-", dir=out_dir) as tmp:
         tmp_dir = Path(tmp)
         raw_dir = tmp_dir / "raw"
         raw_dir.mkdir()
-        wheels = build_in_container(
-            entries,
+        resolved = dataclasses.replace(
+            opts,
             out_dir=raw_dir,
-            version=version,
             arch_list=arch,
+            base_image=base_image,
             max_jobs=opts.max_jobs or cfg.max_jobs,
             cache=cache,
-            base_image=base_image,
-            install_toolchain=opts.install_toolchain,
-            log_path=log_path,
-            keep_container=opts.keep_container,
         )
+        wheels = build_in_container(entries, resolved, version=version, log_path=log_path)
         builder = BuilderInfo(
             mode="container",
             image_id=_image_id(log_path),

@@ -35,7 +35,8 @@ import tarfile
 import tempfile
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -44,6 +45,7 @@ from typing import IO, TYPE_CHECKING, Any, Literal
 from forkpatch import log
 from forkpatch.errors import BuildError
 from forkpatch.fsutil import atomic_write
+from forkpatch.wheels.options import DEFAULT_BASE_IMAGE, BuildOptions
 from forkpatch.wheels.runner import redact
 
 if TYPE_CHECKING:
@@ -63,6 +65,8 @@ BUILD_SCRIPT = "/opt/forkpatch/container-build.sh"
 SRC_DIR = "/src"
 OUT_DIR = "/out"
 LOG_TAIL_LINES = 30
+#: Where local copies of the fork's CMake dependencies go (BuildOptions.sources).
+DEPS_DIR = "/deps"
 
 #: The fork's build inputs baked into the builder image (plus whatever they
 #: include with -r / -c).
@@ -288,12 +292,16 @@ def ensure_builder_image(
     base_image: str,
     build_args: Mapping[str, str],
     log_stream: IO[str] | None = None,
+    volatile_args: Mapping[str, str] | None = None,
+    network_mode: str | None = None,
 ) -> tuple[str, str]:
     """Build (or reuse) the builder image; return ``(tag, image_id)``.
 
     The tag is ``forkpatch-builder:<hash>`` over the Dockerfile bytes, the
     context files, the base image (name, and its id when present locally) and
-    the build args. The build log streams to stderr (and to ``log_stream``).
+    the build args. ``volatile_args`` reach the build but not the tag (the
+    wheelhouse URL, whose port changes every time; what it serves is pinned by
+    the lock in the context). The build log streams to stderr (and to ``log_stream``).
     """
     import docker
 
@@ -330,7 +338,8 @@ def ensure_builder_image(
             fileobj=_context_tar(dockerfile_bytes, context_files),
             custom_context=True,
             tag=tag,
-            buildargs=args,
+            buildargs={**args, **(volatile_args or {})},
+            network_mode=network_mode,
             labels={LABEL_BUILDER_KEY: key},
             rm=True,
             forcerm=True,
@@ -369,19 +378,28 @@ def builder_context(
     source: Path | Sequence[TreeEntry],
     *,
     dockerfile: Path,
-    install_toolchain: bool,
+    toolchain: str,
     tools: Mapping[str, Path] | None = None,
 ) -> dict[str, bytes]:
-    """The build context besides the Dockerfile: build script, fork requirements, tools."""
-    script = dockerfile.parent / "container-build.sh"
-    try:
-        files = {"ci/container-build.sh": script.read_bytes()}
-    except OSError as exc:
-        raise BuildError(
-            f"cannot read the in-container build script {script}: {exc.strerror}",
-            tip="it ships next to the builder Dockerfile (ci/ in a checkout, forkpatch/data/ "
-            "when installed)",
-        ) from None
+    """The build context besides the Dockerfile: build script, wheel lock, fork requirements,
+    tools. The fork's requirement files are required by the ``apt`` toolchain only."""
+    files: dict[str, bytes] = {}
+    for name, target, needed in (
+        ("container-build.sh", "ci/container-build.sh", True),
+        ("cuda-wheels.lock", "cuda-wheels.lock", toolchain == "wheels"),
+    ):
+        path = dockerfile.parent / name
+        try:
+            files[target] = path.read_bytes()
+        except OSError as exc:
+            if not needed:
+                files[target] = b""  # the Dockerfile COPYs it whatever the route
+                continue
+            raise BuildError(
+                f"cannot read {path}: {exc.strerror}",
+                tip="it ships next to the builder Dockerfile (ci/ in a checkout, "
+                "forkpatch/data/ when installed)",
+            ) from None
     read = _source_reader(source)
     todo = list(REQUIREMENT_FILES)
     while todo:
@@ -390,7 +408,7 @@ def builder_context(
             continue
         data = read(name)
         if data is None:
-            if install_toolchain and name in REQUIREMENT_FILES:
+            if toolchain == "apt" and name in REQUIREMENT_FILES:
                 raise BuildError(
                     f"the fork tree has no {name}; the builder image installs the fork's "
                     "build requirements from it",
@@ -438,15 +456,25 @@ def _included_requirements(name: str, data: bytes) -> list[str]:
 # source archive
 
 
-def write_source_tar(source: Path | Iterable[TreeEntry], fh: IO[bytes]) -> int:
+def write_source_tar(source: Path | Iterable[TreeEntry], fh: IO[bytes], prefix: str = "") -> int:
     """Write ``source`` (a directory, or tree entries) as a tar stream; return the file count.
 
     Owners are root, so the build sees the same tree whoever runs forkpatch.
+    ``prefix`` (``"deps/cutlass"``) puts every member under that directory.
     """
     count = 0
+    prefix = prefix.strip("/")
     with tarfile.open(fileobj=fh, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        if prefix:
+            for i in range(1, prefix.count("/") + 2):
+                info = tarfile.TarInfo("/".join(prefix.split("/")[:i]))
+                info.type = tarfile.DIRTYPE
+                info.mode = 0o755
+                tar.addfile(info)
         if isinstance(source, Path):
             for rel, path in _walk(source):
+                if prefix:
+                    rel = f"{prefix}/{rel}"
                 info = tar.gettarinfo(str(path), arcname=rel)
                 info.uid = info.gid = 0
                 info.uname = info.gname = "root"
@@ -458,7 +486,7 @@ def write_source_tar(source: Path | Iterable[TreeEntry], fh: IO[bytes]) -> int:
                 count += 1
         else:
             for rel, mode, data in source:
-                info = tarfile.TarInfo(rel)
+                info = tarfile.TarInfo(f"{prefix}/{rel}" if prefix else rel)
                 info.mtime = 0
                 if stat.S_ISLNK(mode):
                     info.type = tarfile.SYMTYPE
@@ -642,26 +670,28 @@ class BuildContainer:
                 f"could not remove build container {self.container.name}: {_short_reason(err)}"
             )
 
-    def _need(self) -> Container:
+    def need(self) -> Container:
         if self.container is None:
             raise RuntimeError("BuildContainer used outside its `with` block")
         return self.container
 
     def copy_in(self, source: Path | Iterable[TreeEntry], dest: str = SRC_DIR) -> int:
-        """Copy a source directory (or tree entries) to ``dest`` in the container."""
-        container = self._need()
+        """Copy a source directory (or tree entries) to ``dest`` in the container
+        (``dest`` is created when the image lacks it)."""
+        container = self.need()
         with tempfile.SpooledTemporaryFile(max_size=64 * 1024**2) as fh:
-            count = write_source_tar(source, fh)  # type: ignore[arg-type]
+            at_src = dest == SRC_DIR
+            count = write_source_tar(source, fh, prefix="" if at_src else dest)
             size = fh.tell()
             fh.seek(0)
             log.info(f"copying {count} files ({size / 1024**2:.1f} MiB) to {dest} in the container")
-            if not container.put_archive(dest, fh):
+            if not container.put_archive(SRC_DIR if at_src else "/", fh):
                 raise BuildError(f"copying the source into the build container ({dest}) failed")
         return count
 
     def run(self, log_file: IO[str]) -> int:
         """Start the build, stream its log (stderr + ``log_file``) until it exits; the exit code."""
-        container = self._need()
+        container = self.need()
         streamer = _LogStreamer(log_file, secrets=self.secrets, echo=self.echo)
         container.start()
         try:
@@ -677,7 +707,14 @@ class BuildContainer:
 
     def fetch_wheels(self, dest_dir: Path, src: str = OUT_DIR) -> list[Path]:
         """Copy ``src/*.whl`` out of the container into ``dest_dir``."""
-        container = self._need()
+        return self.fetch_files(dest_dir, src, suffixes=(".whl",))
+
+    def fetch_files(
+        self, dest_dir: Path, src: str = OUT_DIR, suffixes: Sequence[str] | None = None
+    ) -> list[Path]:
+        """Copy the plain files directly under ``src`` (ending in one of ``suffixes``,
+        if given) out of the container into ``dest_dir``."""
+        container = self.need()
         wheels: list[Path] = []
         with tempfile.TemporaryFile() as fh:
             bits, _stat = container.get_archive(src)
@@ -691,7 +728,7 @@ class BuildContainer:
                     # nothing in the archive can write outside dest_dir.
                     if (
                         not member.isreg()
-                        or not name.endswith(".whl")
+                        or (suffixes is not None and not name.endswith(tuple(suffixes)))
                         or name != member.name.split("/")[-1]
                     ):
                         continue
@@ -712,44 +749,110 @@ class BuildContainer:
 
 def build_in_container(
     source_dir: Path | Sequence[TreeEntry],
+    opts: BuildOptions,
     *,
-    out_dir: Path,
     version: str,
-    arch_list: str = "7.0",
-    max_jobs: int | None = None,
-    cache: CacheConfig | None = None,
-    base_image: str = "nvidia/cuda:12.8.1-devel-ubuntu22.04",
-    install_toolchain: bool = True,
     log_path: Path,
-    keep_container: bool | None = None,
-    dockerfile: Path | None = None,
-    tools: Mapping[str, Path] | None = None,
-    network_mode: str | None = None,
-    extra_env: Mapping[str, str] | None = None,
     client: docker.DockerClient | None = None,
 ) -> list[Path]:
-    """Build the fork's wheels in the SM70 builder container; return the wheels in ``out_dir``.
+    """Build the fork's wheels in the SM70 builder container; return the wheels in ``opts.out_dir``.
 
     ``source_dir`` is the patched fork tree (a directory, or ``(path, mode,
     bytes)`` tree entries). ``version`` becomes ``VLLM_VERSION_OVERRIDE``.
-    ``install_toolchain=False`` builds the image on a local stand-in base
-    without network installs (tests). ``tools`` puts host binaries into the
-    image (``{"sccache": path}``). ``network_mode="host"`` lets the build
-    reach a cache server on the host's loopback.
+    Everything else comes from ``opts`` (:class:`~forkpatch.wheels.options.BuildOptions`):
+    the toolchain route, base image, arch list, cache, jobs, local sources for
+    the fork's CMake, tools, network mode, extra environment.
 
     The full log (image build + container build) is written to ``log_path``.
-    ``out_dir`` receives the wheels and an updated ``SHA256SUMS`` only after
-    the build succeeded.
+    ``opts.out_dir`` receives the wheels and an updated ``SHA256SUMS`` only
+    after the build succeeded.
     """
-    cache = cache or CacheConfig.from_env()
-    dockerfile = dockerfile or default_dockerfile()
+    if opts.out_dir is None:
+        raise BuildError("build_in_container needs BuildOptions.out_dir")
+    out_dir = opts.out_dir
+    return _run_in_builder(
+        source_dir,
+        opts,
+        env={"VLLM_VERSION_OVERRIDE": version},
+        log_path=log_path,
+        title=f"build 1cat-vllm {version}",
+        collect=lambda box: _publish(box, out_dir),
+        client=client,
+    )
+
+
+def compile_in_container(
+    source_dir: Path | Sequence[TreeEntry],
+    opts: BuildOptions,
+    *,
+    units: Sequence[str],
+    log_path: Path,
+    client: docker.DockerClient | None = None,
+) -> list[Path]:
+    """Configure the fork's CMake and compile only ``units`` (source paths such as
+    ``csrc/sm70_turbomind/ops/awq_sm70_gemm.cu``) in the builder container.
+
+    For proving a toolchain and timing translation units without a full
+    ``_C`` build: ``ci/container-build.sh`` runs in its compile-only mode
+    (``FORKPATCH_COMPILE_ONLY``), times each unit (wall, user and system CPU
+    seconds, peak memory), runs ``cuobjdump`` on each object, and leaves
+    objects, ``timings.tsv``, ``cuobjdump-*.txt`` and the CMake configure log in
+    ``/out``. Those files are copied to ``opts.out_dir`` (replacing what was
+    there) and returned. A failing configure or compile is a :class:`BuildError`.
+    """
+    if opts.out_dir is None:
+        raise BuildError("compile_in_container needs BuildOptions.out_dir")
+    if not units:
+        raise BuildError("compile_in_container needs at least one translation unit")
+    out_dir = opts.out_dir
+
+    def collect(box: BuildContainer) -> list[Path]:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for old in out_dir.iterdir():
+            if old.is_file():
+                old.unlink()
+        return box.fetch_files(out_dir)
+
+    return _run_in_builder(
+        source_dir,
+        opts,
+        env={"VLLM_VERSION_OVERRIDE": "0+compile.only", "FORKPATCH_COMPILE_ONLY": " ".join(units)},
+        log_path=log_path,
+        title=f"compile {len(units)} translation unit(s)",
+        collect=collect,
+        client=client,
+    )
+
+
+def _run_in_builder(
+    source_dir: Path | Sequence[TreeEntry],
+    opts: BuildOptions,
+    *,
+    env: Mapping[str, str],
+    log_path: Path,
+    title: str,
+    collect: Callable[[BuildContainer], list[Path]],
+    client: docker.DockerClient | None,
+) -> list[Path]:
+    """Builder image, container, source (and local fork sources) in, build script, ``collect``."""
+    cache = opts.cache or CacheConfig.from_env()
+    dockerfile = opts.dockerfile or default_dockerfile()
+    base_image = opts.base_image or DEFAULT_BASE_IMAGE
+    arch_list = opts.arch_list or "7.0"
     if not isinstance(source_dir, Path):
         source_dir = list(source_dir)  # read twice: requirements, then the archive
     elif not source_dir.is_dir():
         raise BuildError(f"the source tree {source_dir} is not a directory")
+    for var, path in opts.sources.items():
+        if not Path(path).is_dir():
+            raise BuildError(
+                f"{var}={path} is not a directory",
+                tip="point it at a checkout of the exact revision the fork's CMake pins",
+            )
     client = client or connect()
 
     cache_env, secrets = cache.container_env()
+    max_jobs = opts.max_jobs
     if max_jobs is None:
         info = _engine_info(client)
         max_jobs, nvcc_threads = size_jobs(
@@ -757,77 +860,120 @@ def build_in_container(
         )
     else:
         nvcc_threads = 1
-    env = {
-        "VLLM_VERSION_OVERRIDE": version,
+    full_env = {
+        **env,
         "TORCH_CUDA_ARCH_LIST": arch_list,
         # flash-attention-v100 only has V100 kernels, whatever else the main wheel targets.
         "FLASH_ATTN_V100_CUDA_ARCH_LIST": "7.0",
         "MAX_JOBS": str(max_jobs),
         "NVCC_THREADS": str(nvcc_threads),
         **cache_env,
-        **(extra_env or {}),
+        **{var: f"{DEPS_DIR}/{_dep_name(var)}" for var in opts.sources},
+        **opts.extra_env,
     }
     volumes: dict[str, dict[str, str]] = {}
     if cache.kind == "ccache":
         _ensure_volume(client, cache.volume)
         volumes[cache.volume] = {"bind": cache.ccache_dir, "mode": "rw"}
+    build_args = {"TOOLCHAIN": opts.toolchain}
+    if opts.python_version:
+        build_args["PYTHON_VERSION"] = opts.python_version
 
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "w", encoding="utf-8") as log_file:
-        log_file.write(f"# forkpatch container build of 1cat-vllm {version}\n")
-        shown_env = {k: redact(v, secrets) for k, v in sorted(env.items())}
+    with open(log_path, "w", encoding="utf-8") as log_file, ExitStack() as stack:
+        log_file.write(f"# forkpatch container {title}\n")
+        shown_env = {k: redact(v, secrets) for k, v in sorted(full_env.items())}
         log_file.write(f"# environment: {shown_env}\n")
-        with log.step("builder image"):
+        with log.step(f"builder image (toolchain {opts.toolchain})"):
             context = builder_context(
-                source_dir, dockerfile=dockerfile, install_toolchain=install_toolchain, tools=tools
+                source_dir, dockerfile=dockerfile, toolchain=opts.toolchain, tools=opts.tools
             )
+            volatile, image_network = _wheelhouse_args(opts, stack)
             tag, image_id = ensure_builder_image(
                 client,
                 dockerfile=dockerfile,
                 context_files=context,
                 base_image=base_image,
-                build_args={"INSTALL_TOOLCHAIN": "1" if install_toolchain else "0"},
+                build_args=build_args,
                 log_stream=log_file,
+                volatile_args=volatile,
+                network_mode=image_network,
             )
+        stack.close()  # the wheelhouse server is only needed by the image build
         log_file.write(f"# container build in {tag}\n")
         log_file.flush()
         with BuildContainer(
             client,
             tag,
             log_path=log_path,
-            environment=env,
+            environment=full_env,
             volumes=volumes,
             secrets=secrets,
-            network_mode=network_mode,
-            keep=keep_container,
+            network_mode=opts.network_mode,
+            keep=opts.keep_container,
         ) as box:
-            assert box.container is not None
-            log_file.write(f"# container {box.container.name} ({box.container.id})\n")
+            container = box.need()
+            log_file.write(f"# container {container.name} ({container.id})\n")
             log_file.flush()
-            with log.step(f"copy the source into the container ({box.container.name})"):  # type: ignore[union-attr]
+            with log.step(f"copy the source into the container ({container.name})"):
                 box.copy_in(source_dir)
-            with log.step(
-                f"build 1cat-vllm {version} (arch {arch_list}, MAX_JOBS={max_jobs}, cache {cache.kind})"
-            ):
+                for var, path in opts.sources.items():
+                    box.copy_in(Path(path), f"{DEPS_DIR}/{_dep_name(var)}")
+            with log.step(f"{title} (arch {arch_list}, MAX_JOBS={max_jobs}, cache {cache.kind})"):
                 code = box.run(log_file)
             if code != 0:
                 log_file.write(f"# builder image {tag} {image_id}\n")
                 raise BuildError(
-                    f"the container build of 1cat-vllm {version} failed (exit code {code}); "
+                    f"the container {title} failed (exit code {code}); "
                     f"last {len(box.log_tail)} lines of the log:\n{_indent(chr(10).join(box.log_tail))}\n"
                     f"full log: {log_path}",
                     tip=(
                         f"fix the error above and build again; set {KEEP_ENV}=1 to keep the "
                         "container for inspection"
                         if not box.keep
-                        else f"the container {box.container.name} was kept for inspection"  # type: ignore[union-attr]
+                        else f"the container {container.name} was kept for inspection"
                     ),
                 )
-            with log.step("fetch the wheels"):
-                wheels = _publish(box, out_dir)
+            with log.step("fetch the results"):
+                results = collect(box)
         # Last line of the log, for provenance readers: which image built these wheels.
         log_file.write(f"# builder image {tag} {image_id}\n")
-    return wheels
+    return results
+
+
+def _dep_name(var: str) -> str:
+    """``VLLM_CUTLASS_SRC_DIR`` -> ``vllm_cutlass``: the directory under /deps."""
+    return var.removesuffix("_SRC_DIR").lower()
+
+
+def _wheelhouse_args(opts: BuildOptions, stack: ExitStack) -> tuple[dict[str, str], str | None]:
+    """Build args and network mode that hand the wheelhouse to the image build.
+
+    A URL is passed as it is; a directory is served on the host's loopback for
+    the duration of the image build, which then runs in the host's network
+    namespace (``network_mode="host"``) to reach it. pip installs with
+    ``--no-index``, so nothing else is fetched whatever the network allows.
+    """
+    if opts.toolchain != "wheels" or opts.wheelhouse is None:
+        return {}, None
+    where = str(opts.wheelhouse)
+    if re.match(r"^[a-z][a-z0-9+.-]*://", where):
+        return {"WHEELHOUSE_URL": where}, None
+    if not engine_address().startswith("unix://"):
+        raise BuildError(
+            f"the wheelhouse directory {where} can only be served to a local Docker engine "
+            f"(DOCKER_HOST={engine_address()})",
+            tip="serve it over HTTP where the engine can reach it and pass the URL "
+            "(--wheelhouse http://HOST:PORT/), or build on the engine's host",
+        )
+    from forkpatch.wheels.wheelhouse import serve, stable_port
+
+    dockerfile = opts.dockerfile or default_dockerfile()
+    lock = dockerfile.parent / "cuda-wheels.lock"
+    port = stable_port(lock.read_bytes() if lock.is_file() else b"")
+    url = stack.enter_context(serve(Path(where), port))
+    log.info(f"serving the wheelhouse {where} to the image build at {url}")
+    return {"WHEELHOUSE_URL": url}, "host"
 
 
 def _publish(box: BuildContainer, out_dir: Path) -> list[Path]:
@@ -915,6 +1061,7 @@ __all__ = [
     "build_in_container",
     "builder_context",
     "builder_image_key",
+    "compile_in_container",
     "connect",
     "ensure_builder_image",
     "size_jobs",

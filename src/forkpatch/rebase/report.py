@@ -14,16 +14,18 @@ import json
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from forkpatch.fsutil import atomic_write
+from forkpatch.rebase.plan import DROPPED, Plan
 from forkpatch.series import PATCHES_DIR, Series
 
-if TYPE_CHECKING:
-    from forkpatch.rebase import Plan
-
 REPORT_VERSION = 1
+
+# The report is a JSON document for other programs (and the Markdown renders it).
+Report = dict[str, Any]
 
 
 def range_diff(old: bytes, new: bytes, *, name: str, old_label: str, new_label: str) -> str:
@@ -39,16 +41,24 @@ def range_diff(old: bytes, new: bytes, *, name: str, old_label: str, new_label: 
     return "".join(out)
 
 
+@dataclass(frozen=True)
+class Texts:
+    """The bytes of the patch files before the rebase and, for those rewritten, after."""
+
+    old: Mapping[str, bytes]
+    new: Mapping[str, bytes]
+
+
 def build(
     plan: Plan,
     *,
     series: Series,
-    old_texts: Mapping[str, bytes],
-    new_texts: Mapping[str, bytes],
+    texts: Texts,
     changed_files: Sequence[str],
     options: Mapping[str, Any],
-) -> dict[str, Any]:
+) -> Report:
     """The report as a JSON-ready dict (``series`` is the series before the rebase)."""
+    old_texts, new_texts = texts.old, texts.new
     files = {p.name: p.file for p in series.patches}
     patches = []
     dropped = []
@@ -69,7 +79,7 @@ def build(
         entry["rewritten"] = bool(rd)
         if rd:
             entry["range_diff"] = rd
-        if o.status in ("upstreamed", "skipped"):
+        if o.status in DROPPED:
             reason = o.evidence or o.status
             entry["dropped"] = reason
             dropped.append({"name": o.name, "status": o.status, "reason": reason})

@@ -1,0 +1,58 @@
+"""``forkpatch check --onto TAG`` and ``forkpatch rebase --onto TAG`` (``--continue`` /
+``--skip`` / ``--abort``): the series moved onto a new fork release.
+
+The package, in the order a rebase uses it:
+
+* :mod:`~forkpatch.rebase.plan`: the classification in memory (:func:`classify`,
+  :func:`check`): one :class:`Outcome` per patch in a frozen :class:`Plan`,
+  forecasting past conflicts; no writes.
+* :mod:`~forkpatch.rebase.upstream`: evidence that a patch is already upstream
+  (patch-id, the upstream commit the patch names).
+* :mod:`~forkpatch.rebase.state`: the frozen :class:`RebaseState` and its journal in
+  ``.forkpatch/rebase/`` (versioned, checksummed, validated on load).
+* :mod:`~forkpatch.rebase.conflict`: the conflict work tree, written without ever
+  following a symbolic link.
+* :mod:`~forkpatch.rebase.run`: rebase / continue / skip / abort / finish as one
+  transaction over the state.
+* :mod:`~forkpatch.rebase.report`: the report (Markdown and JSON) with range-diffs.
+"""
+
+from __future__ import annotations
+
+from forkpatch.rebase.plan import (
+    Forecast,
+    Outcome,
+    Plan,
+    RebaseOptions,
+    Target,
+    check,
+    classify,
+)
+from forkpatch.rebase.run import (
+    RebaseResult,
+    RebaseStopped,
+    abort,
+    continue_,
+    pending_hint,
+    rebase,
+    skip,
+    stopped_json,
+)
+
+__all__ = [
+    "Forecast",
+    "Outcome",
+    "Plan",
+    "RebaseOptions",
+    "RebaseResult",
+    "RebaseStopped",
+    "Target",
+    "abort",
+    "check",
+    "classify",
+    "continue_",
+    "pending_hint",
+    "rebase",
+    "skip",
+    "stopped_json",
+]

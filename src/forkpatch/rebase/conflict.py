@@ -1,0 +1,163 @@
+"""The conflict work tree: where a human resolves the patch a rebase stopped at.
+
+One work tree, ``.forkpatch/rebase-worktree`` (a ``git worktree`` of the private
+store, detached), serves every stop of a rebase and is kept afterwards for the
+next one: creating it checks out every file of the fork (thousands), and
+deleting it costs nearly as much. Between stops it is moved incrementally
+(``git reset --hard``: only the paths that differ are rewritten) and then the
+conflicting patch is brought in: the files that apply or merge, and the files
+whose 3-way merge conflicts, with their markers.
+
+Every write goes through :func:`forkpatch.fsutil.write_in_tree` /
+:func:`~forkpatch.fsutil.remove_in_tree`: no symbolic link is ever followed at
+any component, so a fork tag or an earlier patch that turns a patched path (or
+a directory above it) into a link pointing outside cannot make forkpatch write
+there. The work tree itself is used only when it is a real directory whose
+``.git`` file points into this project's store; anything else there is removed
+and the work tree made again.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from pathlib import Path
+
+from forkpatch.errors import PathSafetyError, StateError
+from forkpatch.fsutil import remove_in_tree, write_in_tree
+from forkpatch.git import FileChange, Git
+from forkpatch.project import Project
+
+WORKTREE_DIR = "rebase-worktree"
+REJECTS_DIR = "rejects"
+
+_MODES = {"100755": 0o755, "100644": 0o644}
+
+
+class ConflictTree:
+    """``.forkpatch/rebase-worktree`` of one project (see the module docstring)."""
+
+    def __init__(self, project: Project) -> None:
+        self.project = project
+        # Not resolved: a symlink here must be seen, not followed.
+        self.path = Path(os.path.abspath(project.state_dir / WORKTREE_DIR))
+
+    @property
+    def store(self) -> Git:
+        return self.project.fork().store
+
+    def _admin(self) -> Path | None:
+        """The work tree's admin directory in the store, when it is this project's own
+        (a real directory, linked both ways to the store: Project.linked_worktree)."""
+        try:
+            st = os.lstat(self.path)
+        except FileNotFoundError:
+            return None
+        if not stat.S_ISDIR(st.st_mode):
+            return None
+        try:
+            return self.project.linked_worktree(self.path).git_dir
+        except StateError:
+            return None
+
+    def git(self) -> Git:
+        """The work tree, checked to be this project's own."""
+        admin = self._admin()
+        if admin is None:
+            raise StateError(
+                f"the conflict work tree {self.path} is missing or is not this project's",
+                tip="run `forkpatch rebase --continue` to write it again, or "
+                "`forkpatch rebase --abort`",
+            )
+        return Git(admin, work_tree=self.path)
+
+    def exists(self) -> bool:
+        return self._admin() is not None
+
+    def checkout(self, head: str, *, recorded: bool = False) -> Git:
+        """The work tree at ``head``, exactly (untracked files removed; ignored ones kept).
+
+        An existing work tree is moved in place: git rewrites only the paths that
+        differ between what it holds and ``head``. Its untracked files are staged first
+        and so removed with the rest, unless ``recorded`` says :meth:`record` just
+        staged everything (one scan of the tree instead of two).
+        """
+        if self._admin() is not None:
+            wt = self.git()
+            if not recorded:
+                wt.run("add", "-A")
+            wt.run("reset", "-q", "--hard", head)
+            return wt
+        self._remove_foreign()
+        self.store.run("worktree", "prune")
+        self.store.run("worktree", "add", "-q", "-f", "--detach", str(self.path), head)
+        return self.git()
+
+    def _remove_foreign(self) -> None:
+        """Whatever is at the work tree's place and is not a valid work tree goes."""
+        try:
+            st = os.lstat(self.path)
+        except FileNotFoundError:
+            return
+        if stat.S_ISDIR(st.st_mode):
+            shutil.rmtree(self.path)  # never follows a symlink inside it
+        else:
+            self.path.unlink()  # a file or a symlink: the link itself, not its target
+
+    def bring_in(self, changes: list[FileChange]) -> None:
+        """Write the conflicting patch's files (clean, merged or with markers) into the tree."""
+        for ch in changes:
+            where = f"{self.path}/{ch.path}"
+            try:
+                if ch.is_delete:
+                    remove_in_tree(self.path, ch.path)
+                else:
+                    write_in_tree(
+                        self.path,
+                        ch.path,
+                        ch.data or b"",
+                        mode=_MODES.get(ch.mode or "", 0o644),
+                        symlink=ch.mode == "120000",
+                    )
+            except PathSafetyError as exc:
+                raise PathSafetyError(
+                    f"cannot write the conflict into {where}: {exc.message}",
+                    tip="the new base makes a directory on that path a symbolic link; run "
+                    "`forkpatch rebase --skip` to drop this patch (then re-create it by hand), "
+                    "or `forkpatch rebase --abort`",
+                ) from None
+
+    def save_rejects(self, journal_dir: Path, rejects: list[tuple[str, bytes]]) -> list[str]:
+        """Hunks with no 3-way result, saved for the human to apply by hand."""
+        out = []
+        for path, raw in rejects:
+            rel = f"{REJECTS_DIR}/{path}.rej"
+            write_in_tree(journal_dir, rel, raw)
+            out.append(str(journal_dir / rel))
+        return out
+
+    def record(self) -> tuple[Git, str, list[str]]:
+        """Stage everything the human did: (work tree, its tree id, changed paths vs HEAD)."""
+        wt = self.git()
+        wt.run("add", "-A")
+        raw = wt.run("diff", "--cached", "--no-renames", "--name-only", "-z", "HEAD").stdout
+        changed = [p.decode("utf-8", "surrogateescape") for p in raw.split(b"\0") if p]
+        return wt, wt.out("write-tree"), changed
+
+    def markers(self, paths: list[str]) -> list[str]:
+        """The paths among ``paths`` that still hold conflict markers (regular files only)."""
+        from forkpatch.stack import CONFLICT_MARKER
+
+        out = []
+        for rel in paths:
+            try:
+                fd = os.open(self.path / rel, os.O_RDONLY | os.O_NOFOLLOW)
+            except OSError:
+                continue  # gone, or a symbolic link: no markers to see
+            with os.fdopen(fd, "rb") as fh:
+                if stat.S_ISREG(os.fstat(fh.fileno()).st_mode) and CONFLICT_MARKER.search(
+                    fh.read()
+                ):
+                    out.append(rel)
+        return sorted(out)

@@ -1,0 +1,525 @@
+"""``forkpatch rebase --onto`` / ``--continue`` / ``--skip`` / ``--abort``: one transaction.
+
+Every step reads the journal's :class:`~forkpatch.rebase.state.RebaseState`,
+does its work and writes the next state (STYLE points 6 and 14):
+
+1. ``rebase``: classify the series on the new base, creating its commits in
+   the private store (objects only); save series.yaml and patches/ aside and
+   write the journal (the commit point); move ``refs/forkpatch/rebase/head``.
+2. at a conflict: stop *before* any project file changes, with the conflict
+   work tree (:mod:`forkpatch.rebase.conflict`) holding the patches below and
+   the conflicting patch with its markers. ``--continue`` records what the human
+   did and classifies the rest; ``--skip`` drops the patch and goes on.
+3. finish: the changed patch files, the removed ones and series.yaml are
+   written as one unit (:func:`forkpatch.fsutil.commit_files`), then the report,
+   then the editing stack moves, then the journal goes. Each of these is
+   idempotent, so a finish that was killed is simply run again by
+   ``--continue``; ``--abort`` puts the saved bytes back.
+
+Test hook: ``FORKPATCH_TEST_PAUSE_AFTER=<point>`` makes the process stop itself
+(SIGSTOP) at a named point so that a test can SIGKILL it there. Points:
+``journal`` (journal written, nothing else), ``files`` (patch files and
+series.yaml written), ``report`` (report written).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from forkpatch import log
+from forkpatch.engine import TreeState, commit_message, diffs_of_commits
+from forkpatch.errors import ConflictError, StateError, UsageError
+from forkpatch.git import FileChange
+from forkpatch.patchtext import PatchTexts
+from forkpatch.project import Project, find_root
+from forkpatch.rebase.conflict import ConflictTree
+from forkpatch.rebase.plan import (
+    DROPPED,
+    Classifier,
+    Outcome,
+    Plan,
+    RebaseOptions,
+    check_target,
+    classifier_for,
+    names_of,
+)
+from forkpatch.rebase.report import Report
+from forkpatch.rebase.state import Journal, RebaseState, StackPosition
+from forkpatch.series import PATCHES_DIR, SERIES_FILE, BaseRef, Series, dump_series, parse_series
+
+REPORTS_DIR = "reports"
+HEAD_REF = "refs/forkpatch/rebase/head"
+PAUSE_ENV = "FORKPATCH_TEST_PAUSE_AFTER"
+
+
+def _pause(point: str) -> None:
+    """Test hook: stop here (SIGSTOP) when FORKPATCH_TEST_PAUSE_AFTER names ``point``."""
+    if os.environ.get(PAUSE_ENV) == point:
+        print(f"forkpatch: test pause at {point}", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+
+class RebaseStopped(ConflictError):
+    """The rebase stopped at a conflict; ``state`` is where it stands (for ``--json``)."""
+
+    def __init__(self, message: str, *, tip: str, state: RebaseState, worktree: Path) -> None:
+        super().__init__(message, tip=tip)
+        self.state = state
+        self.worktree = worktree
+
+
+@dataclass(frozen=True)
+class RebaseResult:
+    """What a finished rebase did."""
+
+    plan: Plan
+    report: Report
+    report_paths: tuple[Path, ...]
+    written: tuple[str, ...]  # project-relative paths that changed (rewritten or removed)
+
+
+# --------------------------------------------------------------------------- start
+
+
+def rebase(project: Project, options: RebaseOptions) -> RebaseResult:
+    """Rebase the series onto ``options.onto`` (see the module docstring)."""
+    journal = Journal(project)
+    if journal.exists():
+        raise StateError(
+            pending_hint(project.root) or "a rebase is in progress",
+            tip="`forkpatch rebase --continue` or `forkpatch rebase --abort`",
+        )
+    stack = _stack_before(project)
+    setup = check_target(project, options.onto)
+    classifier = classifier_for(project, setup, options)
+    walk = classifier.walk(0, setup.target.commit, write=True, forecast=True)
+    state = RebaseState(
+        phase="conflict" if walk.conflict is not None else "writing",
+        onto=setup.target.name,
+        onto_commit=setup.target.commit,
+        base=setup.base.tag,
+        base_commit=setup.base.commit,
+        relation=setup.relation,
+        three_way=options.three_way,
+        fuzz=options.fuzz,
+        outcomes=tuple(walk.outcomes),
+        head=walk.head,
+        date=classifier.date,
+        conflict=walk.outcomes[walk.conflict].name if walk.conflict is not None else None,
+        stack=stack,
+        upstream=tuple((n, c, s) for n, (c, s) in classifier.upstream.matches().items()),
+        renames=classifier.known_renames(),
+    )
+    if walk.conflict is not None:
+        # For the stops to come: the merge bases computed so far, as blobs in the store.
+        stored = classifier.merge_bases.store(classifier.merge_bases.names())
+        state = state.with_(
+            images=tuple(
+                (name, path, old, new)
+                for name, paths in stored.items()
+                for path, (old, new) in paths.items()
+            )
+        )
+    state = journal.start(state)
+    project.fork().store.update_ref(HEAD_REF, state.head)
+    _pause("journal")
+    if state.phase == "conflict":
+        _stop(project, journal, _Stop(state, classifier, walk.stop))
+    return _finish(project, journal, state, options.report_dir)
+
+
+@dataclass(frozen=True)
+class _Stop:
+    """A stop to write: the state, its classifier, and the conflicting patch brought in as
+    far as it goes (computed by the walk that found it; None: compute it)."""
+
+    state: RebaseState
+    classifier: Classifier | None = None
+    changes: tuple[list[FileChange], list[str]] | None = None
+    recorded: bool = False  # the work tree's changes were just staged (see ConflictTree)
+
+
+def _resume(project: Project, journal: Journal, state: RebaseState) -> Classifier:
+    """The classifier of a resumed rebase, with what the start computed already: the
+    patch-id matches, the files upstream moved, the files each patch touches (nothing
+    of that is computed again, and the patches are parsed only when used)."""
+    items = journal.original_items()
+    classifier = Classifier(project.fork().store, state.target, state.base_commit, items)
+    classifier.configure(three_way=state.three_way, fuzz=state.fuzz)
+    classifier.fork = project.fork()
+    classifier.date = state.date
+    classifier.merge_bases.known_paths = {o.name: set(o.files) for o in state.outcomes}
+    for name, path, old, new in state.images:
+        classifier.merge_bases.known_images.setdefault(name, {})[path] = (old, new)
+    if state.upstream is not None:
+        matches: dict[str, tuple[str, str] | None] = dict.fromkeys(names_of(items))
+        matches.update({n: (c, s) for n, c, s in state.upstream})
+        classifier.upstream.preload(matches)
+    if state.renames is not None:
+        classifier.preload_renames(dict(state.renames))
+    return classifier
+
+
+# --------------------------------------------------------------------------- conflicts
+
+
+def _stop(project: Project, journal: Journal, stop: _Stop) -> None:
+    """Write the conflict work tree, mark it as this stop's, and raise RebaseStopped."""
+    state = stop.state
+    classifier = stop.classifier or _resume(project, journal, state)
+    index = state.conflict_index
+    item = classifier.items[index]
+    outcome = state.outcomes[index]
+    tree = ConflictTree(project)
+    wt = tree.checkout(state.head, recorded=stop.recorded)
+    changes = stop.changes
+    if changes is None:
+        with wt.reader() as reader:
+            changes = classifier.conflict_changes(TreeState(wt, reader, state.head), item)
+    tree.bring_in(changes[0])
+    raws = {fp.path: fp.raw for fp in item.patch.files} if item.patch else {}
+    rejects = tree.save_rejects(journal.dir, [(p, raws.get(p, b"")) for p in changes[1]])
+    journal.mark_stop(state)
+    lines = [f"patch '{item.entry.name}' does not apply to {state.onto}:"]
+    lines += [f"  - {c.reason}" for c in outcome.conflicts]
+    if outcome.replaced_by:
+        lines.append(
+            f"  upstream commit {outcome.replaced_by} is in {state.onto}: it probably "
+            "replaces this patch"
+        )
+    lines.append(
+        f"the work tree {tree.path} holds the patches below it and this patch with "
+        "conflict markers"
+        + (f"; hunks that could not be merged: {', '.join(rejects)}" if rejects else "")
+    )
+    lines.append("patches/ and series.yaml are unchanged so far")
+    raise RebaseStopped(
+        "\n".join(lines),
+        tip=f"resolve the files in {tree.path}, then run `forkpatch rebase --continue`; or "
+        "`forkpatch rebase --skip` to drop this patch, `forkpatch rebase --abort` to stop",
+        state=state,
+        worktree=tree.path,
+    )
+
+
+def continue_(project: Project, report_dir: Path | None = None) -> RebaseResult:
+    """Take the resolved work tree (or finish interrupted writes) and go on."""
+    journal = Journal(project)
+    state = journal.load()
+    if state.phase == "writing":
+        return _finish(project, journal, state, report_dir)
+    tree = ConflictTree(project)
+    if not tree.exists() or not journal.holds_stop(state):
+        # Killed before the conflict work tree was written: write it now.
+        _stop(project, journal, _Stop(state))
+    wt, resolved, changed = tree.record()
+    markers = tree.markers(changed)
+    if markers:
+        raise ConflictError(
+            f"conflict markers remain in {', '.join(markers)} (in {tree.path})",
+            tip="resolve them, then run `forkpatch rebase --continue` again",
+        )
+    classifier = _resume(project, journal, state)
+    index = state.conflict_index
+    item = classifier.items[index]
+    outcome = state.outcomes[index]
+    head = state.head
+    if not changed:  # the tree is the one below the patch
+        outcome = Outcome(
+            name=outcome.name,
+            status="upstreamed",
+            files=outcome.files,
+            evidence="resolved by hand to no change: the new base already holds it",
+        )
+    else:
+        header = item.patch.header if item.patch else ""
+        head = wt.commit_tree(
+            resolved,
+            [head],
+            commit_message(item.entry, header),
+            date=classifier.date,
+        )
+        outcome = Outcome(
+            name=outcome.name,
+            status="resolved",
+            files=outcome.files,
+            detail=(*outcome.detail, "conflict resolved by hand"),
+            commit=head,
+            moved=outcome.moved,
+        )
+    log.info(f"[{index + 1}/{len(classifier.items)}] {outcome.name} ... {outcome.status}")
+    step = _Step(state, outcome, head, classifier, recorded=True)
+    return _go_on(project, journal, step, report_dir)
+
+
+def skip(project: Project, report_dir: Path | None = None) -> RebaseResult:
+    """Drop the conflicting patch from the series and go on."""
+    journal = Journal(project)
+    state = journal.load()
+    if state.phase != "conflict":
+        raise UsageError(
+            "the rebase is not stopped at a conflict",
+            tip="`forkpatch rebase --continue` finishes it",
+        )
+    index = state.conflict_index
+    old = state.outcomes[index]
+    outcome = Outcome(
+        name=old.name,
+        status="skipped",
+        files=old.files,
+        evidence=f"dropped with `forkpatch rebase --skip` (it conflicted: {old.reasons})",
+    )
+    log.info(f"[{index + 1}/{len(state.outcomes)}] {outcome.name} ... skipped")
+    classifier = _resume(project, journal, state)
+    return _go_on(project, journal, _Step(state, outcome, state.head, classifier), report_dir)
+
+
+@dataclass(frozen=True)
+class _Step:
+    """The patch a rebase was stopped at, settled: its outcome and the head after it."""
+
+    state: RebaseState
+    outcome: Outcome
+    head: str
+    classifier: Classifier
+    recorded: bool = False  # the conflict work tree's changes are staged
+
+
+def _go_on(
+    project: Project, journal: Journal, step: _Step, report_dir: Path | None
+) -> RebaseResult:
+    state = step.state
+    index = state.conflict_index
+    walk = step.classifier.walk(index + 1, step.head, write=True, forecast=False)
+    # Past a new conflict the outcomes of the first run (forecasts) stay until then.
+    done = len(walk.outcomes)
+    outcomes = (
+        *state.outcomes[:index],
+        step.outcome,
+        *walk.outcomes,
+        *state.outcomes[index + 1 + done :],
+    )
+    conflict = walk.outcomes[walk.conflict].name if walk.conflict is not None else None
+    state = state.with_(
+        phase="conflict" if conflict else "writing",
+        outcomes=outcomes,
+        head=walk.head,
+        conflict=conflict,
+    )
+    journal.save(state)
+    project.fork().store.update_ref(HEAD_REF, state.head)
+    if conflict is not None:
+        _stop(project, journal, _Stop(state, step.classifier, walk.stop, step.recorded))
+    return _finish(project, journal, state, report_dir)
+
+
+def abort(project: Project) -> list[str]:
+    """Restore series.yaml, patches/ and the stack exactly as before the rebase."""
+    journal = Journal(project)
+    state = journal.load()
+    changed = journal.restore(state)
+    if state.stack is not None:
+        _move_stack(project, state.stack.head, state.stack.base)
+    project.fork().store.delete_ref(HEAD_REF)
+    journal.clear()
+    return changed
+
+
+# --------------------------------------------------------------------------- finishing
+
+
+def _new_series(journal: Journal, state: RebaseState) -> Series:
+    series = journal.original_series()
+    dropped = {o.name for o in state.outcomes if o.status in DROPPED}
+    return series.with_base(BaseRef(state.onto, state.onto_commit)).with_patches(
+        p for p in series.patches if p.name not in dropped
+    )
+
+
+def _finish(
+    project: Project, journal: Journal, state: RebaseState, report_dir: Path | None
+) -> RebaseResult:
+    """Write the result (idempotent: an interrupted finish is simply run again)."""
+    if state.phase != "writing":
+        state = state.with_(phase="writing")
+        journal.save(state)
+    store = project.fork().store
+    series = journal.original_series()
+    diffs = diffs_of_commits(store, [o.commit for o in state.outcomes if o.refresh and o.commit])
+    old_texts: dict[str, bytes] = {}
+    new_texts: dict[str, bytes] = {}
+    writes: dict[str, bytes | None] = {}
+    with PatchTexts(store) as texts:  # one object reader for every rewritten file
+        for i, o in enumerate(state.outcomes):
+            file = series.patches[i].file
+            if file is None:
+                continue
+            rel = f"{PATCHES_DIR}/{file}"
+            old = journal.original_bytes(rel)
+            old_texts[o.name] = old
+            if o.refresh and o.commit:
+                # The file keeps its own form (mail headers, notes, quilt style); a
+                # diffstat is regenerated: see forkpatch.patchtext.
+                new = texts.render(old, commit=o.commit, raw_diff=diffs[o.commit], source=rel)
+                new_texts[o.name] = writes[rel] = new.data
+            elif o.status in DROPPED:
+                writes[rel] = None
+    text = dump_series(_new_series(journal, state))
+    parse_series(text, path=SERIES_FILE)  # never write what could not be read back
+    writes[SERIES_FILE] = text.encode("utf-8")
+    # Patch files, removals and series.yaml as one unit: a kill leaves all old or all new.
+    journal.write_project(writes)
+    project.reload()
+    _pause("files")
+    plan = Plan(
+        base=state.base,
+        base_commit=state.base_commit,
+        onto=state.onto,
+        onto_commit=state.onto_commit,
+        relation=state.relation,
+        outcomes=state.outcomes,
+        head=state.head,
+    )
+    from forkpatch.rebase import report as report_mod  # difflib: only when finishing
+
+    # Compared with the journal's copies, so a finish that was interrupted and run
+    # again still reports every file the rebase changed.
+    changed_files = journal.changed_since(state)
+    report = report_mod.build(
+        plan,
+        series=series,
+        texts=report_mod.Texts(old=old_texts, new=new_texts),
+        changed_files=changed_files,
+        options={"three_way": state.three_way, "fuzz": state.fuzz},
+    )
+    dirs = [project.state_dir / REPORTS_DIR]
+    if report_dir is not None:
+        dirs.append(Path(report_dir))
+    paths = report_mod.write(report, dirs)
+    _pause("report")
+    if state.stack is not None:
+        # Rebuilt from the new files, so that build steps keep their place in the stack.
+        from forkpatch.stack import Stack
+
+        project.reload()
+        Stack(project).rebuild_on(state.onto_commit, state.stack.applied)
+    store.delete_ref(HEAD_REF)
+    store.repack_if_many()  # each stop's commits came as one small pack
+    journal.clear()
+    return RebaseResult(
+        plan=plan, report=report, report_paths=tuple(paths), written=tuple(changed_files)
+    )
+
+
+# --------------------------------------------------------------------------- the stack
+
+
+def _stack_before(project: Project) -> StackPosition | None:
+    """The editable stack's position, checked to hold no unsaved work."""
+    from forkpatch.stack import Stack
+
+    state = project.read_state() or {}
+    path = state.get("worktree")
+    if not path or not (Path(path) / ".git").exists():
+        return None
+    stack = Stack(project)
+    if state.get("editing"):
+        raise StateError(
+            f"patch '{state['editing'].get('patch')}' is being edited in {path}",
+            tip="run `forkpatch refresh` first",
+        )
+    wt = stack.wt()
+    stack.require_clean(wt, "rebasing")
+    applied = stack.applied(wt)
+    stack.require_refreshed(wt, applied)
+    return StackPosition(
+        head=stack.head(wt), base=stack.base_commit(), applied=tuple(a.name for a in applied)
+    )
+
+
+def _move_stack(project: Project, head: str, base: str) -> None:
+    from forkpatch.stack import BRANCH, Stack
+
+    state = project.read_state() or {}
+    path = state.get("worktree")
+    if not path or not (Path(path) / ".git").exists():
+        return
+    stack = Stack(project)
+    wt = stack.wt()
+    if stack.head(wt) != head:
+        wt.run("checkout", "-q", "-f", "-B", BRANCH, head)
+        wt.run("clean", "-q", "-fd")
+    if state.get("base") != base:
+        state["base"] = base
+        project.write_state(state)
+
+
+# --------------------------------------------------------------------------- telling the user
+
+
+def stopped_json(project: Project, stopped: RebaseState | None = None) -> dict[str, object] | None:
+    """What `rebase --json` prints when the rebase stops at a conflict: where it
+    stopped, the work tree to resolve in, and every patch's outcome so far."""
+    journal = Journal(project)
+    try:
+        state = stopped or journal.load()
+    except Exception:
+        return None
+    written = stopped is not None or journal.holds_stop(state)
+    return {
+        "status": "stopped" if state.phase == "conflict" else state.phase,
+        "onto": state.onto,
+        "onto_commit": state.onto_commit,
+        "base": state.base,
+        "base_commit": state.base_commit,
+        "conflict": state.conflict,
+        "worktree": str(ConflictTree(project).path) if written else None,
+        "patches": [o.to_json() for o in state.outcomes],
+        "next": [
+            "forkpatch rebase --continue",
+            "forkpatch rebase --skip",
+            "forkpatch rebase --abort",
+        ],
+    }
+
+
+def pending_hint(cwd: Path) -> str | None:
+    """A line telling the user about a rebase in progress in the project at ``cwd``."""
+    try:
+        project = Project(find_root(cwd))
+    except Exception:
+        return None
+    journal = Journal(project)
+    if not journal.exists():
+        return None
+    try:
+        state = journal.load()
+    except Exception as exc:
+        return (
+            f"a rebase journal is in {journal.dir} but cannot be used ({exc}); "
+            "`forkpatch rebase --continue` / `--abort` refuse it"
+        )
+    onto = state.onto
+    if state.phase == "conflict":
+        if not journal.holds_stop(state):
+            return (
+                f"a rebase onto {onto} is in progress, stopped at patch "
+                f"'{state.conflict}', which conflicts (its work tree was not written "
+                "yet): run `forkpatch rebase --continue` to write it, or `forkpatch rebase "
+                "--skip` / `forkpatch rebase --abort`"
+            )
+        return (
+            f"a rebase onto {onto} is in progress, stopped at patch "
+            f"'{state.conflict}' with conflicts in {ConflictTree(project).path}: resolve "
+            "them and run `forkpatch rebase --continue`, or `forkpatch rebase --skip` to "
+            "drop that patch, or `forkpatch rebase --abort` to restore everything"
+        )
+    return (
+        f"a rebase onto {onto} was interrupted while writing patches/ and series.yaml: run "
+        "`forkpatch rebase --continue` to finish it, or `forkpatch rebase --abort` to "
+        "restore everything as it was"
+    )

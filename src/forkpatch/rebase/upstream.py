@@ -1,0 +1,329 @@
+"""Evidence that a patch is already upstream, found before applying it.
+
+Two kinds, both cheap and both reported with the upstream commit they name:
+
+* :class:`UpstreamIndex`: an upstream commit in base..onto with the patch's own
+  ``git patch-id`` (``git rebase`` skips such cherry-picks the same way), not
+  reverted since.
+* :class:`ReferenceChecker`: the patch says which upstream commit it came from
+  (``Upstream-Status: Backport [...id=<sha>]``, DEP-3 ``Origin: upstream, <sha>``,
+  ``(cherry picked from commit <sha>)``, a mail's ``From <sha>`` line, series.yaml's
+  ``upstream-commits``: :func:`forkpatch.patchfile.upstream_refs`) and that
+  commit is in the target's history and makes the same change: it touches the
+  patch's files and adds and removes the same lines (the context may differ: a
+  backport is often adapted), or the patch reverse-applies to the files as that
+  commit left them. When the change differs, a conflicting patch still names the
+  commit as its probable replacement.
+
+The content checks of the engine itself (content already present, a clean
+reverse-apply on the new base) come on top, in :mod:`forkpatch.engine`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
+
+from forkpatch.applier import HunkFailed, apply_file_patch, reverse
+from forkpatch.engine import Item
+from forkpatch.git import DIFF_OPTIONS, Git
+from forkpatch.patchfile import PatchFile, parse_patch, upstream_refs
+
+if TYPE_CHECKING:
+    from forkpatch.forkrepo import ForkRepo
+
+
+class UpstreamIndex:
+    """``git patch-id --stable`` of the commits in base..onto that could carry a patch.
+
+    A patch-id covers the file names, so only an upstream commit that touches
+    nothing but the patch's files can have the patch's id (or its reverse's).
+    One cheap ``git log --name-status`` (no content diffs) finds those candidates;
+    only they are diffed and hashed, with the patches that have any, in two more
+    git processes at most, whatever the number of patches. Loaded on first use.
+    """
+
+    def __init__(self, git: Git, base: str, onto: str, items: Sequence[Item]) -> None:
+        self.git, self.base, self.onto, self.items = git, base, onto, items
+        self._upstream: dict[str, tuple[int, str]] | None = None  # pid -> (age, commit)
+        self._subjects: dict[str, str] = {}
+        self._series: dict[str, tuple[str, str | None]] = {}  # name -> (pid, reverse pid)
+        self._known: dict[str, tuple[str, str] | None] | None = None
+
+    def preload(self, matches: dict[str, tuple[str, str] | None]) -> None:
+        """Answers computed earlier for every patch (a resumed rebase): nothing is loaded."""
+        self._known = dict(matches)
+
+    def matches(self) -> dict[str, tuple[str, str]]:
+        """Every patch with a match: name -> (commit, subject); loads the index."""
+        out = {}
+        for item in self.items:
+            found = self.match(item.entry.name)
+            if found is not None:
+                out[item.entry.name] = found
+        return out
+
+    def _touched(self) -> list[tuple[str, frozenset[str]]]:
+        """(commit, paths it touches) for base..onto, newest first."""
+        raw = self.git.run(
+            "log",
+            "--no-merges",
+            "--format=commit %H",
+            "-M",
+            "--name-status",
+            "-z",
+            f"{self.base}..{self.onto}",
+        ).stdout
+        out: list[tuple[str, set[str]]] = []
+        parts = raw.split(b"\0")
+        i = 0
+        while i < len(parts):
+            tok = parts[i].lstrip(b"\n")
+            i += 1
+            if not tok:
+                continue
+            if tok.startswith(b"commit ") and len(tok) == 47:
+                out.append((tok[7:].decode(), set()))
+                continue
+            n = 2 if tok[:1] in (b"R", b"C") else 1
+            if out:
+                out[-1][1].update(p.decode("utf-8", "surrogateescape") for p in parts[i : i + n])
+            i += n
+        return [(c, frozenset(paths)) for c, paths in out]
+
+    def _load(self) -> None:
+        if self._upstream is not None:
+            return
+        self._upstream = {}
+        if self.base == self.onto:
+            return
+        touched = self._touched()
+        age_of = {commit: age for age, (commit, _paths) in enumerate(touched)}
+        wanted: set[str] = set()
+        fake: dict[str, tuple[str, bool]] = {}
+        chunks = []
+        for i, item in enumerate(self.items):
+            if item.patch is None or not item.patch.diff:
+                continue
+            mine = set(item.patch.paths)
+            cands = {c for c, paths in touched if paths and paths <= mine}
+            if not cands:
+                continue
+            wanted |= cands
+            for rev, diff in ((False, item.patch.diff), (True, _reverse_diff(item.patch))):
+                if diff is None:
+                    continue
+                oid = f"{2 * i + rev + 1:040x}"
+                fake[oid] = (item.entry.name, rev)
+                chunks.append(
+                    f"commit {oid}\n".encode() + diff + (b"" if diff.endswith(b"\n") else b"\n")
+                )
+        if not wanted:
+            return
+        log_p = self.git.run(
+            "log",
+            "--no-walk=unsorted",
+            "--no-merges",
+            "--format=commit %H%nsubject %s",
+            *DIFF_OPTIONS,
+            *sorted(wanted, key=age_of.__getitem__),
+        ).stdout
+        current = ""
+        for line in log_p.split(b"\n"):
+            if line.startswith(b"commit ") and len(line) == 47:
+                current = line[7:].decode()
+            elif line.startswith(b"subject ") and current:
+                self._subjects.setdefault(current, line[8:].decode("utf-8", "replace"))
+        # The newest commit (smallest age) wins for a patch-id seen more than once.
+        for pid, commit in self._patch_ids(log_p):
+            age = age_of.get(commit, len(age_of))
+            if pid not in self._upstream or age < self._upstream[pid][0]:
+                self._upstream[pid] = (age, commit)
+        found: dict[str, dict[bool, str]] = {}
+        for pid, oid in self._patch_ids(b"".join(chunks)):
+            name, rev = fake[oid]
+            found.setdefault(name, {})[rev] = pid
+        for name, pids in found.items():
+            if False in pids:
+                self._series[name] = (pids[False], pids.get(True))
+
+    def _patch_ids(self, stream: bytes) -> Iterator[tuple[str, str]]:
+        if not stream.strip():
+            return
+        out = self.git.run("patch-id", "--stable", input=stream).stdout.decode()
+        for line in out.splitlines():
+            parts = line.split()
+            if len(parts) == 2:
+                yield parts[0], parts[1]
+
+    def match(self, name: str) -> tuple[str, str] | None:
+        """(commit, subject) of the upstream commit with the same patch-id, if any, and
+        not reverted by a newer upstream commit."""
+        if self._known is not None:
+            return self._known.get(name)
+        self._load()
+        assert self._upstream is not None
+        pids = self._series.get(name)
+        if pids is None or pids[0] not in self._upstream:
+            return None
+        age, commit = self._upstream[pids[0]]
+        if pids[1] is not None and pids[1] in self._upstream and self._upstream[pids[1]][0] < age:
+            return None  # upstream took it, then reverted it
+        return commit, self._subjects.get(commit, "")
+
+    def evidence(self, name: str) -> str | None:
+        found = self.match(name)
+        if found is None:
+            return None
+        commit, subject = found
+        return f"patch-id matches upstream commit {commit[:12]} '{subject}'"
+
+
+def _reverse_diff(patch: PatchFile) -> bytes | None:
+    """The text of the patch that undoes ``patch`` (for a revert's patch-id)."""
+    try:
+        return b"".join(reverse(fp).raw for fp in patch.files)
+    except Exception:
+        return None
+
+
+# --------------------------------------------------------------------------- references
+
+# How a line that names an upstream commit says so (for the evidence's wording).
+_NAMED_BY = re.compile(
+    r"^[ \t]*(?:(Upstream-Status|Origin|Applied-Upstream)[ \t]*:|(From) [0-9a-f]{40} |.*"
+    r"\((cherry[ -]picked from) commit|.*\b(commit) [0-9a-f]{40} upstream|.*\[ *([Uu]pstream commit))",
+    re.IGNORECASE,
+)
+
+
+def _named_by(text: str, oid: str) -> str:
+    """Which line names ``oid`` (``Origin``, ``cherry picked from``, ...)."""
+    for line in text.splitlines():
+        if oid[:7] in line.lower():
+            m = _NAMED_BY.match(line)
+            if m:
+                return next(g for g in m.groups() if g)
+    return "upstream-commits"
+
+
+def references(item: Item) -> list[tuple[str, str]]:
+    """The upstream commits ``item`` names as its origin, and how each is named: in its
+    patch file's header or its series entry (``upstream-commits``, ``origin``,
+    ``upstream``), as :func:`forkpatch.patchfile.upstream_refs` finds them."""
+    if item.patch is None:
+        return []
+    header, e = item.patch.header, item.entry
+    entry = "\n".join((f"Origin: {e.origin}", *e.upstream.split("; ")))
+    listed = [c.lower() for c in e.upstream_commits]
+    ids = dict.fromkeys([*upstream_refs(header), *listed, *upstream_refs(entry)])
+    return [(oid, _named_by(header + "\n" + entry, oid)) for oid in ids]
+
+
+def _changed_lines(fp_lines: Sequence[tuple[str, bytes]]) -> Counter[tuple[str, bytes]]:
+    return Counter((kind, text.strip()) for kind, text in fp_lines if text.strip())
+
+
+def _lines_of_patch(patch: PatchFile) -> dict[str, Counter[tuple[str, bytes]]]:
+    out: dict[str, Counter[tuple[str, bytes]]] = {}
+    for fp in patch.files:
+        lines = [(ln.kind, ln.text) for h in fp.hunks for ln in h.lines if ln.kind in "+-"]
+        out.setdefault(fp.path, Counter()).update(_changed_lines(lines))
+    return out
+
+
+class ReferenceChecker:
+    """Checks the upstream commits patches name against the target (see the module doc)."""
+
+    def __init__(self, git: Git, target_name: str, target_commit: str) -> None:
+        self.git, self.target_name, self.target_commit = git, target_name, target_commit
+        self.fork: ForkRepo | None = None  # for the shallow-clone check, when known
+        self._commits: dict[str, tuple[str, str] | None] = {}  # ref -> (commit, subject)
+
+    def _resolve(self, ref: str) -> tuple[str, str] | None:
+        """(full id, subject) of a referenced commit that is in the target's history."""
+        if ref not in self._commits:
+            proc = self.git.run(
+                "log",
+                "-1",
+                "--format=%H%x00%s",
+                "--end-of-options",
+                f"{ref}^{{commit}}",
+                check=False,
+            )
+            got = None
+            if proc.returncode == 0 and proc.stdout.strip():
+                commit, _, subject = proc.stdout.decode("utf-8", "replace").strip().partition("\0")
+                if self.git.is_ancestor(commit, self.target_commit):
+                    got = (commit, subject)
+            self._commits[ref] = got
+        return self._commits[ref]
+
+    def _referenced(self, item: Item) -> Iterator[tuple[str, str, str]]:
+        """(commit, subject, how) for each reference of ``item`` found in the target."""
+        if item.patch is None or not item.patch.files:
+            return
+        for ref, how in references(item):
+            got = self._resolve(ref)
+            if got is not None:
+                yield got[0], got[1], how
+
+    def evidence(self, item: Item) -> str | None:
+        """The evidence that a commit the patch names carries its change, or None."""
+        for commit, subject, how in self._referenced(item):
+            assert item.patch is not None
+            why = self._same_change(item.patch, commit)
+            if why:
+                return (
+                    f"upstream commit {commit[:12]} '{subject}' (named by the patch's {how} "
+                    f"line) is in {self.target_name} and {why}"
+                )
+        return None
+
+    def probable(self, item: Item) -> str | None:
+        """The first commit the patch names that is in the target: its probable replacement."""
+        for commit, subject, how in self._referenced(item):
+            return f"{commit[:12]} '{subject}' (named by the patch's {how} line)"
+        return None
+
+    def _same_change(self, patch: PatchFile, commit: str) -> str | None:
+        if self.fork is not None:
+            self.fork.require_history(commit, f"{commit}^", why="checking an upstream reference")
+        paths = list(patch.paths)
+        raw = self.git.run(
+            "diff-tree",
+            *DIFF_OPTIONS,
+            "--root",
+            "--no-commit-id",
+            commit,
+            "--",
+            *paths,
+            check=False,
+        )
+        if raw.returncode != 0 or not raw.stdout.strip():
+            return None
+        theirs = parse_patch(raw.stdout, source=f"upstream commit {commit[:12]}")
+        their_paths = {fp.path for fp in theirs.files}
+        if not {fp.path for fp in patch.files} <= their_paths:
+            return None
+        mine, upstream = _lines_of_patch(patch), _lines_of_patch(theirs)
+        if all(not (lines - upstream.get(path, Counter())) for path, lines in mine.items()):
+            return "makes the same change (same files, same added and removed lines)"
+        if self._reverse_applies(patch, commit):
+            return "holds the change (the patch reverse-applies to the files as it left them)"
+        return None
+
+    def _reverse_applies(self, patch: PatchFile, commit: str) -> bool:
+        for fp in patch.files:
+            if fp.is_binary or fp.new_path is None:
+                return False
+            got = self.git.run("cat-file", "blob", f"{commit}:{fp.new_path}", check=False)
+            if got.returncode != 0:
+                return False
+            try:
+                apply_file_patch(got.stdout, reverse(fp), max_fuzz=0)
+            except HunkFailed:
+                return False
+        return True

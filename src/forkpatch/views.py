@@ -1,0 +1,41 @@
+"""Human views of results, shared by the command line and the demo."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from forkpatch import log
+
+if TYPE_CHECKING:
+    from forkpatch.engine import PatchResult
+
+
+def table(rows: list[list[str]], headers: list[str]) -> str:
+    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows, strict=False)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    for row in rows:
+        lines.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    return "\n".join(lines)
+
+
+def print_results(results: Sequence[PatchResult], applied: Sequence[str] | None = None) -> None:
+    """One table row per patch (``*`` marks the applied ones), then each patch's details."""
+    rows = []
+    for i, r in enumerate(results, 1):
+        files = ", ".join(r.files[:3]) + (f" (+{len(r.files) - 3})" if len(r.files) > 3 else "")
+        if not r.files and any(d.startswith("build step") for d in r.detail):
+            files = "(build step)"
+        mark = ""
+        if applied is not None:
+            mark = "*" if r.name in applied else " "
+        rows.append([f"{mark}{i}", r.name, r.status, f"+{r.added}/-{r.removed}", files or "-"])
+    log.info(table(rows, ["#", "patch", "status", "lines", "files"]))
+    for r in results:
+        for line in r.detail:
+            if r.status not in ("clean",):
+                log.info(f"  {r.name}: {line}")
+        for c in r.conflicts:
+            log.info(f"  {r.name}: {c.reason}")
+        if r.evidence:
+            log.info(f"  {r.name}: {r.evidence}")

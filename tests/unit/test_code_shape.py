@@ -1,0 +1,40 @@
+"""The rebase package keeps the shape issue 13 asked for: typed state, small signatures."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import forkpatch.rebase
+
+PACKAGE = Path(forkpatch.rebase.__file__).resolve().parent
+
+
+def _functions(path: Path):
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield node
+
+
+def test_no_function_in_the_rebase_package_takes_more_than_five_parameters():
+    too_many = []
+    for path in sorted(PACKAGE.glob("*.py")):
+        for fn in _functions(path):
+            a = fn.args
+            count = len(a.posonlyargs) + len(a.args) + len(a.kwonlyargs)
+            count += bool(a.vararg) + bool(a.kwarg)
+            if count > 5:
+                too_many.append(f"{path.name}:{fn.lineno} {fn.name} ({count})")
+    assert too_many == []
+
+
+def test_the_rebase_state_is_typed_not_a_dict_of_anything():
+    """Only the report, a JSON document for other programs, is a mapping of values."""
+    for path in sorted(PACKAGE.glob("*.py")):
+        if path.name == "report.py":
+            continue
+        text = path.read_text(encoding="utf-8")
+        assert "Any" not in {n.id for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Name)}, (
+            f"{path.name} uses typing.Any"
+        )
+        assert "dict[str, Any]" not in text, path.name

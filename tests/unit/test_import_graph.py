@@ -1,0 +1,126 @@
+"""The modules of forkpatch import each other without cycles.
+
+Every import counts: at module level, inside functions (lazy imports only hide a
+cycle), under ``TYPE_CHECKING``, and modules named as strings to
+``importlib.import_module``. Importing ``a.b`` also runs ``a/__init__.py``, unless
+the importer is itself inside ``a``.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import forkpatch
+
+SRC = Path(forkpatch.__file__).resolve().parent
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in SRC.rglob("*.py"):
+        parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def _resolve(name: str, modules: dict[str, Path]) -> str | None:
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = _modules()
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for mod, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+        dynamic = "import_module" in path.read_text(encoding="utf-8")
+        wanted: list[str] = []
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                wanted += [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    base = ".".join([*up, base] if base else up)
+                for alias in node.names:
+                    full = f"{base}.{alias.name}"
+                    wanted.append(full if full in modules else base)
+            elif (
+                dynamic
+                and isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and node.value in modules
+            ):
+                wanted.append(node.value)
+        for name in wanted:
+            target = _resolve(name, modules)
+            if target is None or target == mod:
+                continue
+            if mod.startswith(target + ".") and name != target:
+                continue  # a submodule of its own package: the package is already running
+            graph[mod].add(target)
+            parent = target
+            while "." in parent:
+                parent = parent.rpartition(".")[0]
+                if parent in modules and not mod.startswith(parent + "."):
+                    graph[mod].add(parent)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycles():
+    assert cycles(import_graph()) == []
+
+
+def test_the_checker_sees_lazy_and_dynamic_imports():
+    graph = import_graph()
+    assert "forkpatch.cli_rebase" in graph["forkpatch.cli"]  # importlib.import_module("...")
+    assert "forkpatch.stack" in graph["forkpatch.rebase.run"]  # a function-level import
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_the_core_does_not_import_the_layers_above_it():
+    graph = import_graph()
+    assert not any(m.startswith("forkpatch.rebase") for m in graph["forkpatch.project"])
+    assert {m for m, targets in graph.items() if "forkpatch.demo" in targets} == {"forkpatch.cli"}
+    assert "forkpatch.publish" not in graph["forkpatch.smoke.runner"]
