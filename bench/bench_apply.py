@@ -8,6 +8,9 @@ made outside the timed region:
 * forkpatch apply   a fresh project (series.yaml + patches/, no .forkpatch/):
                     builds its store, applies in memory, writes the commits with
                     fast-import, checks out the work tree (``git worktree add``);
+* forkpatch apply --sparse
+                    the same with a sparse work tree (root files and the
+                    directories the series touches);
 * forkpatch status  the in-memory engine alone (no commits, no work tree);
 * engine in-process the same engine inside one Python process, timed around
                     parse + apply + fast-import (no interpreter start-up, no checkout);
@@ -100,7 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-n", type=int, default=300, help="number of patches (a generated size)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument(
-        "--skip", default="", help="comma list of tools to skip: fp,status,engine,am,am-co,quilt"
+        "--skip",
+        default="",
+        help="comma list of tools to skip: fp,sparse,push,status,engine,am,am-co,quilt",
     )
     ap.add_argument(
         "--profile",
@@ -158,6 +163,22 @@ def main(argv: list[str] | None = None) -> int:
                 a.reps,
                 prepare=lambda i: fresh_project(workdir, n, proj),
                 measure=lambda ctx: timed(fp_apply, cwd=proj, env=env),
+                verify=verify_fp,
+            )
+        )
+
+    # -- forkpatch apply --sparse: the same, with a work tree of the root files and
+    #    the directories the series touches only.
+    fp_sparse = [*fp, "-q", "apply", "--sparse"]
+    if "sparse" not in skip:
+        print(f"  forkpatch apply --sparse: cd <fresh project> && {cmdline(fp_sparse)}")
+        results.append(
+            repeat(
+                "forkpatch apply --sparse",
+                cmdline(fp_sparse),
+                a.reps,
+                prepare=lambda i: fresh_project(workdir, n, proj),
+                measure=lambda ctx: timed(fp_sparse, cwd=proj, env=env),
                 verify=verify_fp,
             )
         )

@@ -9,7 +9,30 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fptest import GIT_ENV, Runner, ScratchRepo, snapshot
+from fptest import Runner, ScratchRepo
+
+# Settings that change what forkpatch itself does. A developer may have them
+# exported (FORKPATCH_FORK_REPO pointing at the real fork is common); no test
+# may see them, or a test built on the example fork would run on the real one.
+# The real-fork tier reads its fork from tests/real_fork/realkit.py, which
+# took FORKPATCH_FORK_REPO before this fixture removes it.
+TOOL_ENV = (
+    "FORKPATCH_FORK_REPO",
+    "FORKPATCH_BASE_WHEEL",
+    "FORKPATCH_PUBLISH_TO",
+    "FORKPATCH_DEBUG",
+    "FORKPATCH_KEEP_CONTAINER",
+    "FORKPATCH_KEEP_SMOKE_ENV",
+    "FORKPATCH_TEST_KILL_AT",
+    "FORKPATCH_TEST_COUNT_WRITES",
+    "FORKPATCH_TEST_PAUSE_AFTER",
+)
+
+
+@pytest.fixture(autouse=True)
+def _no_developer_forkpatch_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in TOOL_ENV:
+        monkeypatch.delenv(name, raising=False)
 
 
 @pytest.fixture

@@ -47,9 +47,8 @@ class AliasedGroup(click.Group):
 @click.option(
     "--fork-repo",
     metavar="PATH",
-    envvar="FORKPATCH_FORK_REPO",
-    help="Local clone of the fork (bare or not) to use instead of fork.url. "
-    "[env: FORKPATCH_FORK_REPO]",
+    help="Local clone of the fork (bare or not) to use instead of fork.url. Without it, "
+    "FORKPATCH_FORK_REPO stands in for a fork.url that is not a local path.",
 )
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
 @click.option("-q", "--quiet", is_flag=True, help="Less progress output on stderr.")
@@ -145,14 +144,22 @@ def status(c: Ctx, as_json: bool) -> None:
     help="Where to create the work tree (default: .forkpatch/worktree).",
 )
 @click.option("--force", is_flag=True, help="Discard unsaved changes in an existing work tree.")
+@click.option(
+    "--sparse/--full",
+    default=None,
+    help="Check out only the directories the series touches (fast; it grows as patches "
+    "touch more), or every file. Default: as the existing work tree is; a new one is full.",
+)
 @pass_ctx
-def apply(c: Ctx, worktree: Path | None, force: bool) -> None:
+def apply(c: Ctx, worktree: Path | None, force: bool, sparse: bool | None) -> None:
     """Create the work tree: the fork at the base, one commit per patch."""
     stack = c.stack()
     with stack.project.locked("apply"):
-        path, result = stack.apply(worktree, force=force)
+        path, result = stack.apply(worktree, force=force, sparse=sparse)
     print_results(result.results)
-    log.info(f"work tree: {path} (branch forkpatch/stack)")
+    layout = stack.layout()
+    what = f"sparse: {len(layout.dirs or ())} directories" if layout.sparse else "full"
+    log.info(f"work tree: {path} (branch forkpatch/stack, {what})")
 
 
 @cli.command()
@@ -232,12 +239,17 @@ def edit(c: Ctx, name: str) -> None:
     is_flag=True,
     help="Save even with conflict markers / when patches above no longer apply.",
 )
+@click.option(
+    "--offsets",
+    is_flag=True,
+    help="Also rewrite patches above whose hunks only moved to other line numbers.",
+)
 @pass_ctx
-def refresh(c: Ctx, force: bool) -> None:
+def refresh(c: Ctx, force: bool, offsets: bool) -> None:
     """Write the top patch (with the work tree's changes) back to its file."""
     stack = c.stack()
     with stack.project.locked("refresh"):
-        changed = stack.refresh(force=force)
+        changed = stack.refresh(force=force, offsets=offsets)
     if changed:
         for n in changed:
             log.info(f"wrote patches/{stack.project.series.get(n).file}")
@@ -284,15 +296,30 @@ def move(c: Ctx, name: str, before: str | None, after: str | None, position: int
 
 
 @cli.command()
+@click.option(
+    "--offsets",
+    is_flag=True,
+    help="Also rewrite patches whose hunks only moved to other line numbers.",
+)
 @pass_ctx
-def export(c: Ctx) -> None:
-    """Write every applied patch back to its file (only changed files are rewritten)."""
+def export(c: Ctx, offsets: bool) -> None:
+    """Write every applied patch back to its file (only changed files are rewritten).
+
+    A patch whose diff differs from its file only in the line numbers of its hunks
+    (an edit below it moved them) is left as it is: its file still applies to the
+    same result. --offsets rewrites those too.
+    """
     stack = c.stack()
     with stack.project.locked("export"):
-        changed = stack.export()
+        changed, moved = stack.export(offsets=offsets)
     log.info(
         f"{len(changed)} patch file(s) changed" + (": " + ", ".join(changed) if changed else "")
     )
+    if moved:
+        log.info(
+            f"left as they are, only their line numbers moved: {', '.join(moved)} "
+            "(`forkpatch export --offsets` rewrites them)"
+        )
 
 
 @cli.command(name="import")

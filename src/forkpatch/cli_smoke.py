@@ -61,6 +61,33 @@ def _bisect(
         log.emit_json(result.to_json())
 
 
+def install_line(to: str, simple_url: str | None, files: list[str]) -> str:
+    """The pip command that installs what was published to ``to``.
+
+    ``--extra-index-url``, not ``--index-url``: the target holds only our wheels,
+    and their dependencies (the fork's requirements) come from the default index.
+    The exact pin keeps it safe from a same-named package elsewhere: a local
+    version (``+fp.<label>``) cannot be on PyPI.
+    """
+    from packaging.utils import parse_wheel_filename
+
+    from forkpatch.publish import DirTarget, IndexTarget, open_target
+
+    target = open_target(to, simple_url=simple_url)
+    if isinstance(target, DirTarget):
+        index = target.simple.as_uri() + "/"
+    else:
+        assert isinstance(target, IndexTarget)
+        index = target.simple_url
+    pins = []
+    for f in files:
+        name, version, _build, _tags = parse_wheel_filename(Path(f).name)
+        pin = f"'{name}=={version}'"
+        if pin not in pins:
+            pins.append(pin)
+    return f"pip install --extra-index-url {index} {' '.join(pins)}"
+
+
 def register(cli: click.Group) -> None:
     from forkpatch.cli_context import pass_ctx
 
@@ -224,13 +251,14 @@ def register(cli: click.Group) -> None:
         if as_json:
             log.emit_json(outcome.report)
         if not outcome.passed:
+            from forkpatch.smoke.runner import failure_tip
+
             failed = [
                 ch["id"] for ch in outcome.report["checks"] if ch["outcome"] in ("failed", "error")
             ]
             raise SmokeError(
                 f"{len(failed)} smoke check(s) failed: {', '.join(failed)}",
-                tip="the report above says why; `forkpatch smoke --bisect` finds "
-                "the patch that broke it",
+                tip=failure_tip(outcome.report),
             )
 
     @cli.command()
@@ -296,5 +324,7 @@ def register(cli: click.Group) -> None:
         for p in done:
             extra = f" (without tier(s) {', '.join(p.overrides)})" if p.overrides else ""
             log.info(f"{p.action}: {p.file}{extra}")
+        if done:
+            log.info("install: " + install_line(str(target), simple_url, [p.file for p in done]))
         if as_json:
             log.emit_json({"target": str(target), "published": [p.to_json() for p in done]})

@@ -170,8 +170,13 @@ def _stage_smoke_publish(ctx: DemoContext) -> None:
         done = publish(
             PublishOptions(wheels=(wheel,), to=str(index), allow_missing_tiers=("sm70",)), project
         )
-    log.info(f"    pip install --index-url {(index / 'simple').as_uri()}/ 1cat-vllm")
-    ctx.summary.update({"published": [p.to_json() for p in done], "index": str(index)})
+    from forkpatch.cli_smoke import install_line
+
+    line = install_line(str(index), None, [p.file for p in done])
+    log.info(f"    {line}")
+    ctx.summary.update(
+        {"published": [p.to_json() for p in done], "index": str(index), "install": line}
+    )
 
 
 # The order a user would follow: set up, apply, rebase onto the newer tag, build,
@@ -220,6 +225,6 @@ def _print_locations(ctx: DemoContext) -> None:
     for label, path in rows:
         if path:
             log.info(f"  {label:34} {path}")
-    if s.get("index"):
-        log.info(f"install it: pip install --index-url file://{s['index']}/simple/ 1cat-vllm")
+    if s.get("install"):
+        log.info(f"install it: {s['install']}")
     log.info(f"next: cd {ctx.project_dir} && forkpatch status")

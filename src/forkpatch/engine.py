@@ -278,7 +278,10 @@ class SeriesApplier:
         detect_upstream: bool = False,
         merge_bases: dict[str, dict[str, tuple[bytes | None, bytes | None]]] | None = None,
         labels: tuple[str, str] = ("base", "patch"),
+        step_commits: bool = False,
     ) -> None:
+        """``step_commits``: a build step gets an empty commit carrying its name (the
+        editable stack marks its position with it; wheels and rebases need none)."""
         self.git = git
         self.base_commit = base_commit
         self.max_fuzz = max_fuzz
@@ -286,6 +289,7 @@ class SeriesApplier:
         self.detect_upstream = detect_upstream
         self.merge_bases = merge_bases or {}
         self.labels = labels
+        self.step_commits = step_commits
 
     # ----------------------------------------------------------------- one file
 
@@ -558,7 +562,7 @@ class SeriesApplier:
             state = TreeState(self.git, reader, start)
             state.prefetch(items)
             fi: FastImport | None = self.git.fast_import() if write else None
-            date = commit_date(self.git, self.base_commit) if write else ""
+            date = commit_date(self.git, self.base_commit, reader) if write else ""
             marks: list[tuple[int, str]] = []
             tip = start
             failed = False
@@ -577,11 +581,14 @@ class SeriesApplier:
                 if result.status == "conflict":
                     failed = True
                     continue
-                if fi is not None and item.patch is not None and result.status != "upstreamed":
+                wanted = item.patch is not None or self.step_commits
+                if fi is not None and wanted and result.status != "upstreamed":
                     tip = fi.commit(
                         parent=tip,
                         changes=changes,
-                        message=commit_message(item.entry, item.patch.header),
+                        message=commit_message(
+                            item.entry, item.patch.header if item.patch is not None else ""
+                        ),
                         date=date,
                     )
                     marks.append((len(out.results) - 1, tip))

@@ -4,9 +4,21 @@ forkpatch never moves a branch or touches the work tree of the user's clone of
 the fork. It keeps a bare repository under ``.forkpatch/repo.git`` in the
 project. For a local fork (``--fork-repo PATH``, ``FORKPATCH_FORK_REPO`` or a
 ``fork.url`` that is a path) the store borrows the fork's objects through
-``objects/info/alternates`` and copies only its tag refs, which takes
-milliseconds even for a fork of vLLM's size. For a remote URL the tags are
-fetched into the store.
+``objects/info/alternates`` and copies only its tag refs (and its shallow
+boundary, when it is a shallow clone), which takes milliseconds even for a fork
+of vLLM's size. Nothing is ever written into the fork repository: it may be
+read-only. For a remote URL the tags are fetched into the store.
+
+Which repository is used, first match wins (:func:`choose_source`):
+
+1. ``--fork-repo PATH`` on the command line;
+2. ``fork.url`` (or ``init --fork-url``) when it is a local path: it is a clone already;
+3. ``FORKPATCH_FORK_REPO``: the developer's local clone of the fork that fork.url names;
+4. ``fork.url``, fetched over the network.
+
+A repository that does not hold series.yaml's base commit is refused with an
+error naming both (:meth:`ForkRepo.require_commit`): it is a clone of another
+fork, or too shallow, and applying patches to it could only fail confusingly.
 """
 
 from __future__ import annotations
@@ -53,6 +65,24 @@ def local_git_dir(source: str) -> Path:
     )
 
 
+def choose_source(url: str, override: str | None = None) -> tuple[str, str]:
+    """(source, how it was chosen) for a fork ``url`` and a ``--fork-repo`` ``override``.
+
+    An explicit ``--fork-repo`` wins; then a ``url`` that is a local path (it is
+    already a clone: a developer's FORKPATCH_FORK_REPO, meant as a stand-in for the
+    network URL, must not silently replace another local fork); then the
+    environment variable; then the URL itself.
+    """
+    if override:
+        return override, "--fork-repo"
+    if is_local_source(url):
+        return url, "fork.url"
+    env = os.environ.get(ENV_FORK_REPO)
+    if env:
+        return env, ENV_FORK_REPO
+    return url, "fork.url"
+
+
 @dataclass
 class ForkRepo:
     """The project's view of the fork: tags, commits and objects."""
@@ -60,10 +90,12 @@ class ForkRepo:
     store: Git
     source: str
     local: bool
+    #: Where ``source`` came from: "--fork-repo", "fork.url" or "FORKPATCH_FORK_REPO".
+    chosen_by: str = "fork.url"
 
     @classmethod
     def open(cls, project_dir: Path, url: str, override: str | None = None) -> ForkRepo:
-        source = override or os.environ.get(ENV_FORK_REPO) or url
+        source, chosen_by = choose_source(url, override)
         local = is_local_source(source)
         store_path = project_dir / STORE_DIR / "repo.git"
         (project_dir / STORE_DIR).mkdir(parents=True, exist_ok=True)
@@ -71,10 +103,14 @@ class ForkRepo:
         if not ignore.exists():
             ignore.write_text("# forkpatch's private state; never commit it\n*\n")
         git = Git(store_path) if (store_path / "HEAD").exists() else init_bare(store_path)
-        repo = cls(store=git, source=source, local=local)
+        repo = cls(store=git, source=source, local=local, chosen_by=chosen_by)
         if local:
             repo._link_local()
         return repo
+
+    def describe(self) -> str:
+        """The source and how it was chosen, for messages."""
+        return f"{self.source} (from {self.chosen_by})"
 
     # ----------------------------------------------------------------- sources
 
@@ -86,6 +122,18 @@ class ForkRepo:
         want = f"{objects}\n"
         if not alt.exists() or alt.read_text() != want:
             alt.write_text(want)
+        # A shallow clone's boundary commits have parents that are not there; git in
+        # the store must know it too, or walking past them fails ("Failed to traverse
+        # parents") instead of stopping there.
+        shallow = src / "shallow"
+        mine = self.store.git_dir / "shallow"
+        have = mine.read_bytes() if mine.exists() else None
+        want_shallow = shallow.read_bytes() if shallow.is_file() else None
+        if want_shallow != have:
+            if want_shallow is None:
+                mine.unlink()
+            else:
+                mine.write_bytes(want_shallow)
         self._source_git = Git(src)
 
     def source_tags(self) -> dict[str, str]:
@@ -170,7 +218,7 @@ class ForkRepo:
             if (
                 self.store.commit_of(commit) is None
                 or self.store.commit_of(f"refs/tags/{tag}") != commit
-            ):
+            ) and not self._copy_local_tag(tag, commit):
                 self.fetch([f"+refs/tags/{tag}:refs/tags/{tag}"])
             resolved = self.store.commit_of(f"refs/tags/{tag}")
             if resolved is None:
@@ -178,14 +226,49 @@ class ForkRepo:
             commit = resolved
         return commit
 
+    def _local_base(self, tag: str, recorded: str) -> str:
+        """The commit ``tag`` names in a local fork that holds ``recorded``, with the
+        store's tag kept equal to the fork's: one git process when all is well (for
+        `apply` this is most of the command), the precise error otherwise."""
+        # Every argument starts with refs/ or is 40 hex digits: none is an option.
+        proc = self._source_git.run(
+            "rev-parse",
+            f"refs/tags/{tag}",
+            f"refs/tags/{tag}^{{commit}}",
+            f"{recorded}^{{commit}}",
+            check=False,
+        )
+        out = proc.stdout.decode().split()
+        if proc.returncode != 0 or len(out) != 3:
+            # First: is this a clone of the right fork at all? A wrong repository
+            # (another fork, FORKPATCH_FORK_REPO left over from other work) would
+            # otherwise show up as a moved tag or as patches that do not apply.
+            self.require_commit(recorded, f"series.yaml's base ({tag})")
+            return self.resolve_tag(tag)  # not there: its error lists the near tags
+        oid, commit, _recorded = out
+        loose = self.store.git_dir / "refs" / "tags" / tag
+        if not (loose.is_file() and loose.read_text().strip() == oid):
+            self.store.update_ref(f"refs/tags/{tag}", oid)
+        return commit
+
+    def _copy_local_tag(self, tag: str, commit: str) -> bool:
+        """For a local fork, point the store's tag at the fork's tag object directly:
+        its objects are borrowed already, so a fetch (a transport, connectivity
+        checks, several processes) would only copy the ref."""
+        if not self.local:
+            return False
+        oid = self._source_git.rev_parse(f"refs/tags/{tag}")
+        if oid is None or self.store.commit_of(oid) != commit:
+            return False
+        self.store.update_ref(f"refs/tags/{tag}", oid)
+        return True
+
     def verify_base(self, tag: str, recorded: str) -> str:
         """Check that ``tag`` still names the commit series.yaml recorded."""
-        try:
-            current = self.resolve_tag(tag, refresh=self.local)
-        except ForkRepoError:
-            if self.store.commit_of(recorded) is not None:
-                raise
-            raise
+        if self.local:
+            current = self._local_base(tag, recorded)
+        else:
+            current = self.resolve_tag(tag, refresh=False)
         if current != recorded:
             raise ForkRepoError(
                 f"tag '{tag}' in the fork ({self.source}) now points to {current}, but "
@@ -193,7 +276,7 @@ class ForkRepo:
                 tip=f"if the move is intended, run `forkpatch rebase --onto {tag}` to rebase onto "
                 f"its new commit; otherwise fix the tag in the fork",
             )
-        if self.store.commit_of(recorded) is None:
+        if not self.local and self.store.commit_of(recorded) is None:
             self.fetch()
         return current
 
@@ -254,6 +337,34 @@ class ForkRepo:
             return self.store.commit_of(oid) is not None
         except GitError:
             return False
+
+    def require_commit(self, commit: str, what: str) -> None:
+        """Refuse a fork repository that does not hold ``commit`` (``what`` names it)."""
+        if self.commit_exists(commit):
+            return
+        if not self.local:
+            self.fetch()
+            if self.commit_exists(commit):
+                return
+        boundary = sorted(self.shallow_commits())
+        if boundary:
+            why = (
+                f"it is a shallow clone whose history stops at {_short(boundary)}: deepen it "
+                f"(`git -C {self.source} fetch --unshallow`, or in CI `fetch-depth: 0`)"
+            )
+        else:
+            why = "it is a clone of another fork, or one that never had this commit"
+        raise ForkRepoError(
+            f"the fork repository {self.describe()} does not contain {what}, commit "
+            f"{commit}: {why}",
+            tip=f"use a clone of the fork that series.yaml names: --fork-repo PATH "
+            f"(beats {ENV_FORK_REPO}) or unset {ENV_FORK_REPO} to use fork.url",
+        )
+
+
+def _short(commits: list[str]) -> str:
+    shown = ", ".join(c[:12] for c in commits[:3])
+    return shown + (f" and {len(commits) - 3} more" if len(commits) > 3 else "")
 
 
 def nearest_tags(tag: str, tags: dict[str, str] | list[str], n: int = 5) -> list[str]:

@@ -14,7 +14,8 @@ from forkpatch.project import Project
 from forkpatch.redact import CREDENTIAL_TIP, hide_url_secrets, url_has_credentials
 from forkpatch.series import SERIES_FILE, load_series, new_series, save_series
 
-GITIGNORE_LINE = ".forkpatch/"
+# forkpatch's private state, and the wheels `build-wheel` writes (dist/ by default).
+GITIGNORE_LINES = (".forkpatch/", "dist/")
 
 
 def init_project(
@@ -65,10 +66,14 @@ def init_project(
 def _ensure_gitignore(root: Path) -> None:
     path = root / ".gitignore"
     text = path.read_text() if path.exists() else ""
-    if GITIGNORE_LINE not in text.splitlines():
+    have = {line.strip() for line in text.splitlines()}
+    missing = [
+        line for line in GITIGNORE_LINES if line not in have and line.rstrip("/") not in have
+    ]
+    if missing:
         if text and not text.endswith("\n"):
             text += "\n"
-        atomic_write(path, (text + GITIGNORE_LINE + "\n").encode())
+        atomic_write(path, (text + "".join(f"{line}\n" for line in missing)).encode())
 
 
 @dataclass

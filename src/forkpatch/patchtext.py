@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import TracebackType
 
 from forkpatch.applier import HunkFailed, apply_file_patch
@@ -50,6 +50,8 @@ class Rendered:
     data: bytes
     diff_changed: bool  # the diff no longer described the commit and was rewritten
     header_changed: bool
+    #: The diff was kept although its hunks now start at other lines (``keep_offsets``).
+    offsets_kept: bool = False
 
 
 def _bare(line: bytes) -> bytes:
@@ -208,6 +210,7 @@ class PatchTexts:
         description: str | None = None,
         summary: str | None = None,
         source: str = "patch",
+        keep_offsets: bool = False,
     ) -> Rendered:
         """The bytes the patch file should have for ``commit`` (a patch on ``parent``,
         default its first parent), given the bytes ``old`` it has now.
@@ -215,6 +218,10 @@ class PatchTexts:
         ``raw_diff`` is ``git diff-tree`` output with full ``index`` lines
         (:data:`forkpatch.git.DIFF_OPTIONS`), computed when not given.
         ``description``/``summary`` are the commit message's (None: keep the file's).
+        ``keep_offsets``: a diff whose hunks apply only at other lines (an edit of a
+        patch below moved them) is kept too when, so applied, it still gives exactly
+        the commit's files (``Rendered.offsets_kept``): the stack's refresh and export
+        leave such files alone unless asked (``--offsets``).
         """
         try:
             return self._render(
@@ -225,6 +232,7 @@ class PatchTexts:
                 description=description,
                 summary=summary,
                 source=source,
+                keep_offsets=keep_offsets,
             )
         finally:
             if not self._held:
@@ -240,6 +248,7 @@ class PatchTexts:
         description: str | None,
         summary: str | None,
         source: str,
+        keep_offsets: bool = False,
     ) -> Rendered:
         parent = parent or f"{commit}^"
         if raw_diff is None:
@@ -262,18 +271,20 @@ class PatchTexts:
         sections, tail = _sections(patch)
         body = b"".join(s.raw for s in sections)
 
-        diff_changed = False
+        diff_changed = offsets_kept = False
         if body == canonical:
             diff = body + tail
         elif not patch.files or not canonical:
             diff, diff_changed = canonical, True
         elif self._same_effect(patch.files, parent, commit):
             diff = body + tail
+        elif keep_offsets and self._same_effect(patch.files, parent, commit, allow_offset=True):
+            diff, offsets_kept = body + tail, True
         else:
             diff = self._rewrite(sections, raw_diff, parent, commit) + tail
             diff_changed = True
 
-        return self._finish(
+        rendered = self._finish(
             header_bytes,
             diff,
             description=description,
@@ -282,6 +293,7 @@ class PatchTexts:
             canonical=canonical,
             changed_by=(parent, commit) if diff_changed else None,
         )
+        return replace(rendered, offsets_kept=offsets_kept) if offsets_kept else rendered
 
     def _finish(
         self,
@@ -350,9 +362,11 @@ class PatchTexts:
         paths: set[str],
         pre: dict[str, tuple[str, str]],
         post: dict[str, tuple[str, str]],
+        allow_offset: bool = False,
     ) -> bool:
-        """Whether applying ``files`` exactly to the ``pre`` files gives the ``post`` ones
-        (modes included) on every path of ``paths``."""
+        """Whether applying ``files`` exactly (or, with ``allow_offset``, at other lines
+        but no fuzz) to the ``pre`` files gives the ``post`` ones (modes included) on
+        every path of ``paths``."""
         state: dict[str, tuple[str, bytes] | None] = {}
 
         def current(path: str) -> tuple[str, bytes] | None:
@@ -383,7 +397,7 @@ class PatchTexts:
                     result: bytes | None = data
                 else:
                     res = apply_file_patch(
-                        before[1] if before else None, fp, max_fuzz=0, allow_offset=False
+                        before[1] if before else None, fp, max_fuzz=0, allow_offset=allow_offset
                     )
                     result = res.content
                 if fp.new_path is None:
@@ -413,7 +427,14 @@ class PatchTexts:
     def _touched(files: tuple[FilePatch, ...] | list[FilePatch]) -> set[str]:
         return {p for fp in files for p in (fp.old_path, fp.new_path) if p is not None}
 
-    def _same_effect(self, files: tuple[FilePatch, ...], parent: str, commit: str) -> bool:
+    def _same_effect(
+        self,
+        files: tuple[FilePatch, ...],
+        parent: str,
+        commit: str,
+        *,
+        allow_offset: bool = False,
+    ) -> bool:
         """Whether the old diff, applied exactly to ``parent``, gives ``commit``."""
         pre, post, changed = self._changes(parent, commit)
         paths = self._touched(files) | changed
@@ -422,7 +443,7 @@ class PatchTexts:
             # that is for the check to say): read those files too.
             pre.update(self._entries(parent, paths - changed))
             post.update(self._entries(commit, paths - changed))
-        return self._effect_holds(files, paths, pre, post)
+        return self._effect_holds(files, paths, pre, post, allow_offset)
 
     def _changes(
         self, parent: str, commit: str

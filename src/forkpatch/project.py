@@ -384,6 +384,24 @@ class Project:
             or not all(_is_name(n) for n in editing.get("above", []))
         ):
             raise bad(f"'editing' must be {{patch: NAME, above: [NAME...]}}, found {editing!r}")
+        layout = data.get("layout")
+        if layout is not None:
+            # The work tree's files (forkpatch.worktree.Layout): sparse directories or
+            # None (all), and files left out; every one a plain path in the tree.
+            dirs = layout.get("dirs") if isinstance(layout, dict) else ()
+            excluded = layout.get("excluded", []) if isinstance(layout, dict) else ()
+            if (
+                not isinstance(layout, dict)
+                or set(layout) - {"dirs", "excluded"}
+                or not (dirs is None or isinstance(dirs, list))
+                or not isinstance(excluded, list)
+            ):
+                raise bad("'layout' must be {dirs: [DIR...]|null, excluded: [PATH...]}")
+            for rel in [*(dirs or []), *excluded]:
+                try:
+                    check_relpath(rel, where=f"{where}: layout")
+                except PathSafetyError as exc:
+                    raise bad(exc.message.removeprefix(f"{where}: ")) from None
         bases = data.get("merge_bases")
         if bases is not None:
             if not isinstance(bases, dict):
@@ -513,7 +531,7 @@ class Project:
         return done
 
 
-_STACK_KEYS = frozenset({"root", "worktree", "base", "editing", "merge_bases"})
+_STACK_KEYS = frozenset({"root", "worktree", "base", "editing", "merge_bases", "layout"})
 _OID = re.compile(r"\A[0-9a-f]{40}\Z")
 
 

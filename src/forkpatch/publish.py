@@ -20,7 +20,8 @@ Targets (:class:`Target`):
 - :class:`DirTarget`: a plain directory made into a static PEP 503 index
   (``simple/index.html``, ``simple/<name>/index.html`` with ``#sha256=``
   links, files under ``packages/``), written atomically under a lock;
-  ``pip install --index-url file:///DIR/simple`` installs from it.
+  ``pip install --extra-index-url file:///DIR/simple/ '1cat-vllm==<version>'``
+  installs from it (the dependencies come from the default index).
 
 Publishing the same file again is a no-op; a different file under the same
 name (or the same version and tags) is refused.
@@ -322,7 +323,7 @@ class DirTarget:
         self.simple = self.root / "simple"
 
     def describe(self) -> str:
-        return f"{self.root} (static index: --index-url {self.simple.as_uri()}/)"
+        return f"{self.root} (static index {self.simple.as_uri()}/)"
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:

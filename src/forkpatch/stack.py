@@ -17,10 +17,11 @@ import os
 import re
 import shutil
 import stat
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from forkpatch import log
+from forkpatch import log, worktree
 from forkpatch.engine import (
     Item,
     PatchResult,
@@ -99,6 +100,38 @@ class Stack:
             )
         return self.project.linked_worktree(path)
 
+    def layout(self) -> worktree.Layout:
+        return worktree.Layout.from_json(self.state.get("layout"))
+
+    def _save_layout(self, layout: worktree.Layout) -> None:
+        state = self.state
+        if layout.to_json() != worktree.Layout.from_json(state.get("layout")).to_json():
+            state["layout"] = layout.to_json()
+            self.project.write_state(state)
+
+    def _widen(self, wt: Git, paths: list[str] | None = None) -> None:
+        """A sparse work tree grows to every directory the applied patches (and
+        ``paths``) touch, so that what is in a patch can always be seen and edited."""
+        layout = self.layout()
+        if not layout.sparse:
+            return
+        if paths is None:
+            raw = wt.run("diff", "--name-only", "-z", self.base_commit(), "HEAD").stdout
+            paths = [x.decode("utf-8", "surrogateescape") for x in raw.split(b"\0") if x]
+        if layout.covers(paths):
+            return
+        new = layout.with_dirs(worktree.dirs_of(paths))
+        worktree.apply_layout(wt, new)
+        self._save_layout(new)
+
+    def changes(self, wt: Git) -> list[worktree.Change]:
+        """The work tree's changes (``git status``), phantom files left out first."""
+        layout = self.layout()
+        new, changes = worktree.settle(wt, layout, self.fork.describe())
+        if new != layout:
+            self._save_layout(new)
+        return changes
+
     def base_commit(self) -> str:
         return self.state.get("base") or self.project.series.base.commit
 
@@ -136,7 +169,7 @@ class Stack:
         return patches
 
     def is_dirty(self, wt: Git) -> bool:
-        return bool(wt.run("status", "--porcelain", "--untracked-files=all").stdout.strip())
+        return bool(self.changes(wt))
 
     def require_clean(self, wt: Git, what: str) -> None:
         if self.is_dirty(wt):
@@ -149,11 +182,34 @@ class Stack:
 
     # ----------------------------------------------------------------- apply
 
-    def _checkout(self, head: str, worktree: Path | None) -> Path:
-        path = worktree or self.worktree_path() or self.project.state_dir / DEFAULT_WORKTREE
+    def _checkout(
+        self,
+        head: str,
+        where: Path | None,
+        sparse: bool | None = None,
+        touched: list[str] | None = None,
+    ) -> Path:
+        """Put the work tree at ``head`` (creating it): full, or sparse with ``sparse``
+        (None: as it was), holding the directories of ``touched`` (default: the
+        files that differ between the base and ``head``)."""
+        path = where or self.worktree_path() or self.project.state_dir / DEFAULT_WORKTREE
         path = path.resolve()
+        old = self.layout() if (path / ".git").exists() else worktree.Layout()
+        if sparse is None:
+            sparse = old.sparse
+        dirs = None
+        if sparse:
+            if touched is None:
+                raw = self.store.run(
+                    "diff", "--name-only", "-z", self.project.series.base.commit, head
+                ).stdout
+                touched = [x.decode("utf-8", "surrogateescape") for x in raw.split(b"\0") if x]
+            dirs = tuple(worktree.dirs_of(touched))
+        layout = worktree.Layout(dirs=dirs, excluded=old.excluded)
         if (path / ".git").exists():
             wt = self.project.linked_worktree(path)  # never another project's work tree
+            if layout != old:
+                worktree.apply_layout(wt, layout)
             wt.run("checkout", "-q", "-f", "-B", BRANCH, head)
             wt.run("clean", "-q", "-fdx")
         else:
@@ -162,20 +218,28 @@ class Stack:
                     f"{path} exists and is not empty",
                     tip="choose another --worktree DIR or remove it",
                 )
-            self.store.run("worktree", "prune")
-            other = self._stack_worktree()
-            if other is not None and other != path:
-                # git would refuse with "cannot force update the branch ... checked out".
-                raise UsageError(
-                    f"this project already has a work tree at {other}; forkpatch keeps "
-                    f"one work tree per project, so {path} was not created",
-                    tip=f"work in {other} (`forkpatch apply` re-applies the series there); "
-                    f"to move it, save your work (`forkpatch export`), delete {other}, then "
-                    f"run `forkpatch apply --worktree {path}` again",
-                )
-            self.store.run("worktree", "add", "-q", "-f", "-B", BRANCH, str(path), head)
+            if (self.store.git_dir / "worktrees").is_dir():  # none yet: nothing to check
+                self.store.run("worktree", "prune")
+                other = self._stack_worktree()
+                if other is not None and other != path:
+                    # git would refuse with "cannot force update the branch ... checked out".
+                    raise UsageError(
+                        f"this project already has a work tree at {other}; forkpatch keeps "
+                        f"one work tree per project, so {path} was not created",
+                        tip=f"work in {other} (`forkpatch apply` re-applies the series there); "
+                        f"to move it, save your work (`forkpatch export`), delete {other}, then "
+                        f"run `forkpatch apply --worktree {path}` again",
+                    )
+            wt = worktree.add_worktree(self.store, path, BRANCH, head, layout)
+        layout, _changes = worktree.settle(wt, layout, self.fork.describe())
         state = self.state
-        state.update({"worktree": str(path), "base": self.project.series.base.commit})
+        state.update(
+            {
+                "worktree": str(path),
+                "base": self.project.series.base.commit,
+                "layout": layout.to_json(),
+            }
+        )
         state.pop("editing", None)
         state.pop("merge_bases", None)
         self.project.write_state(state)
@@ -199,15 +263,24 @@ class Stack:
         return admin if admin.is_absolute() else (path / admin).resolve()
 
     def apply(
-        self, worktree: Path | None = None, force: bool = False, upto: str | None = None
+        self,
+        where: Path | None = None,
+        force: bool = False,
+        upto: str | None = None,
+        sparse: bool | None = None,
     ) -> tuple[Path, SeriesResult]:
+        """Create (or re-create) the work tree with every patch applied.
+
+        ``sparse`` True checks out only the directories the series touches, False
+        every file, None keeps what an existing work tree has (a new one is full).
+        """
         series = self.project.series
         base = self.fork.verify_base(series.base.tag, series.base.commit)
         existing = self.worktree_path()
         if (
             existing is not None
             and (existing / ".git").exists()
-            and (worktree is None or worktree.resolve() == existing)
+            and (where is None or where.resolve() == existing)
         ):
             wt = self.wt()
             if not force:
@@ -216,8 +289,10 @@ class Stack:
         entries = list(series.patches)
         if upto is not None:
             entries = entries[: series.index(upto) + 1]
-        result = SeriesApplier(self.store, base).run(self.project.items(entries), write=True)
-        path = self._checkout(result.head or base, worktree)
+        result = SeriesApplier(self.store, base, step_commits=True).run(
+            self.project.items(entries), write=True
+        )
+        path = self._checkout(result.head or base, where, sparse, self._touched(result))
         bad = result.first_conflict()
         if bad is not None:
             raise PatchApplyError(
@@ -258,7 +333,12 @@ class Stack:
         by_name = {p.name: p for p in self.project.series.patches}
         mine = [a for a in applied if by_name.get(a.name) and by_name[a.name].file is not None]
         diffs = self._diffs(wt, mine)
-        out = []
+        # Hand-made commits on a build step belong to no patch file: unsaved work.
+        out = [
+            a.name
+            for a in applied
+            if by_name.get(a.name) and by_name[a.name].file is None and len(a.commits) > 1
+        ]
         with PatchTexts(self.store) as texts:
             for a in mine:
                 path = self.project.patch_path(by_name[a.name])
@@ -269,6 +349,7 @@ class Stack:
                     parent=self._parent(wt, a),
                     raw_diff=diffs[a.commit],
                     source=self.project.rel(path),
+                    keep_offsets=True,
                 )
                 if rendered.diff_changed:
                     out.append(a.name)
@@ -355,10 +436,12 @@ class Stack:
             three_way=merge,
             merge_bases=self._merge_bases() if merge else None,
             labels=("stack", "patch"),
+            step_commits=True,
         )
         result = applier.run(self.project.items(todo), write=True, parent=head)
         new_head = result.head or head
         if new_head != head:
+            self._widen(wt, self._touched(result))
             wt.run("reset", "-q", "--hard", new_head)
         saved = self.state
         if saved.get("merge_bases"):
@@ -398,11 +481,17 @@ class Stack:
             self.project.write_state(state)
         return result.results
 
+    @staticmethod
+    def _touched(result: SeriesResult) -> list[str]:
+        """Every path the patches of ``result`` touch."""
+        return [p for r in result.results for p in r.files]
+
     def _materialise_conflict(self, wt: Git, bad: PatchResult) -> None:
         """Commit the conflicting patch with its markers so refresh can amend it."""
         entry = self.project.series.get(bad.name)
         patch = self.project.load_patch(entry)
         assert patch is not None and wt.work_tree is not None
+        self._widen(wt, [p for fp in patch.files for p in (fp.old_path, fp.new_path) if p])
         # Apply what applies, then write the merged files with their markers. Every write
         # refuses a symbolic link at any component (a tag or an earlier patch may have
         # turned a patched directory into a link that points outside the tree).
@@ -471,12 +560,14 @@ class Stack:
         wt.run("update-ref", "-m", "forkpatch refresh", "HEAD", commit)
         return commit
 
-    def refresh(self, force: bool = False) -> list[str]:
+    def refresh(self, force: bool = False, offsets: bool = False) -> list[str]:
         """Write the top patch (with work-tree changes folded in) back to its file.
 
         When the patch was opened with ``edit`` and patches above it were popped,
         they are re-applied on top of the new version first; if one no longer
-        applies nothing in patches/ changes and the user is told where.
+        applies nothing in patches/ changes and the user is told where. A patch
+        above whose file still gives its commit, its hunks only at other lines,
+        is not rewritten unless ``offsets``: a one-patch edit is a one-file review.
         """
         wt = self.wt()
         applied = self.applied(wt)
@@ -485,7 +576,15 @@ class Stack:
         top = applied[-1]
         entry = self.project.series.get(top.name)
         if entry.file is None:
-            raise UsageError(f"'{top.name}' is a build step, not a diff")
+            raise UsageError(
+                f"the top of the stack, '{top.name}', is a build step: it has no diff to refresh",
+                tip="start a patch for work-tree changes with `forkpatch new NAME`, then "
+                "`forkpatch refresh`",
+            )
+        # Phantom files out first; new files in directories a sparse work tree does
+        # not hold yet must be seen by `git add`.
+        changes = self.changes(wt)
+        self._widen(wt, [c.path for c in changes if c.xy == "??"])
         parent = self._parent(wt, top)
         message = wt.out("show", "-s", "--format=%B", top.first) + "\n"
         if not force:
@@ -536,6 +635,7 @@ class Stack:
                 three_way=True,
                 merge_bases=self._merge_bases(),
                 labels=("your edit", "patch"),
+                step_commits=True,
             )
             result = applier.run(self.project.items(above_entries), write=True, parent=new)
             bad = result.first_conflict()
@@ -549,12 +649,24 @@ class Stack:
                     "--merge` to resolve the patches above",
                 )
             diffs = diffs_of_commits(self.store, result.commits)
+            moved: list[str] = []
             for r, e in zip(result.results, above_entries, strict=True):
-                if r.commit is not None:
-                    rendered = texts.render(
-                        self._file_bytes(e), commit=r.commit, raw_diff=diffs[r.commit]
-                    )
-                    writes.append((e, rendered.data))
+                if r.commit is None or e.file is None:
+                    continue  # upstreamed, or a build step: no file
+                rendered = texts.render(
+                    self._file_bytes(e),
+                    commit=r.commit,
+                    raw_diff=diffs[r.commit],
+                    keep_offsets=not offsets,
+                )
+                if rendered.offsets_kept:
+                    moved.append(e.name)
+                writes.append((e, rendered.data))
+            if moved:
+                log.info(
+                    f"not rewritten, only their line numbers moved: {', '.join(moved)} "
+                    "(status shows them as offset; `forkpatch export --offsets` rewrites them)"
+                )
             new_head = result.head or new
         new_series = None
         if summary and summary != entry.summary:
@@ -568,7 +680,9 @@ class Stack:
         written = set(self.project.commit(dict(writes), new_series))
         if above_names:
             if new_head is not None:
+                self._widen(wt, self._touched(result))
                 wt.run("reset", "-q", "--hard", new_head)
+            state["layout"] = self.state.get("layout")  # _widen may have grown it
             state.pop("editing", None)
             self.project.write_state(state)
         return [
@@ -598,6 +712,12 @@ class Stack:
     def edit(self, name: str) -> Path:
         wt = self.wt()
         entry = self.project.series.get(name)
+        if entry.file is None:
+            raise UsageError(
+                f"'{name}' is a build step: it has no diff to edit (its work happens when "
+                "a wheel is built)",
+                tip=f"`forkpatch push {name}` or `forkpatch pop {name}` moves the stack to it",
+            )
         applied = self.applied(wt)
         names = [a.name for a in applied]
         if entry.name not in names:
@@ -668,21 +788,39 @@ class Stack:
             series.with_patches(p for p in series.patches if p.name != entry.name),
         )
 
-    def _rebuild_applied(self, count: int) -> None:
-        """Re-create the work tree's stack from the files: the first ``count`` patches."""
+    def _rebuild_applied(self, names: set[str]) -> list[str]:
+        """Re-create the work tree's stack from the files after a change of series.yaml:
+        the shortest prefix of the (new) order that holds every name in ``names``, so
+        that nothing applied before is left unapplied. Returns the names applied."""
         if self.worktree_path() is None:
-            return
+            return []
         wt = self.wt()
         series = self.project.series
+        order = series.names()
+        count = max((order.index(n) + 1 for n in names if n in order), default=0)
         entries = list(series.patches[:count])
-        result = SeriesApplier(self.store, self.base_commit()).run(
+        result = SeriesApplier(self.store, self.base_commit(), step_commits=True).run(
             self.project.items(entries), write=True
         )
         if not result.ok:
             bad = result.first_conflict()
             assert bad is not None
             raise PatchApplyError(describe_failure(bad, "the rebuilt stack"))
+        self._widen(wt, self._touched(result))
         wt.run("reset", "-q", "--hard", result.head or self.base_commit())
+        return order[:count]
+
+    def rebuild_on(self, base: str, names: Iterable[str]) -> None:
+        """After series.yaml moved to ``base`` (a rebase): the stack on ``base``, up to
+        the prefix of the series that holds every one of ``names`` still in it."""
+        path = self.worktree_path()
+        if path is None or not (path / ".git").exists():
+            return
+        state = self.state
+        state["base"] = base
+        state.pop("editing", None)
+        self.project.write_state(state)
+        self._rebuild_applied(set(names))
 
     def rename(self, old: str, new: str) -> PatchEntry:
         if not NAME_RE.match(new):
@@ -691,13 +829,13 @@ class Stack:
         entry = series.get(old)
         if new in series.names():
             raise UsageError(f"a patch named '{new}' already exists")
-        count = 0
+        names: set[str] = set()
         if self.worktree_path() is not None:
             wt = self.wt()
             applied = self.applied(wt)
             self.require_clean(wt, "renaming")
             self.require_refreshed(wt, applied)
-            count = len(applied)
+            names = {new if a.name == entry.name else a.name for a in applied}
         new_file = entry.file
         if entry.file is not None and entry.file == f"{entry.name}.patch":
             new_file = f"{new}.patch"
@@ -715,7 +853,7 @@ class Stack:
             ),
             extra=files,
         )
-        self._rebuild_applied(count)
+        self._rebuild_applied(names)
         return renamed
 
     def move(
@@ -741,13 +879,13 @@ class Stack:
             raise UsageError("say where: --before NAME, --after NAME or --to N")
         others.insert(idx, entry)
         new_series = series.with_patches(others)
-        count = 0
+        names: set[str] = set()
         if self.worktree_path() is not None:
             wt = self.wt()
             applied = self.applied(wt)
             self.require_clean(wt, "reordering")
             self.require_refreshed(wt, applied)
-            count = len(applied)
+            names = {a.name for a in applied}
         # The new order must apply before anything is written.
         items = [Item(e, self.project.load_patch(e)) for e in new_series.patches]
         result = SeriesApplier(self.store, self.project.series.base.commit).run(items)
@@ -758,13 +896,24 @@ class Stack:
                 tip="patches that depend on each other must keep their order",
             )
         self.project.save_series(new_series)
-        self._rebuild_applied(count)
+        now = self._rebuild_applied(names)
+        extra = [n for n in now if n not in names]
+        if extra:
+            log.info(
+                f"also applied, to keep the stack a prefix of the new order: {', '.join(extra)}"
+            )
         return new_series.names()
 
     # ----------------------------------------------------------------- export
 
-    def export(self) -> list[str]:
-        """Write every applied patch's commit back to its file; returns the changed names."""
+    def export(self, offsets: bool = False) -> tuple[list[str], list[str]]:
+        """Write every applied patch's commit back to its file.
+
+        Returns (the names whose files changed, the names left as they are because
+        only their line numbers moved). Those are rewritten only with ``offsets``:
+        their files still give the same tree, and rewriting them would turn a
+        one-patch edit into a review of every patch above it.
+        """
         wt = self.wt()
         applied = self.applied(wt)
         if self.is_dirty(wt):
@@ -777,11 +926,14 @@ class Stack:
         summaries: dict[str, str] = {}
         writes: dict[PatchEntry, bytes] = {}
         mine = []
+        moved: list[str] = []
         for a in applied:
             if a.name not in by_name:
                 series.get(a.name)  # a commit for a patch series.yaml does not have: an error
             if by_name[a.name].file is not None:
                 mine.append(a)
+            else:
+                self._refuse_commits_on_step(a)
         diffs = self._diffs(wt, mine)  # one git process, whatever the number of patches
         with PatchTexts(self.store) as texts:
             for a in mine:
@@ -789,7 +941,7 @@ class Stack:
                 _name, summary, header = parse_commit_message(self._message(wt, a))
                 # The file's own form (mail headers, quilt lines, notes) is kept where the
                 # commit did not change it; see forkpatch.patchtext.
-                writes[entry] = texts.render(
+                rendered = texts.render(
                     self._file_bytes(entry),
                     commit=a.commit,
                     parent=self._parent(wt, a),
@@ -797,7 +949,11 @@ class Stack:
                     description=header,
                     summary=summary or None,
                     source=self.project.rel(self.project.patch_path(entry)),
-                ).data
+                    keep_offsets=not offsets,
+                )
+                writes[entry] = rendered.data
+                if rendered.offsets_kept:
+                    moved.append(entry.name)
                 if summary and summary != entry.summary:
                     summaries[entry.name] = summary
         new_series = (
@@ -810,7 +966,20 @@ class Stack:
         )
         # Every file and series.yaml as one unit: a kill leaves all old or all new.
         written = set(self.project.commit(writes, new_series))
-        return [e.name for e in writes if self.project.rel(self.project.patch_path(e)) in written]
+        changed = [
+            e.name for e in writes if self.project.rel(self.project.patch_path(e)) in written
+        ]
+        return changed, moved
+
+    @staticmethod
+    def _refuse_commits_on_step(a: AppliedPatch) -> None:
+        if len(a.commits) > 1:
+            raise StateError(
+                f"commit(s) {', '.join(c[:12] for c in a.commits[1:])} sit on the build step "
+                f"'{a.name}', which has no diff to hold them",
+                tip=f"undo them with `git -C <worktree> reset --soft {a.first[:12]}`, then "
+                "`forkpatch new NAME` and `forkpatch refresh` to make them a patch",
+            )
 
     def remove_worktree(self) -> None:
         path = self.worktree_path()

@@ -24,6 +24,8 @@ def print_results(results: Sequence[PatchResult], applied: Sequence[str] | None 
     rows = []
     for i, r in enumerate(results, 1):
         files = ", ".join(r.files[:3]) + (f" (+{len(r.files) - 3})" if len(r.files) > 3 else "")
+        if not r.files and any(d.startswith("build step") for d in r.detail):
+            files = "(build step)"
         mark = ""
         if applied is not None:
             mark = "*" if r.name in applied else " "

@@ -193,3 +193,22 @@ def test_example_names(tmp_path, capsys):
     ex = copy_example(tmp_path, capsys)
     _, out, _ = ex.run("series", "--json")
     assert [p["name"] for p in json.loads(out)["patches"]] == EXAMPLE_NAMES
+
+
+def test_init_ignores_state_and_dist_once(tmp_path, capsys):
+    """`init` git-ignores .forkpatch/ and dist/ (build-wheel's output), keeping what the
+    .gitignore had and adding nothing twice."""
+    ex = copy_example(tmp_path, capsys, with_project=False)
+    (ex.project / ".gitignore").write_text("*.pyc\ndist\n")
+    ex.run("init", "--fork-url", str(ex.fork.path), "--base", "v1.2.1")
+    assert (ex.project / ".gitignore").read_text() == "*.pyc\ndist\n.forkpatch/\n"
+    other = tmp_path / "fresh"
+    other.mkdir()
+    Runner(other, capsys)("init", "--fork-url", str(ex.fork.path), "--base", "v1.2.1")
+    assert (other / ".gitignore").read_text().splitlines() == [".forkpatch/", "dist/"]
+    git(other, "init", "-q")
+    (other / "dist").mkdir()
+    (other / "dist" / "x.whl").write_text("x")
+    assert git(other, "check-ignore", "dist/x.whl") == "dist/x.whl"
+    Runner(other, capsys)("init", "--fork-url", str(ex.fork.path), "--base", "v1.2.1", "--force")
+    assert (other / ".gitignore").read_text().splitlines() == [".forkpatch/", "dist/"]

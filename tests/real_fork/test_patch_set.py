@@ -1,14 +1,15 @@
-"""The real patch set (series.yaml + patches/) against a clone of 1Cat-vLLM.
+"""The real patch set (series.yaml + patches/) against the real 1Cat-vLLM fork.
 
-Opt-in: set FORKPATCH_FORK_REPO to a local clone of the fork that has the tags
-v1.2.1 (the base), and optionally v1.2.2 / v1.3.0. The tests do not use
-forkpatch's engine: they apply the patch files with plain `git apply` to a
-scratch clone, then run `patched_checks.py` in a subprocess whose sys.path
-starts with the patched checkout. That runner uses the smoke suite's check
+The fork is FORKPATCH_FORK_REPO or the fixture ../shared/fixtures/1cat-vllm.git
+(tests/real_fork/realkit.py). The tests do not use forkpatch's engine: they apply
+the patch files with plain `git apply` to the fork's files (`git archive`: the
+fixture cannot be cloned), then run `patched_checks.py` in a subprocess whose
+sys.path starts with the patched tree. That runner uses the smoke suite's check
 logic (forkpatch.smoke.incheck), so these tests and `forkpatch smoke` share one
-implementation. Those checks need torch (CPU build is enough) and the fork's
-Python dependencies; they stand in float reference implementations for the
-SM70 FP8 ops and mock the device capability.
+implementation. Those checks need CPU torch and the fork's Python dependencies
+(`bash tests/real_fork/setup.sh`; a missing one skips, naming
+it); they stand in float reference implementations for the SM70 FP8 ops and mock
+the device capability.
 """
 
 from __future__ import annotations
@@ -20,17 +21,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import realkit
 import yaml
 
-FORK_REPO = os.environ.get("FORKPATCH_FORK_REPO", "")
-
-pytestmark = [
-    pytest.mark.real_fork,
-    pytest.mark.skipif(
-        not FORK_REPO or not Path(FORK_REPO).is_dir(),
-        reason="set FORKPATCH_FORK_REPO to a local clone of the 1Cat-vLLM fork",
-    ),
-]
+pytestmark = pytest.mark.real_fork
 
 PROJECT = Path(__file__).resolve().parents[2]
 CHECKS = Path(__file__).with_name("patched_checks.py")
@@ -62,47 +56,40 @@ def _series_patch_files() -> list[tuple[str, Path]]:
     ]
 
 
-def _has_tag(tag: str) -> bool:
-    return (
-        subprocess.run(
-            ["git", "-C", FORK_REPO, "rev-parse", "-q", "--verify", f"refs/tags/{tag}"],
-            check=False,
-            capture_output=True,
-        ).returncode
-        == 0
-    )
-
-
 def _check_in_index(tmp_path: Path, tag: str, patches: list[Path], reverse: bool = False) -> None:
     """git apply --check each patch in order onto `tag`, through a temporary
-    index (no work tree, so the fork's missing docs blobs never matter)."""
-    if not _has_tag(tag):
-        pytest.skip(f"{FORK_REPO} has no tag {tag}")
-    env = {"GIT_INDEX_FILE": str(tmp_path / f"index-{tag}")}
-    _git(FORK_REPO, "read-tree", tag, env=env)
+    index (no work tree, so the fork's missing docs blobs never matter; the
+    read-only fork is not written: the index lives in tmp_path)."""
+    fork = realkit.fork_or_skip()
+    realkit.tags_or_skip(tag)
+    # New objects (the patched blobs) go to tmp_path, never into the fork.
+    objects = tmp_path / f"objects-{tag}"
+    objects.mkdir()
+    env = {
+        "GIT_INDEX_FILE": str(tmp_path / f"index-{tag}"),
+        "GIT_OBJECT_DIRECTORY": str(objects),
+        "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(Path(realkit.git_dir(fork), "objects")),
+    }
+    _git(fork, "read-tree", tag, env=env)
     for patch in patches:
         flags = ["--cached", "-R"] if reverse else ["--cached"]
-        _git(FORK_REPO, "apply", "--check", *flags, str(patch), env=env)
-        _git(FORK_REPO, "apply", *flags, str(patch), env=env)
+        _git(fork, "apply", "--check", *flags, str(patch), env=env)
+        _git(fork, "apply", *flags, str(patch), env=env)
 
 
 @pytest.fixture(scope="module")
 def patched_tree(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A scratch clone of the fork at v1.2.1 (vllm/ and tests/ checked out)
-    with every patch file of the series applied in order by `git apply`."""
-    if not _has_tag(BASE_TAG):
-        pytest.skip(f"{FORK_REPO} has no tag {BASE_TAG}")
-    tree = tmp_path_factory.mktemp("fork") / "1cat-vllm"
-    subprocess.run(
-        ["git", "clone", "-q", "--shared", "--no-checkout", FORK_REPO, str(tree)], check=True
+    """The fork's files at v1.2.1 (but docs/) with every patch file of the series
+    applied in order by `git apply`."""
+    realkit.fork_or_skip()
+    realkit.tags_or_skip(BASE_TAG)
+    tree = realkit.export_tree(
+        BASE_TAG, tmp_path_factory.mktemp("fork") / "1cat-vllm", ".", ":(exclude)docs"
     )
-    # Cone sparse checkout: root files, vllm/ and tests/ (some snapshots of the
-    # fork lack large blobs under docs/).
-    _git(tree, "sparse-checkout", "set", "vllm", "tests", "requirements")
-    _git(tree, "checkout", "-q", "--detach", BASE_TAG)
     for name, patch in _series_patch_files():
         result = subprocess.run(
-            ["git", "-C", str(tree), "apply", str(patch)],
+            ["git", "apply", str(patch)],
+            cwd=tree,
             check=False,
             capture_output=True,
             text=True,
@@ -142,9 +129,8 @@ def test_series_lists_the_six_patches_in_order() -> None:
     series = yaml.safe_load((PROJECT / "series.yaml").read_text())
     names = [p["name"] for p in series["patches"]]
     assert names == [*QUANT_PATCHES, "vllm-dist-info", "cli-version"]
-    assert (
-        series["base"]["commit"] == _git(FORK_REPO, "rev-parse", f"{BASE_TAG}^{{commit}}").strip()
-    )
+    fork = realkit.fork_or_skip()
+    assert series["base"]["commit"] == _git(fork, "rev-parse", f"{BASE_TAG}^{{commit}}").strip()
 
 
 def test_patches_apply_in_order_on_base(tmp_path: Path) -> None:
@@ -173,7 +159,7 @@ def test_cli_version_is_upstream_in_v1_3_0(tmp_path: Path) -> None:
 def test_patched_quantization_code(patched_tree: Path) -> None:
     """capability floor, padding helpers, eager block cast, and the SM70
     linear path (4,120 and 128-multiple widths, with and without bias)."""
-    pytest.importorskip("torch")
+    realkit.modules_or_skip()
     out = _run_checks(patched_tree)
     for name in [
         "capability-floor",
@@ -187,7 +173,7 @@ def test_patched_quantization_code(patched_tree: Path) -> None:
 
 
 def test_patched_cli_version(patched_tree: Path) -> None:
-    pytest.importorskip("torch")
+    realkit.modules_or_skip()
     assert "PASS cli-version" in _run_checks(patched_tree, "cli-version")
 
 
@@ -199,7 +185,7 @@ def test_fork_own_cpu_tests(patched_tree: Path, tmp_path: Path) -> None:
     The checkout is not installed, so a metadata-only `1cat-vllm` dist-info
     with a `+cpu` version (what a CPU wheel carries) lets vLLM's platform
     detection pick the CPU platform, as an installed wheel would."""
-    pytest.importorskip("torch")
+    realkit.modules_or_skip((*realkit.FORK_MODULES, "pytest"))
     dist_info = tmp_path / "meta" / "1cat_vllm-1.2.1+cpu.dist-info"
     dist_info.mkdir(parents=True)
     (dist_info / "METADATA").write_text(

@@ -1,13 +1,14 @@
-"""Wheels of the real patch set on the real 1Cat-vLLM fork (opt-in).
+"""Wheels of the real patch set on the real 1Cat-vLLM fork.
 
-Needs ``FORKPATCH_FORK_REPO`` (a clone with tag v1.2.1) and a Python that can
-build the fork's Python-only wheel (``VLLM_TARGET_DEVICE=empty``): CPU torch,
-setuptools>=77.0.3,<81, setuptools-scm, setuptools-rust, wheel and build. That
-is ``FORKPATCH_WHEEL_BUILD_PYTHON`` (default: this interpreter), e.g. a venv made
-with ``python -m venv --system-site-packages V && V/bin/pip install
-'setuptools>=77.0.3,<81' setuptools-scm setuptools-rust wheel build``.
+Needs the fork (FORKPATCH_FORK_REPO or the fixture: tests/real_fork/realkit.py)
+and a Python that can build the fork's Python-only wheel (``VLLM_TARGET_DEVICE=empty``):
+CPU torch, setuptools>=77.0.3,<81, setuptools-scm, setuptools-rust, wheel and build,
+plus the fork's runtime requirements to run what it built. ``bash
+tests/real_fork/setup.sh`` installs all of it into this interpreter;
+``FORKPATCH_WHEEL_BUILD_PYTHON`` names another one for the builds. A missing
+piece skips, naming it.
 
-What is built, in tmp dirs (the fork clone is only read):
+What is built, in tmp dirs (the fork repository is only read):
 
 - ``base``: the ``empty`` wheel of the UNPATCHED v1.2.1, with
   ``VLLM_VERSION_OVERRIDE=1.2.1`` (the version of the fork's release wheel);
@@ -46,22 +47,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import realkit
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-FORK = os.environ.get("FORKPATCH_FORK_REPO", "")
 BUILD_PYTHON = os.environ.get("FORKPATCH_WHEEL_BUILD_PYTHON") or sys.executable
-PROJECT = Path(__file__).resolve().parents[2]
-BASE_TAG = "v1.2.1"
+PROJECT = realkit.REPO_ROOT
+BASE_TAG = realkit.BASE_TAG
 
-pytestmark = [
-    pytest.mark.real_fork,
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not FORK or not Path(FORK).is_dir(),
-        reason="set FORKPATCH_FORK_REPO to a local clone of the 1Cat-vLLM fork",
-    ),
-]
+pytestmark = [pytest.mark.real_fork, pytest.mark.slow]
 
 _TOOLCHAIN_PROBE = """
 import importlib, sys
@@ -119,15 +113,15 @@ def _run(
 
 
 def _forkpatch(project: Path, *args: str | Path) -> str:
-    return _run(sys.executable, "-m", "forkpatch", "-C", project, "--fork-repo", FORK, *args)
+    return _run(
+        sys.executable, "-m", "forkpatch", "-C", project, "--fork-repo", realkit.FORK, *args
+    )
 
 
 def _checkout(source: str | Path, commit: str, dest: Path) -> None:
-    """A clone of ``source`` at ``commit`` without docs/ (some snapshots of the
-    fork lack large blobs there; nothing under docs/ goes into the wheel)."""
-    _run("git", "clone", "-q", "--shared", "--no-checkout", source, dest)
-    _run("git", "-C", dest, "sparse-checkout", "set", "--no-cone", "/*", "!/docs/")
-    _run("git", "-C", dest, "checkout", "-q", "--detach", commit)
+    """The files of ``commit`` in ``source`` without docs/ (nothing under docs/ goes into
+    the wheel; the fixture's placeholder blobs are there), read in place."""
+    realkit.export_tree(commit, dest, ".", ":(exclude)docs", repo=str(source))
 
 
 def _no_cargo_path() -> str:
@@ -140,6 +134,8 @@ def _start_build(tree: Path, version: str, out: Path, log: Path) -> subprocess.P
         **os.environ,
         "VLLM_TARGET_DEVICE": "empty",
         "VLLM_VERSION_OVERRIDE": version,
+        # The tree is an export, not a clone: setuptools-scm finds no git metadata.
+        "SETUPTOOLS_SCM_PRETEND_VERSION": version,
         "PATH": _no_cargo_path(),
     }
     with open(log, "wb") as fh:
@@ -194,21 +190,16 @@ class Built:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
+    realkit.fork_or_skip()
+    realkit.tags_or_skip(BASE_TAG)
     problem = _toolchain_problem()
     if problem:
         pytest.skip(
             f"the fork's empty-wheel build toolchain is not importable in "
-            f"{BUILD_PYTHON}: {problem} (set FORKPATCH_WHEEL_BUILD_PYTHON)"
+            f"{BUILD_PYTHON}: {problem} (`bash tests/real_fork/setup.sh` installs it; "
+            "FORKPATCH_WHEEL_BUILD_PYTHON names another python)"
         )
-    if (
-        subprocess.run(
-            ["git", "-C", FORK, "rev-parse", "-q", "--verify", f"refs/tags/{BASE_TAG}"],
-            capture_output=True,
-            check=False,
-        ).returncode
-        != 0
-    ):
-        pytest.skip(f"{FORK} has no tag {BASE_TAG}")
+    realkit.modules_or_skip()
     from forkpatch.project import open_project
     from forkpatch.wheels.buildwheel import (
         build_steps,
@@ -227,7 +218,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
     shutil.copy2(PROJECT / "series.yaml", project / "series.yaml")
     shutil.copytree(PROJECT / "patches", project / "patches")
     _forkpatch(project, "apply", "--worktree", tmp / "wt")
-    proj = open_project(project, FORK)
+    proj = open_project(project, realkit.FORK)
     series = proj.series
     assert series.base.tag == BASE_TAG
     version = build_version(
@@ -237,10 +228,10 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
     seconds["apply"] = time.monotonic() - start
 
     start = time.monotonic()
-    _checkout(FORK, series.base.commit, tmp / "base-tree")
-    _checkout(tmp / "wt", head, tmp / "patched-tree")
+    _checkout(realkit.FORK, series.base.commit, tmp / "base-tree")
+    _checkout(project / ".forkpatch" / "repo.git", head, tmp / "patched-tree")
     patched_files = _run(
-        "git", "-C", tmp / "patched-tree", "diff", "--name-only", series.base.commit, head
+        "git", "-C", tmp / "wt", "diff", "--name-only", series.base.commit, head
     ).split()
     seconds["checkouts"] = time.monotonic() - start
 
@@ -353,8 +344,7 @@ def _files_under(root: Path) -> set[str]:
 
 def test_overlay_wheel_installs_runs_and_uninstalls(built: Built, tmp_path: Path) -> None:
     venv = tmp_path / "venv"
-    _run(sys.executable, "-m", "venv", "--system-site-packages", venv)
-    py = venv / "bin" / "python"
+    py = realkit.make_venv(venv)
     probe = _run(py, "-c", "import torch; print(torch.cuda.is_available())").strip()
     before = _files_under(venv)
     _run(py, "-m", "pip", "install", "-q", "--no-deps", "--no-index", built.overlay)
@@ -435,7 +425,7 @@ def test_smoke_static_tier(built: Built, tmp_path: Path) -> None:
             "-C",
             str(built.project),
             "--fork-repo",
-            FORK,
+            realkit.FORK,
             "smoke",
             str(built.overlay),
             "--tier",

@@ -1,4 +1,4 @@
-"""Opt-in: the rebase engine against the real 1Cat-vLLM fork (FORKPATCH_FORK_REPO).
+"""The rebase engine against the real 1Cat-vLLM fork (FORKPATCH_FORK_REPO or the fixture).
 
 A series made from the fork's own commits v1.2.1..v1.2.2 (`git format-patch`, then
 `forkpatch import`) must come out entirely `upstreamed` on v1.3.0.
@@ -7,35 +7,27 @@ A series made from the fork's own commits v1.2.1..v1.2.2 (`git format-patch`, th
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
+import realkit
 from fptest import Runner, snapshot
 
 pytestmark = pytest.mark.real_fork
 
-FORK = os.environ.get("FORKPATCH_FORK_REPO")
-
 
 @pytest.fixture
 def real_series(tmp_path: Path, capsys) -> tuple[Path, Runner]:
-    if not FORK or not Path(FORK).exists():
-        pytest.skip("set FORKPATCH_FORK_REPO to a clone of the 1Cat-vLLM fork")
-    tags = subprocess.run(
-        ["git", "-C", FORK, "tag", "--list"], check=True, capture_output=True, text=True
-    ).stdout.split()
-    missing = {"v1.2.1", "v1.2.2", "v1.3.0"} - set(tags)
-    if missing:
-        pytest.skip(f"the fork clone lacks tags {sorted(missing)}")
+    fork = realkit.fork_or_skip()
+    realkit.tags_or_skip("v1.2.1", "v1.2.2", "v1.3.0")
     incoming = tmp_path / "incoming"
     subprocess.run(
         [
             "git",
             "-C",
-            FORK,
+            fork,
             "format-patch",
             "-q",
             "--zero-commit",
@@ -49,7 +41,7 @@ def real_series(tmp_path: Path, capsys) -> tuple[Path, Runner]:
     project = tmp_path / "project"
     project.mkdir()
     run = Runner(project, capsys)
-    run("init", "--fork-url", FORK, "--base", "v1.2.1")
+    run("init", "--fork-url", fork, "--base", "v1.2.1")
     run("import", *sorted(str(p) for p in incoming.glob("*.patch")))
     return project, run
 

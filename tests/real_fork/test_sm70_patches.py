@@ -1,8 +1,8 @@
 """The SM70 patches (1-4) on the real fork: the patched layers through the strict CPU
 stand-ins for the fork's SM70 FP8 ops and through the fork's own SM70 warmup (issue 17).
 
-Opt-in like test_patch_set.py: FORKPATCH_FORK_REPO names a clone of the fork (the
-fixture ../shared/fixtures/1cat-vllm.git works in place). The fork's ``vllm/`` at a tag
+Like test_patch_set.py it runs on FORKPATCH_FORK_REPO, else the fixture
+../shared/fixtures/1cat-vllm.git (tests/real_fork/realkit.py). The fork's ``vllm/`` at a tag
 is exported with ``git archive`` (no clone: the fixture is shallow and lacks a few docs
 blobs), the series' patch files 1-4 are applied with ``git apply``, and
 ``patched_checks.py`` runs the smoke suite's checks in a subprocess whose sys.path
@@ -23,8 +23,9 @@ import tarfile
 from pathlib import Path
 
 import pytest
+import realkit
 
-FORK_REPO = os.environ.get("FORKPATCH_FORK_REPO", "")
+FORK_REPO = realkit.FORK
 
 pytestmark = [
     pytest.mark.real_fork,
@@ -104,7 +105,7 @@ def test_patched_layers_pass_the_strict_stand_ins_and_the_forks_warmup(
     by name); 4,120- and 128-multiple-wide layers with and without a bias, bit-exact
     against the reference; a K the GEMM cannot take kept fp16; and the fork's own
     SM70 warmup over all of them, with one GEMM call per layer shape and decode M."""
-    pytest.importorskip("torch")
+    realkit.modules_or_skip()
     tree = _export_patched(tag, tmp_path / "fork")
     result = _run_checks(tree, *SM70_CHECKS)
     assert result.returncode == 0, f"{result.stdout}\n{result.stderr[-6000:]}"
@@ -115,7 +116,7 @@ def test_the_warmup_check_fails_on_the_crash_of_issue_17(tmp_path: Path) -> None
     """Without the fix (output_size_per_partition left at the true width while the
     packed weight is padded), the fork's warmup hands the GEMM an output narrower
     than the weight, and the stand-in refuses it as the kernel does."""
-    pytest.importorskip("torch")
+    realkit.modules_or_skip()
     tree = _export_patched("v1.2.1", tmp_path / "fork")
     source = tree / FP8
     text = source.read_text()

@@ -1,6 +1,5 @@
-"""`forkpatch track` against a clone of the real 1Cat-vLLM fork (opt-in).
+"""`forkpatch track` against the real 1Cat-vLLM fork (FORKPATCH_FORK_REPO or the fixture).
 
-Run with ``FORKPATCH_FORK_REPO=<clone of 1Cat-vLLM> python3 -m pytest -m real_fork``.
 With the series at v1.2.1, the newer releases are v1.2.2 and v1.3.0 and track
 acts on v1.3.0; `track --run --no-publish` rebases onto it and writes the
 summary. The build needs the fork's released wheel for v1.3.0
@@ -16,20 +15,19 @@ import shutil
 from pathlib import Path
 
 import pytest
+import realkit
 
 from forkpatch.cli import main
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-FORK = os.environ.get("FORKPATCH_FORK_REPO")
+REPO_ROOT = realkit.REPO_ROOT
+FORK = realkit.FORK
 
-pytestmark = [
-    pytest.mark.real_fork,
-    pytest.mark.skipif(not FORK, reason="set FORKPATCH_FORK_REPO to a clone of 1Cat-vLLM"),
-]
+pytestmark = pytest.mark.real_fork
 
 
 @pytest.fixture
 def real_project(tmp_path: Path) -> Path:
+    realkit.fork_or_skip()
     project = tmp_path / "project"
     project.mkdir()
     shutil.copy2(REPO_ROOT / "series.yaml", project / "series.yaml")

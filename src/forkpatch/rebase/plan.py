@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, overload
 
 from forkpatch import log
 from forkpatch.engine import Item, PatchResult, SeriesApplier, TreeState, commit_message
-from forkpatch.errors import ForkRepoError
 from forkpatch.git import FileChange, Git, ObjectReader, commit_date
 from forkpatch.patchfile import PatchFile
 from forkpatch.rebase.upstream import ReferenceChecker, UpstreamIndex
@@ -813,14 +812,7 @@ class Setup:
 def _setup(project: Project, target: Target) -> Setup:
     base = project.series.base
     fork = project.fork()
-    if not fork.commit_exists(base.commit):
-        fork.fetch()
-        if not fork.commit_exists(base.commit):
-            raise ForkRepoError(
-                f"the series' base commit {base.commit[:12]} ({base.tag}) is not in the "
-                f"fork ({fork.source})",
-                tip="point --fork-repo at a clone that has it",
-            )
+    fork.require_commit(base.commit, f"series.yaml's base ({base.tag})")
     fork.require_history(target.commit, base.commit, why=f"moving the series onto {target.name}")
     relation = relation_of(fork.store, base.commit, target.commit)
     note = relation_note(relation, base.tag, target.name)

@@ -27,7 +27,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -403,11 +402,11 @@ def _finish(
     paths = report_mod.write(report, dirs)
     _pause("report")
     if state.stack is not None:
-        _move_stack(
-            project,
-            _new_stack_head(state.stack, state.outcomes, state.onto_commit),
-            state.onto_commit,
-        )
+        # Rebuilt from the new files, so that build steps keep their place in the stack.
+        from forkpatch.stack import Stack
+
+        project.reload()
+        Stack(project).rebuild_on(state.onto_commit, state.stack.applied)
     store.delete_ref(HEAD_REF)
     store.repack_if_many()  # each stop's commits came as one small pack
     journal.clear()
@@ -440,14 +439,6 @@ def _stack_before(project: Project) -> StackPosition | None:
     return StackPosition(
         head=stack.head(wt), base=stack.base_commit(), applied=tuple(a.name for a in applied)
     )
-
-
-def _new_stack_head(stack: StackPosition, outcomes: Sequence[Outcome], onto: str) -> str:
-    commits = {o.name: o.commit for o in outcomes if o.commit}
-    head = onto
-    for name in stack.applied:
-        head = commits.get(name) or head
-    return head
 
 
 def _move_stack(project: Project, head: str, base: str) -> None:

@@ -37,6 +37,7 @@ import hashlib
 import importlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -133,9 +134,53 @@ def _inside(path: str, roots: list[str]) -> bool:
 def _torch() -> Any:
     try:
         import torch
+    except ModuleNotFoundError as exc:
+        raise NotRun(missing_module_reason(exc.name or "torch")) from None
     except ImportError as exc:
         raise NotRun(f"torch is not importable in the smoke environment ({exc})") from None
     return torch
+
+
+# Import name -> distribution name, where they differ (for the install command).
+_DISTRIBUTIONS = {
+    "yaml": "pyyaml",
+    "cv2": "opencv-python-headless",
+    "PIL": "pillow",
+    "zmq": "pyzmq",
+    "cpuinfo": "py-cpuinfo",
+    "google": "protobuf",
+    "sklearn": "scikit-learn",
+    "multipart": "python-multipart",
+    "jose": "python-jose",
+    "dateutil": "python-dateutil",
+}
+
+
+def is_third_party(module: str) -> bool:
+    """A module the wheel does not provide itself (its absence is the environment's,
+    not the wheel's, fault)."""
+    top = module.split(".")[0]
+    own = set(_SPEC.get("own_modules") or ("vllm",))
+    return bool(top) and top not in own
+
+
+def missing_module_reason(module: str) -> str:
+    """Why a check cannot run without ``module``, and the command that installs it."""
+    top = module.split(".")[0]
+    dist = _DISTRIBUTIONS.get(top, top)
+    deps = _deps_mode()
+    python = _SPEC.get("base_python") or "python3"
+    install = f"`{python} -m pip install {dist}`"
+    if deps == "none":
+        how = (
+            f"--deps none installs nothing but the wheels: use --deps system with a python "
+            f"that has it ({install}), or --deps index"
+        )
+    elif deps == "index":
+        how = f"the index did not install it; {install} and use --deps system"
+    else:
+        how = f"install it for the python the smoke environment is made from: {install}"
+    return f"needs the module '{top}', which is not installed in the smoke environment; {how}"
 
 
 @contextlib.contextmanager
@@ -153,12 +198,8 @@ def _import_vllm_module(name: str) -> Any:
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as exc:
-        missing = (exc.name or "").split(".")[0]
-        if missing and missing != "vllm":
-            raise NotRun(
-                f"importing {name} needs {missing!r}, which is not installed in the "
-                f"smoke environment (deps mode {_deps_mode()})"
-            ) from None
+        if exc.name and is_third_party(exc.name):
+            raise NotRun(f"importing {name}: " + missing_module_reason(exc.name)) from None
         raise
 
 
@@ -1066,11 +1107,9 @@ def cli_version(ctx: Ctx) -> str:
         how = " (no CUDA device: vLLM's CPU platform selected by a platform plugin)"
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     if proc.returncode != 0:
-        if "No module named 'torch'" in text or 'No module named "torch"' in text:
-            raise NotRun(
-                f"`vllm --version` needs torch, which is not installed in the smoke "
-                f"environment (deps mode {_deps_mode()})"
-            )
+        missing = _MISSING_MODULE.findall(text)
+        if missing and is_third_party(missing[-1]):
+            raise NotRun("`vllm --version`: " + missing_module_reason(missing[-1]))
         tail = "\n".join(lines[-8:])
         raise AssertionError(f"`vllm --version` exited {proc.returncode}:\n{tail}")
     assert ctx.version in lines, (
@@ -1080,6 +1119,7 @@ def cli_version(ctx: Ctx) -> str:
 
 
 _NO_PLATFORM = "Failed to infer device type"
+_MISSING_MODULE = re.compile(r"ModuleNotFoundError: No module named ['\"]([\w.]+)['\"]")
 
 
 def _run_version(script: str, env: dict[str, str]) -> tuple[Any, str]:
@@ -1341,6 +1381,9 @@ def probe_device() -> dict[str, Any]:
     }
     try:
         import torch
+    except ModuleNotFoundError as exc:
+        info["reason"] = missing_module_reason(exc.name or "torch")
+        return info
     except ImportError as exc:
         info["reason"] = f"torch is not importable in the smoke environment ({exc})"
         return info
@@ -1407,6 +1450,14 @@ def run_one(defn: CheckDef, ctx: Ctx) -> dict[str, Any]:
         outcome = PASSED
     except NotRun as exc:
         outcome, detail = NOT_RUN, str(exc)
+    except ModuleNotFoundError as exc:
+        # A module the environment lacks (torch, fastapi, ...) is not the wheel's
+        # fault: the check could not run. One the wheel should provide is.
+        if exc.name and is_third_party(exc.name):
+            outcome, detail = NOT_RUN, missing_module_reason(exc.name)
+        else:
+            outcome = FAILED
+            detail = f"the wheel lacks a module of its own: {exc}\n{_short_tb(exc)}"
     except AssertionError as exc:
         outcome = FAILED
         detail = str(exc) or "assertion failed: " + _short_tb(exc)

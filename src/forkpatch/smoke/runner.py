@@ -222,6 +222,10 @@ def run_smoke(opts: SmokeOptions, project: Any = None) -> SmokeOutcome:
             "provenance_sha256": primary.provenance_sha256,
             "provenance_problems": problems,
             "series_compared": project is not None and prov is not None,
+            # For the not-run reasons: which modules are the wheels' own, and the
+            # python whose packages a --deps system environment sees.
+            "own_modules": sorted({m for w in infos for m in w.top_level} | {"vllm"}),
+            "base_python": senv.base_python,
         }
         with log.step(
             f"run {len(to_run)} check(s) in the smoke environment (tiers {', '.join(tiers)})"
@@ -318,33 +322,48 @@ def _store(
 def _run_incheck(
     python: Path, workdir: Path, spec: dict[str, Any], timeout_s: float
 ) -> tuple[list[dict[str, Any]], str]:
-    """Run the checks in the venv; the records it wrote, and how the process ended."""
+    """Run the checks in the venv; the records it wrote, and how the process ended.
+
+    Each check is reported as it starts and ends (the checks of the static tier
+    alone can take a minute), with a line every :data:`HEARTBEAT_S` seconds
+    while one runs.
+    """
     script = workdir / "forkpatch_incheck.py"
     shutil.copyfile(incheck.__file__, script)
     spec_path = workdir / "spec.json"
     spec_path.write_text(json.dumps(spec, indent=2))
     out_path = workdir / "results.jsonl"
     out_path.write_text("")
+    output_path = workdir / "incheck.log"
     cmd = [str(python), "-I", str(script), "--spec", str(spec_path), "--out", str(out_path)]
     log.info("+ " + " ".join(cmd))
     note = "exited normally"
-    try:
-        proc = subprocess.run(
-            cmd,
-            cwd=workdir,
-            env=clean_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-            timeout=timeout_s,
-            check=False,
+    progress = _Progress(total=len(spec.get("checks", [])))
+    with open(output_path, "wb") as output:
+        proc = subprocess.Popen(
+            cmd, cwd=workdir, env=clean_env(), stdout=output, stderr=subprocess.STDOUT
         )
-        if proc.returncode != 0:
-            note = f"exit code {proc.returncode}; last output:\n{tail(proc.stdout or '', 15)}"
-            log.warn(f"the check process {note}")
-    except subprocess.TimeoutExpired:
-        note = f"timed out after {timeout_s:.0f} s"
+        deadline = time.monotonic() + timeout_s
+        with open(out_path, encoding="utf-8", errors="replace") as results:
+            while True:
+                try:
+                    proc.wait(timeout=POLL_S)
+                    finished = True
+                except subprocess.TimeoutExpired:
+                    finished = False
+                progress.feed(results.read())
+                if finished:
+                    break
+                if time.monotonic() > deadline:
+                    proc.kill()
+                    proc.wait()
+                    note = f"timed out after {timeout_s:.0f} s"
+                    log.warn(f"the check process {note}")
+                    break
+                progress.heartbeat()
+    text = output_path.read_text(encoding="utf-8", errors="replace")
+    if proc.returncode not in (0, None) and note == "exited normally":
+        note = f"exit code {proc.returncode}; last output:\n{tail(text, 15)}"
         log.warn(f"the check process {note}")
     records = []
     for line in out_path.read_text(encoding="utf-8", errors="replace").splitlines():
@@ -353,6 +372,68 @@ def _run_incheck(
         except ValueError:
             continue
     return records, note
+
+
+POLL_S = 0.5
+HEARTBEAT_S = 30.0
+
+
+class _Progress:
+    """Prints each check as the check process reports it (JSON lines, appended)."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.done = 0
+        self.running: str | None = None
+        self.since = time.monotonic()
+        self.last_beat = self.since
+        self._partial = ""
+
+    def feed(self, text: str) -> None:
+        text = self._partial + text
+        lines = text.split("\n")
+        self._partial = lines.pop()  # an unfinished line waits for the rest
+        for line in lines:
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if rec.get("kind") == "start":
+                self.running = str(rec.get("id"))
+                self.since = self.last_beat = time.monotonic()
+            elif rec.get("kind") == "check":
+                self.done += 1
+                self.running = None
+                log.info(
+                    f"    [{self.done}/{self.total}] {rec.get('outcome', '?'):<8} "
+                    f"{rec.get('id')} ({float(rec.get('duration_s', 0.0)):.1f}s)"
+                )
+
+    def heartbeat(self) -> None:
+        now = time.monotonic()
+        if self.running is not None and now - self.last_beat >= HEARTBEAT_S:
+            self.last_beat = now
+            log.info(f"    ... {self.running} still running ({now - self.since:.0f}s)")
+
+
+# Failures no patch's code can cause: the wheel's identity against the series, and
+# where vllm was imported from (the environment). Bisecting the patches for them
+# would only blame an innocent one.
+NOT_A_PATCH = frozenset({"static.provenance", "static.installed-from-wheel"})
+
+
+def failure_tip(data: dict[str, Any]) -> str:
+    """What to do about a failed smoke report; ``--bisect`` only when a patch can be at fault."""
+    failed = [c for c in data["checks"] if c["outcome"] in ("failed", "error")]
+    suspects = [c["id"] for c in failed if c["id"] not in NOT_A_PATCH]
+    if suspects and data.get("patches"):
+        return (
+            "the report above says why; `forkpatch smoke --bisect` finds the patch that "
+            f"broke {', '.join(suspects)}"
+        )
+    if any(c["id"] == "static.provenance" for c in failed):
+        return "the wheel does not match series.yaml: rebuild it (`forkpatch build-wheel`)"
+    return "the report above says why"
 
 
 def print_summary(data: dict[str, Any]) -> None:

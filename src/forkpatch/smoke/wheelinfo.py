@@ -32,6 +32,8 @@ class WheelInfo:
     tags: str  # "py3-none-any"
     requires: tuple[str, ...] = ()
     provenance_bytes: bytes | None = field(default=None, repr=False)
+    #: Top-level import names the wheel installs ("vllm", "_1cat_vllm_dist_alias", ...).
+    top_level: tuple[str, ...] = ()
 
     @property
     def provenance_sha256(self) -> str | None:
@@ -129,7 +131,24 @@ def read_wheel(path: Path) -> WheelInfo:
         tags=tags,
         requires=tuple(meta.get_all("Requires-Dist") or ()),
         provenance_bytes=prov,
+        top_level=_top_level(names),
     )
+
+
+def _top_level(names: Iterable[str]) -> tuple[str, ...]:
+    """Importable top-level names among a wheel's members (packages and modules)."""
+    out: set[str] = set()
+    for n in names:
+        first = n.split("/", 1)[0]
+        if first.endswith((".dist-info", ".data")):
+            continue
+        if "/" in n:
+            out.add(first)
+        elif first.endswith(".py"):
+            out.add(first[: -len(".py")])
+        elif first.endswith((".so", ".pyd")):
+            out.add(first.split(".", 1)[0])
+    return tuple(sorted(out))
 
 
 #: METADATA and the provenance are a few kilobytes; a wheel declaring more is refused.

@@ -1,0 +1,251 @@
+"""The files of the editable work tree: full or sparse, and files git cannot check out.
+
+A work tree is a ``git worktree`` of forkpatch's private store. It is *full*
+(every file of the fork, the default: editors and grep see the whole tree) or
+*sparse* (``apply --sparse``: the root files and the directories the applied
+patches touch, recursively, plus the files directly in their parents: what
+``git sparse-checkout`` calls cone mode). A sparse work tree of the 5,800-file
+fork holds a few hundred files and is made in a fraction of the time.
+
+Both use git's own sparse-checkout (cone mode for directories; non-cone
+patterns once single files must be left out too): git then keeps the excluded
+paths out across checkouts and resets, ``git status`` ignores them and ``git
+add -A`` never stages them.
+
+*Phantom* files are the other reason to leave a path out: a blob whose content
+does not hash to its id (a fork snapshot with placeholder blobs, such as the
+test fixture's four files under ``docs/``). git checks out its bytes, and when
+it later rehashes the file it sees another id and reports the file as modified
+although not a byte differs. Left in, such a file would show in ``git status``,
+make forkpatch refuse to go on ("changes that are not in a patch"), and end up
+in a patch commit as a change of id. forkpatch compares the bytes of every file
+git reports as modified with the blob git recorded; when they are equal it
+leaves the path out of the work tree (:func:`settle`) and says so once.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from forkpatch import log
+from forkpatch.git import Git
+
+_SPECIAL = re.compile(r"([\\*?\[\]!#])")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What the work tree holds: ``dirs`` None means every file."""
+
+    dirs: tuple[str, ...] | None = None
+    excluded: tuple[str, ...] = ()
+
+    @property
+    def sparse(self) -> bool:
+        return self.dirs is not None
+
+    @property
+    def restricted(self) -> bool:
+        """Whether git's sparse checkout must be on."""
+        return self.dirs is not None or bool(self.excluded)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "dirs": None if self.dirs is None else list(self.dirs),
+            "excluded": list(self.excluded),
+        }
+
+    @classmethod
+    def from_json(cls, data: object) -> Layout:
+        if not isinstance(data, dict):
+            return cls()
+        dirs = data.get("dirs")
+        return cls(
+            dirs=None if dirs is None else tuple(str(d) for d in dirs),
+            excluded=tuple(str(p) for p in data.get("excluded") or ()),
+        )
+
+    def with_dirs(self, more: Iterable[str]) -> Layout:
+        if self.dirs is None:
+            return self
+        merged = tuple(sorted(set(self.dirs) | set(more)))
+        return Layout(dirs=merged, excluded=self.excluded)
+
+    def with_excluded(self, more: Iterable[str]) -> Layout:
+        return Layout(dirs=self.dirs, excluded=tuple(sorted(set(self.excluded) | set(more))))
+
+    def covers(self, paths: Iterable[str]) -> bool:
+        """Whether every one of ``paths`` lies in the work tree's directories."""
+        if self.dirs is None:
+            return True
+        return set(dirs_of(paths)) <= set(self.dirs)
+
+
+def dirs_of(paths: Iterable[str]) -> list[str]:
+    """The directories to check out for ``paths`` (root files need none)."""
+    out = set()
+    for p in paths:
+        parent = PurePosixPath(p).parent
+        if str(parent) not in ("", "."):
+            out.add(str(parent))
+    return sorted(out)
+
+
+def _escape(path: str) -> str:
+    return _SPECIAL.sub(r"\\\1", path)
+
+
+def patterns(layout: Layout) -> list[str]:
+    """git sparse-checkout patterns (non-cone syntax) for ``layout``.
+
+    Directories are written the way cone mode writes them: the root's files, each
+    listed directory recursively, and the files directly in every parent.
+    """
+    lines = ["/*"]
+    if layout.dirs is not None:
+        lines.append("!/*/")
+        parents: set[str] = set()
+        for d in layout.dirs:
+            parts = d.split("/")
+            for i in range(1, len(parts)):
+                parents.add("/".join(parts[:i]))
+        wanted = set(layout.dirs)
+        # A parent that is itself wanted is included whole; otherwise only its files.
+        for p in sorted(parents - wanted):
+            if any(w == p or p.startswith(w + "/") for w in wanted):
+                continue
+            lines += [f"/{_escape(p)}/", f"!/{_escape(p)}/*/"]
+        for d in sorted(wanted):
+            if any(d.startswith(w + "/") for w in wanted):
+                continue  # inside another wanted directory
+            lines.append(f"/{_escape(d)}/")
+    lines += [f"!/{_escape(p)}" for p in layout.excluded]
+    return lines
+
+
+def apply_layout(wt: Git, layout: Layout) -> None:
+    """Make git's sparse checkout of ``wt`` match ``layout`` (files appear or go).
+
+    Directories alone use cone mode (git matches them by hash: fast whatever
+    their number); files left out need non-cone patterns (matched one by one,
+    which costs little while they are few: the usual case with phantom files).
+    """
+    if layout.dirs is not None and not layout.excluded:
+        dirs = [d for d in layout.dirs if not any(d.startswith(w + "/") for w in layout.dirs)]
+        wt.run("sparse-checkout", "set", "--cone", "--stdin", input=_stdin(dirs))
+    elif layout.restricted:
+        wt.run("sparse-checkout", "set", "--no-cone", "--stdin", input=_stdin(patterns(layout)))
+    elif _sparse_enabled(wt):
+        wt.run("sparse-checkout", "disable")
+
+
+def _stdin(lines: Sequence[str]) -> bytes:
+    return ("\n".join(lines) + "\n").encode("utf-8", "surrogateescape")
+
+
+def _sparse_enabled(wt: Git) -> bool:
+    proc = wt.run("config", "--bool", "core.sparseCheckout", check=False)
+    return proc.stdout.decode().strip() == "true"
+
+
+def add_worktree(store: Git, path: Path, branch: str, head: str, layout: Layout) -> Git:
+    """A new work tree at ``path`` on ``branch`` = ``head``, holding ``layout``'s files
+    (the caller has pruned stale work trees)."""
+    if not layout.restricted:
+        store.run("worktree", "add", "-q", "-f", "-B", branch, str(path), head)
+        return open_worktree(path)
+    # Sparse: check out nothing, set the patterns, then write just those files.
+    store.run("worktree", "add", "-q", "-f", "--no-checkout", "-B", branch, str(path), head)
+    wt = open_worktree(path)
+    apply_layout(wt, layout)
+    wt.run("reset", "-q", "--hard", head)
+    return wt
+
+
+def open_worktree(path: Path) -> Git:
+    text = (path / ".git").read_text().strip()
+    admin = Path(text.split(":", 1)[1].strip())
+    admin = admin if admin.is_absolute() else (path / admin).resolve()
+    return Git(admin, work_tree=path)
+
+
+# --------------------------------------------------------------------------- status
+
+
+@dataclass(frozen=True)
+class Change:
+    """One line of ``git status --porcelain``: two status letters and the path."""
+
+    xy: str
+    path: str
+
+
+def status(wt: Git) -> list[Change]:
+    raw = wt.run("status", "--porcelain", "-z", "--untracked-files=all").stdout
+    out: list[Change] = []
+    parts = raw.split(b"\0")
+    i = 0
+    while i < len(parts):
+        item = parts[i]
+        i += 1
+        if len(item) < 4:
+            continue
+        xy = item[:2].decode()
+        out.append(Change(xy, item[3:].decode("utf-8", "surrogateescape")))
+        if xy[0] in "RC":
+            i += 1  # the rename's source path follows
+    return out
+
+
+def phantoms(wt: Git, changes: Sequence[Change]) -> list[str]:
+    """Paths git reports as modified whose bytes equal the blob git recorded for them."""
+    candidates = [c.path for c in changes if c.xy == " M"]
+    if not candidates or wt.work_tree is None:
+        return []
+    raw = wt.run(
+        "ls-files", "-s", "-z", "--", *candidates, env={"GIT_LITERAL_PATHSPECS": "1"}
+    ).stdout
+    recorded: dict[str, str] = {}
+    for item in raw.split(b"\0"):
+        if not item:
+            continue
+        meta, _, name = item.partition(b"\t")
+        mode, oid, _stage = meta.decode().split()
+        if mode in ("100644", "100755"):
+            recorded[name.decode("utf-8", "surrogateescape")] = oid
+    if not recorded:
+        return []
+    out = []
+    with wt.reader() as reader:
+        reader.prefetch(list(recorded.values()))
+        for path, oid in recorded.items():
+            f = wt.work_tree / path
+            if f.is_symlink() or not f.is_file():
+                continue
+            if reader.blob(oid) == f.read_bytes():
+                out.append(path)
+    return sorted(out)
+
+
+def settle(wt: Git, layout: Layout, source: str) -> tuple[Layout, list[Change]]:
+    """Leave phantom files out of the work tree; return the new layout and real changes."""
+    changes = status(wt)
+    found = phantoms(wt, changes)
+    if not found:
+        return layout, changes
+    new = layout.with_excluded(found)
+    # git keeps a file it takes for modified in the work tree whatever the patterns
+    # say; these hold the blob's exact bytes, so nothing is lost by removing them.
+    assert wt.work_tree is not None
+    for path in found:
+        (wt.work_tree / path).unlink()
+    apply_layout(wt, new)
+    shown = ", ".join(found[:4]) + (f" and {len(found) - 4} more" if len(found) > 4 else "")
+    log.warn(
+        f"left {len(found)} file(s) out of the work tree whose content does not match "
+        f"their object id in {source} (a snapshot with placeholder blobs?): {shown}"
+    )
+    return new, [c for c in changes if c.path not in set(found)]
