@@ -32,9 +32,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "tests" / "build"))
+sys.path.insert(0, str(ROOT / "tests"))  # the test helpers: tests/support
 
-import wheelfactory
+from support import wheelfactory
 
 from forkpatch.wheels.dist_alias import add_vllm_dist_alias
 from forkpatch.wheels.identity import (

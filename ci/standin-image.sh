@@ -14,7 +14,7 @@
 # usage: ci/standin-image.sh [TAG]      (default forkpatch-standin:bookworm)
 # env:   FORKPATCH_STANDIN_FORCE=1      rebuild even if the image exists
 #        FORKPATCH_STANDIN_EXTRA=a,b    more Debian packages (the CUDA wheel builder
-#                                       needs g++,make: tests/docker/test_cuda_toolchain.py
+#                                       needs g++,make: tests/wheels/test_cuda_toolchain.py
 #                                       makes forkpatch-cuda-standin:bookworm-cxx with them)
 #        FORKPATCH_STANDIN_DEBS=DIR     .deb files unpacked into the root file system after
 #                                       debootstrap (dpkg-deb -x, no maintainer scripts): the
@@ -25,7 +25,7 @@ set -euo pipefail
 TAG="${1:-forkpatch-standin:bookworm}"
 SUITE=bookworm
 MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
-# Keep in step with tests/docker/conftest.py (it checks for ccache/gcc).
+# Keep in step with tests/wheels/conftest.py (it checks for ccache/gcc).
 PACKAGES="python3,python3-venv,python3-pip,python3-setuptools,python3-wheel,python3-build,python3-dev,gcc,libc6-dev,ccache,git,ca-certificates"
 if [ -n "${FORKPATCH_STANDIN_EXTRA:-}" ]; then
     PACKAGES="$PACKAGES,$FORKPATCH_STANDIN_EXTRA"

@@ -1,6 +1,9 @@
-"""Shared fixtures: scratch git repositories shaped like the fork, and projects on them.
+"""Fixtures every feature uses: scratch git repositories, the example fork, projects
+on it, the example wheel; and no developer settings in any test.
 
-Helpers live in tests/fptest.py (import them from there, not from conftest).
+Helpers are plain modules of the ``support`` package (``tests/support``, on the path
+through pytest's ``pythonpath`` setting); fixtures are here and in each feature's
+conftest.py.
 """
 
 from __future__ import annotations
@@ -9,13 +12,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fptest import Runner, ScratchRepo
+
+# The real-fork tier reads FORKPATCH_FORK_REPO when support.realfork is imported:
+# import it before the fixture below hides the variable from every test.
+import support.realfork  # noqa: F401
+from support.cli import Runner
+from support.git import ScratchRepo
+from support.smoke import ExampleBuild, build_example
 
 # Settings that change what forkpatch itself does. A developer may have them
 # exported (FORKPATCH_FORK_REPO pointing at the real fork is common); no test
 # may see them, or a test built on the example fork would run on the real one.
-# The real-fork tier reads its fork from tests/real_fork/realkit.py, which
-# took FORKPATCH_FORK_REPO before this fixture removes it.
 TOOL_ENV = (
     "FORKPATCH_FORK_REPO",
     "FORKPATCH_BASE_WHEEL",
@@ -60,3 +67,10 @@ def example_project(tmp_path: Path, example_fork, capsys) -> Iterator[tuple[Path
     incoming = write_example_patches(example_fork.path, "v1.2.1", tmp_path / "incoming")
     run("import", *map(str, incoming))
     yield project, run
+
+
+@pytest.fixture(scope="session")
+def example_build(tmp_path_factory: pytest.TempPathFactory) -> ExampleBuild:
+    """The example fork's overlay wheel and its project (built once per session;
+    the smoke and publish tests share it)."""
+    return build_example(tmp_path_factory.mktemp("example-build"))

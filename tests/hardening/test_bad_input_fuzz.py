@@ -16,9 +16,10 @@ import time
 from pathlib import Path
 
 import pytest
-from hardkit import Row
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import REPO_ROOT
+from support.reliability import Row
 
 from forkpatch.applier import HunkFailed, apply_file_patch
 from forkpatch.errors import ForkpatchError, SeriesError
@@ -36,7 +37,7 @@ SETTINGS = settings(
         HealthCheck.filter_too_much,
     ],
 )
-REPO = Path(__file__).resolve().parents[2]
+REPO = REPO_ROOT
 
 # ----------------------------------------------------------------------------- patch text
 

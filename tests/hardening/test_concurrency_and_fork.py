@@ -13,7 +13,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hardkit import Row, env, fp, fp_in, git, visible
+from support.cli import env, fp, fp_in
+from support.git import git
+from support.projects import visible
+from support.reliability import Row
+from support.servers import free_port
 
 from forkpatch.example import make_fork, write_example_patches
 
@@ -208,16 +212,8 @@ def silent_server() -> Iterator[int]:
     srv.close()
 
 
-def _closed_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def test_unreachable_fork_url_fails_fast(tmp_path: Path) -> None:
-    url = f"http://127.0.0.1:{_closed_port()}/1Cat-vLLM.git"
+    url = f"http://127.0.0.1:{free_port()}/1Cat-vLLM.git"
     start = time.monotonic()
     got = fp(tmp_path, "init", "--fork-url", url, "--base", "v1.2.1")
     took = time.monotonic() - start

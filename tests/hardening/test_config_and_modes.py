@@ -13,7 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hardkit import Row, fp_in, scratch_project
+from support.cli import fp_in
+from support.projects import project_with_patches
+from support.reliability import Row
 
 from forkpatch.errors import SeriesError
 from forkpatch.series import parse_series
@@ -285,7 +287,7 @@ BAD_HEADERS: dict[str, tuple[str, int, str]] = {
 @pytest.mark.parametrize("variant", sorted(BAD_HEADERS))
 def test_modes_and_long_names_are_refused_while_parsing(tmp_path: Path, variant: str) -> None:
     text, line, words = BAD_HEADERS[variant]
-    project, _fork = scratch_project(tmp_path, {"vllm/x.py": "x = 0\n", "README": "r\n"}, [])
+    project, _fork = project_with_patches(tmp_path, {"vllm/x.py": "x = 0\n", "README": "r\n"}, [])
     incoming = tmp_path / "incoming.diff"
     incoming.write_text("Description.\n\n" + text)
     for args, source in (

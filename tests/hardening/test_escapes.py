@@ -15,7 +15,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from hardkit import Row, fp_in, git, modify, scratch_project, tree_state
+from support.cli import fp_in
+from support.git import file_diff, git, tree_state
+from support.projects import project_with_patches
+from support.reliability import Row
 
 from forkpatch.fsutil import dump_state
 
@@ -24,8 +27,8 @@ X_MID = "a\nB\nc\nd\ne\n"
 X_NEW = "a\nB\nc\nD\ne\n"
 FILES = {"vllm/x.py": X_OLD, "vllm/y.py": "1\n2\n3\n", "README": "fork\n"}
 PATCHES = [
-    ("p1", modify("vllm/x.py", X_OLD, X_MID)),
-    ("p2", modify("vllm/x.py", X_MID, X_NEW)),
+    ("p1", file_diff("vllm/x.py", X_OLD, X_MID)),
+    ("p2", file_diff("vllm/x.py", X_MID, X_NEW)),
 ]
 
 
@@ -45,7 +48,7 @@ def _outside(tmp_path: Path) -> Path:
 
 
 def _applied(tmp_path: Path) -> tuple[Path, Path, Path]:
-    project, fork = scratch_project(tmp_path, FILES, PATCHES)
+    project, fork = project_with_patches(tmp_path, FILES, PATCHES)
     _ok(project, "apply")
     return project, fork, _outside(tmp_path)
 
@@ -186,7 +189,7 @@ JOURNALS: dict[str, Callable[[Path, Path], bytes]] = {
 
 
 def _crafted_project(tmp_path: Path) -> tuple[Path, Path]:
-    project, _fork = scratch_project(tmp_path, FILES, PATCHES)
+    project, _fork = project_with_patches(tmp_path, FILES, PATCHES)
     out = _outside(tmp_path)
     (project / "src").mkdir()
     (project / "src" / "keep.py").write_text("user code\n")
@@ -337,7 +340,7 @@ def test_linked_patch_directories_are_refused(
     git(wt, "commit", "-q", "-a", "--amend", "--no-edit")
     _link_patches(project, out, layout)
     new = tmp_path / "new.diff"
-    new.write_text("New.\n\n" + modify("vllm/y.py", "1\n2\n3\n", "1\n2\n3\n4\n"))
+    new.write_text("New.\n\n" + file_diff("vllm/y.py", "1\n2\n3\n", "1\n2\n3\n4\n"))
     args = tuple(str(new) if a == "NEW" else a for a in args)
     before = tree_state(out)
     code, _, err = fp_in(project, *args)
@@ -390,7 +393,7 @@ def test_a_copied_or_moved_project_uses_its_own_work_tree(tmp_path: Path, how: s
 
 @pytest.mark.parametrize("how", ["cp -a", "mv"])
 def test_an_outside_work_tree_after_a_copy_or_move(tmp_path: Path, how: str) -> None:
-    project, _fork = scratch_project(tmp_path, FILES, PATCHES)
+    project, _fork = project_with_patches(tmp_path, FILES, PATCHES)
     external = tmp_path / "external-wt"
     _ok(project, "apply", "--worktree", str(external))
     ext_before = tree_state(external)

@@ -20,16 +20,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from hardkit import (
-    Row,
-    deflate_zeros,
-    env,
-    fp_in,
-    make_wheel,
-    passing_report,
-    raw_zip,
-    tree_state,
-)
+from support.cli import env, fp_in
+from support.git import tree_state
+from support.reliability import Row
+from support.smoke import passing_report
+from support.wheelfactory import deflate_zeros, make_wheel, raw_zip
 
 from forkpatch.example import build_release_wheel, make_fork, write_example_patches
 

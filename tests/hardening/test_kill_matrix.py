@@ -29,7 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from hardkit import Row, Stash, fp, fp_in, git, leftovers, visible
+from support.cli import fp, fp_in
+from support.git import git
+from support.projects import Stash, leftovers, visible
+from support.reliability import Row
 
 from forkpatch.example import build_release_wheel, make_fork, write_example_patches
 

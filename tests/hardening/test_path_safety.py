@@ -10,7 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hardkit import Row, fp_in, visible
+from support.cli import fp_in
+from support.projects import visible
+from support.reliability import Row
 
 from forkpatch.example import make_fork
 

@@ -22,8 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fptest import serve_pypiserver
-from hardkit import Row, env, fp, make_wheel, passing_report
+from support.cli import env, fp
+from support.reliability import Row
+from support.servers import serve_pypiserver
+from support.smoke import passing_report
+from support.wheelfactory import make_wheel
 
 from forkpatch.smoke.report import REPORT_SUFFIX
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import reliability
+from support import reliability
 
 
 def test_the_reliability_doc_matches_the_suites_cases() -> None:
     rows = reliability.collect()
-    categories = {row.category for _module, row in rows}  # type: ignore[attr-defined]
+    categories = {row.category for _module, row in rows}
     assert categories == set(reliability.ORDER), categories ^ set(reliability.ORDER)
     assert reliability.DOC.read_text() == reliability.render(rows), (
-        "docs/reliability.md is out of date: run `python tests/hardening/reliability.py`"
+        "docs/reliability.md is out of date: run `PYTHONPATH=tests python -m support.reliability`"
     )

@@ -13,13 +13,15 @@ import contextlib
 import http.server
 import json
 import re
-import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hardkit import Row, fp, passing_report
+from support.cli import fp
+from support.reliability import Row
+from support.servers import free_port
+from support.smoke import passing_report
 
 from forkpatch.example import build_release_wheel, make_fork
 
@@ -87,14 +89,6 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root / "dist"
 
 
-def _closed_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def _files_with_canary(root: Path) -> list[str]:
     hits = []
     for p in root.rglob("*"):
@@ -115,7 +109,7 @@ def test_canary_never_leaks(
 
     shutil.copytree(dist, work)
     if mode == "unreachable":
-        url = f"http://127.0.0.1:{_closed_port()}/"
+        url = f"http://127.0.0.1:{free_port()}/"
     else:
         server.mode = mode
         url = f"http://127.0.0.1:{server.server_address[1]}/"
@@ -140,7 +134,7 @@ def test_canary_never_leaks(
 
 def test_credentials_in_the_url_are_refused_and_hidden(dist: Path, tmp_path: Path) -> None:
     wheel = next(dist.glob("*.whl"))
-    url = f"http://{USER}:{CANARY}@127.0.0.1:{_closed_port()}/"
+    url = f"http://{USER}:{CANARY}@127.0.0.1:{free_port()}/"
     got = fp(tmp_path, "publish", str(wheel), "--to", url)
     assert got.returncode == 1 and "the index URL carries credentials" in got.stderr
     assert CANARY not in got.stdout + got.stderr
@@ -161,7 +155,7 @@ FORK_URLS = [
 
 
 def _url(form: str) -> str:
-    return form.format(t=CANARY, port=_closed_port())
+    return form.format(t=CANARY, port=free_port())
 
 
 def _all_text(root: Path) -> bytes:
@@ -199,7 +193,7 @@ def test_series_yaml_with_credentials_is_refused_with_its_line(tmp_path: Path, f
 def test_an_old_wheel_with_a_token_in_its_provenance_never_spreads(tmp_path: Path) -> None:
     """A wheel built before this check carries the token in its provenance: verify, the
     smoke report and the published report show the URL without it."""
-    from hardkit import make_wheel
+    from support.wheelfactory import make_wheel
 
     from forkpatch.smoke.report import CheckResult, SmokeReport, dumps
 

@@ -1,27 +1,20 @@
+"""Fixtures for the publish tests: the example wheel with its smoke report, an index."""
+
 from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "smoke"))
-
-import smokekit
-from fptest import serve_pypiserver
+from support.servers import serve_pypiserver
+from support.smoke import ExampleBuild
 
 
 @pytest.fixture(scope="session")
-def example_build(tmp_path_factory: pytest.TempPathFactory) -> smokekit.ExampleBuild:
-    return smokekit.build_example(tmp_path_factory.mktemp("example-build"))
-
-
-@pytest.fixture(scope="session")
-def smoked(example_build: smokekit.ExampleBuild, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def smoked(example_build: ExampleBuild, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A directory holding the wheel and the real static-tier smoke report beside it
     (no project: `--deps none`, only the baseline checks)."""
     from forkpatch.smoke import SmokeOptions, run_smoke

@@ -6,7 +6,8 @@ import hashlib
 import shutil
 
 import pytest
-import smokekit
+from support.cli import Runner
+from support.venvs import install_from_index
 
 pytestmark = pytest.mark.slow
 
@@ -14,7 +15,7 @@ pytestmark = pytest.mark.slow
 def test_publish_to_directory_and_pip_install_back(wheel_dir, tmp_path, capsys):
     wheel = next(wheel_dir.glob("*.whl"))
     target = tmp_path / "index"
-    run = smokekit.Runner(tmp_path, capsys)
+    run = Runner(tmp_path, capsys)
     _, _, err = run("publish", str(wheel), "--to", str(target), "--allow-missing-tier", "sm70")
     assert "without tier sm70" in err
     pkg = target / "packages" / wheel.name
@@ -35,18 +36,7 @@ def test_publish_to_directory_and_pip_install_back(wheel_dir, tmp_path, capsys):
 
     # pip installs it from file://DIR/simple into a fresh venv.
     version = wheel.name.split("-")[1]
-    py = smokekit.new_venv(tmp_path / "consumer")
-    res = smokekit.pip_into(
-        py,
-        "install",
-        "--no-deps",
-        "--no-cache-dir",
-        "--index-url",
-        (target / "simple").as_uri() + "/",
-        f"1cat-vllm=={version}",
-    )
-    assert res.returncode == 0, res.stdout
-    got = smokekit.venv_version(py)
+    got = install_from_index(tmp_path / "consumer", (target / "simple").as_uri() + "/", version)
     assert got["dist"] == got["vllm"] == version
     assert str(tmp_path / "consumer") in got["file"]
 
@@ -54,7 +44,7 @@ def test_publish_to_directory_and_pip_install_back(wheel_dir, tmp_path, capsys):
 def test_different_file_same_version_is_refused(wheel_dir, tmp_path, capsys):
     wheel = next(wheel_dir.glob("*.whl"))
     target = tmp_path / "index"
-    run = smokekit.Runner(tmp_path, capsys)
+    run = Runner(tmp_path, capsys)
     run("publish", str(wheel), "--to", str(target), "--allow-missing-tier", "sm70")
     # A rebuilt file with the same name: other bytes, and a passing report for them.
     other = tmp_path / "other"

@@ -109,10 +109,10 @@ def test_override_never_covers_a_failed_tier(wheel_dir, tmp_path):
 
 
 def test_required_tiers_from_the_series(wheel_dir, tmp_path, example_build):
-    import smokekit
+    from support import smoke
 
-    project = smokekit.copy_project(example_build, tmp_path / "project")
-    smokekit.set_smoke(project, {}, sections={"publish": {"required-tiers": ["static"]}})
+    project = smoke.copy_project(example_build, tmp_path / "project")
+    smoke.set_smoke(project, {}, sections={"publish": {"required-tiers": ["static"]}})
     from forkpatch.project import Project
 
     done = publish(

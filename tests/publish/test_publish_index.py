@@ -11,7 +11,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-import smokekit
+from support.cli import Runner
+from support.servers import free_port
+from support.venvs import install_from_index
 
 pytestmark = pytest.mark.slow
 
@@ -32,7 +34,7 @@ def test_publish_to_pypiserver_and_install_back(
     wheel = next(wheel_dir.glob("*.whl"))
     monkeypatch.setenv("TWINE_USERNAME", pypiserver.user)
     monkeypatch.setenv("TWINE_PASSWORD", pypiserver.password)
-    run = smokekit.Runner(tmp_path, capsys)
+    run = Runner(tmp_path, capsys)
     _, out, err = run(
         "publish", str(wheel), "--to", pypiserver.url, "--allow-missing-tier", "sm70", "--json"
     )
@@ -49,19 +51,8 @@ def test_publish_to_pypiserver_and_install_back(
     assert "already published" in err and pypiserver.files() == [wheel.name]
 
     version = wheel.name.split("-")[1]
-    py = smokekit.new_venv(tmp_path / "consumer")
     index = pypiserver.url.replace("http://", f"http://{pypiserver.user}:{pypiserver.password}@")
-    res = smokekit.pip_into(
-        py,
-        "install",
-        "--no-deps",
-        "--no-cache-dir",
-        "--index-url",
-        index + "simple/",
-        f"1cat-vllm=={version}",
-    )
-    assert res.returncode == 0, res.stdout
-    got = smokekit.venv_version(py)
+    got = install_from_index(tmp_path / "consumer", index + "simple/", version)
     assert got["dist"] == got["vllm"] == version
 
 
@@ -72,7 +63,7 @@ def test_bad_credentials_are_refused_and_never_shown(
     monkeypatch.setenv("TWINE_USERNAME", pypiserver.user)
     monkeypatch.setenv("TWINE_PASSWORD", canary)
     wheel = next(wheel_dir.glob("*.whl"))
-    run = smokekit.Runner(tmp_path, capsys)
+    run = Runner(tmp_path, capsys)
     _code, out, err = run(
         "--debug",
         "publish",
@@ -107,7 +98,7 @@ def test_bad_credentials_are_refused_and_never_shown(
 
 def test_credentials_in_the_url_are_refused(wheel_dir, tmp_path, capsys):
     wheel = next(wheel_dir.glob("*.whl"))
-    run = smokekit.Runner(tmp_path, capsys)
+    run = Runner(tmp_path, capsys)
     _, out, err = run(
         "publish",
         str(wheel),
@@ -124,8 +115,8 @@ def test_index_down(wheel_dir, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("TWINE_USERNAME", "u")
     monkeypatch.setenv("TWINE_PASSWORD", "p-canary-down")
     wheel = next(wheel_dir.glob("*.whl"))
-    run = smokekit.Runner(tmp_path, capsys)
-    port = smokekit.free_port()
+    run = Runner(tmp_path, capsys)
+    port = free_port()
     _, out, err = run(
         "publish",
         str(wheel),
@@ -146,7 +137,7 @@ def test_different_file_same_name_is_refused(pypiserver, wheel_dir, tmp_path, ca
     monkeypatch.setenv("TWINE_USERNAME", pypiserver.user)
     monkeypatch.setenv("TWINE_PASSWORD", pypiserver.password)
     wheel = next(wheel_dir.glob("*.whl"))
-    run = smokekit.Runner(tmp_path, capsys)
+    run = Runner(tmp_path, capsys)
     run("publish", str(wheel), "--to", pypiserver.url, "--allow-missing-tier", "sm70")
     other = tmp_path / "other"
     shutil.copytree(wheel_dir, other)

@@ -5,20 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-from fptest import snapshot
-from rebase_helpers import LINES, scenario_factory
-
-
-@pytest.fixture
-def scenario(tmp_path, capsys):
-    return scenario_factory(tmp_path, capsys)
-
-
-def _edit(text: str, old: str, new: str) -> str:
-    assert old in text
-    return text.replace(old, new, 1)
-
+from support.git import replace_once
+from support.projects import LINES, snapshot
 
 # --------------------------------------------------------------------------- the example
 
@@ -147,7 +135,9 @@ def test_offset_is_reported_and_refreshed(scenario):
         fork.tag("v2")
 
     s = scenario(
-        BASE_FILES, [("p1", {"a.py": _edit(LINES, "line 20\n", "line 20 patched\n")})], upstream
+        BASE_FILES,
+        [("p1", {"a.py": replace_once(LINES, "line 20\n", "line 20 patched\n")})],
+        upstream,
     )
     assert s.statuses("v2") == {"p1": "offset"}
     s.run("rebase", "--onto", "v2")
@@ -156,13 +146,13 @@ def test_offset_is_reported_and_refreshed(scenario):
 
 
 def test_upstreamed_verbatim_by_patch_id(scenario):
-    patched = _edit(LINES, "line 5\n", "line five\n")
+    patched = replace_once(LINES, "line 5\n", "line five\n")
 
     def upstream(fork):
         fork.add_file("a.py", patched)
         fork.commit("Upstream takes p1")
         # ...and later changes the very same lines, so it no longer reverse-applies.
-        fork.add_file("a.py", _edit(patched, "line five\n", "line 5 (v2)\n"))
+        fork.add_file("a.py", replace_once(patched, "line five\n", "line 5 (v2)\n"))
         fork.commit("Upstream rewrites it")
         fork.tag("v2")
 
@@ -175,7 +165,7 @@ def test_upstreamed_verbatim_by_patch_id(scenario):
 
 
 def test_upstreamed_in_a_different_form_content_present(scenario):
-    patched = _edit(LINES, "line 5\n", "line five\n")
+    patched = replace_once(LINES, "line 5\n", "line five\n")
 
     def upstream(fork):
         # The same change, in one commit with an unrelated one: the patch-id differs.
@@ -205,7 +195,9 @@ def test_patch_follows_a_file_upstream_moved(scenario):
         fork.commit("Upstream moves a.py")
         fork.tag("v2")
 
-    s = scenario(BASE_FILES, [("p1", {"a.py": _edit(LINES, "line 9\n", "line nine\n")})], upstream)
+    s = scenario(
+        BASE_FILES, [("p1", {"a.py": replace_once(LINES, "line 9\n", "line nine\n")})], upstream
+    )
     p = s.check("v2")["patches"][0]
     assert p["status"] in ("clean", "offset", "merged")
     assert p["moved"] == {"a.py": "pkg_a.py"}
@@ -223,7 +215,7 @@ def test_file_upstream_rewrote_conflicts_with_files_and_hunks(scenario):
     s = scenario(
         BASE_FILES,
         [
-            ("p1", {"a.py": _edit(LINES, "line 9\n", "line nine\n")}),
+            ("p1", {"a.py": replace_once(LINES, "line 9\n", "line nine\n")}),
             ("p2", {"b.py": "bee 0\n" + BASE_FILES["b.py"]}),
         ],
         upstream,
@@ -237,12 +229,14 @@ def test_file_upstream_rewrote_conflicts_with_files_and_hunks(scenario):
 
 def test_fuzz_is_reported_and_refreshed_away(scenario):
     def upstream(fork):
-        fork.add_file("a.py", _edit(LINES, "line 17\n", "line 17 changed\n"))
+        fork.add_file("a.py", replace_once(LINES, "line 17\n", "line 17 changed\n"))
         fork.commit("Upstream touches a context line")
         fork.tag("v2")
 
     s = scenario(
-        BASE_FILES, [("p1", {"a.py": _edit(LINES, "line 20\n", "line 20 patched\n")})], upstream
+        BASE_FILES,
+        [("p1", {"a.py": replace_once(LINES, "line 20\n", "line 20 patched\n")})],
+        upstream,
     )
     assert s.statuses("v2", "--fuzz", "1") == {"p1": "fuzz"}
     assert s.statuses("v2", "--no-3way", expect=3) == {"p1": "conflict"}
@@ -263,7 +257,7 @@ def _conflict_scenario(scenario):
     """p1 conflicts on v2 (upstream changed the line it changes); p2 and p3 are fine."""
 
     def upstream(fork):
-        fork.add_file("a.py", _edit(LINES, "line 9\n", "line 9 upstream\n"))
+        fork.add_file("a.py", replace_once(LINES, "line 9\n", "line 9 upstream\n"))
         fork.commit("Upstream edits line 9")
         fork.tag("v2")
 
@@ -271,12 +265,14 @@ def _conflict_scenario(scenario):
         BASE_FILES,
         [
             ("p0", {"b.py": "bee 0\n" + BASE_FILES["b.py"]}),
-            ("p1", {"a.py": _edit(LINES, "line 9\n", "line 9 ours\n")}),
+            ("p1", {"a.py": replace_once(LINES, "line 9\n", "line 9 ours\n")}),
             (
                 "p2",
                 {
-                    "a.py": _edit(
-                        _edit(LINES, "line 9\n", "line 9 ours\n"), "line 30\n", "line 30 p2\n"
+                    "a.py": replace_once(
+                        replace_once(LINES, "line 9\n", "line 9 ours\n"),
+                        "line 30\n",
+                        "line 30 p2\n",
                     )
                 },
             ),
@@ -308,7 +304,7 @@ def test_conflict_stops_with_a_work_tree_then_continue(scenario):
     # --continue refuses while markers remain.
     _, _, err = s.run("rebase", "--continue", expect=3)
     assert "conflict markers remain in a.py" in err
-    (wt / "a.py").write_text(_edit(LINES, "line 9\n", "line 9 upstream and ours\n"))
+    (wt / "a.py").write_text(replace_once(LINES, "line 9\n", "line 9 upstream and ours\n"))
     _, out, _ = s.run("rebase", "--continue", "--json")
     rep = json.loads(out)
     st = {p["name"]: p["status"] for p in rep["patches"]}
@@ -361,7 +357,7 @@ def test_rebase_needs_exactly_one_action(example_project):
 
 
 def test_patch_taken_then_reverted_upstream_is_not_upstreamed(scenario):
-    patched = _edit(LINES, "line 5\n", "line five\n")
+    patched = replace_once(LINES, "line 5\n", "line five\n")
 
     def upstream(fork):
         fork.add_file("a.py", patched)
@@ -382,7 +378,9 @@ def test_rebase_json_describes_where_it_stopped(scenario):
         fork.commit("Upstream rewrites a.py")
         fork.tag("v2")
 
-    s = scenario(BASE_FILES, [("p1", {"a.py": _edit(LINES, "line 9\n", "line nine\n")})], upstream)
+    s = scenario(
+        BASE_FILES, [("p1", {"a.py": replace_once(LINES, "line 9\n", "line nine\n")})], upstream
+    )
     _code, out, _err = s.run("rebase", "--onto", "v2", "--json", expect=3)
     data = json.loads(out)
     assert data["status"] == "stopped" and data["onto"] == "v2"

@@ -10,22 +10,12 @@ from __future__ import annotations
 
 import json
 
-import pytest
-from rebase_helpers import LINES, scenario_factory
-
-
-@pytest.fixture
-def scenario(tmp_path, capsys):
-    return scenario_factory(tmp_path, capsys)
-
-
-def _edit(text: str, old: str, new: str) -> str:
-    assert old in text
-    return text.replace(old, new, 1)
+from support.git import replace_once
+from support.projects import LINES
 
 
 def _v2_edits_line_9(fork):
-    fork.add_file("a.py", _edit(LINES, "line 9\n", "line 9 upstream\n"))
+    fork.add_file("a.py", replace_once(LINES, "line 9\n", "line 9 upstream\n"))
     fork.commit("Upstream edits line 9 of a.py")
     fork.tag("v2")
 
@@ -37,10 +27,12 @@ FILES = {"a.py": LINES, **{f"f{i}.py": LINES.replace("line", f"f{i}") for i in r
 def test_first_patch_conflicts_and_the_rest_are_independent(scenario):
     """Patch 1 conflicts; patches 2..N touch other files: each gets its real outcome,
     marked independent, and that outcome is what the rebase then gives them."""
-    patches = [("p1", {"a.py": _edit(LINES, "line 9\n", "line 9 ours\n")})]
+    patches = [("p1", {"a.py": replace_once(LINES, "line 9\n", "line 9 ours\n")})]
     for i in range(2, N + 1):
         text = FILES[f"f{i}.py"]
-        patches.append((f"p{i}", {f"f{i}.py": _edit(text, f"f{i} 20\n", f"f{i} 20 patched\n")}))
+        patches.append(
+            (f"p{i}", {f"f{i}.py": replace_once(text, f"f{i} 20\n", f"f{i} 20 patched\n")})
+        )
     s = scenario(FILES, patches, _v2_edits_line_9)
     _code, out, err = s.run("check", "--onto", "v2", "--json", expect=3)
     data = json.loads(out)
@@ -68,16 +60,16 @@ def test_first_patch_conflicts_and_the_rest_are_independent(scenario):
 def test_patches_sharing_files_with_the_conflict_depend_on_it(scenario):
     """p4 shares a.py with p1; p5 shares f5.py with p4 (so depends on p1 through it);
     p6 changes the line next to p1's (it conflicts too); p2, p3 are independent."""
-    a1 = _edit(LINES, "line 9\n", "line 9 ours\n")
-    a4 = _edit(a1, "line 30\n", "line 30 p4\n")
-    a6 = _edit(a4, "line 10\n", "line 10 p6\n")
+    a1 = replace_once(LINES, "line 9\n", "line 9 ours\n")
+    a4 = replace_once(a1, "line 30\n", "line 30 p4\n")
+    a6 = replace_once(a4, "line 10\n", "line 10 p6\n")
     files = {**FILES}
     patches = [
         ("p1", {"a.py": a1}),
-        ("p2", {"f2.py": _edit(files["f2.py"], "f2 5\n", "f2 5 p2\n")}),
-        ("p3", {"f3.py": _edit(files["f3.py"], "f3 5\n", "f3 5 p3\n")}),
-        ("p4", {"a.py": a4, "f5.py": _edit(files["f5.py"], "f5 5\n", "f5 5 p4\n")}),
-        ("p5", {"f5.py": _edit(files["f5.py"], "f5 5\n", "f5 5 p4 and p5\n")}),
+        ("p2", {"f2.py": replace_once(files["f2.py"], "f2 5\n", "f2 5 p2\n")}),
+        ("p3", {"f3.py": replace_once(files["f3.py"], "f3 5\n", "f3 5 p3\n")}),
+        ("p4", {"a.py": a4, "f5.py": replace_once(files["f5.py"], "f5 5\n", "f5 5 p4\n")}),
+        ("p5", {"f5.py": replace_once(files["f5.py"], "f5 5\n", "f5 5 p4 and p5\n")}),
         ("p6", {"a.py": a6}),
     ]
     s = scenario(files, patches, _v2_edits_line_9)
@@ -103,8 +95,8 @@ def test_patches_sharing_files_with_the_conflict_depend_on_it(scenario):
 
 def test_the_stopped_rebase_keeps_the_forecast(scenario):
     """`rebase --json` that stops at the first conflict lists the same forecast as check."""
-    patches = [("p1", {"a.py": _edit(LINES, "line 9\n", "line 9 ours\n")})]
-    patches += [("p2", {"f2.py": _edit(FILES["f2.py"], "f2 5\n", "f2 5 p2\n")})]
+    patches = [("p1", {"a.py": replace_once(LINES, "line 9\n", "line 9 ours\n")})]
+    patches += [("p2", {"f2.py": replace_once(FILES["f2.py"], "f2 5\n", "f2 5 p2\n")})]
     s = scenario(FILES, patches, _v2_edits_line_9)
     _code, check_out, _ = s.run("check", "--onto", "v2", "--json", expect=3)
     _code, out, _err = s.run("rebase", "--onto", "v2", "--json", expect=3)

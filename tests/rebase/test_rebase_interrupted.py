@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from fptest import snapshot
+from support.projects import snapshot
 
 
 def _killed_at(project: Path, point: str, *args: str) -> None:

@@ -14,22 +14,12 @@ import os
 from pathlib import Path
 
 import pytest
-from fptest import snapshot
-from rebase_helpers import LINES, scenario_factory
+from support.git import replace_once
+from support.projects import LINES, snapshot
 
 from forkpatch.fsutil import dump_state, parse_state
 
 BASE_FILES = {"a.py": LINES, "b.py": LINES.replace("line", "bee"), "pkg/mod.py": LINES}
-
-
-@pytest.fixture
-def scenario(tmp_path, capsys):
-    return scenario_factory(tmp_path, capsys)
-
-
-def _edit(text: str, old: str, new: str) -> str:
-    assert old in text
-    return text.replace(old, new, 1)
 
 
 def _tree(root: Path) -> dict[str, tuple[str, bytes]]:
@@ -62,7 +52,7 @@ def _stopped(scenario):
     """A rebase stopped at p1 (upstream changed the line it changes); p0 and p2 are fine."""
 
     def upstream(fork):
-        fork.add_file("a.py", _edit(LINES, "line 9\n", "line 9 upstream\n"))
+        fork.add_file("a.py", replace_once(LINES, "line 9\n", "line 9 upstream\n"))
         fork.commit("Upstream edits line 9")
         fork.tag("v2")
 
@@ -70,8 +60,8 @@ def _stopped(scenario):
         BASE_FILES,
         [
             ("p0", {"b.py": "bee 0\n" + BASE_FILES["b.py"]}),
-            ("p1", {"a.py": _edit(LINES, "line 9\n", "line 9 ours\n")}),
-            ("p2", {"pkg/mod.py": _edit(LINES, "line 30\n", "line 30 p2\n")}),
+            ("p1", {"a.py": replace_once(LINES, "line 9\n", "line 9 ours\n")}),
+            ("p2", {"pkg/mod.py": replace_once(LINES, "line 30\n", "line 30 p2\n")}),
         ],
         upstream,
     )
@@ -254,7 +244,7 @@ def _link(fork, rel: str, target: str) -> None:
 
 def _symlink_cases(outside: Path):
     """(label, upstream change making v2, the series, what the rebase must do)."""
-    ours = _edit(LINES, "line 9\n", "line 9 ours\n")
+    ours = replace_once(LINES, "line 9\n", "line 9 ours\n")
 
     def leaf_absolute(fork):
         _link(fork, "a.py", str(outside / "a.py"))
@@ -273,7 +263,7 @@ def _symlink_cases(outside: Path):
 
     def leaf_and_edit(fork):
         # Upstream edits the patched line (a conflict) and links the other file out.
-        fork.add_file("a.py", _edit(LINES, "line 9\n", "line 9 upstream\n"))
+        fork.add_file("a.py", replace_once(LINES, "line 9\n", "line 9 upstream\n"))
         _link(fork, "b.py", str(outside / "b.py"))
         fork.commit("conflict on a.py, b.py a link")
         fork.tag("v2")
@@ -292,9 +282,9 @@ def _symlink_cases(outside: Path):
 
 
 @pytest.mark.parametrize("case", range(4))
-def test_conflicts_are_never_written_through_a_symlink(tmp_path, capsys, outside, case):
+def test_conflicts_are_never_written_through_a_symlink(scenario, outside, case):
     label, upstream, patches, expected = _symlink_cases(outside)[case]
-    s = scenario_factory(tmp_path, capsys)(BASE_FILES, patches, upstream)
+    s = scenario(BASE_FILES, patches, upstream)
     before_outside = _tree(outside)
     before = snapshot(s.project)
     code, _out, err = s.run("rebase", "--onto", "v2", expect=None)

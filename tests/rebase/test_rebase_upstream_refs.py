@@ -17,21 +17,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from fptest import GIT_ENV, ScratchRepo
-from rebase_helpers import LINES, scenario_factory
+from support.git import GIT_ENV, ScratchRepo, replace_once
+from support.projects import LINES
 
-
-@pytest.fixture
-def scenario(tmp_path, capsys):
-    return scenario_factory(tmp_path, capsys)
-
-
-def _edit(text: str, old: str, new: str) -> str:
-    assert old in text
-    return text.replace(old, new, 1)
-
-
-V1 = _edit(LINES, "line 19\n", "line 19 (v1)\n")  # the release the series was made on
+V1 = replace_once(LINES, "line 19\n", "line 19 (v1)\n")  # the release the series was made on
 FIX = "line 20 fixed\n"
 
 
@@ -44,12 +33,12 @@ class Upstream:
         self.fix = ""
 
     def __call__(self, fork: ScratchRepo) -> None:
-        moved = _edit(V1, "line 19 (v1)\n", "line 19\n")
+        moved = replace_once(V1, "line 19 (v1)\n", "line 19\n")
         fork.add_file("a.py", moved)
         fork.commit("Upstream tidies line 19")
-        fork.add_file("a.py", _edit(moved, "line 20\n", self.fix_line))
+        fork.add_file("a.py", replace_once(moved, "line 20\n", self.fix_line))
         self.fix = fork.commit("Fix line 20")
-        fork.add_file("a.py", _edit(moved, "line 20\n", "line 20 fixed, and more\n"))
+        fork.add_file("a.py", replace_once(moved, "line 20\n", "line 20 fixed, and more\n"))
         fork.commit("Improve the fix of line 20")
         fork.add_file("other.py", "other\n")
         fork.commit("Unrelated")
@@ -62,8 +51,8 @@ def _series(scenario, upstream: Upstream, reference):
     s = scenario(
         {"a.py": V1, "b.py": LINES},
         [
-            ("p1", {"a.py": _edit(V1, "line 20\n", FIX)}),
-            ("p2", {"b.py": _edit(LINES, "line 5\n", "line 5 p2\n")}),
+            ("p1", {"a.py": replace_once(V1, "line 20\n", FIX)}),
+            ("p2", {"b.py": replace_once(LINES, "line 5\n", "line 5 p2\n")}),
         ],
         upstream,
     )
@@ -130,7 +119,7 @@ class SideBranch(Upstream):
     def __call__(self, fork: ScratchRepo) -> None:
         super().__call__(fork)
         fork.git("checkout", "-q", "-b", "side", "v1")
-        fork.add_file("a.py", _edit(V1, "line 20\n", FIX))
+        fork.add_file("a.py", replace_once(V1, "line 20\n", FIX))
         self.fix = fork.commit("The same fix on a side branch")
         fork.git("checkout", "-q", "main")
 

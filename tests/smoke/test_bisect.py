@@ -11,8 +11,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-import smokekit
-from smokekit import Runner
+from support import smoke
+from support.cli import Runner
 
 from forkpatch.series import PatchEntry, load_series, save_series
 
@@ -29,9 +29,9 @@ diff --git a/vllm/entrypoints/cli/__init__.py b/vllm/entrypoints/cli/__init__.py
 """
 
 
-def _broken_project(build: smokekit.ExampleBuild, dest: Path) -> Path:
+def _broken_project(build: smoke.ExampleBuild, dest: Path) -> Path:
     """The example project with 'break-cli' inserted in the middle of the series (#3 of 6)."""
-    project = smokekit.copy_project(build, dest)
+    project = smoke.copy_project(build, dest)
     (project / "patches" / "break-cli.patch").write_bytes(BREAK_CLI)
     path = project / "series.yaml"
     s = load_series(path)
@@ -45,22 +45,27 @@ def _broken_project(build: smokekit.ExampleBuild, dest: Path) -> Path:
     return project
 
 
-def test_bisect_names_the_patch_that_breaks_a_check(example_build, tmp_path, capsys):
-    project = _broken_project(example_build, tmp_path / "project")
-    run = Runner(project, capsys)
+def _bisect(run: Runner, build: smoke.ExampleBuild, *target: str) -> tuple[dict, str]:
+    """``smoke --bisect [TARGET]`` on the static tier without dependencies: (JSON, stderr)."""
     _, out, err = run(
         "smoke",
         "--bisect",
-        "series.yaml",
+        *target,
         "--base-wheel",
-        str(example_build.base_wheel),
+        str(build.base_wheel),
         "--tier",
         "static",
         "--deps",
         "none",
         "--json",
     )
-    data = json.loads(out)
+    return json.loads(out), err
+
+
+def test_bisect_names_the_patch_that_breaks_a_check(example_build, tmp_path, capsys):
+    project = _broken_project(example_build, tmp_path / "project")
+    run = Runner(project, capsys)
+    data, err = _bisect(run, example_build, "series.yaml")
     assert data["status"] == "found"
     assert "static.cli-version" in data["failing"]
     [culprit] = data["first_bad"]
@@ -102,46 +107,23 @@ def test_bisect_a_wheel_and_refuse_one_from_another_series(example_build, tmp_pa
     assert "was not built from the series in series.yaml" in err
     assert "break-cli" in err
 
-    _, out, err = run(
-        "smoke",
-        "--bisect",
-        str(wheel),
-        "--base-wheel",
-        str(example_build.base_wheel),
-        "--tier",
-        "static",
-        "--deps",
-        "none",
-        "--json",
-    )
-    data = json.loads(out)
+    data, err = _bisect(run, example_build, str(wheel))
     assert data["status"] == "found"
     assert [c["patch"] for c in data["first_bad"]] == ["break-cli"]
     assert data["smokes"] == data["builds"] + 1  # the wheel itself was smoked, not rebuilt
 
 
 def test_nothing_to_bisect_when_no_check_fails(example_build, tmp_path, capsys):
-    project = smokekit.copy_project(example_build, tmp_path / "project")
-    smokekit.set_smoke(project, {p: [] for p in load_series(project / "series.yaml").names()})
+    project = smoke.copy_project(example_build, tmp_path / "project")
+    smoke.set_smoke(project, {p: [] for p in load_series(project / "series.yaml").names()})
     run = Runner(project, capsys)
-    _, out, err = run(
-        "smoke",
-        "--bisect",
-        "--base-wheel",
-        str(example_build.base_wheel),
-        "--tier",
-        "static",
-        "--deps",
-        "none",
-        "--json",
-    )
-    data = json.loads(out)
+    data, err = _bisect(run, example_build)
     assert data["status"] == "nothing-to-bisect" and data["failing"] == {}
     assert data["builds"] == 1 and data["first_bad"] == []
     assert "nothing to bisect" in err
 
 
 def test_bisect_needs_a_base_wheel(example_build, tmp_path, capsys):
-    project = smokekit.copy_project(example_build, tmp_path / "project")
+    project = smoke.copy_project(example_build, tmp_path / "project")
     _, _, err = Runner(project, capsys)("smoke", "--bisect", "series.yaml", expect=2)
     assert "--base-wheel" in err

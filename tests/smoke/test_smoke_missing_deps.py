@@ -13,8 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import smokekit
-from fptest import Runner
+from support import smoke
+from support.cli import Runner
 
 pytestmark = pytest.mark.slow
 
@@ -22,14 +22,14 @@ ABSENT = "forkpatch_absent_module"  # a third-party module no environment has
 
 
 def _wheel_with_patch(
-    build: smokekit.ExampleBuild,
+    build: smoke.ExampleBuild,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     name: str,
     edit: Callable[[Path], None],
 ) -> tuple[Path, Path, Runner]:
     """The example series plus patch ``name`` made by ``edit`` (new, refresh), built."""
-    project = smokekit.copy_project(build, tmp_path / "project")
+    project = smoke.copy_project(build, tmp_path / "project")
     run = Runner(project, capsys)
     run("apply")
     run("new", name)
@@ -102,7 +102,7 @@ def test_a_real_failure_offers_bisect(example_build, tmp_path, capsys):
 
 
 def test_a_wheel_that_does_not_match_the_series_is_not_bisected(example_build, tmp_path, capsys):
-    project = smokekit.copy_project(example_build, tmp_path / "project")
+    project = smoke.copy_project(example_build, tmp_path / "project")
     patch = project / "patches" / "cli-version.patch"
     patch.write_bytes(b"An edited description.\n\n" + patch.read_bytes())
     run = Runner(project, capsys)

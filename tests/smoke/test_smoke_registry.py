@@ -6,6 +6,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from support import REPO_ROOT
 
 from forkpatch.errors import SeriesError, SmokeError
 from forkpatch.series import BaseRef, ForkInfo, PatchEntry, Series, load_series
@@ -67,7 +68,7 @@ def test_incheck_is_standalone():
 
 
 def test_the_projects_real_series_names_only_known_checks():
-    path = Path(__file__).parents[2] / "series.yaml"
+    path = REPO_ROOT / "series.yaml"
     if not path.is_file():
         pytest.skip("no real series.yaml in this checkout")
     checks.validate_series(load_series(path), path=str(path))

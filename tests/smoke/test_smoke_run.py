@@ -7,8 +7,8 @@ import json
 import xml.etree.ElementTree as ET
 
 import pytest
-import smokekit
-from smokekit import Runner
+from support import smoke
+from support.cli import Runner
 
 from forkpatch.smoke.wheelinfo import sha256_file
 
@@ -32,8 +32,8 @@ def _has_torch() -> bool:
 
 
 def test_static_tier_passes_and_missing_hardware_is_not_run(example_build, tmp_path, capsys):
-    project = smokekit.copy_project(example_build, tmp_path / "project")
-    smokekit.set_smoke(
+    project = smoke.copy_project(example_build, tmp_path / "project")
+    smoke.set_smoke(
         project,
         {
             "cli-version": ["static.cli-version"],
@@ -93,8 +93,8 @@ def test_static_tier_passes_and_missing_hardware_is_not_run(example_build, tmp_p
 
 
 def test_deps_none_reports_torch_checks_as_not_run(example_build, tmp_path, capsys):
-    project = smokekit.copy_project(example_build, tmp_path / "project")
-    smokekit.set_smoke(project, {"odd-width-padding": ["static.odd-width-padding-cpu"]})
+    project = smoke.copy_project(example_build, tmp_path / "project")
+    smoke.set_smoke(project, {"odd-width-padding": ["static.odd-width-padding-cpu"]})
     run = Runner(project, capsys)
     _, out, _ = run(
         "smoke", str(example_build.wheel), "--tier", "static", "--deps", "none", "--json"
@@ -120,8 +120,8 @@ def test_failing_check_exits_1_and_names_the_patch(example_build, tmp_path, caps
             "needs torch in this python (the check only errors once it runs; without "
             "torch it is not-run): `pip install torch==2.13.0`, as .ci/run does"
         )
-    project = smokekit.copy_project(example_build, tmp_path / "project")
-    smokekit.set_smoke(project, {"capability-floor": ["static.capability-floor-cpu"]})
+    project = smoke.copy_project(example_build, tmp_path / "project")
+    smoke.set_smoke(project, {"capability-floor": ["static.capability-floor-cpu"]})
     run = Runner(project, capsys)
     _code, out, err = run("smoke", str(example_build.wheel), "--tier", "static", "--json", expect=1)
     data = json.loads(out)
@@ -131,7 +131,7 @@ def test_failing_check_exits_1_and_names_the_patch(example_build, tmp_path, caps
 
 
 def test_edited_patch_fails_the_provenance_check(example_build, tmp_path, capsys):
-    project = smokekit.copy_project(example_build, tmp_path / "project")
+    project = smoke.copy_project(example_build, tmp_path / "project")
     patch = project / "patches" / "cli-version.patch"
     patch.write_bytes(b"An edited description.\n\n" + patch.read_bytes())
     run = Runner(project, capsys)
@@ -144,8 +144,8 @@ def test_edited_patch_fails_the_provenance_check(example_build, tmp_path, capsys
 
 
 def test_refusals_before_any_environment_is_made(example_build, tmp_path, capsys):
-    project = smokekit.copy_project(example_build, tmp_path / "project")
-    smokekit.set_smoke(project, {"cli-version": ["static.cli-verison"]})
+    project = smoke.copy_project(example_build, tmp_path / "project")
+    smoke.set_smoke(project, {"cli-version": ["static.cli-verison"]})
     run = Runner(project, capsys)
     _, _, err = run("smoke", str(example_build.wheel), expect=1)
     assert "unknown smoke check 'static.cli-verison'" in err

@@ -11,9 +11,10 @@ import sys
 import threading
 
 import pytest
-from cikit import TOKEN, Forge, add_origin, serve_forge
-from ghkit import STANDIN_GH
-from trackkit import git, make_setup, run_ci, tag_release
+from support.git import git
+from support.github import STANDIN_GH
+from support.servers import TOKEN, Forge, serve_forge
+from support.track import add_origin, make_setup, run_ci, tag_release
 
 pytestmark = pytest.mark.slow
 

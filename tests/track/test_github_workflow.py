@@ -14,9 +14,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from cikit import add_origin, tool
-from ghkit import WORKFLOW, Runner, evaluate, job_if, job_status, load_workflow
-from trackkit import REPO_ROOT, git, index_files, make_setup, pypiserver, tag_release
+from support import REPO_ROOT
+from support.git import git
+from support.github import WORKFLOW, Runner, evaluate, job_if, job_status, load_workflow
+from support.servers import index_files, open_pypiserver
+from support.track import add_origin, make_setup, tag_release, tool
 
 CONFIG = REPO_ROOT / ".github" / "actionlint.yaml"
 
@@ -183,7 +185,7 @@ def test_job_conditions_for_each_kind_of_run(event):
 
 @pytest.mark.slow
 def test_jobs_run_in_order_with_a_standin_gh(tmp_path):
-    with pypiserver(tmp_path / "index") as url:
+    with open_pypiserver(tmp_path / "index") as url:
         setup = make_setup(
             tmp_path, tag_v130=False, sections={"publish": {"required-tiers": ["static"]}}
         )

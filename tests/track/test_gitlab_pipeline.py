@@ -11,8 +11,9 @@ import re
 from pathlib import Path
 
 import pytest
-from cikit import Forge, add_origin, add_team_pipeline, gitlab_ci_local, serve_forge
-from trackkit import git, index_files, make_setup, pypiserver, tag_release
+from support.git import git
+from support.servers import Forge, index_files, open_pypiserver, serve_forge
+from support.track import add_origin, add_team_pipeline, gitlab_ci_local, make_setup, tag_release
 
 pytestmark = pytest.mark.slow
 
@@ -42,7 +43,7 @@ def _branch(origin: Path, name: str) -> str | None:
 
 
 def test_new_release_then_rerun_then_nothing_new(tmp_path):
-    with pypiserver(tmp_path / "index") as url:
+    with open_pypiserver(tmp_path / "index") as url:
         setup, origin = _team(tmp_path, {"publish": {"to": url, "required-tiers": ["static"]}})
         with serve_forge(Forge()) as forge:
             # Before the release: the child pipeline runs only the no-op job.

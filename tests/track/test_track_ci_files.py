@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cikit import tool
+from support import REPO_ROOT
+from support.track import tool
 
-CI = Path(__file__).resolve().parents[2] / "ci"
+CI = REPO_ROOT / "ci"
 WORKFLOW = CI / "github" / "workflows" / "forkpatch-track.yml"
 GITLAB = CI / "gitlab-ci.yml"
 DRIVER = CI / "forkpatch-ci.sh"
@@ -123,7 +124,7 @@ def test_readme_team_pipeline_is_the_one_the_tests_run():
     """ci/README.md's team .gitlab-ci.yml is the tests' (bar where the file comes from)."""
     import re
 
-    from cikit import TEAM_PIPELINE
+    from support.track import TEAM_PIPELINE
 
     text = (CI / "README.md").read_text()
     block = re.search(r"## GitLab.*?```yaml\n(.*?)```", text, re.S)

@@ -8,16 +8,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from trackkit import (
-    SECRET,
-    git,
-    index_files,
-    make_setup,
-    pypiserver,
-    result,
-    run_ci,
-    tag_release,
-)
+from support.git import git
+from support.servers import index_files, open_pypiserver
+from support.track import SECRET, make_setup, result, run_ci, tag_release
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +27,7 @@ def _outputs(setup) -> dict[str, bytes]:
 
 
 def test_new_release_is_rebased_built_smoked_published_and_proposed(tmp_path):
-    with pypiserver(tmp_path / "index") as url:
+    with open_pypiserver(tmp_path / "index") as url:
         setup = make_setup(
             tmp_path,
             tag_v130=False,

@@ -9,7 +9,8 @@ import json
 import shutil
 import threading
 
-from trackkit import git, make_setup, tag_release
+from support.git import git
+from support.track import make_setup, tag_release
 
 from forkpatch.cli import main
 from forkpatch.track import (

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import wheelfactory
-from wheelfactory import make_venv, pip
+from support import wheelfactory
+from support.venvs import make_venv, pip, purelib
 
 from forkpatch.errors import BuildError
 from forkpatch.wheels.dist_alias import add_vllm_dist_alias, alias_module_name, alias_pth_name
@@ -45,16 +45,6 @@ def probe(python: Path, env: dict[str, str] | None = None) -> dict[str, object]:
         [str(python), "-c", PROBE], capture_output=True, text=True, check=True, env=env
     )
     return json.loads(r.stdout)
-
-
-def site_packages(python: Path) -> Path:
-    out = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    return Path(out)
 
 
 def tree(path: Path) -> set[str]:
@@ -93,7 +83,7 @@ def alias_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_pip_install_alias_uninstall(alias_wheel: Path, tmp_path: Path) -> None:
     py = make_venv(tmp_path / "venv")
-    site = site_packages(py)
+    site = purelib(py)
     before = tree(site)
     assert probe(py)["vllm"] is None
 
@@ -170,7 +160,7 @@ def test_installer_validates_and_installs(alias_wheel: Path, tmp_path: Path) -> 
     )
     got = probe(py)
     assert got["vllm"] == got["1cat-vllm"] == NEW
-    assert (site_packages(py) / alias_pth_name("1cat-vllm")).is_file()
+    assert (purelib(py) / alias_pth_name("1cat-vllm")).is_file()
 
 
 def test_backport_importlib_metadata(alias_wheel: Path, tmp_path: Path) -> None:

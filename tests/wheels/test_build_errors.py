@@ -7,7 +7,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-import wheelfactory
+from support import wheelfactory
 
 from forkpatch.errors import BuildError
 from forkpatch.wheels.identity import Provenance

@@ -2,13 +2,12 @@ from __future__ import annotations
 
 import csv
 import io
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
 import pytest
-import wheelfactory
+from support import wheelfactory
+from support.venvs import pip_wheel
 
 from forkpatch.wheels.dist_alias import add_vllm_dist_alias
 from forkpatch.wheels.identity import Provenance
@@ -273,24 +272,7 @@ def test_setuptools_built_base(tmp_path: Path, out_dir: Path, provenance: Proven
         '[project]\nname = "1cat-vllm"\nversion = "1.2.1"\n'
         '[tool.setuptools.packages.find]\ninclude = ["vllm*"]\n'
     )
-    wheels = tmp_path / "wheels"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "--no-build-isolation",
-            "--no-index",
-            "-q",
-            "-w",
-            str(wheels),
-            str(proj),
-        ],
-        check=True,
-    )
-    (base,) = wheels.glob("*.whl")
+    base = pip_wheel(proj, tmp_path / "wheels")
     out = overlay_wheel(
         base,
         replacements=REPL,

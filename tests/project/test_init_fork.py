@@ -1,0 +1,215 @@
+"""init, the recorded base, the fork source (url / --fork-repo / env), the user's clone."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+from support.cli import Runner
+from support.git import git
+from support.projects import EXAMPLE_NAMES, copy_example, snapshot
+
+
+def test_init_writes_series_and_patches(tmp_path, capsys):
+    ex = copy_example(tmp_path, capsys, with_project=False)
+    ex.run(
+        "init",
+        "--fork-url",
+        str(ex.fork.path),
+        "--base",
+        "v1.2.1",
+        "--name",
+        "1cat",
+        "--distribution",
+        "my-dist",
+    )
+    data = yaml.safe_load((ex.project / "series.yaml").read_text())
+    assert data["fork"] == {"name": "1cat", "url": str(ex.fork.path), "distribution": "my-dist"}
+    assert data["base"] == {"tag": "v1.2.1", "commit": ex.fork.rev("v1.2.1^{commit}")}
+    assert data["patches"] == []
+    assert (ex.project / "patches").is_dir()
+    # forkpatch's state is git-ignored when the project is a git repository.
+    assert ".forkpatch/" in (ex.project / ".gitignore").read_text().splitlines()
+    git(ex.project, "init", "-q")
+    (ex.project / ".forkpatch" / "probe").write_text("x")
+    assert git(ex.project, "check-ignore", ".forkpatch/probe") == ".forkpatch/probe"
+    status = git(ex.project, "status", "--porcelain", "--untracked-files=all")
+    assert ".forkpatch" not in status and "series.yaml" in status
+
+
+def test_init_default_name_and_refusals(tmp_path, capsys):
+    ex = copy_example(tmp_path, capsys, with_project=False)
+    ex.run("init", "--fork-url", str(ex.fork.path), "--base", "v1.2.1")
+    data = yaml.safe_load((ex.project / "series.yaml").read_text())
+    assert data["fork"]["name"] == "fork"
+    assert data["fork"]["distribution"] == "1cat-vllm"
+    before = snapshot(ex.project)
+    _code, _, err = ex.run("init", "--fork-url", str(ex.fork.path), "--base", "v1.2.0", expect=2)
+    assert "already exists" in err
+    assert snapshot(ex.project) == before
+
+
+def test_init_unknown_tag_names_near_tags(tmp_path, capsys):
+    ex = copy_example(tmp_path, capsys, with_project=False)
+    _, _, err = ex.run("init", "--fork-url", str(ex.fork.path), "--base", "v1.2.9", expect=1)
+    assert "tag 'v1.2.9' is not in the fork" in err
+    assert "v1.2.1" in err
+    assert "Traceback" not in err
+    assert not (ex.project / "series.yaml").exists()
+
+
+def test_init_missing_options_is_usage_error(tmp_path, capsys):
+    ex = copy_example(tmp_path, capsys, with_project=False)
+    ex.run("init", "--base", "v1.2.1", expect=2)
+
+
+def test_moved_tag_is_refused(tmp_path, capsys):
+    ex = copy_example(tmp_path, capsys)
+    ex.run("apply")
+    recorded = ex.fork.rev("v1.2.1^{commit}")
+    before = snapshot(ex.project)
+    wt_head = git(ex.wt, "rev-parse", "HEAD")
+    # Someone re-tags v1.2.1 on another commit of the fork.
+    git(ex.fork.path, "tag", "-f", "-a", "v1.2.1", "-m", "moved", "v1.2.0")
+    moved = ex.fork.rev("v1.2.1^{commit}")
+    assert moved != recorded
+    for cmd in (["status"], ["status", "--json"], ["apply", "--force"]):
+        _code, out, err = ex.run(*cmd, expect=1)
+        assert "tag 'v1.2.1'" in err
+        assert recorded in err and moved in err, err
+        assert "Traceback" not in err
+        assert out == ""
+    assert snapshot(ex.project) == before
+    assert git(ex.wt, "rev-parse", "HEAD") == wt_head
+
+
+def _clone_state(path, bare=False):
+    refs = git(path, "for-each-ref", "--format=%(refname) %(objectname)")
+    head = git(path, "symbolic-ref", "HEAD") + " " + git(path, "rev-parse", "HEAD")
+    status = (
+        "" if bare else git(path, "status", "--porcelain", "--ignored", "--untracked-files=all")
+    )
+    files = sorted(p.name for p in path.iterdir())
+    return refs, head, status, files
+
+
+@pytest.mark.parametrize(("how", "bare"), [("option", False), ("env", True)])
+def test_fork_repo_override_and_user_clone_untouched(tmp_path, capsys, monkeypatch, how, bare):
+    ex = copy_example(tmp_path, capsys)
+    # The user's own clone of the fork, checked out on a branch with local work.
+    clone = tmp_path / ("clone.git" if bare else "clone")
+    args = ["clone", "-q"] + (["--bare"] if bare else []) + [str(ex.fork.path), str(clone)]
+    git(tmp_path, *args)
+    if not bare:
+        git(clone, "checkout", "-q", "-b", "mywork", "v1.2.0")
+        (clone / "scratch.txt").write_text("uncommitted\n")
+    # series.yaml names a URL that cannot be reached: the override must be used.
+    series = ex.project / "series.yaml"
+    series.write_text(
+        series.read_text().replace(str(ex.fork.path), "https://forkpatch.invalid/1cat-vllm.git")
+    )
+    # The store must not rely on the template's fork: move that away.
+    ex.fork.path.rename(tmp_path / "fork-gone")
+    if how == "env":
+        monkeypatch.setenv("FORKPATCH_FORK_REPO", str(clone))
+        pre: list[str] = []
+    else:
+        monkeypatch.delenv("FORKPATCH_FORK_REPO", raising=False)
+        pre = ["--fork-repo", str(clone)]
+    before = _clone_state(clone, bare)
+    run = Runner(ex.project, capsys)
+    _, out, _ = run(*pre, "status", "--json")
+    assert [p["status"] for p in json.loads(out)["patches"]] == ["clean"] * 4
+    run(*pre, "apply")
+    run(*pre, "pop", "--all")
+    run(*pre, "push", "cli-version")
+    run(*pre, "edit", "odd-width-padding")
+    (ex.wt / "vllm" / "extra.py").write_text("X = 1\n")
+    run(*pre, "refresh")
+    run(*pre, "export")
+    run(*pre, "pop")
+    assert _clone_state(clone, bare) == before
+    assert (ex.project / ".forkpatch" / "worktree" / "vllm" / "extra.py").exists()
+    # Nothing forkpatch made lives in the user's clone.
+    assert "forkpatch" not in git(clone, "for-each-ref")
+    assert "forkpatch" not in git(clone, "worktree", "list")
+
+
+def test_fork_url_unreachable_without_override_is_clear(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("FORKPATCH_FORK_REPO", raising=False)
+    monkeypatch.setenv("FORKPATCH_FETCH_TIMEOUT", "20")
+    ex = copy_example(tmp_path, capsys, with_project=False)
+    _code, _, err = ex.run("init", "--fork-url", str(tmp_path / "nope"), "--base", "v1", expect=1)
+    assert "nope" in err and "Traceback" not in err
+
+
+def test_pip_entry_point_help_version_completion(tmp_path):
+    exe = [sys.executable, "-m", "forkpatch"]
+    out = subprocess.run([*exe, "--help"], capture_output=True, text=True, check=True).stdout
+    for cmd in (
+        "init",
+        "status",
+        "apply",
+        "push",
+        "pop",
+        "top",
+        "new",
+        "edit",
+        "refresh",
+        "delete",
+        "rename",
+        "move",
+        "export",
+        "import",
+    ):
+        assert f"  {cmd}" in out, cmd
+    assert "_FORKPATCH_COMPLETE" in out
+    ver = subprocess.run([*exe, "--version"], capture_output=True, text=True, check=True)
+    assert "forkpatch" in ver.stdout
+    comp = subprocess.run(
+        [*exe],
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ, "_FORKPATCH_COMPLETE": "bash_source"},
+    )
+    del comp  # `python -m` has another prog name; the console script is checked below
+    import shutil as _sh
+
+    script = _sh.which("forkpatch")
+    if script is None:
+        pytest.skip("the forkpatch console script is not installed (pip install .)")
+    src = subprocess.run(
+        [script],
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ, "_FORKPATCH_COMPLETE": "bash_source"},
+    )
+    assert "complete" in src.stdout and "_forkpatch_completion" in src.stdout
+
+
+def test_example_names(tmp_path, capsys):
+    ex = copy_example(tmp_path, capsys)
+    _, out, _ = ex.run("series", "--json")
+    assert [p["name"] for p in json.loads(out)["patches"]] == EXAMPLE_NAMES
+
+
+def test_init_ignores_state_and_dist_once(tmp_path, capsys):
+    """`init` git-ignores .forkpatch/ and dist/ (build-wheel's output), keeping what the
+    .gitignore had and adding nothing twice."""
+    ex = copy_example(tmp_path, capsys, with_project=False)
+    (ex.project / ".gitignore").write_text("*.pyc\ndist\n")
+    ex.run("init", "--fork-url", str(ex.fork.path), "--base", "v1.2.1")
+    assert (ex.project / ".gitignore").read_text() == "*.pyc\ndist\n.forkpatch/\n"
+    other = tmp_path / "fresh"
+    other.mkdir()
+    Runner(other, capsys)("init", "--fork-url", str(ex.fork.path), "--base", "v1.2.1")
+    assert (other / ".gitignore").read_text().splitlines() == [".forkpatch/", "dist/"]
+    git(other, "init", "-q")
+    (other / "dist").mkdir()
+    (other / "dist" / "x.whl").write_text("x")
+    assert git(other, "check-ignore", "dist/x.whl") == "dist/x.whl"
+    Runner(other, capsys)("init", "--fork-url", str(ex.fork.path), "--base", "v1.2.1", "--force")
+    assert (other / ".gitignore").read_text().splitlines() == [".forkpatch/", "dist/"]

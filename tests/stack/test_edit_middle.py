@@ -1,0 +1,99 @@
+"""Editing a middle patch: the patches above are re-applied on refresh, or nothing changes."""
+
+from __future__ import annotations
+
+from support.git import git, numbered
+from support.projects import mtimes, scratch_project, snapshot
+
+
+def _series(tmp_path, capsys):
+    """Three patches on one file: low (line 3), mid (line 20), high (line 5, near low)."""
+    _fork, project, run = scratch_project(tmp_path, capsys, {"f.txt": numbered(40)})
+    run("apply")
+    wt = project / ".forkpatch" / "worktree"
+    f = wt / "f.txt"
+    for name, old, new in (
+        ("low", "line 3\n", "LINE 3\n"),
+        ("mid", "line 20\n", "LINE 20\n"),
+        ("high", "line 5\n", "line five\n"),
+    ):
+        run("new", name)
+        f.write_text(f.read_text().replace(old, new))
+        run("refresh")
+    return project, run, wt, f
+
+
+def test_edit_middle_not_touching_upper(tmp_path, capsys):
+    project, run, wt, f = _series(tmp_path, capsys)
+    before = snapshot(project)
+    m = mtimes(project)
+    run("edit", "low")
+    assert "LINE 20" not in f.read_text()
+    f.write_text(f.read_text().replace("line 30\n", "line thirty\n"))
+    run("refresh")
+    after = snapshot(project)
+    assert {k for k in after if after[k] != before[k]} == {"patches/low.patch"}
+    assert mtimes(project)["patches/mid.patch"] == m["patches/mid.patch"]
+    assert mtimes(project)["patches/high.patch"] == m["patches/high.patch"]
+    _, out, _ = run("top")
+    assert out.strip() == "high"
+    text = f.read_text()
+    assert "line thirty" in text and "LINE 20" in text and "line five" in text
+    assert git(wt, "status", "--porcelain") == ""
+
+
+def test_edit_middle_breaking_upper_changes_nothing_then_resolve(tmp_path, capsys):
+    project, run, _wt, f = _series(tmp_path, capsys)
+    run("edit", "low")
+    before = snapshot(project)
+    m = mtimes(project)
+    f.write_text(f.read_text().replace("line 4\n", "line FOUR\n"))  # context of 'high'
+    _, _, err = run("refresh", expect=3)
+    assert "'high'" in err and "f.txt" in err and "hunk 1" in err
+    assert "nothing in patches/ was changed" in err
+    assert snapshot(project) == before
+    assert mtimes(project) == m
+    assert "line FOUR" in f.read_text()  # the edit is kept
+    _, out, _ = run("status", "--json")
+    assert '"editing": "low"' in out
+
+    # Resolution 1: adjust the edit so 'high' applies again; refresh re-applies it.
+    f.write_text(
+        f.read_text().replace("line FOUR\n", "line 4\n").replace("line 10\n", "line TEN\n")
+    )
+    run("refresh")
+    _, out, _ = run("top")
+    assert out.strip() == "high"
+    assert "+line TEN" in (project / "patches" / "low.patch").read_text()
+    assert snapshot(project)["patches/high.patch"] == before["patches/high.patch"]
+
+
+def test_edit_middle_breaking_upper_force_then_merge(tmp_path, capsys):
+    project, run, wt, f = _series(tmp_path, capsys)
+    run("edit", "low")
+    before = snapshot(project)
+    f.write_text(f.read_text().replace("line 4\n", "line FOUR\n"))
+    run("refresh", expect=3)
+    # Resolution 2: save 'low' alone, bring the rest back with a merge, resolve, refresh.
+    _, _, err = run("refresh", "--force")
+    after = snapshot(project)
+    assert {k for k in after if after[k] != before[k]} == {"patches/low.patch"}
+    assert "+line FOUR" in after["patches/low.patch"].decode()
+    _, out, _ = run("top")
+    assert out.strip() == "low"
+    _, _, err = run("push", "--all", "--merge", expect=3)
+    assert "'high'" in err and "conflict markers" in err and "f.txt" in err
+    assert snapshot(project)["patches/high.patch"] == before["patches/high.patch"]
+    assert "<<<<<<<" in f.read_text()
+    _, _, err = run("refresh", expect=3)
+    assert "conflict markers" in err
+    text = f.read_text()
+    start, end = text.index("<<<<<<<"), text.index(">>>>>>>")
+    end = text.index("\n", end) + 1
+    f.write_text(text[:start] + "line FOUR\nline five\n" + text[end:])
+    run("refresh")
+    final = (project / "patches" / "high.patch").read_text()
+    assert "-line 5\n+line five\n" in final and " line FOUR\n" in final
+    _, out, _ = run("status", "--json")
+    assert '"conflict"' not in out
+    assert git(wt, "status", "--porcelain") == ""

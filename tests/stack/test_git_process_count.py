@@ -1,0 +1,122 @@
+"""Export and re-apply start a fixed number of git processes, whatever the series' length.
+
+Issue 12 item 15: both used to start git three times per patch (rev-parse, diff-tree,
+show). A ``git`` put first on PATH logs every call; the counts for a short and a long
+series must be equal, and the batched diffs must still be each patch's own diff.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from support.git import GIT_ENV, ScratchRepo
+
+from forkpatch.fsutil import file_sha256
+
+
+def _series(tmp_path: Path, n: int) -> Path:
+    fork = ScratchRepo(tmp_path / "fork")
+    for f in range(n):
+        fork.add_file(f"pkg/f{f:03d}.py", "".join(f"v{k} = {k}\n" for k in range(7)))
+    fork.commit("fork")
+    fork.tag("v1")
+    project = tmp_path / "project"
+    project.mkdir()
+    _fp(project, "init", "--fork-url", str(fork.path), "--base", "v1")
+    series = (project / "series.yaml").read_text().replace("patches: []\n", "patches:\n")
+    for i in range(n):
+        path = f"pkg/f{i:03d}.py"
+        body = "".join(f" v{k} = {k}\n" for k in range(3)) + f"-v3 = 3\n+v3 = {100 + i}\n"
+        body += "".join(f" v{k} = {k}\n" for k in range(4, 7))
+        (project / "patches" / f"p{i:03d}.patch").write_text(
+            f"Patch {i}.\n\ndiff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n"
+            f"@@ -1,7 +1,7 @@\n{body}"
+        )
+        series += f"  - name: p{i:03d}\n    file: p{i:03d}.patch\n    summary: patch {i}\n"
+    (project / "series.yaml").write_text(series)
+    _fp(project, "apply")
+    return project
+
+
+def _fp(project: Path, *args: str, path: str | None = None) -> None:
+    env = {**os.environ, **GIT_ENV}
+    env.pop("FORKPATCH_FORK_REPO", None)
+    if path:
+        env["PATH"] = path
+    got = subprocess.run(
+        [sys.executable, "-m", "forkpatch", *args],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert got.returncode == 0, got.stderr
+
+
+def _git_calls(tmp_path: Path, project: Path, *args: str) -> int:
+    shim_dir = tmp_path / "shim"
+    log = tmp_path / "calls.log"
+    if not shim_dir.exists():
+        shim_dir.mkdir()
+        real = subprocess.run(["which", "git"], capture_output=True, text=True).stdout.strip()
+        shim = shim_dir / "git"
+        shim.write_text(f'#!/bin/sh\necho "$1" >> "{log}"\nexec "{real}" "$@"\n')
+        shim.chmod(shim.stat().st_mode | stat.S_IXUSR)
+    log.write_text("")
+    _fp(project, *args, path=f"{shim_dir}{os.pathsep}{os.environ['PATH']}")
+    return len(log.read_text().splitlines())
+
+
+@pytest.mark.parametrize("command", [("export",), ("apply",)], ids=["export", "re-apply"])
+def test_git_processes_do_not_grow_with_the_series(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    counts = []
+    for n in (4, 40):
+        project = _series(tmp_path / f"n{n}", n)
+        before = {p.name: file_sha256(p) for p in (project / "patches").iterdir()}
+        counts.append(_git_calls(tmp_path / f"n{n}", project, *command))
+        after = {p.name: file_sha256(p) for p in (project / "patches").iterdir()}
+        assert after == before  # a no-op
+    assert counts[0] == counts[1] and counts[1] <= 20, counts
+
+
+def test_the_batched_diffs_are_each_patchs_own(tmp_path: Path) -> None:
+    """Hand-made commits on three patches (one with an extra commit on top): export
+    rewrites exactly those three files, each with its own change."""
+    project = _series(tmp_path, 12)
+    wt = project / ".forkpatch" / "worktree"
+    env = {**os.environ, **GIT_ENV}
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(wt), *args], env=env, capture_output=True, text=True, check=True
+        ).stdout.strip()
+
+    commits = git("log", "--reverse", "--format=%H", "v1..HEAD").split()
+    targets = {2: "pkg/f002.py", 7: "pkg/f007.py", 11: "pkg/f011.py"}
+    git("reset", "-q", "--hard", f"{commits[2]}^")
+    for i, c in enumerate(commits[2:], start=2):
+        git("cherry-pick", c)
+        if i in targets:
+            f = wt / targets[i]
+            f.write_text(f.read_text() + f"# by hand {i}\n")
+            if i == 7:  # a second, hand-made commit that belongs to p007
+                git("commit", "-q", "-a", "-m", "by hand, on top of p007")
+            else:
+                git("commit", "-q", "-a", "--amend", "--no-edit")
+    before = {p.name: p.read_text() for p in (project / "patches").iterdir()}
+    _fp(project, "export")
+    after = {p.name: p.read_text() for p in (project / "patches").iterdir()}
+    changed = sorted(n for n in after if after[n] != before[n])
+    assert changed == ["p002.patch", "p007.patch", "p011.patch"], changed
+    for i in targets:
+        text = after[f"p{i:03d}.patch"]
+        assert f"+# by hand {i}" in text and f"+v3 = {100 + i}" in text
+        assert all(f"by hand {j}" not in text for j in targets if j != i)

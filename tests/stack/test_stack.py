@@ -1,0 +1,218 @@
+"""The stack commands: apply, push, pop, top, new, edit, refresh, delete, rename, move, export."""
+
+from __future__ import annotations
+
+import json
+
+from support.git import git
+from support.projects import EXAMPLE_NAMES, copy_example, load, mtimes, snapshot
+
+
+def _log(wt) -> list[str]:
+    out = git(wt, "log", "--format=%(trailers:key=Forkpatch-Patch,valueonly)", "v1.2.1..HEAD")
+    return [x for x in out.split("\n") if x.strip()][::-1]
+
+
+def test_apply_in_worktree_dir_and_commits(tmp_path, capsys):
+    ex = copy_example(tmp_path, capsys)
+    wt = tmp_path / "my-wt"
+    before = snapshot(ex.project)
+    _, _, err = ex.run("apply", "--worktree", str(wt))
+    assert str(wt) in err
+    assert _log(wt) == EXAMPLE_NAMES
+    msg = git(wt, "log", "-1", "--format=%B", "HEAD")
+    assert msg.startswith("cli-version: Read the CLI version from the package")
+    assert msg.rstrip().endswith("Forkpatch-Patch: cli-version")
+    assert git(wt, "log", "-1", "--format=%an <%ae>") == "forkpatch <forkpatch@localhost>"
+    assert git(wt, "status", "--porcelain") == ""
+    assert git(wt, "rev-parse", "--abbrev-ref", "HEAD") == "forkpatch/stack"
+    # Applying is deterministic: same inputs, same commit ids.
+    head = git(wt, "rev-parse", "HEAD")
+    ex.run("apply")
+    assert git(wt, "rev-parse", "HEAD") == head
+    assert snapshot(ex.project) == before
+    # An existing non-empty directory is refused.
+    other = tmp_path / "busy"
+    other.mkdir()
+    (other / "x").write_text("x")
+    _, _, err = ex.run("apply", "--worktree", str(other), expect=2)
+    assert "not empty" in err
+
+
+def test_push_pop_top(tmp_path, capsys):
+    ex = copy_example(tmp_path, capsys)
+    ex.run("apply")
+    _, out, _ = ex.run("top")
+    assert out.strip() == "cli-version"
+    ex.run("pop")
+    assert _log(ex.wt) == EXAMPLE_NAMES[:3]
+    ex.run("pop", "capability-floor")
+    assert _log(ex.wt) == EXAMPLE_NAMES[:1]
+    ex.run("pop", "--all")
+    assert _log(ex.wt) == []
+    _, _, err = ex.run("top", expect=2)
+    assert "no patch is applied" in err
+    _, _, err = ex.run("pop", expect=2)
+    ex.run("push")
+    assert _log(ex.wt) == EXAMPLE_NAMES[:1]
+    ex.run("push", "eager-block-cast")
+    assert _log(ex.wt) == EXAMPLE_NAMES[:3]
+    _, _, err = ex.run("push", "capability-floor", expect=2)
+    assert "already applied" in err
+    _, _, err = ex.run("push", "no-such", expect=1)
+    assert "no patch named 'no-such'" in err
+    ex.run("push", "--all")
+    assert _log(ex.wt) == EXAMPLE_NAMES
+    _, _, err = ex.run("push", expect=2)
+    assert "all patches are applied" in err
+    # Unsaved changes are protected.
+    (ex.wt / "vllm" / "__init__.py").write_text("changed\n")
+    _, _, err = ex.run("pop", expect=1)
+    assert "not in a patch" in err
+    ex.run("pop", "--force")
+    assert _log(ex.wt) == EXAMPLE_NAMES[:3]
+    assert git(ex.wt, "status", "--porcelain") == ""
+
+
+def test_new_refresh_export(tmp_path, capsys):
+    ex = copy_example(tmp_path, capsys)
+    ex.run("apply")
+    ex.run("pop")  # new goes above the current top: between eager-block-cast and cli-version
+    ex.run("new", "my-fix", "-m", "Fix the thing")
+    series = load(ex.project)
+    assert series.names() == [*EXAMPLE_NAMES[:3], "my-fix", "cli-version"]
+    assert series.get("my-fix").summary == "Fix the thing"
+    assert ex.patch("my-fix").read_bytes() == b""
+    _, out, _ = ex.run("top")
+    assert out.strip() == "my-fix"
+    (ex.wt / "vllm" / "fix.py").write_text("FIXED = True\n")
+    _, _, err = ex.run("refresh")
+    assert "wrote patches/my-fix.patch" in err
+    text = ex.patch("my-fix").read_text()
+    assert text.startswith("diff --git a/vllm/fix.py b/vllm/fix.py\nnew file mode 100644\n")
+    assert "+FIXED = True\n" in text
+    assert git(ex.wt, "status", "--porcelain") == ""
+    # A second refresh with nothing new changes nothing.
+    m = mtimes(ex.project)
+    _, _, err = ex.run("refresh")
+    assert "nothing changed" in err
+    assert mtimes(ex.project) == m
+    # new refuses duplicates and bad names, changing nothing.
+    before = snapshot(ex.project)
+    ex.run("new", "my-fix", expect=2)
+    ex.run("new", "Bad Name", expect=2)
+    assert snapshot(ex.project) == before
+    # A commit made by hand on top belongs to the patch below until refresh / export.
+    (ex.wt / "vllm" / "fix.py").write_text("FIXED = 2\n")
+    git(ex.wt, "commit", "-q", "-am", "wip")
+    _, _, err = ex.run("export")
+    assert "my-fix" in err
+    assert "+FIXED = 2\n" in ex.patch("my-fix").read_text()
+    ex.run("push")
+    _, out, _ = ex.run("status", "--json")
+    assert [p["name"] for p in json.loads(out)["patches"] if p["applied"]] == [
+        *EXAMPLE_NAMES[:3],
+        "my-fix",
+        "cli-version",
+    ]
+
+
+def test_edit_lower_patch_and_refresh_reapplies_above(tmp_path, capsys):
+    ex = copy_example(tmp_path, capsys)
+    ex.run("apply")
+    before = snapshot(ex.project)
+    _, _, err = ex.run("edit", "odd-width-padding")
+    _, out, _ = ex.run("top")
+    assert out.strip() == "odd-width-padding"
+    fp8 = ex.wt / "vllm/model_executor/layers/quantization/online/fp8.py"
+    fp8.write_text(fp8.read_text().replace("zero-pad the rows", "pad the rows with zeros"))
+    _, _, _err = ex.run("refresh")
+    after = snapshot(ex.project)
+    changed = {k for k in after if after[k] != before.get(k)}
+    assert changed == {"patches/odd-width-padding.patch"}
+    assert _log(ex.wt) == EXAMPLE_NAMES
+    assert "pad the rows with zeros" in fp8.read_text()
+    assert git(ex.wt, "status", "--porcelain") == ""
+    # edit of an unapplied patch pushes to it.
+    ex.run("pop", "--all")
+    ex.run("edit", "eager-block-cast")
+    assert _log(ex.wt) == EXAMPLE_NAMES[:3]
+    ex.run("edit", "no-such", expect=1)
+
+
+def test_delete(tmp_path, capsys):
+    ex = copy_example(tmp_path, capsys)
+    ex.run("apply")
+    before = snapshot(ex.project)
+    _, _, err = ex.run("delete", "odd-width-padding", expect=1)
+    assert "applied below other patches" in err
+    assert snapshot(ex.project) == before
+    ex.run("delete", "cli-version")  # the top: popped, then removed
+    assert load(ex.project).names() == EXAMPLE_NAMES[:3]
+    assert not ex.patch("cli-version").exists()
+    assert _log(ex.wt) == EXAMPLE_NAMES[:3]
+    ex.run("pop", "--all")
+    ex.run("delete", "odd-width-padding", "--keep-file")
+    assert load(ex.project).names() == ["capability-floor", "eager-block-cast"]
+    assert ex.patch("odd-width-padding").exists()
+    _, _, err = ex.run("status")
+    assert "odd-width-padding.patch is not listed" in err
+    ex.run("delete", "nope", expect=1)
+
+
+def test_rename(tmp_path, capsys):
+    ex = copy_example(tmp_path, capsys)
+    ex.run("apply")
+    content = ex.patch("eager-block-cast").read_bytes()
+    ex.run("rename", "eager-block-cast", "eager-cast")
+    series = load(ex.project)
+    assert series.names() == ["capability-floor", "odd-width-padding", "eager-cast", "cli-version"]
+    assert series.get("eager-cast").file == "eager-cast.patch"
+    assert ex.patch("eager-cast").read_bytes() == content
+    assert not ex.patch("eager-block-cast").exists()
+    assert _log(ex.wt) == ["capability-floor", "odd-width-padding", "eager-cast", "cli-version"]
+    before = snapshot(ex.project)
+    ex.run("rename", "eager-cast", "cli-version", expect=2)
+    ex.run("rename", "eager-cast", "Bad/Name", expect=2)
+    ex.run("rename", "nope", "x", expect=1)
+    assert snapshot(ex.project) == before
+    # Exporting after the rename changes nothing.
+    m = mtimes(ex.project)
+    ex.run("export")
+    assert mtimes(ex.project) == m
+
+
+def test_move(tmp_path, capsys):
+    ex = copy_example(tmp_path, capsys)
+    ex.run("apply")
+    files = {n: ex.patch(n).read_bytes() for n in EXAMPLE_NAMES}
+    ex.run("move", "cli-version", "--before", "capability-floor")
+    order = ["cli-version", "capability-floor", "odd-width-padding", "eager-block-cast"]
+    assert load(ex.project).names() == order
+    assert _log(ex.wt) == order
+    ex.run("move", "cli-version", "--to", "4")
+    assert load(ex.project).names() == EXAMPLE_NAMES
+    ex.run("move", "capability-floor", "--after", "odd-width-padding")
+    assert load(ex.project).names()[:2] == ["odd-width-padding", "capability-floor"]
+    assert {n: ex.patch(n).read_bytes() for n in EXAMPLE_NAMES} == files
+    before = snapshot(ex.project)
+    ex.run("move", "cli-version", expect=2)
+    ex.run("move", "cli-version", "--to", "9", expect=2)
+    assert snapshot(ex.project) == before
+
+
+def test_move_refused_when_order_matters(tmp_path, capsys):
+    ex = copy_example(tmp_path, capsys)
+    ex.run("apply")
+    ex.run("pop", "--all")
+    ex.run("push", "capability-floor")
+    base = ex.wt / "vllm/model_executor/layers/quantization/online/base.py"
+    ex.run("new", "depends")
+    base.write_text(base.read_text().replace("return 70", "return 70  # Volta"))
+    ex.run("refresh")
+    before = snapshot(ex.project)
+    head = git(ex.wt, "rev-parse", "HEAD")
+    _, _, err = ex.run("move", "depends", "--before", "capability-floor", expect=3)
+    assert "patch 'depends' does not apply" in err and "nothing was changed" in err
+    assert snapshot(ex.project) == before
+    assert git(ex.wt, "rev-parse", "HEAD") == head

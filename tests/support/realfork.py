@@ -1,0 +1,157 @@
+"""What the real-fork tier runs against, and its pre-checks.
+
+The tier's tests carry the ``real_fork`` marker and live with their features
+(tests/rebase, tests/track, tests/wheels, tests/patchset). The fork:
+``FORKPATCH_FORK_REPO`` when set (a developer's clone of 1Cat-vLLM), else the fixture
+beside the repository, ``../shared/fixtures/1cat-vllm.git`` (a 39 MB shallow,
+read-only copy with the real commit ids; CI copies ``shared/`` beside the clone). The
+variable is read here, at import (tests/conftest.py imports this module first),
+because tests/conftest.py hides it from every test: no test built on the example fork
+may run on the real one.
+
+Everything the tier needs is installed by one command, :data:`SETUP`; a missing
+piece skips the test that needs it, naming the piece and that command.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import os
+import subprocess
+import sys
+import tarfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from support import REPO_ROOT
+
+FIXTURES = REPO_ROOT.parent / "shared" / "fixtures"
+FIXTURE_FORK = FIXTURES / "1cat-vllm.git"
+FIXTURE_WHEEL = FIXTURES / "1cat_vllm-1.2.1-cp311-cp311-linux_x86_64.whl"
+SETUP = "bash tests/support/setup-real-fork.sh"
+
+_ENV = os.environ.get("FORKPATCH_FORK_REPO", "")
+FORK: str = _ENV or (str(FIXTURE_FORK) if FIXTURE_FORK.is_dir() else "")
+FORK_SOURCE = "FORKPATCH_FORK_REPO" if _ENV else "the fixture ../shared/fixtures/1cat-vllm.git"
+BASE_TAG = "v1.2.1"
+
+# Modules the fork's code imports on the paths the tier exercises (the patched
+# quantization modules, the CLI, platform detection). The extra installs them.
+FORK_MODULES = (
+    "torch",
+    "numpy",
+    "psutil",
+    "fastapi",
+    "pydantic",
+    "transformers",
+    "regex",
+    "cachetools",
+    "msgspec",
+    "zmq",
+    "cbor2",
+    "openai",
+    "cloudpickle",
+    "blake3",
+)
+BUILD_MODULES = ("setuptools", "setuptools_scm", "setuptools_rust", "wheel", "build")
+
+
+def fork_or_skip() -> str:
+    """The fork repository, or skip saying how to get one."""
+    if not FORK or not Path(FORK).is_dir():
+        pytest.skip(
+            f"no fork repository: set FORKPATCH_FORK_REPO to a clone of 1Cat-vLLM, or put "
+            f"the fixture at {FIXTURE_FORK}"
+        )
+    return FORK
+
+
+def has_tag(tag: str) -> bool:
+    return (
+        subprocess.run(
+            [
+                "git",
+                "--git-dir",
+                git_dir(fork_or_skip()),
+                "rev-parse",
+                "-q",
+                "--verify",
+                f"refs/tags/{tag}",
+            ],
+            capture_output=True,
+            check=False,
+        ).returncode
+        == 0
+    )
+
+
+def tags_or_skip(*tags: str) -> None:
+    missing = [t for t in tags if not has_tag(t)]
+    if missing:
+        pytest.skip(
+            f"the fork repository ({FORK_SOURCE}: {FORK}) lacks tag(s) {', '.join(missing)}"
+        )
+
+
+def git_dir(repo: str) -> str:
+    p = Path(repo)
+    return str(p / ".git") if (p / ".git").exists() else str(p)
+
+
+def missing_modules(names: Sequence[str], python: str = sys.executable) -> list[str]:
+    if python == sys.executable:
+        return [n for n in names if importlib.util.find_spec(n) is None]
+    probe = (
+        "import importlib.util, sys\n"
+        "print(' '.join(n for n in sys.argv[1:] if importlib.util.find_spec(n) is None))"
+    )
+    try:
+        out = subprocess.run(
+            [python, "-c", probe, *names], capture_output=True, text=True, check=False
+        )
+    except OSError as exc:
+        return [f"{python} does not run ({exc})"]
+    if out.returncode != 0:
+        return [f"{python} does not run ({out.stderr.strip()[-200:]})"]
+    return out.stdout.split()
+
+
+def modules_or_skip(names: Sequence[str] = FORK_MODULES, python: str = sys.executable) -> None:
+    """Skip unless ``python`` can import every one of ``names``, naming those it cannot."""
+    missing = missing_modules(names, python)
+    if missing:
+        pytest.skip(f"{python} lacks {', '.join(missing)}: `{SETUP}` installs the tier's needs")
+
+
+def fixture_wheel_or_skip() -> Path:
+    if not FIXTURE_WHEEL.is_file():
+        pytest.skip(f"the fork's v1.2.1 wheel is not at {FIXTURE_WHEEL}")
+    return FIXTURE_WHEEL
+
+
+def export_tree(rev: str, dest: Path, *paths: str, repo: str | None = None) -> Path:
+    """The files of ``rev`` (only ``paths`` when given) in ``dest``, without a clone.
+
+    ``git archive`` reads the objects in place: a clone of the fixture goes through
+    git's transport, which refuses its placeholder blobs (and it is shallow).
+    """
+    data = subprocess.run(
+        [
+            "git",
+            "--git-dir",
+            git_dir(repo or fork_or_skip()),
+            "archive",
+            "--format=tar",
+            rev,
+            *paths,
+        ],
+        check=True,
+        capture_output=True,
+    ).stdout
+    dest.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(data)) as tf:
+        tf.extractall(dest, filter="data")
+    return dest
