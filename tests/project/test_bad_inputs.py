@@ -92,14 +92,18 @@ SERIES_ERRORS = [
     ),
     (
         "duplicate names",
-        "  - name: a\n    file: a.patch\n    summary: x\n"
-        "  - name: a\n    file: b.patch\n    summary: y\n",
+        (
+            "  - name: a\n    file: a.patch\n    summary: x\n"
+            "  - name: a\n    file: b.patch\n    summary: y\n"
+        ),
         ["series.yaml:", "duplicate patch name 'a'"],
     ),
     (
         "duplicate files",
-        "  - name: a\n    file: a.patch\n    summary: x\n"
-        "  - name: b\n    file: a.patch\n    summary: y\n",
+        (
+            "  - name: a\n    file: a.patch\n    summary: x\n"
+            "  - name: b\n    file: a.patch\n    summary: y\n"
+        ),
         ["series.yaml:", "already used"],
     ),
     (
@@ -179,12 +183,14 @@ def test_two_processes_cannot_interleave(tmp_path, capsys):
         [
             sys.executable,
             "-c",
-            "import sys, time\n"
-            "from pathlib import Path\n"
-            "from forkpatch.fsutil import project_lock\n"
-            "with project_lock(Path(sys.argv[1]), command='apply'):\n"
-            "    print('locked', flush=True)\n"
-            "    time.sleep(30)\n",
+            (
+                "import sys, time\n"
+                "from pathlib import Path\n"
+                "from forkpatch.fsutil import project_lock\n"
+                "with project_lock(Path(sys.argv[1]), command='apply'):\n"
+                "    print('locked', flush=True)\n"
+                "    time.sleep(30)\n"
+            ),
             str(lock),
         ],
         stdout=subprocess.PIPE,

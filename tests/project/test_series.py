@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from forkpatch.errors import SeriesError
@@ -107,7 +109,7 @@ def test_load_series_errors(tmp_path):
     with pytest.raises(SeriesError, match="not found"):
         load_series(tmp_path / "series.yaml")
     (tmp_path / "series.yaml").write_bytes(HEAD.encode() + b"# \xff\n")
-    with pytest.raises(SeriesError, match="series.yaml:8: not valid UTF-8"):
+    with pytest.raises(SeriesError, match=re.escape("series.yaml:8: not valid UTF-8")):
         load_series(tmp_path / "series.yaml")
 
 

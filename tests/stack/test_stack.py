@@ -121,7 +121,7 @@ def test_edit_lower_patch_and_refresh_reapplies_above(tmp_path, capsys):
     ex = copy_example(tmp_path, capsys)
     ex.run("apply")
     before = snapshot(ex.project)
-    _, _, err = ex.run("edit", "odd-width-padding")
+    ex.run("edit", "odd-width-padding")
     _, out, _ = ex.run("top")
     assert out.strip() == "odd-width-padding"
     fp8 = ex.wt / "vllm/model_executor/layers/quantization/online/fp8.py"

@@ -65,7 +65,7 @@ def test_status_reports_each_kind(tmp_path, capsys):
     (project / "patches" / "orphan.patch").write_text("not listed\n")
     before = snapshot(project)
 
-    code, out, err = run("status", "--json", expect=3)
+    _, out, err = run("status", "--json", expect=3)
     data = json.loads(out)
     by = {p["name"]: p for p in data["patches"]}
     assert [p["name"] for p in data["patches"]] == ["a-clean", "b-offset", "c-fuzz", "d-conflict"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -171,10 +172,8 @@ def test_backport_importlib_metadata(alias_wheel: Path, tmp_path: Path) -> None:
     # the backport and its runtime dependencies, copied onto PYTHONPATH
     deps = [importlib_metadata, pytest.importorskip("zipp")]
     for optional in ("lazy_importer",):
-        try:
+        with contextlib.suppress(ImportError):
             deps.append(importlib.import_module(optional))
-        except ImportError:
-            pass
     venv = tmp_path / "venv"
     py = make_venv(venv)
     pip(py, "install", "--no-index", "--no-deps", str(alias_wheel))
