@@ -31,13 +31,14 @@ TMP_NAME = re.compile(r"\A\..+\.forkpatch-tmp\Z")
 
 _KILL_AT = int(os.environ.get("FORKPATCH_TEST_KILL_AT") or 0)
 _COUNT_TO = os.environ.get("FORKPATCH_TEST_COUNT_WRITES") or None
-_HOOKED = bool(_KILL_AT or _COUNT_TO)
+# Whether this process counts or kills at write events (the test hooks, set at import).
+HOOKED = bool(_KILL_AT or _COUNT_TO)
 _events = 0
 
 
 def write_event(label: str) -> None:
     """Test hook point (see the module docstring); does nothing unless a test asked."""
-    if _HOOKED:
+    if HOOKED:
         _fire(label)
 
 

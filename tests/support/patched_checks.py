@@ -2,9 +2,9 @@
 odd-width-padding, eager-block-cast, packed-repack and cli-version).
 
 A thin runner over the smoke suite's own check logic: the checks are the
-helpers of ``forkpatch.smoke.incheck`` (``_capability_floor``,
-``_padding_helpers``, ``_eager_block_cast``, ``_sm70_linear``,
-``_sm70_unsupported_k``, ``_sm70_warmup`` (the fork's own SM70 warmup over the
+helpers of ``forkpatch.smoke.incheck`` (``capability_floor_check``,
+``padding_helpers_check``, ``eager_block_cast_check``, ``sm70_linear_check``,
+``sm70_unsupported_k_check``, ``sm70_warmup_check`` (the fork's own SM70 warmup over the
 patched layers) with ``ReferenceSm70Ops`` (CPU stand-ins as strict as the
 kernels) / ``RealSm70Ops``), so the opt-in real-fork tests and
 ``forkpatch smoke`` exercise one implementation. Only ``cli-version`` is
@@ -93,23 +93,27 @@ def check_cli_version(ops: Ops) -> None:
 
 
 CHECKS: dict[str, Callable[[Ops], Any]] = {
-    "capability-floor": incheck._capability_floor,
-    "padding-helpers": incheck._padding_helpers,
-    "eager-block-cast": incheck._eager_block_cast,
+    "capability-floor": incheck.capability_floor_check,
+    "padding-helpers": incheck.padding_helpers_check,
+    "eager-block-cast": incheck.eager_block_cast_check,
     # A 4,120-row layer: padded to 4,224 rows, packed, GEMM sliced back.
-    "sm70-linear-odd-width": lambda ops: incheck._sm70_linear(ops, ODD_WIDTH, 256, 3, bias=False),
+    "sm70-linear-odd-width": lambda ops: incheck.sm70_linear_check(
+        ops, ODD_WIDTH, 256, 3, bias=False
+    ),
     # A 128-multiple width (no padding), without and with a bias.
     "sm70-linear-block-width": lambda ops: (
-        incheck._sm70_linear(ops, 512, 384, 5, bias=False),
-        incheck._sm70_linear(ops, 512, 384, 5, bias=True),
+        incheck.sm70_linear_check(ops, 512, 384, 5, bias=False),
+        incheck.sm70_linear_check(ops, 512, 384, 5, bias=True),
     ),
     # An odd width with a bias: the bias is added after slicing.
-    "sm70-linear-odd-width-bias": lambda ops: incheck._sm70_linear(ops, 264, 128, 4, bias=True),
+    "sm70-linear-odd-width-bias": lambda ops: incheck.sm70_linear_check(
+        ops, 264, 128, 4, bias=True
+    ),
     # A K the SM70 GEMM cannot take: the layer keeps fp16 weights, named in a warning.
-    "unsupported-k": incheck._sm70_unsupported_k,
+    "unsupported-k": incheck.sm70_unsupported_k_check,
     # The fork's own SM70 warmup over patched layers (odd and 128-multiple widths,
     # with and without a bias, and an fp16-fallback layer).
-    "sm70-warmup": incheck._sm70_warmup,
+    "sm70-warmup": incheck.sm70_warmup_check,
     "cli-version": check_cli_version,
 }
 

@@ -666,7 +666,12 @@ def _make_layer(method: Any, n: int, k: int, device: str, bias: bool) -> Any:
     return layer
 
 
-def _capability_floor(ops: Ops) -> str:
+# The check bodies, on the ops given (reference stand-ins or the real ones). Public:
+# the registered checks below call them, and so does the real-fork tier on a patched
+# source checkout (tests/support/patched_checks.py).
+
+
+def capability_floor_check(ops: Ops) -> str:
     """What VllmConfig's capability check admits: 7.0 for fp8_per_block with the
     SM70 ops and the fork's switches on, 7.5 for every other online scheme and
     for the class-level (scheme-less) question; MoE layers refused by name."""
@@ -735,7 +740,7 @@ def _moe_refused(base: Any) -> str:
     return "MoE layers refused by name, pointing at the linear-only config 7.0 admits"
 
 
-def _padding_helpers(ops: Ops) -> str:
+def padding_helpers_check(ops: Ops) -> str:
     import torch
 
     f = _online_fp8()
@@ -754,7 +759,7 @@ def _padding_helpers(ops: Ops) -> str:
     return f"{ODD_WIDTH} rows padded to 4224 with zeros and sliced back"
 
 
-def _eager_block_cast(ops: Ops) -> str:
+def eager_block_cast_check(ops: Ops) -> str:
     import torch
 
     dg = _import_vllm_module("vllm.utils.deep_gemm")
@@ -873,7 +878,7 @@ def _input(ops: Ops, k: int, m: int) -> Any:
     return (torch.randn(2, m, k, generator=gen) * 0.5).to(torch.float16).to(ops.device)
 
 
-def _sm70_linear(ops: Ops, n: int, k: int, m: int, bias: bool) -> str:
+def sm70_linear_check(ops: Ops, n: int, k: int, m: int, bias: bool) -> str:
     """A patched online fp8_per_block layer [n, k] on SM70: packed at load (rows
     padded to whole 128-row blocks, output_size_per_partition the packed width),
     one SM70 GEMM per call, sliced back to n, matching the reference."""
@@ -904,7 +909,7 @@ def _sm70_linear(ops: Ops, n: int, k: int, m: int, bias: bool) -> str:
 UNSUPPORTED_K = (264, 260)
 
 
-def _sm70_unsupported_k(ops: Ops) -> str:
+def sm70_unsupported_k_check(ops: Ops) -> str:
     """A layer whose K the SM70 GEMM cannot take (e.g. a tensor-parallel vision
     projection) keeps its fp16 weight, with a warning naming the layer, and
     computes with it: never a raw kernel check."""
@@ -952,7 +957,7 @@ def _sm70_unsupported_k(ops: Ops) -> str:
 WARMUP_LAYERS = ((ODD_WIDTH, 256, False), (264, 128, True), (512, 384, False), (384, 256, True))
 
 
-def _sm70_warmup(ops: Ops) -> str:
+def sm70_warmup_check(ops: Ops) -> str:
     """The fork's own SM70 TurboMind warmup (on by default, run from the worker's
     kernel warmup even with --enforce-eager) over patched layers: one
     fp8_gemm_sm70_out per FP8 layer shape and decode M, and every layer still
@@ -1199,7 +1204,7 @@ def provenance(ctx: Ctx) -> str:
 def capability_floor_cpu(ctx: Ctx) -> str:
     """capability-floor with the CPU stand-in SM70 ops and a mocked (7, 0) device:
     7.0 is admitted for fp8_per_block only, as the fork's switches allow."""
-    return _capability_floor(_reference_ops())
+    return capability_floor_check(_reference_ops())
 
 
 @check("static.odd-width-padding-cpu", needs=("torch",))
@@ -1208,14 +1213,14 @@ def odd_width_padding_cpu(ctx: Ctx) -> str:
     plus an odd-width layer with a bias through the stand-in SM70 linear."""
     ops = _reference_ops()
     ops.install()
-    first = _padding_helpers(ops)
-    return first + "; " + _sm70_linear(ops, 264, 128, 4, bias=True)
+    first = padding_helpers_check(ops)
+    return first + "; " + sm70_linear_check(ops, 264, 128, 4, bias=True)
 
 
 @check("static.eager-block-cast-cpu", needs=("torch",))
 def eager_block_cast_cpu(ctx: Ctx) -> str:
     """eager-block-cast: a mocked SM70 takes the eager cast, other devices the compiled one."""
-    return _eager_block_cast(_reference_ops())
+    return eager_block_cast_check(_reference_ops())
 
 
 @check("static.packed-repack-cpu", needs=("torch",))
@@ -1224,16 +1229,16 @@ def packed_repack_cpu(ctx: Ctx) -> str:
     dispatched to the (stand-in) SM70 GEMM and bit-exact against the float reference;
     a K the SM70 GEMM cannot take falls back to fp16 by name."""
     ops = _reference_ops()
-    a = _sm70_linear(ops, ODD_WIDTH, 256, 3, bias=False)
-    b = _sm70_linear(ops, 512, 384, 5, bias=True)
-    return f"{a}; {b}; {_sm70_unsupported_k(ops)}"
+    a = sm70_linear_check(ops, ODD_WIDTH, 256, 3, bias=False)
+    b = sm70_linear_check(ops, 512, 384, 5, bias=True)
+    return f"{a}; {b}; {sm70_unsupported_k_check(ops)}"
 
 
 @check("static.sm70-warmup-cpu", needs=("torch",))
 def sm70_warmup_cpu(ctx: Ctx) -> str:
     """The fork's own SM70 warmup over patched layers (odd and 128-multiple widths,
     with and without a bias) with the CPU stand-in ops: it must not fail."""
-    return _sm70_warmup(_reference_ops())
+    return sm70_warmup_check(_reference_ops())
 
 
 # --------------------------------------------------------------------------- gpu tier
@@ -1288,7 +1293,7 @@ def sm70_ops_registered(ctx: Ctx) -> str:
 def sm70_fp8_per_block_config(ctx: Ctx) -> str:
     """The online fp8_per_block config is accepted on this (7, 0) device (and the
     online schemes without an SM70 path are not)."""
-    detail = _capability_floor(RealSm70Ops())
+    detail = capability_floor_check(RealSm70Ops())
     qmod = _import_vllm_module("vllm.model_executor.layers.quantization")
     methods = getattr(qmod, "QUANTIZATION_METHODS", None)
     if methods is not None:
@@ -1303,7 +1308,7 @@ def sm70_fp8_per_block_config(ctx: Ctx) -> str:
 def sm70_odd_width_linear(ctx: Ctx) -> str:
     """A 4,120-row per-block FP8 linear through the real SM70 GEMM matches the float
     reference within FP8 tolerance."""
-    return _sm70_linear(RealSm70Ops(), ODD_WIDTH, 256, 3, bias=False)
+    return sm70_linear_check(RealSm70Ops(), ODD_WIDTH, 256, 3, bias=False)
 
 
 @check("sm70.warmup")
@@ -1311,7 +1316,7 @@ def sm70_warmup(ctx: Ctx) -> str:
     """The fork's own SM70 warmup runs the real SM70 GEMM over patched layers (odd
     and 128-multiple widths, with and without a bias, and an fp16-fallback layer)
     without failing, and every layer matches the float reference afterwards."""
-    return _sm70_warmup(RealSm70Ops())
+    return sm70_warmup_check(RealSm70Ops())
 
 
 TINY_MODEL_INTERMEDIATE = 520
