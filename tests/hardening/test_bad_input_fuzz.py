@@ -294,6 +294,7 @@ def test_billion_laughs_is_refused_fast() -> None:
 FUZZ_SECONDS = int(os.environ.get("FORKPATCH_FUZZ_SECONDS", "20"))
 
 
+@pytest.mark.slow  # FUZZ_SECONDS of fuzzing each
 @pytest.mark.parametrize("target", ["fuzz_patchfile", "fuzz_series"])
 def test_atheris_target(target: str, tmp_path: Path) -> None:
     """Each atheris target for a bounded time (FORKPATCH_FUZZ_SECONDS, default 20)."""

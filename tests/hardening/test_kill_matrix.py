@@ -284,6 +284,7 @@ def _run_matrix(case: Case, base: Path, *, exhaustive: bool) -> None:
         assert outcomes["old"] > 0 and outcomes["new"] + outcomes["rolled forward"] > 0, outcomes
 
 
+@pytest.mark.slow  # each case runs its command once per sampled write point
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_kill_points(base: Path, case: Case) -> None:
     _run_matrix(case, base, exhaustive=os.environ.get("FORKPATCH_KILL_EXHAUSTIVE") == "1")

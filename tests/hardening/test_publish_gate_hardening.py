@@ -260,6 +260,7 @@ def _events(dist: Path, tmp_path: Path) -> list[str]:
     return counter.read_text().splitlines()
 
 
+@pytest.mark.slow  # one publish per write point
 def test_a_publish_killed_at_any_write_is_finished_by_the_next(dist: Path, tmp_path: Path) -> None:
     sha = hashlib.sha256((dist / WHEEL).read_bytes()).hexdigest()
     events = _events(dist, tmp_path)
