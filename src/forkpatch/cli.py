@@ -11,7 +11,9 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+from collections.abc import Mapping
 from pathlib import Path
+from typing import ClassVar
 
 import click
 
@@ -24,7 +26,7 @@ CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 
 
 
 class AliasedGroup(click.Group):
-    ALIASES = {"series": "status", "st": "status"}
+    ALIASES: ClassVar[Mapping[str, str]] = {"series": "status", "st": "status"}
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         return super().get_command(ctx, self.ALIASES.get(cmd_name, cmd_name))

@@ -82,7 +82,8 @@ def register(cli: click.Group) -> None:
         as_json: bool,
     ) -> None:
         """Build the patched fork's wheel(s) into dist/ with a SHA256SUMS."""
-        from forkpatch.wheels.buildwheel import BuildOptions, build_wheel
+        from forkpatch.wheels.buildwheel import build_wheel
+        from forkpatch.wheels.options import BuildOptions
 
         sources = {}
         for item in fork_sources:

@@ -155,7 +155,7 @@ def register(cli: click.Group) -> None:
         help="--make-branch: the project's git repository (default: around it).",
     )
     @pass_ctx
-    def track(c: Ctx, **options: Any) -> None:
+    def track(c: Ctx, /, **options: Any) -> None:
         _track(c, _Args(**options))
 
 

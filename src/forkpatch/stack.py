@@ -20,6 +20,7 @@ import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from forkpatch import log, worktree
 from forkpatch.engine import (
@@ -85,7 +86,7 @@ class Stack:
     # ----------------------------------------------------------------- locating
 
     @property
-    def state(self) -> dict:
+    def state(self) -> dict[str, Any]:
         return self.project.read_state() or {}
 
     def worktree_path(self) -> Path | None:
@@ -392,7 +393,7 @@ class Stack:
                     }
         return bases
 
-    def _save_merge_bases(self, state: dict, names: list[str]) -> None:
+    def _save_merge_bases(self, state: dict[str, Any], names: list[str]) -> None:
         """Remember ``names``' current images (as blobs in the store) for `push --merge`."""
         bases = self._merge_bases()
         saved = state.setdefault("merge_bases", {})

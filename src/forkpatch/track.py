@@ -1160,7 +1160,8 @@ class _RunCtx:
         if isinstance(done, BuildDone) and _files_match(dist, done.wheels):
             log.info(f"build for {self.tag}: already done ({', '.join(done.wheels)})")
             return StageOutcome(done)
-        from forkpatch.wheels.buildwheel import BuildOptions, build_wheel
+        from forkpatch.wheels.buildwheel import build_wheel
+        from forkpatch.wheels.options import BuildOptions
 
         try:
             base_wheel = self.base_wheel(copy)
