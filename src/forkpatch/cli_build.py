@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from forkpatch import log
+from forkpatch.errors import VerifyMismatch
 
 
 def register(cli: click.Group) -> None:
@@ -166,4 +167,4 @@ def register(cli: click.Group) -> None:
             else:
                 log.info("provenance: matches the current series")
         if not report.ok or differences:
-            raise SystemExit(1)
+            raise VerifyMismatch(str(wheel))
