@@ -341,6 +341,7 @@ class Stack:
             if by_name.get(a.name) and by_name[a.name].file is None and len(a.commits) > 1
         ]
         with PatchTexts(self.store) as texts:
+            texts.prefetch((self._parent(wt, a), a.commit) for a in mine)
             for a in mine:
                 path = self.project.patch_path(by_name[a.name])
                 current = path.read_bytes() if path.exists() else b""
@@ -937,6 +938,7 @@ class Stack:
                 self._refuse_commits_on_step(a)
         diffs = self._diffs(wt, mine)  # one git process, whatever the number of patches
         with PatchTexts(self.store) as texts:
+            texts.prefetch((self._parent(wt, a), a.commit) for a in mine)
             for a in mine:
                 entry = by_name[a.name]
                 _name, summary, header = parse_commit_message(self._message(wt, a))
