@@ -11,20 +11,29 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+from collections.abc import Mapping
 from pathlib import Path
+from typing import ClassVar
 
 import click
 
 from forkpatch import __version__, log
 from forkpatch.cli_context import Ctx, pass_ctx
-from forkpatch.errors import ForkpatchError, UsageError
+from forkpatch.errors import (
+    Finished,
+    ForkpatchError,
+    InternalError,
+    Interrupted,
+    PatchesConflict,
+    UsageError,
+)
 from forkpatch.views import print_results
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
 class AliasedGroup(click.Group):
-    ALIASES = {"series": "status", "st": "status"}
+    ALIASES: ClassVar[Mapping[str, str]] = {"series": "status", "st": "status"}
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         return super().get_command(ctx, self.ALIASES.get(cmd_name, cmd_name))
@@ -134,7 +143,7 @@ def status(c: Ctx, as_json: bool) -> None:
                 f"`forkpatch import patches/{o}` adds it"
             )
     if any(r.status == "conflict" for r in report.results):
-        raise SystemExit(3)
+        raise PatchesConflict("a patch conflicts")
 
 
 @cli.command()
@@ -443,9 +452,13 @@ def main(argv: list[str] | None = None) -> int:
         if hint:
             _hint_pending_operation(directory)
         return exc.exit_code
+    except Finished as exc:
+        if hint:
+            _hint_pending_operation(directory)
+        return exc.exit_code
     except click.exceptions.Abort:
         log.error("aborted")
-        return 130
+        return Interrupted.exit_code
     except click.ClickException as exc:
         exc.show()
         return 2 if isinstance(exc, click.UsageError) else exc.exit_code
@@ -457,7 +470,7 @@ def main(argv: list[str] | None = None) -> int:
         log.error("interrupted")
         if hint:
             _hint_pending_operation(directory)
-        return 130
+        return Interrupted.exit_code
     except Exception:
         if debug:
             traceback.print_exc()
@@ -465,7 +478,7 @@ def main(argv: list[str] | None = None) -> int:
             etype, value, _ = sys.exc_info()
             log.error(f"internal error: {etype.__name__ if etype else '?'}: {value}")
             print("  tip: run again with --debug for a traceback and report it", file=sys.stderr)
-        return 4
+        return InternalError.exit_code
     if hint:
         _hint_pending_operation(directory)
     return 0

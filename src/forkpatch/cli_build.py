@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from forkpatch import log
+from forkpatch.errors import VerifyMismatch
 
 
 def register(cli: click.Group) -> None:
@@ -82,7 +83,8 @@ def register(cli: click.Group) -> None:
         as_json: bool,
     ) -> None:
         """Build the patched fork's wheel(s) into dist/ with a SHA256SUMS."""
-        from forkpatch.wheels.buildwheel import BuildOptions, build_wheel
+        from forkpatch.wheels.buildwheel import build_wheel
+        from forkpatch.wheels.options import BuildOptions
 
         sources = {}
         for item in fork_sources:
@@ -165,4 +167,4 @@ def register(cli: click.Group) -> None:
             else:
                 log.info("provenance: matches the current series")
         if not report.ok or differences:
-            raise SystemExit(1)
+            raise VerifyMismatch(str(wheel))

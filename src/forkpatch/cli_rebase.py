@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from forkpatch import log
-from forkpatch.errors import ConflictError, UsageError
+from forkpatch.errors import ConflictError, PatchesConflict, UsageError
 
 if TYPE_CHECKING:
     from forkpatch.rebase import Plan, RebaseOptions
@@ -115,7 +115,7 @@ def register(cli: click.Group) -> None:
             log.emit_json(plan.to_json())
         _summary(plan)
         if not plan.ok:
-            raise SystemExit(3)
+            raise PatchesConflict(f"a patch conflicts on {onto}")
 
     @cli.command()
     @click.option("--onto", metavar="TAG", help="Tag of the fork to move the series to.")

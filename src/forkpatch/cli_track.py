@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from forkpatch import log
-from forkpatch.errors import UsageError
+from forkpatch.errors import NewRelease, UsageError
 
 HELP = """Compare the series' base with the fork's release tags; act on the newest.
 
@@ -155,7 +155,7 @@ def register(cli: click.Group) -> None:
         help="--make-branch: the project's git repository (default: around it).",
     )
     @pass_ctx
-    def track(c: Ctx, **options: Any) -> None:
+    def track(c: Ctx, /, **options: Any) -> None:
         _track(c, _Args(**options))
 
 
@@ -241,7 +241,8 @@ def _track(c: Any, a: _Args) -> None:
         if a.as_json:
             log.emit_json(report.to_json())
         _print_report(report)
-        raise SystemExit(report.exit_code)
+        if report.target is not None:
+            raise NewRelease(report.target.tag)
     result = core.run(project, a.run_options())
     if a.as_json:
         log.emit_json(result.to_json())

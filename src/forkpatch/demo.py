@@ -79,7 +79,8 @@ def _stage_build(ctx: DemoContext) -> None:
     from forkpatch.example import build_release_wheel
     from forkpatch.project import Project
     from forkpatch.series import PatchEntry
-    from forkpatch.wheels.buildwheel import BuildOptions, build_wheel
+    from forkpatch.wheels.buildwheel import build_wheel
+    from forkpatch.wheels.options import BuildOptions
     from forkpatch.wheels.verify import verify_wheel
 
     project = Project(ctx.project_dir)

@@ -1,8 +1,20 @@
-"""One error root for everything forkpatch reports to a user.
+"""Every exit status of forkpatch, as a class.
 
-Only the CLI catches these. Each class carries the process exit code it maps
-to; every message says what happened and, where there is one, what to do next
-(the ``tip``).
+Two roots. :class:`ForkpatchError` is everything forkpatch reports to a user as
+an error: each message says what happened and, where there is one, what to do
+next (the ``tip``). :class:`Finished` is a command that ran to the end and
+reports its result by its exit status alone (a ``status`` with a conflicting
+patch, a ``track`` that found a release): its output has said everything, so
+the CLI prints nothing more. Only the CLI catches either; each class carries
+the process exit code it maps to, and README.md lists them.
+
+    0   success                      (the command returned; Finished is the base of the results)
+    1   failure                      ForkpatchError and most subclasses; VerifyMismatch
+    2   usage error                  UsageError
+    3   a patch conflicts            PatchApplyError, ConflictError; PatchesConflict
+    4   internal error (a bug)       InternalError
+    10  a newer fork release         NewRelease (``forkpatch track``)
+    130 interrupted                  Interrupted (Ctrl-C)
 """
 
 from __future__ import annotations
@@ -80,3 +92,43 @@ class SmokeError(ForkpatchError):
 
 class PublishError(ForkpatchError):
     """Publishing was refused or failed."""
+
+
+class InternalError(ForkpatchError):
+    """An unexpected exception: a bug in forkpatch (the CLI wraps it in this)."""
+
+    exit_code = 4
+
+
+class Interrupted(ForkpatchError):
+    """The user interrupted the command (Ctrl-C)."""
+
+    exit_code = 130
+
+
+class Finished(Exception):
+    """A command that finished and whose result is its exit status (see the module docstring)."""
+
+    exit_code = 0
+
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+        self.what = what
+
+
+class PatchesConflict(Finished):
+    """``status`` / ``check --onto``: at least one patch conflicts (its report said which)."""
+
+    exit_code = 3
+
+
+class VerifyMismatch(Finished):
+    """``verify``: the wheel's RECORD or provenance does not hold (the report said why)."""
+
+    exit_code = 1
+
+
+class NewRelease(Finished):
+    """``track``: a newer fork release is there to act on."""
+
+    exit_code = 10

@@ -473,8 +473,10 @@ def build_release_wheel(fork: Path, tag: str, out_dir: Path) -> Path:
     members.append(
         (
             f"{di}/WHEEL",
-            b"Wheel-Version: 1.0\nGenerator: forkpatch-example\n"
-            b"Root-Is-Purelib: true\nTag: py3-none-any\n",
+            (
+                b"Wheel-Version: 1.0\nGenerator: forkpatch-example\n"
+                b"Root-Is-Purelib: true\nTag: py3-none-any\n"
+            ),
         )
     )
     members.append(

@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forkpatch.errors import ForkRepoError, GitError
-from forkpatch.git import Git, hide_url_secrets, init_bare
+from forkpatch.git import Git, init_bare
+from forkpatch.redact import hide_url_secrets
 
 ENV_FORK_REPO = "FORKPATCH_FORK_REPO"
 STORE_DIR = ".forkpatch"

@@ -46,7 +46,9 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Protocol
 
-import unidiff
+from unidiff.errors import UnidiffParseError
+from unidiff.patch import Hunk as UnidiffHunk
+from unidiff.patch import PatchSet
 
 from forkpatch.errors import PatchParseError, PathSafetyError
 
@@ -860,7 +862,7 @@ class _Parser:
 
     def unidiff_hunk(
         self, i: int, end: int, trailing_marker: bool, header: str, path: str
-    ) -> unidiff.Hunk:
+    ) -> UnidiffHunk:
         """unidiff's parse of the (already validated) hunk on lines ``i`` to ``end - 1``.
 
         The lines go in as latin-1 text, which maps each byte to one code point
@@ -873,12 +875,12 @@ class _Parser:
             # English; we take any "\\" line there, as in the body.
             text[-1] = _UNIDIFF_NO_NEWLINE
         try:
-            patched = unidiff.PatchSet([*_UNIDIFF_FILE_HEADER, *text])
+            patched = PatchSet([*_UNIDIFF_FILE_HEADER, *text])
             if len(patched) == 1 and len(patched[0]) == 1:
-                hunk: unidiff.Hunk = patched[0][0]
+                hunk: UnidiffHunk = patched[0][0]
                 return hunk
             problem = f"{sum(len(f) for f in patched)} hunks instead of 1"
-        except unidiff.UnidiffParseError as exc:
+        except UnidiffParseError as exc:
             problem = str(exc)
         except Exception as exc:
             problem = f"{type(exc).__name__}: {exc}"
@@ -923,7 +925,7 @@ def _show(line: bytes, limit: int = 80) -> str:
     return repr(text)
 
 
-def _hunk_lines(hunk: unidiff.Hunk) -> tuple[HunkLine, ...] | None:
+def _hunk_lines(hunk: UnidiffHunk) -> tuple[HunkLine, ...] | None:
     """Our lines from unidiff's, or None when they are not what we validated.
 
     A ``\\ No newline at end of file`` line (unidiff's line type ``"\\"``) is

@@ -30,12 +30,13 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from types import TracebackType
 
 from forkpatch.applier import HunkFailed, apply_file_patch
 from forkpatch.engine import canonical_diff
-from forkpatch.errors import PatchParseError
+from forkpatch.errors import GitError, PatchParseError
 from forkpatch.git import Git, ObjectReader
 from forkpatch.patchfile import FilePatch, PatchFile, format_patch, parse_patch, split_lines
 from forkpatch.patchheader import HeaderLayout
@@ -173,6 +174,11 @@ class PatchTexts:
         self.git = git
         self._reader: ObjectReader | None = None
         self._held = False
+        # (parent, commit) pairs announced by prefetch(); what they may need is read
+        # for all of them at once, on first use.
+        self._pending: list[tuple[str, str]] = []
+        self._raw: dict[tuple[str, str], bytes] = {}
+        self._stats: dict[tuple[str, str], str] = {}
 
     def __enter__(self) -> PatchTexts:
         self._held = True
@@ -199,6 +205,57 @@ class PatchTexts:
         return self._reader
 
     # ------------------------------------------------------------------ public
+
+    def prefetch(self, pairs: Iterable[tuple[str | None, str]]) -> None:
+        """Announce the ``(parent, commit)`` pairs about to be rendered (parent None: the
+        commit's first parent). Whatever of git a render needs beyond the diff (the raw
+        changes, a diffstat) is then read for every announced pair with one git process,
+        not one or two per patch: a rebase that refreshes 300 patch files in their own
+        form starts a handful of git processes instead of ~900."""
+        for parent, commit in pairs:
+            key = (parent or f"{commit}^", commit)
+            if key not in self._raw:
+                self._pending.append(key)
+
+    def _batch(self, args: Sequence[str], keys: Sequence[tuple[str, str]]) -> list[bytes]:
+        """``git diff-tree --stdin --always ARGS`` for ``keys``: each pair's output (its
+        header line, the commit id, taken off), in order."""
+        lines = [
+            commit if parent == f"{commit}^" else f"{commit} {parent}" for parent, commit in keys
+        ]
+        out = self.git.run(
+            "diff-tree", "--stdin", "--always", *args, input=("\n".join(lines) + "\n").encode()
+        ).stdout
+        sep = b"\0" if "-z" in args else b"\n"
+        chunks: list[bytes] = []
+        pos = 0
+        for i, (_parent, commit) in enumerate(keys):
+            head = commit.encode() + sep
+            if not out.startswith(head, pos):
+                raise GitError(f"git diff-tree --stdin: unexpected output for {commit}")
+            pos += len(head)
+            if i + 1 < len(keys):
+                nxt = out.find(sep + keys[i + 1][1].encode() + sep, pos - len(sep))
+                end = len(out) if nxt < 0 else nxt + len(sep)
+            else:
+                end = len(out)
+            chunks.append(out[pos:end])
+            pos = end
+        return chunks
+
+    def _fill(self, what: str) -> None:
+        done = self._raw if what == "raw" else self._stats
+        keys = [k for k in dict.fromkeys(self._pending) if k not in done]
+        if not keys:
+            return
+        if what == "raw":
+            args = ["-r", "-z", "--raw", "--full-index", "--no-renames"]
+            for key, chunk in zip(keys, self._batch(args, keys), strict=True):
+                self._raw[key] = chunk
+        else:
+            args = ["--stat=72", "--summary", "-M", "--no-color"]
+            for key, chunk in zip(keys, self._batch(args, keys), strict=True):
+                self._stats[key] = chunk.decode("utf-8", "surrogateescape")
 
     def render(
         self,
@@ -276,6 +333,15 @@ class PatchTexts:
             diff = body + tail
         elif not patch.files or not canonical:
             diff, diff_changed = canonical, True
+        elif (
+            not keep_offsets
+            and all(sec.is_git for sec in sections)
+            and canonical_diff(body) == body
+        ):
+            # forkpatch's own form (git sections, no index lines), made from another
+            # commit: the commit's canonical diff is what the checks and _rewrite below
+            # would end with, without reading any tree.
+            diff, diff_changed = canonical + tail, True
         elif self._same_effect(patch.files, parent, commit):
             diff = body + tail
         elif keep_offsets and self._same_effect(patch.files, parent, commit, allow_offset=True):
@@ -450,9 +516,14 @@ class PatchTexts:
     ) -> tuple[dict[str, tuple[str, str]], dict[str, tuple[str, str]], set[str]]:
         """(mode, blob id) before and after of every path ``commit`` changes, and the
         paths: one ``git diff-tree --raw`` (a rename is a deletion and a creation here)."""
-        out = self.git.run(
-            "diff-tree", "-r", "-z", "--raw", "--full-index", "--no-renames", parent, commit
-        ).stdout
+        key = (parent, commit)
+        if key not in self._raw and key in self._pending:
+            self._fill("raw")
+        out = self._raw.get(key)
+        if out is None:
+            out = self._raw[key] = self.git.run(
+                "diff-tree", "-r", "-z", "--raw", "--full-index", "--no-renames", parent, commit
+            ).stdout
         fields = out.split(b"\0")
         pre: dict[str, tuple[str, str]] = {}
         post: dict[str, tuple[str, str]] = {}
@@ -503,10 +574,15 @@ class PatchTexts:
         return b"".join(raw for _i, raw in out)
 
     def _diffstat(self, parent: str, commit: str) -> str:
-        proc = self.git.run(
-            "diff-tree", "--stat=72", "--summary", "-M", "--no-color", parent, commit
-        )
-        return proc.stdout.decode("utf-8", "surrogateescape")
+        key = (parent, commit)
+        if key not in self._stats and key in self._pending:
+            self._fill("stat")
+        if key not in self._stats:
+            proc = self.git.run(
+                "diff-tree", "--stat=72", "--summary", "-M", "--no-color", parent, commit
+            )
+            self._stats[key] = proc.stdout.decode("utf-8", "surrogateescape")
+        return self._stats[key]
 
 
 def _restyle(old: _Section, rfp: FilePatch, cfp: FilePatch) -> bytes:

@@ -293,50 +293,37 @@ class Project:
             "(or --skip), or undo it with `forkpatch rebase --abort`",
         )
 
-    def read_state(self, name: str = STATE_FILE) -> dict[str, Any] | None:
-        """A state file under .forkpatch/, checked before it is trusted (None: absent).
+    def read_state(self) -> dict[str, Any] | None:
+        """``.forkpatch/state.json`` (the work tree's), checked before it is trusted
+        (None: absent).
 
-        Every state file is versioned and checksummed (:func:`forkpatch.fsutil.dump_state`).
-        ``state.json`` (the work tree's) is also validated field by field: the work
-        tree must be this project's (inside it, or a linked work tree of this
-        project's store, never through a symbolic link), names and object ids
-        well-formed. Its ``worktree`` comes back as an absolute path.
+        It is versioned and checksummed (:func:`forkpatch.fsutil.dump_state`) and
+        validated field by field: the work tree must be this project's (inside it, or
+        a linked work tree of this project's store, never through a symbolic link),
+        names and object ids well-formed. Its ``worktree`` comes back as an absolute
+        path. (The rebase keeps and validates its own journal: forkpatch.rebase.state.)
         """
-        path = self.state_dir / name
-        if name == STATE_FILE:
-            raw = load_state(path, kind=STACK_KIND, version=STACK_VERSION)
-            return None if raw is None else self._check_stack_state(raw, path)
-        # Other names: the rebase journal, which validates itself (forkpatch.rebase).
-        try:
-            return json.loads(path.read_text())
-        except FileNotFoundError:
-            return None
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise StateError(
-                f"{self.rel(path)} is corrupt ({exc})",
-                tip=f"delete {self.rel(path)} to forget the operation",
-            ) from None
+        path = self.state_dir / STATE_FILE
+        raw = load_state(path, kind=STACK_KIND, version=STACK_VERSION)
+        return None if raw is None else self._check_stack_state(raw, path)
 
-    def write_state(self, data: Mapping[str, Any] | None, name: str = STATE_FILE) -> None:
-        """Write (None: remove) a state file atomically, versioned and checksummed."""
-        path = self.state_dir / name
+    def write_state(self, data: Mapping[str, Any] | None) -> None:
+        """Write (None: remove) ``state.json`` atomically, versioned and checksummed."""
+        path = self.state_dir / STATE_FILE
         if data is None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
             return
-        if name == STATE_FILE:
-            body = dict(data)
-            body["root"] = str(self.root)
-            wt = body.get("worktree")
-            if wt:
-                # Relative when inside the project, so that a moved project still finds it.
-                p = Path(wt)
-                with contextlib.suppress(ValueError):
-                    body["worktree"] = p.relative_to(self.root).as_posix()
-            self._check_stack_state(body, path)  # never write what could not be read back
-            atomic_write(path, dump_state(STACK_KIND, STACK_VERSION, body))
-            return
-        atomic_write(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
+        body = dict(data)
+        body["root"] = str(self.root)
+        wt = body.get("worktree")
+        if wt:
+            # Relative when inside the project, so that a moved project still finds it.
+            p = Path(wt)
+            with contextlib.suppress(ValueError):
+                body["worktree"] = p.relative_to(self.root).as_posix()
+        self._check_stack_state(body, path)  # never write what could not be read back
+        atomic_write(path, dump_state(STACK_KIND, STACK_VERSION, body))
 
     def _check_stack_state(self, data: dict[str, Any], path: Path) -> dict[str, Any]:
         where = self.rel(path)

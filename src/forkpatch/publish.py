@@ -142,7 +142,7 @@ def required_tiers(project: Any) -> tuple[str, ...]:
         s = project.series
         for tiers in (s.publish.required_tiers, s.smoke.required_tiers):
             if tiers:
-                return tiers
+                return tuple(tiers)
     return DEFAULT_REQUIRED_TIERS
 
 

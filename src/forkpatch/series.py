@@ -210,9 +210,9 @@ def _check_no_aliases(text: str, loc: _Loc) -> None:
         for event in yaml.parse(text, Loader=_Loader):
             anchor = getattr(event, "anchor", None)
             if isinstance(event, yaml.AliasEvent) or anchor:
+                line = event.start_mark.line + 1 if event.start_mark is not None else "?"
                 raise SeriesError(
-                    f"{loc.path}:{event.start_mark.line + 1}: YAML anchors and aliases "
-                    "are not allowed in a series file",
+                    f"{loc.path}:{line}: YAML anchors and aliases are not allowed in a series file",
                     tip="write the value out in full",
                 )
     except yaml.YAMLError as exc:
@@ -637,7 +637,7 @@ def _scalar_yaml(value: str, indent: int) -> str:
 
 def _flow_round_trips(inner: str, value: list[str]) -> bool:
     try:
-        return yaml.load(f"[{inner}]", Loader=_Loader) == value
+        return bool(yaml.load(f"[{inner}]", Loader=_Loader) == value)
     except yaml.YAMLError:
         return False
 

@@ -20,6 +20,7 @@ import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from forkpatch import log, worktree
 from forkpatch.engine import (
@@ -85,7 +86,7 @@ class Stack:
     # ----------------------------------------------------------------- locating
 
     @property
-    def state(self) -> dict:
+    def state(self) -> dict[str, Any]:
         return self.project.read_state() or {}
 
     def worktree_path(self) -> Path | None:
@@ -340,6 +341,7 @@ class Stack:
             if by_name.get(a.name) and by_name[a.name].file is None and len(a.commits) > 1
         ]
         with PatchTexts(self.store) as texts:
+            texts.prefetch((self._parent(wt, a), a.commit) for a in mine)
             for a in mine:
                 path = self.project.patch_path(by_name[a.name])
                 current = path.read_bytes() if path.exists() else b""
@@ -392,7 +394,7 @@ class Stack:
                     }
         return bases
 
-    def _save_merge_bases(self, state: dict, names: list[str]) -> None:
+    def _save_merge_bases(self, state: dict[str, Any], names: list[str]) -> None:
         """Remember ``names``' current images (as blobs in the store) for `push --merge`."""
         bases = self._merge_bases()
         saved = state.setdefault("merge_bases", {})
@@ -936,6 +938,7 @@ class Stack:
                 self._refuse_commits_on_step(a)
         diffs = self._diffs(wt, mine)  # one git process, whatever the number of patches
         with PatchTexts(self.store) as texts:
+            texts.prefetch((self._parent(wt, a), a.commit) for a in mine)
             for a in mine:
                 entry = by_name[a.name]
                 _name, summary, header = parse_commit_message(self._message(wt, a))

@@ -59,6 +59,7 @@ from forkpatch.errors import (
     ForkpatchError,
     ForkRepoError,
     GitError,
+    NewRelease,
     PublishError,
     SeriesError,
     SmokeError,
@@ -84,8 +85,6 @@ STEPS = ("rebase", "build", "smoke", "publish")
 STATE_MARKER = "forkpatch-state:"
 
 # Exit codes of `forkpatch track` (documented in `forkpatch track --help`).
-EXIT_UP_TO_DATE = 0
-EXIT_NEW_RELEASE = 10
 
 
 # =========================================================================== listing
@@ -126,7 +125,7 @@ class TrackReport:
 
     @property
     def exit_code(self) -> int:
-        return EXIT_NEW_RELEASE if self.target is not None else EXIT_UP_TO_DATE
+        return NewRelease.exit_code if self.target is not None else 0
 
     @property
     def status(self) -> str:
@@ -1160,7 +1159,8 @@ class _RunCtx:
         if isinstance(done, BuildDone) and _files_match(dist, done.wheels):
             log.info(f"build for {self.tag}: already done ({', '.join(done.wheels)})")
             return StageOutcome(done)
-        from forkpatch.wheels.buildwheel import BuildOptions, build_wheel
+        from forkpatch.wheels.buildwheel import build_wheel
+        from forkpatch.wheels.options import BuildOptions
 
         try:
             base_wheel = self.base_wheel(copy)

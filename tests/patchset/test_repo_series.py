@@ -3,7 +3,7 @@
 CI has no clone of the fork, so this is what guards the real series there:
 it loads, every patch parses, every path is safe, every entry has its
 metadata, every smoke check it names exists, and patches/ has no orphans.
-The patches applying to the fork is proven by tests/real_fork (opt-in).
+The patches applying to the fork is proven by the real_fork tests beside this one.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ specific to a checkout (there is no installed ``vllm`` console script to run:
 the CLI's ``main()`` is called in process with the metadata stood in).
 
 This file runs *inside* a Python process whose sys.path starts with a patched
-checkout of the fork (tests/real_fork/test_patch_set.py starts it as a
+checkout of the fork (tests/patchset/test_patch_set.py starts it as a
 subprocess), so it imports the fork's ``vllm`` and torch freely. incheck.py is
 loaded by path: it is standalone by design (standard library at import time),
 and importing the ``forkpatch`` package here is not needed.

@@ -287,7 +287,11 @@ def paths_of(item: Item) -> set[str]:
 # --------------------------------------------------------------------------- merge bases
 
 
-class MergeBases(dict):
+#: A patch's pre/post images on the old base: path -> (before, after).
+Images = dict[str, tuple[bytes | None, bytes | None]]
+
+
+class MergeBases(dict[str, Images]):
     """Each patch's pre/post images on the old base, computed on first use.
 
     The 3-way merge base is only needed when a hunk does not apply, so a series
@@ -406,11 +410,12 @@ class MergeBases(dict):
     def __bool__(self) -> bool:
         return True  # SeriesApplier keeps ``merge_bases or {}``: never look empty
 
-    def get(self, key: object, default: object = None) -> object:
+    def get(self, key: str, default: Images | None = None) -> Images | None:  # type: ignore[override]
+        # dict.get's overloads narrowed to what SeriesApplier asks: a patch's images.
         self._fill(key)
         return dict.get(self, key, default)
 
-    def __getitem__(self, key: object) -> object:
+    def __getitem__(self, key: str) -> Images:
         self._fill(key)
         return dict.__getitem__(self, key)
 
@@ -592,7 +597,7 @@ class Classifier:
                 files.append(fp)
         if not moved:
             return item, {}
-        images = dict(self.merge_bases.get(item.entry.name, {}))  # type: ignore[call-overload]
+        images = dict(self.merge_bases.get(item.entry.name) or {})
         for src, dst in moved.items():
             if src in images:
                 images[dst] = images[src]

@@ -354,6 +354,7 @@ def _finish(
     new_texts: dict[str, bytes] = {}
     writes: dict[str, bytes | None] = {}
     with PatchTexts(store) as texts:  # one object reader for every rewritten file
+        texts.prefetch((None, o.commit) for o in state.outcomes if o.refresh and o.commit)
         for i, o in enumerate(state.outcomes):
             file = series.patches[i].file
             if file is None:

@@ -239,7 +239,8 @@ class _Prefixes:
 
     def probe(self, k: int, checks: Sequence[str]) -> Probe:
         """Build prefix ``k`` and smoke it with ``checks`` (empty: the full plan); cached."""
-        from forkpatch.wheels.buildwheel import BuildOptions, build_wheel
+        from forkpatch.wheels.buildwheel import build_wheel
+        from forkpatch.wheels.options import BuildOptions
 
         got = self.cache.get(k)
         if got is not None and checks and all(c in got.outcomes for c in checks):

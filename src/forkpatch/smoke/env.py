@@ -141,10 +141,9 @@ def _host_pip_ok() -> bool:
         import pip
     except ImportError:
         return False
-    import pip as _pip
     from packaging.version import Version
 
-    return Version(_pip.__version__) >= Version("22.3")
+    return Version(pip.__version__) >= Version("22.3")
 
 
 @contextlib.contextmanager

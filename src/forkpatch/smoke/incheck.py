@@ -280,7 +280,7 @@ def _permute_packs(t: Any, perm_n: list[int], perm_k: list[int] | None) -> Any:
 
 def _on_standin_device(t: Any) -> bool:
     # The compiled ops want CUDA tensors; the stand-ins' device is the CPU.
-    return t.device.type == "cpu"
+    return bool(t.device.type == "cpu")
 
 
 def _fp8_sm70_prepare_ref(

@@ -461,6 +461,5 @@ def junit_xml(data: Mapping[str, Any]) -> bytes:
     for k, v in total.items():
         suites.set(k, str(v))
     ET.indent(suites)
-    return (
-        b'<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="utf-8") + b"\n"
-    )
+    body: bytes = ET.tostring(suites, encoding="utf-8")
+    return b'<?xml version="1.0" encoding="UTF-8"?>\n' + body + b"\n"

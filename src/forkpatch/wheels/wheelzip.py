@@ -277,7 +277,8 @@ class WheelZip:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         try:
-            self._fh = open(self.path, "rb")
+            # Held for the reader's life and closed by close() / __exit__.
+            self._fh = open(self.path, "rb")  # noqa: SIM115
         except OSError as exc:
             raise BuildError(
                 f"cannot open wheel {self.path}: {exc.strerror}",
