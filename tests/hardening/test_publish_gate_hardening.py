@@ -118,6 +118,11 @@ TAMPERED: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
 }
 
 
+def _publish(dist: Path, cwd: Path, target: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """``forkpatch publish`` of the wheel to the directory ``target``, in a subprocess."""
+    return fp(cwd, "publish", str(dist / WHEEL), "--to", str(target), extra_env=env)
+
+
 @pytest.mark.parametrize("variant", sorted(TAMPERED))
 def test_a_tampered_or_malformed_report_is_refused(
     dist: Path, tmp_path: Path, variant: str
@@ -127,7 +132,7 @@ def test_a_tampered_or_malformed_report_is_refused(
     edit(data)
     _report(dist).write_text(json.dumps(data))
     target = tmp_path / "index"
-    got = fp(tmp_path, "publish", str(dist / WHEEL), "--to", str(target))
+    got = _publish(dist, tmp_path, target)
     assert got.returncode == 1, got.stderr
     assert "internal error" not in got.stderr and "Traceback" not in got.stderr
     assert str(_report(dist)) in got.stderr and field in got.stderr, got.stderr
@@ -247,14 +252,7 @@ def _consistent(target: Path, sha: str) -> None:
 def _events(dist: Path, tmp_path: Path) -> list[str]:
     counter = tmp_path / "events.txt"
     target = tmp_path / "count-index"
-    got = fp(
-        tmp_path,
-        "publish",
-        str(dist / WHEEL),
-        "--to",
-        str(target),
-        extra_env={"FORKPATCH_TEST_COUNT_WRITES": str(counter)},
-    )
+    got = _publish(dist, tmp_path, target, FORKPATCH_TEST_COUNT_WRITES=str(counter))
     assert got.returncode == 0, got.stderr
     _consistent(target, hashlib.sha256((dist / WHEEL).read_bytes()).hexdigest())
     return counter.read_text().splitlines()
@@ -267,16 +265,9 @@ def test_a_publish_killed_at_any_write_is_finished_by_the_next(dist: Path, tmp_p
     assert len(events) >= 6, events
     for n in range(1, len(events) + 1):
         target = tmp_path / f"index-{n}"
-        got = fp(
-            tmp_path,
-            "publish",
-            str(dist / WHEEL),
-            "--to",
-            str(target),
-            extra_env={"FORKPATCH_TEST_KILL_AT": str(n)},
-        )
+        got = _publish(dist, tmp_path, target, FORKPATCH_TEST_KILL_AT=str(n))
         assert got.returncode == -9, f"kill at {n} ({events[n - 1]}): {got.stderr}"
-        again = fp(tmp_path, "publish", str(dist / WHEEL), "--to", str(target))
+        again = _publish(dist, tmp_path, target)
         assert again.returncode == 0, f"kill at {n} ({events[n - 1]}): {again.stderr}"
         _consistent(target, sha)
 
@@ -288,7 +279,7 @@ def test_the_leftovers_of_an_older_forkpatch_are_repaired(dist: Path, tmp_path: 
     (target / "packages").mkdir(parents=True)
     shutil.copy2(dist / WHEEL, target / "packages" / WHEEL)
     (target / "packages" / f".{WHEEL}.k3j2h1.tmp").write_bytes(b"half a wheel")
-    got = fp(tmp_path, "publish", str(dist / WHEEL), "--to", str(target))
+    got = _publish(dist, tmp_path, target)
     assert got.returncode == 0 and "already published" in got.stderr, got.stderr
     _consistent(target, hashlib.sha256((dist / WHEEL).read_bytes()).hexdigest())
 
@@ -315,7 +306,7 @@ def test_a_crafted_publish_journal_is_refused(dist: Path, tmp_path: Path, journa
     else:
         raw = journal.encode()
     (target / ".forkpatch-publish.json").write_bytes(raw)
-    got = fp(tmp_path, "publish", str(dist / WHEEL), "--to", str(target))
+    got = _publish(dist, tmp_path, target)
     assert got.returncode == 1 and ".forkpatch-publish.json" in got.stderr, got.stderr
     assert (tmp_path / "victim").read_text() == "keep\n"
     assert _published(target) == []

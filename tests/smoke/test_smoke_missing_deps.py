@@ -102,9 +102,7 @@ def test_a_real_failure_offers_bisect(example_build, tmp_path, capsys):
 
 
 def test_a_wheel_that_does_not_match_the_series_is_not_bisected(example_build, tmp_path, capsys):
-    project = smoke.copy_project(example_build, tmp_path / "project")
-    patch = project / "patches" / "cli-version.patch"
-    patch.write_bytes(b"An edited description.\n\n" + patch.read_bytes())
+    project = smoke.copy_project(example_build, tmp_path / "project", edit_description=True)
     run = Runner(project, capsys)
     _, _, err = run(
         "smoke", str(example_build.wheel), "--tier", "static", "--deps", "none", expect=1

@@ -131,9 +131,7 @@ def test_failing_check_exits_1_and_names_the_patch(example_build, tmp_path, caps
 
 
 def test_edited_patch_fails_the_provenance_check(example_build, tmp_path, capsys):
-    project = smoke.copy_project(example_build, tmp_path / "project")
-    patch = project / "patches" / "cli-version.patch"
-    patch.write_bytes(b"An edited description.\n\n" + patch.read_bytes())
+    project = smoke.copy_project(example_build, tmp_path / "project", edit_description=True)
     run = Runner(project, capsys)
     _, out, _ = run(
         "smoke", str(example_build.wheel), "--tier", "static", "--deps", "none", "--json", expect=1

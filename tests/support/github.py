@@ -157,7 +157,7 @@ exec "{python}" "$@"
 
 
 @dataclass
-class Runner:
+class WorkflowRun:
     """One GitHub run of the workflow, job by job."""
 
     root: Path  # scratch space for workspaces, artifacts and stand-ins

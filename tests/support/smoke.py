@@ -53,8 +53,13 @@ def build_example(root: Path) -> ExampleBuild:
     )
 
 
-def copy_project(build: ExampleBuild, dest: Path) -> Path:
+def copy_project(build: ExampleBuild, dest: Path, *, edit_description: bool = False) -> Path:
+    """A copy of the example's project at ``dest``; ``edit_description``: with another
+    description in cli-version.patch (the wheel no longer matches the series)."""
     shutil.copytree(build.project, dest, symlinks=True)
+    if edit_description:
+        patch = dest / "patches" / "cli-version.patch"
+        patch.write_bytes(b"An edited description.\n\n" + patch.read_bytes())
     return dest
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from support import REPO_ROOT
 from support.git import git
-from support.github import WORKFLOW, Runner, evaluate, job_if, job_status, load_workflow
+from support.github import WORKFLOW, WorkflowRun, evaluate, job_if, job_status, load_workflow
 from support.servers import index_files, open_pypiserver
 from support.track import add_origin, make_setup, tag_release, tool
 
@@ -192,8 +192,8 @@ def test_jobs_run_in_order_with_a_standin_gh(tmp_path):
         origin = add_origin(setup)
         tag_release(setup, "v1.3.0")
 
-        def run(event: str, **inputs) -> Runner:
-            r = Runner(
+        def run(event: str, **inputs) -> WorkflowRun:
+            r = WorkflowRun(
                 root=tmp_path / f"gh-{len(list(tmp_path.glob('gh-*')))}",
                 origin=origin,
                 event=event,
