@@ -120,3 +120,49 @@ def test_the_batched_diffs_are_each_patchs_own(tmp_path: Path) -> None:
         text = after[f"p{i:03d}.patch"]
         assert f"+# by hand {i}" in text and f"+v3 = {100 + i}" in text
         assert all(f"by hand {j}" not in text for j in targets if j != i)
+
+
+def _mail_series(tmp_path: Path, n: int) -> Path:
+    """n patches as `git format-patch` mails (index lines, a diffstat, a signature), on a
+    fork whose next tag moves every patched line down: a rebase must refresh all of
+    them in their own form."""
+    fork = ScratchRepo(tmp_path / "fork")
+    for f in range(n):
+        fork.add_file(f"pkg/f{f:03d}.py", "".join(f"v{k} = {k}\n" for k in range(7)))
+    fork.commit("fork")
+    fork.tag("v1")
+    for f in range(n):
+        fork.add_file(
+            f"pkg/f{f:03d}.py", "# new header\n" + "".join(f"v{k} = {k}\n" for k in range(7))
+        )
+    fork.commit("headers")
+    fork.tag("v2")
+    fork.git("checkout", "-q", "-b", "series", "v1")
+    for f in range(n):
+        path = fork.path / f"pkg/f{f:03d}.py"
+        path.write_text(path.read_text().replace("v3 = 3", f"v3 = {100 + f}"))
+        fork.commit(f"p{f:03d}: change v3 of f{f:03d}")
+    out = tmp_path / "mails"
+    fork.git("format-patch", "-q", "-o", str(out), "v1..series")
+    project = tmp_path / "project"
+    project.mkdir()
+    _fp(project, "init", "--fork-url", str(fork.path), "--base", "v1")
+    _fp(project, "import", *sorted(str(p) for p in out.iterdir()))
+    return project
+
+
+def test_a_rebase_refreshing_mail_form_files_starts_a_fixed_number_of_gits(
+    tmp_path: Path,
+) -> None:
+    """Every patch moves (offset) and is re-rendered in its own form (index lines,
+    diffstat): the raw changes and diffstats come from one batched git each."""
+    counts = []
+    for n in (4, 40):
+        project = _mail_series(tmp_path / f"n{n}", n)
+        counts.append(_git_calls(tmp_path / f"n{n}", project, "rebase", "--onto", "v2"))
+        texts = [p.read_text() for p in sorted((project / "patches").iterdir())]
+        assert len(texts) == n
+        assert all(
+            "@@ -2,7 +2,7 @@" in t and "\nindex " in t and "1 file changed" in t for t in texts
+        )
+    assert counts[0] == counts[1], counts

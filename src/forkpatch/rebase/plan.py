@@ -694,6 +694,7 @@ class Classifier:
         walk = Walk(head=parent)
         marks: list[tuple[int, str]] = []
         total = len(self.items)
+        self.references.prefetch(self.items[start:])
         with self.reading() as reader:
             state = TreeState(self.git, reader, parent)
             fi = self.git.fast_import(keep_pack=True) if write else None

@@ -242,6 +242,49 @@ class ReferenceChecker:
         self.fork: ForkRepo | None = None  # for the shallow-clone check, when known
         self._commits: dict[str, tuple[str, str] | None] = {}  # ref -> (commit, subject)
 
+    def prefetch(self, items: Sequence[Item]) -> None:
+        """Resolve every reference of ``items`` at once (three git processes, however
+        many patches name a commit): which exist, which are in the target's history,
+        and their subjects. A series of ``git format-patch`` mails names a commit in
+        every patch (the ``From <id>`` line), so one or two processes per patch would
+        make the walk grow with the series."""
+        refs = [r for item in items for r, _how in references(item) if r not in self._commits]
+        refs = list(dict.fromkeys(refs))
+        if not refs:
+            return
+        check = self.git.run(
+            "cat-file",
+            "--batch-check=%(objectname) %(objecttype)",
+            input="".join(f"{r}^{{commit}}\n" for r in refs).encode(),
+            check=False,
+        )
+        lines = check.stdout.decode("utf-8", "replace").splitlines()
+        found: dict[str, str] = {}
+        for ref, line in zip(refs, lines, strict=False):
+            oid, _, kind = line.partition(" ")
+            if kind == "commit" and len(oid) == 40:
+                found[ref] = oid
+        outside: set[str] = set()
+        subjects: dict[str, str] = {}
+        if found:
+            oids = sorted(set(found.values()))
+            # Commits reachable from the references but not from the target: a reference
+            # that is listed is not in the target's history.
+            walked = self.git.run(
+                "rev-list", *oids, "--not", self.target_commit, check=False
+            ).stdout
+            outside = set(walked.decode().split())
+            log = self.git.run(
+                "log", "--no-walk=unsorted", "--format=%H%x00%s", *oids, check=False
+            ).stdout.decode("utf-8", "replace")
+            for line in log.splitlines():
+                commit, _, subject = line.partition("\0")
+                subjects[commit] = subject
+        for ref in refs:
+            got = found.get(ref)
+            inside = got is not None and got not in outside and got in subjects
+            self._commits[ref] = (got, subjects[got]) if inside and got else None
+
     def _resolve(self, ref: str) -> tuple[str, str] | None:
         """(full id, subject) of a referenced commit that is in the target's history."""
         if ref not in self._commits:
