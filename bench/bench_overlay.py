@@ -34,8 +34,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "tests"))  # the test helpers: tests/support
 
-from support import wheelfactory
-
 from forkpatch.wheels.dist_alias import add_vllm_dist_alias
 from forkpatch.wheels.identity import (
     BuilderInfo,
@@ -45,6 +43,7 @@ from forkpatch.wheels.identity import (
     patchset_label,
 )
 from forkpatch.wheels.overlay import overlay_wheel, rewrite_metadata_version
+from support import wheelfactory
 
 CHANGED = ("vllm/pkg00/mod0000.py", "vllm/pkg01/mod0001.py", "vllm/pkg02/mod0002.py")
 

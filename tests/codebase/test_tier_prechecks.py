@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from support import REPO_ROOT, realfork
 
 

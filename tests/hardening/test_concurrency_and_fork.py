@@ -13,13 +13,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from forkpatch.example import make_fork, write_example_patches
 from support.cli import env, fp, fp_in
 from support.git import git
 from support.projects import visible
 from support.reliability import Row
 from support.servers import free_port
-
-from forkpatch.example import make_fork, write_example_patches
 
 
 @pytest.fixture(scope="module")

@@ -13,12 +13,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from support.cli import fp_in
-from support.projects import project_with_patches
-from support.reliability import Row
 
 from forkpatch.errors import SeriesError
 from forkpatch.series import parse_series
+from support.cli import fp_in
+from support.projects import project_with_patches
+from support.reliability import Row
 
 C = "a" * 40
 HEAD = (

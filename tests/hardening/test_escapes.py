@@ -15,12 +15,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+from forkpatch.fsutil import dump_state
 from support.cli import fp_in
 from support.git import file_diff, git, tree_state
 from support.projects import project_with_patches
 from support.reliability import Row
-
-from forkpatch.fsutil import dump_state
 
 X_OLD = "a\nb\nc\nd\ne\n"
 X_MID = "a\nB\nc\nd\ne\n"

@@ -20,13 +20,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+from forkpatch.example import build_release_wheel, make_fork, write_example_patches
 from support.cli import env, fp_in
 from support.git import tree_state
 from support.reliability import Row
 from support.smoke import passing_report
 from support.wheelfactory import deflate_zeros, make_wheel, raw_zip
-
-from forkpatch.example import build_release_wheel, make_fork, write_example_patches
 
 WHEEL = "1cat_vllm-1.2.1-py3-none-any.whl"
 DI = "1cat_vllm-1.2.1.dist-info"

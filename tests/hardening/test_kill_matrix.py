@@ -29,12 +29,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from forkpatch.example import build_release_wheel, make_fork, write_example_patches
 from support.cli import fp, fp_in
 from support.git import git
 from support.projects import Stash, leftovers, visible
 from support.reliability import Row
-
-from forkpatch.example import build_release_wheel, make_fork, write_example_patches
 
 
 @dataclass

@@ -10,11 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
+from forkpatch.example import make_fork
 from support.cli import fp_in
 from support.projects import visible
 from support.reliability import Row
-
-from forkpatch.example import make_fork
 
 
 def _diff(path: str, body: str = "+pwned\n", *, header: str = "") -> str:

@@ -22,13 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from forkpatch.smoke.report import REPORT_SUFFIX
 from support.cli import env, fp
 from support.reliability import Row
 from support.servers import serve_pypiserver
 from support.smoke import passing_report
 from support.wheelfactory import make_wheel
-
-from forkpatch.smoke.report import REPORT_SUFFIX
 
 WHEEL = "1cat_vllm-1.2.1-py3-none-any.whl"
 

@@ -18,12 +18,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from forkpatch.example import build_release_wheel, make_fork
 from support.cli import fp
 from support.reliability import Row
 from support.servers import free_port
 from support.smoke import passing_report
-
-from forkpatch.example import build_release_wheel, make_fork
 
 CANARY = "canary-Zq8v3-NEVER-PRINT-ME"
 USER = "publisher"
@@ -193,9 +193,8 @@ def test_series_yaml_with_credentials_is_refused_with_its_line(tmp_path: Path, f
 def test_an_old_wheel_with_a_token_in_its_provenance_never_spreads(tmp_path: Path) -> None:
     """A wheel built before this check carries the token in its provenance: verify, the
     smoke report and the published report show the URL without it."""
-    from support.wheelfactory import make_wheel
-
     from forkpatch.smoke.report import CheckResult, SmokeReport, dumps
+    from support.wheelfactory import make_wheel
 
     prov = {
         "schema": 1,

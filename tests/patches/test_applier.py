@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support.git import git_diff
 
 from forkpatch.applier import (
     FileApplyResult,
@@ -18,6 +17,7 @@ from forkpatch.applier import (
     split_lines,
 )
 from forkpatch.patchfile import FilePatch, parse_patch, render_file_patch
+from support.git import git_diff
 
 SRC = "patches/t.patch"
 

@@ -6,6 +6,7 @@ import shutil
 import subprocess
 
 import pytest
+
 from support.cli import Runner
 from support.git import ScratchRepo, git, tree_files
 from support.projects import EXAMPLE_NAMES, copy_example, load, mtimes, snapshot

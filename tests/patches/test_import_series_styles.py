@@ -13,13 +13,13 @@ import shutil
 import subprocess
 
 import pytest
+
+from forkpatch.patchfile import upstream_refs
 from support.cli import Runner
 from support.git import ScratchRepo, git, tree_files
 from support.projects import load, mtimes, snapshot
 from support.series_styles import SeriesMaker, git_apply, quilt_push
 from support.series_styles import run as run_tool
-
-from forkpatch.patchfile import upstream_refs
 
 pytestmark = pytest.mark.skipif(shutil.which("quilt") is None, reason="quilt is not installed")
 

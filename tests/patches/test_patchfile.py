@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from support.git import git_diff
 
 from forkpatch.errors import PatchParseError, PathSafetyError
 from forkpatch.patchfile import (
@@ -18,6 +17,7 @@ from forkpatch.patchfile import (
     parse_patch,
     quote_path,
 )
+from support.git import git_diff
 
 SRC = "patches/foo.patch"
 

@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support import realfork
-from support.cli import Runner
-from support.projects import snapshot
 
 from forkpatch.engine import canonical_diff, parse_commit_message
 from forkpatch.git import DIFF_OPTIONS
 from forkpatch.patchfile import format_patch
+from support import realfork
+from support.cli import Runner
+from support.projects import snapshot
 
 pytestmark = pytest.mark.real_fork
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from support import REPO_ROOT, realfork
 
 pytestmark = pytest.mark.real_fork

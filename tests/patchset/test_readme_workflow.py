@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from support import realfork
 from support.cli import Runner
 from support.projects import snapshot

@@ -9,12 +9,12 @@ The patches applying to the fork is proven by the real_fork tests beside this on
 from __future__ import annotations
 
 import pytest
-from support import REPO_ROOT
 
 from forkpatch.patchfile import check_paths, parse_patch
 from forkpatch.project import Project
 from forkpatch.series import BUILD_STEPS, load_series
 from forkpatch.smoke.checks import registry
+from support import REPO_ROOT
 
 ROOT = REPO_ROOT
 SERIES = load_series(ROOT / "series.yaml")

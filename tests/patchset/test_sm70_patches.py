@@ -23,6 +23,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+
 from support import REPO_ROOT, realfork
 
 FORK_REPO = realfork.FORK

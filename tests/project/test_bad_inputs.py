@@ -8,6 +8,7 @@ import sys
 import time
 
 import pytest
+
 from support.projects import copy_example, scratch_project, snapshot
 
 

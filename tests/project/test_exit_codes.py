@@ -5,10 +5,9 @@ from __future__ import annotations
 import inspect
 import re
 
-from support import REPO_ROOT
-
 import forkpatch.errors as errors
 from forkpatch.cli import main
+from support import REPO_ROOT
 
 README = REPO_ROOT / "README.md"
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from support.cli import Runner
 from support.git import ScratchRepo, git
 from support.projects import EXAMPLE_NAMES, copy_example, snapshot

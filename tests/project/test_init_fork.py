@@ -8,6 +8,7 @@ import sys
 
 import pytest
 import yaml
+
 from support.cli import Runner
 from support.git import git
 from support.projects import EXAMPLE_NAMES, copy_example, snapshot

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
 from support.servers import serve_pypiserver
 from support.smoke import ExampleBuild
 

@@ -6,6 +6,7 @@ import hashlib
 import shutil
 
 import pytest
+
 from support.cli import Runner
 from support.venvs import install_from_index
 

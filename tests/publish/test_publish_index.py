@@ -11,6 +11,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+
 from support.cli import Runner
 from support.servers import free_port
 from support.venvs import install_from_index

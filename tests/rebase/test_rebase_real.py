@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from support import realfork
 from support.cli import Runner
 from support.projects import snapshot

@@ -14,10 +14,10 @@ import os
 from pathlib import Path
 
 import pytest
-from support.git import replace_once
-from support.projects import LINES, snapshot
 
 from forkpatch.fsutil import dump_state, parse_state
+from support.git import replace_once
+from support.projects import LINES, snapshot
 
 BASE_FILES = {"a.py": LINES, "b.py": LINES.replace("line", "bee"), "pkg/mod.py": LINES}
 

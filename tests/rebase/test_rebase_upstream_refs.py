@@ -17,6 +17,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from support.git import GIT_ENV, ScratchRepo, replace_once
 from support.projects import LINES
 

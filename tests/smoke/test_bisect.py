@@ -11,10 +11,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from support import smoke
-from support.cli import Runner
 
 from forkpatch.series import PatchEntry, load_series, save_series
+from support import smoke
+from support.cli import Runner
 
 pytestmark = pytest.mark.slow
 

@@ -6,12 +6,12 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from support import REPO_ROOT
 
 from forkpatch.errors import SeriesError, SmokeError
 from forkpatch.series import BaseRef, ForkInfo, PatchEntry, Series, load_series
 from forkpatch.smoke import checks, incheck
 from forkpatch.smoke.report import CheckResult, SmokeReport, junit_xml
+from support import REPO_ROOT
 
 # The ids the real patch set's series.yaml uses (FORK-NOTES, "What a V100 smoke check must prove").
 REAL_SET = [

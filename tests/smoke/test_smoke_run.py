@@ -7,10 +7,10 @@ import json
 import xml.etree.ElementTree as ET
 
 import pytest
-from support import smoke
-from support.cli import Runner
 
 from forkpatch.smoke.wheelinfo import sha256_file
+from support import smoke
+from support.cli import Runner
 
 pytestmark = pytest.mark.slow
 

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import json
 
+from forkpatch.series import PatchEntry, load_series, save_series
 from support.git import git
 from support.projects import copy_example, snapshot
-
-from forkpatch.series import PatchEntry, load_series, save_series
 
 ORDER = [
     "capability-floor",

@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.git import GIT_ENV, ScratchRepo
 
 from forkpatch.fsutil import file_sha256
+from support.git import GIT_ENV, ScratchRepo
 
 
 def _series(tmp_path: Path, n: int) -> Path:

@@ -11,6 +11,7 @@ import sys
 import threading
 
 import pytest
+
 from support.git import git
 from support.github import STANDIN_GH
 from support.servers import TOKEN, Forge, serve_forge

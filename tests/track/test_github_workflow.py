@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from support import REPO_ROOT
 from support.git import git
 from support.github import WORKFLOW, WorkflowRun, evaluate, job_if, job_status, load_workflow

@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 from support.git import git
 from support.servers import Forge, index_files, open_pypiserver, serve_forge
 from support.track import add_origin, add_team_pipeline, gitlab_ci_local, make_setup, tag_release

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from support import REPO_ROOT
 from support.track import tool
 

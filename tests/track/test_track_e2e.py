@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from support.git import git
 from support.servers import index_files, open_pypiserver
 from support.track import SECRET, make_setup, result, run_ci, tag_release

@@ -15,9 +15,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from support import realfork
 
 from forkpatch.cli import main
+from support import realfork
 
 REPO_ROOT = realfork.REPO_ROOT
 FORK = realfork.FORK

@@ -9,9 +9,6 @@ import json
 import shutil
 import threading
 
-from support.git import git
-from support.track import make_setup, tag_release
-
 from forkpatch.cli import main
 from forkpatch.track import (
     MAX_BODY,
@@ -32,6 +29,8 @@ from forkpatch.track import (
     stage_from_json,
     stage_to_json,
 )
+from support.git import git
+from support.track import make_setup, tag_release
 
 
 def _run(setup, *args: str) -> int:

@@ -20,10 +20,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import REPO_ROOT, wheelfactory
-from support.containers import is_elf, make_synthetic_fork
 
 from forkpatch.wheels.identity import BuilderInfo, PatchRecord, Provenance
+from support import REPO_ROOT, wheelfactory
+from support.containers import is_elf, make_synthetic_fork
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 

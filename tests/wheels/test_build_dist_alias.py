@@ -11,13 +11,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import wheelfactory
-from support.venvs import make_venv, pip, purelib
 
 from forkpatch.errors import BuildError
 from forkpatch.wheels.dist_alias import add_vllm_dist_alias, alias_module_name, alias_pth_name
 from forkpatch.wheels.identity import Provenance
 from forkpatch.wheels.overlay import overlay_wheel
+from support import wheelfactory
+from support.venvs import make_venv, pip, purelib
 
 NEW = "1.2.1+cpu.fp.abcdef0123"  # a local suffix that a hand-typed version would lose
 

@@ -8,13 +8,13 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from support import wheelfactory
 
 from forkpatch.errors import BuildError
 from forkpatch.wheels.identity import Provenance
 from forkpatch.wheels.overlay import overlay_wheel
 from forkpatch.wheels.verify import matches_series, verify_wheel
 from forkpatch.wheels.wheelzip import WheelZip
+from support import wheelfactory
 
 NEW = "1.2.1+fp.abcdef0123"
 

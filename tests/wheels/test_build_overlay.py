@@ -6,8 +6,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from support import wheelfactory
-from support.venvs import pip_wheel
 
 from forkpatch.wheels.dist_alias import add_vllm_dist_alias
 from forkpatch.wheels.identity import Provenance
@@ -20,6 +18,8 @@ from forkpatch.wheels.overlay import (
 )
 from forkpatch.wheels.verify import matches_series, verify_wheel
 from forkpatch.wheels.wheelzip import WheelZip
+from support import wheelfactory
+from support.venvs import pip_wheel
 
 NEW = "1.2.1+fp.abcdef0123"
 DI = f"1cat_vllm-{NEW}.dist-info"

@@ -17,13 +17,13 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from support import REPO_ROOT
-from support.containers import build_containers, make_synthetic_fork
-from support.servers import free_port
 
 from forkpatch.errors import BuildError
 from forkpatch.wheels.container import CacheConfig, build_in_container
 from forkpatch.wheels.options import BuildOptions
+from support import REPO_ROOT
+from support.containers import build_containers, make_synthetic_fork
+from support.servers import free_port
 
 pytestmark = pytest.mark.docker
 

@@ -8,8 +8,6 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from support import REPO_ROOT
-from support.containers import make_synthetic_fork
 
 from forkpatch.errors import BuildError
 from forkpatch.wheels.container import (
@@ -22,6 +20,8 @@ from forkpatch.wheels.container import (
     write_source_tar,
 )
 from forkpatch.wheels.runner import redact, run
+from support import REPO_ROOT
+from support.containers import make_synthetic_fork
 
 GiB = 1024**3
 REPO = REPO_ROOT

@@ -39,12 +39,12 @@ import uuid
 from pathlib import Path
 
 import pytest
-from support import REPO_ROOT
 
 from forkpatch.errors import BuildError
 from forkpatch.wheels import wheelhouse
 from forkpatch.wheels.container import CacheConfig, compile_in_container
 from forkpatch.wheels.options import BuildOptions
+from support import REPO_ROOT
 
 pytestmark = [pytest.mark.docker, pytest.mark.cuda, pytest.mark.slow]
 

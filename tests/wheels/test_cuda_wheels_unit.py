@@ -10,12 +10,12 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from support import REPO_ROOT
 
 from forkpatch.errors import BuildError
 from forkpatch.wheels.container import builder_context, write_source_tar
 from forkpatch.wheels.options import BuildOptions
 from forkpatch.wheels.wheelhouse import lock_text, serve, stable_port
+from support import REPO_ROOT
 
 H = {c: c * 64 for c in "abcdef"}
 

@@ -49,6 +49,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+
 from support import realfork
 from support.venvs import make_venv_seeing_this_one
 
