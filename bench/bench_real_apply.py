@@ -95,8 +95,10 @@ def series_mbox(fork: str, work: Path) -> tuple[Path, str, str]:
         capture_output=True,
     )
     wt = project / ".forkpatch" / "worktree"
-    state = json.loads((project / ".forkpatch" / "state.json").read_text())
-    base = state["base"]
+    # The base commit from series.yaml (state.json is forkpatch's sealed private state).
+    import yaml
+
+    base = yaml.safe_load((project / "series.yaml").read_text())["base"]["commit"]
     commits = _git("rev-list", "--reverse", f"{base}..HEAD", cwd=wt).split()
     real = [c for c in commits if _git("diff-tree", "--no-commit-id", "-r", c, cwd=wt)]
     mbox = work / "series.mbox"

@@ -275,9 +275,18 @@ class Items(Sequence[Item]):
         """The patches' names, without parsing any."""
         return [e.name for e in self._entries]
 
+    def entries(self) -> list[PatchEntry]:
+        """The patches' series entries, without parsing any."""
+        return list(self._entries)
+
 
 def names_of(items: Sequence[Item]) -> list[str]:
     return items.names() if isinstance(items, Items) else [i.entry.name for i in items]
+
+
+def entries_of(items: Sequence[Item]) -> list[PatchEntry]:
+    """The items' series entries, without parsing any patch file."""
+    return items.entries() if isinstance(items, Items) else [i.entry for i in items]
 
 
 def paths_of(item: Item) -> set[str]:
@@ -694,7 +703,7 @@ class Classifier:
         walk = Walk(head=parent)
         marks: list[tuple[int, str]] = []
         total = len(self.items)
-        self.references.prefetch(self.items[start:])
+        self.references.prefetch(entries_of(self.items)[start:])
         with self.reading() as reader:
             state = TreeState(self.git, reader, parent)
             fi = self.git.fast_import(keep_pack=True) if write else None

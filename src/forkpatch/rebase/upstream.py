@@ -30,6 +30,7 @@ from forkpatch.applier import HunkFailed, apply_file_patch, reverse
 from forkpatch.engine import Item
 from forkpatch.git import DIFF_OPTIONS, Git
 from forkpatch.patchfile import PatchFile, parse_patch, upstream_refs
+from forkpatch.series import PatchEntry
 
 if TYPE_CHECKING:
     from forkpatch.forkrepo import ForkRepo
@@ -209,6 +210,14 @@ def _named_by(text: str, oid: str) -> str:
     return "upstream-commits"
 
 
+def entry_references(entry: PatchEntry) -> list[str]:
+    """The upstream commits a series entry names (``upstream-commits``, ``origin``,
+    ``upstream``), without reading its patch file."""
+    text = "\n".join((f"Origin: {entry.origin}", *entry.upstream.split("; ")))
+    listed = [c.lower() for c in entry.upstream_commits]
+    return list(dict.fromkeys([*listed, *upstream_refs(text)]))
+
+
 def references(item: Item) -> list[tuple[str, str]]:
     """The upstream commits ``item`` names as its origin, and how each is named: in its
     patch file's header or its series entry (``upstream-commits``, ``origin``,
@@ -242,13 +251,15 @@ class ReferenceChecker:
         self.fork: ForkRepo | None = None  # for the shallow-clone check, when known
         self._commits: dict[str, tuple[str, str] | None] = {}  # ref -> (commit, subject)
 
-    def prefetch(self, items: Sequence[Item]) -> None:
-        """Resolve every reference of ``items`` at once (three git processes, however
-        many patches name a commit): which exist, which are in the target's history,
-        and their subjects. A series of ``git format-patch`` mails names a commit in
-        every patch (the ``From <id>`` line), so one or two processes per patch would
-        make the walk grow with the series."""
-        refs = [r for item in items for r, _how in references(item) if r not in self._commits]
+    def prefetch(self, entries: Sequence[PatchEntry]) -> None:
+        """Resolve every reference the series entries name at once (three git processes,
+        however many patches name a commit): which exist, which are in the target's
+        history, and their subjects. A series imported from ``git format-patch`` mails
+        names a commit in every entry (the ``From <id>`` line, kept in
+        ``upstream-commits``), so one or two processes per patch would make the walk
+        grow with the series. References only a patch file's header names are resolved
+        when that patch is classified (its file is not read here)."""
+        refs = [r for e in entries for r in entry_references(e) if r not in self._commits]
         refs = list(dict.fromkeys(refs))
         if not refs:
             return
