@@ -31,4 +31,4 @@ apt-get "${A[@]}" download \
     libcusparse12=12.3.1.170~12.4.1-2 libcusolver11=11.6.1.9~12.4.1-2 \
     libcub-dev=2.3.2-2 libthrust-dev=2.3.2-2 libcu++-dev=2.3.2-2 >&2
 sha256sum ./*.deb >SHA256SUMS
-echo "cuda-debs: $(ls ./*.deb | wc -l) packages in $DIR" >&2
+echo "cuda-debs: $(wc -l <SHA256SUMS) packages in $DIR" >&2
