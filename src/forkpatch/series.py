@@ -615,7 +615,9 @@ def _scalar_yaml(value: str, indent: int) -> str:
     string instead)."""
     if "\n" in value.rstrip("\n"):
         try:
-            again = yaml.load("k: " + _block_literal(value, 2), Loader=_Loader)
+            # The block as it stands in the file: followed by a line break (a block
+            # at the very end of a document without one would lose its last newline).
+            again = yaml.load("k: " + _block_literal(value, 2) + "\n", Loader=_Loader)
         except yaml.YAMLError:
             again = None
         if isinstance(again, dict) and again.get("k") == value:

@@ -203,3 +203,32 @@ def test_dump_round_trips_one_line_text_with_quotes_and_line_separators(summary)
         fork_name="f", fork_url="u", distribution="d", tag="v1", commit="0" * 40
     ).with_patches([PatchEntry(name="p", file="p.patch", summary=summary)])
     assert parse_series(dump_series(series)).patches[0].summary == summary
+
+
+@pytest.mark.parametrize(
+    "why",
+    [
+        "one line\nand another\n",
+        "no final newline\nsecond",
+        "indented later\n  - a list\n  - in it\n",
+        "a blank line\n\nbetween paragraphs\n",
+    ],
+)
+def test_ordinary_multi_line_text_stays_a_readable_block(why):
+    """Text a `|` block can hold is written as one, not as an escaped one-line string
+    (a regression turned every `why:` into "...\\n..." on the first save)."""
+    series = new_series(
+        fork_name="f", fork_url="u", distribution="d", tag="v1", commit="0" * 40
+    ).with_patches([PatchEntry(name="p", file="p.patch", summary="s", why=why)])
+    text = dump_series(series)
+    assert "why: |" in text and "\\n" not in text, text
+    assert parse_series(text).patches[0].why == why
+
+
+def test_the_shipped_series_saves_byte_for_byte():
+    """Loading and saving the repository's own series.yaml changes nothing: a command
+    that rewrites series.yaml (new, rename, move, import, rebase) shows only its change."""
+    from support import REPO_ROOT
+
+    text = (REPO_ROOT / "series.yaml").read_text()
+    assert dump_series(parse_series(text)) == text
