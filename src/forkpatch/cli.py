@@ -310,8 +310,11 @@ def move(c: Ctx, name: str, before: str | None, after: str | None, position: int
     is_flag=True,
     help="Also rewrite patches whose hunks only moved to other line numbers.",
 )
+@click.option(
+    "--force", is_flag=True, help="Export even patches that gained unresolved conflict markers."
+)
 @pass_ctx
-def export(c: Ctx, offsets: bool) -> None:
+def export(c: Ctx, offsets: bool, force: bool) -> None:
     """Write every applied patch back to its file (only changed files are rewritten).
 
     A patch whose diff differs from its file only in the line numbers of its hunks
@@ -320,7 +323,7 @@ def export(c: Ctx, offsets: bool) -> None:
     """
     stack = c.stack()
     with stack.project.locked("export"):
-        changed, moved = stack.export(offsets=offsets)
+        changed, moved = stack.export(offsets=offsets, force=force)
     log.info(
         f"{len(changed)} patch file(s) changed" + (": " + ", ".join(changed) if changed else "")
     )

@@ -908,13 +908,17 @@ class Stack:
 
     # ----------------------------------------------------------------- export
 
-    def export(self, offsets: bool = False) -> tuple[list[str], list[str]]:
+    def export(self, offsets: bool = False, force: bool = False) -> tuple[list[str], list[str]]:
         """Write every applied patch's commit back to its file.
 
         Returns (the names whose files changed, the names left as they are because
         only their line numbers moved). Those are rewritten only with ``offsets``:
         their files still give the same tree, and rewriting them would turn a
         one-patch edit into a review of every patch above it.
+
+        A commit that adds conflict markers its patch file does not have (a
+        ``push --merge`` not yet resolved) is refused, as ``refresh`` refuses it,
+        unless ``force``; nothing is written then.
         """
         wt = self.wt()
         applied = self.applied(wt)
@@ -937,6 +941,7 @@ class Stack:
             else:
                 self._refuse_commits_on_step(a)
         diffs = self._diffs(wt, mine)  # one git process, whatever the number of patches
+        unresolved: list[str] = []
         with PatchTexts(self.store) as texts:
             texts.prefetch((self._parent(wt, a), a.commit) for a in mine)
             for a in mine:
@@ -955,10 +960,23 @@ class Stack:
                     keep_offsets=not offsets,
                 )
                 writes[entry] = rendered.data
+                if not force and DIFF_CONFLICT_MARKER.search(rendered.data):
+                    before = self._file_bytes(entry) or b""
+                    if not DIFF_CONFLICT_MARKER.search(before):
+                        unresolved.append(entry.name)
                 if rendered.offsets_kept:
                     moved.append(entry.name)
                 if summary and summary != entry.summary:
                     summaries[entry.name] = summary
+        if unresolved:
+            assert wt.work_tree is not None
+            raise ConflictError(
+                f"patch{'es' if len(unresolved) > 1 else ''} {', '.join(unresolved)} would be "
+                "written with conflict markers its file does not have (a `push --merge` "
+                "not resolved yet); nothing was exported",
+                tip=f"resolve the markers in {wt.work_tree} and run `forkpatch refresh`, "
+                "or pass --force to export them as they are",
+            )
         new_series = (
             series.with_patches(
                 replace(p, summary=summaries[p.name]) if p.name in summaries else p

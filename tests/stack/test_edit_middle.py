@@ -97,3 +97,37 @@ def test_edit_middle_breaking_upper_force_then_merge(tmp_path, capsys):
     _, out, _ = run("status", "--json")
     assert '"conflict"' not in out
     assert git(wt, "status", "--porcelain") == ""
+
+
+def test_export_refuses_unresolved_markers_of_a_merge(tmp_path, capsys):
+    """`export` after `push --merge` and before resolving writes nothing (as refresh
+    refuses); --force exports the markers; a patch whose file already holds marker
+    lines (a file about merges, say) is not taken for an unresolved merge."""
+    project, run, _wt, f = _series(tmp_path, capsys)
+    run("edit", "low")
+    f.write_text(f.read_text().replace("line 4\n", "line FOUR\n"))
+    run("refresh", "--force")
+    run("push", "--all", "--merge", expect=3)
+    before = snapshot(project)
+    _, _, err = run("export", expect=3)
+    assert "high" in err and "conflict markers" in err and "nothing was exported" in err
+    assert "refresh" in err and "--force" in err
+    assert snapshot(project) == before
+    # Also with --offsets (every applied patch is rendered then).
+    run("export", "--offsets", expect=3)
+    assert snapshot(project) == before
+    run("export", "--force")
+    assert "+<<<<<<< " in (project / "patches" / "high.patch").read_text()
+    # The file now holds the markers: a later export does not refuse what it already has.
+    run("export")
+
+
+def test_export_of_a_patch_that_adds_marker_lines_on_purpose(tmp_path, capsys):
+    _fork, project, run = scratch_project(tmp_path, capsys, {"f.txt": numbered(10)})
+    run("apply")
+    wt = project / ".forkpatch" / "worktree"
+    run("new", "doc")
+    (wt / "merge.txt").write_text("<<<<<<< ours\nexample\n>>>>>>> theirs\n")
+    run("refresh", "--force")
+    run("export")
+    run("export", "--offsets")
