@@ -88,6 +88,8 @@ class PatchResult:
     # For each file the patch touched: content before and after (None = absent).
     # Used as the 3-way merge base when the same series is applied elsewhere.
     images: dict[str, tuple[bytes | None, bytes | None]] = field(default_factory=dict)
+    # Shown whatever the status (e.g. a mode the patch names but the tree does not have).
+    warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, object]:
         out: dict[str, object] = {
@@ -101,6 +103,8 @@ class PatchResult:
             out["evidence"] = self.evidence
         if self.detail:
             out["detail"] = self.detail
+        if self.warnings:
+            out["warnings"] = self.warnings
         if self.conflicts:
             out["conflicts"] = [
                 {"path": c.path, "reason": c.reason, "hunks": c.hunks, "line": c.line}
@@ -227,6 +231,7 @@ class _FileOutcome:
     detail: list[str]
     conflict: Conflict | None = None
     images: dict[str, tuple[bytes | None, bytes | None]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
 
 
 @functools.lru_cache(maxsize=64)
@@ -338,11 +343,19 @@ class SeriesApplier:
                 for h in res.hunks
                 if h.status != "clean"
             ]
+        warnings = []
+        if fp.index_mode_differs(old_mode):
+            warnings.append(
+                f"{where}: the patch's index line says mode {fp.new_mode}, the tree has "
+                f"{old_mode}; the tree's mode is kept (as git apply does). To change the "
+                "mode, the patch needs 'old mode'/'new mode' lines"
+            )
         return _FileOutcome(
             result_status,
             self._changes(fp, old_mode, new_data),
             detail,
             images=self._images(fp, old_data, new_data),
+            warnings=warnings,
         )
 
     @staticmethod
@@ -367,7 +380,7 @@ class SeriesApplier:
             return changes
         if fp.old_path and fp.old_path != fp.new_path and not fp.is_copy:
             changes.append((fp.old_path, None, None))
-        mode = fp.new_mode or old_mode or "100644"
+        mode = fp.mode_after(old_mode)
         changes.append((fp.new_path, mode, new_data if new_data is not None else b""))
         return changes
 
@@ -469,6 +482,7 @@ class SeriesApplier:
             out = self._apply_file(scratch, fp, entry.name, i)
             statuses.append(out.status)
             result.detail.extend(out.detail)
+            result.warnings.extend(out.warnings)
             images.update(out.images)
             if out.conflict is not None:
                 result.conflicts.append(out.conflict)

@@ -161,6 +161,9 @@ class FilePatch:
     added: int
     removed: int
     raw: bytes
+    # The modes came only from the ``index`` line: what the author's tree had, not
+    # a change the patch makes.
+    mode_from_index: bool = False
 
     @property
     def path(self) -> str:
@@ -172,6 +175,23 @@ class FilePatch:
     @property
     def is_create(self) -> bool:
         return self.old_path is None
+
+    def mode_after(self, tree_mode: str | None) -> str:
+        """The file's mode once the patch is applied to a file of ``tree_mode``.
+
+        ``old mode``/``new mode`` and ``new file mode`` lines change the mode. An
+        ``index`` line's mode only records the author's tree (a checkout with
+        ``core.fileMode=false`` records 100644 for an executable file): as with
+        ``git apply``, the tree's own mode stands then.
+        """
+        if self.mode_from_index and tree_mode is not None:
+            return tree_mode
+        return self.new_mode or tree_mode or "100644"
+
+    def index_mode_differs(self, tree_mode: str | None) -> bool:
+        """The ``index`` line names another mode than the tree has (kept, see
+        :meth:`mode_after`)."""
+        return bool(self.mode_from_index and tree_mode and self.new_mode != tree_mode)
 
     @property
     def is_delete(self) -> bool:
@@ -400,6 +420,7 @@ class _Section:
     is_copy: bool = False
     similarity: int | None = None
     hunks: tuple[Hunk, ...] = ()
+    mode_from_index: bool = False
 
     def build(self, raw: bytes) -> FilePatch:
         added, removed = _counts(self.hunks)
@@ -418,6 +439,7 @@ class _Section:
             added=added,
             removed=removed,
             raw=raw,
+            mode_from_index=self.mode_from_index,
         )
 
 
@@ -535,8 +557,12 @@ class _Parser:
             if ln.startswith(b"diff --git "):
                 break
             if bare.startswith(b"old mode "):
+                if f.mode_from_index:
+                    f.new_mode, f.mode_from_index = None, False
                 f.old_mode = self.mode(i, bare[9:])
             elif bare.startswith(b"new mode "):
+                if f.mode_from_index:
+                    f.old_mode, f.mode_from_index = None, False
                 f.new_mode = self.mode(i, bare[9:])
             elif bare.startswith(b"new file mode "):
                 created = True
@@ -566,8 +592,9 @@ class _Parser:
                 f.new_oid = _oid(m.group(2))
                 if m.group(3):
                     mode = self.mode(i, m.group(3))
-                    f.old_mode = f.old_mode or mode
-                    f.new_mode = f.new_mode or mode
+                    if f.old_mode is None and f.new_mode is None:
+                        f.old_mode = f.new_mode = mode
+                        f.mode_from_index = True
             elif bare == b"GIT binary patch":
                 f.is_binary = True
                 i = self.skip_binary(i + 1)

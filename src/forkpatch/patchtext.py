@@ -472,7 +472,7 @@ class PatchTexts:
                     continue
                 if fp.old_path is not None and fp.old_path != fp.new_path and not fp.is_copy:
                     state[fp.old_path] = None
-                mode = fp.new_mode or (before[0] if before else "100644")
+                mode = fp.mode_after(before[0] if before else None)
                 state[fp.new_path] = (mode, result or b"")
         except HunkFailed:
             return False

@@ -35,6 +35,8 @@ def print_results(results: Sequence[PatchResult], applied: Sequence[str] | None 
         for line in r.detail:
             if r.status not in ("clean",):
                 log.info(f"  {r.name}: {line}")
+        for line in r.warnings:
+            log.warn(f"{r.name}: {line}")
         for c in r.conflicts:
             log.info(f"  {r.name}: {c.reason}")
         if r.evidence:
