@@ -378,12 +378,16 @@ def _pid_alive(pid: int) -> bool:
 
 
 @contextlib.contextmanager
-def project_lock(lock_path: Path, *, command: str = "forkpatch") -> Iterator[None]:
+def project_lock(lock_path: Path, *, command: str = "forkpatch") -> Iterator[str | None]:
     """Hold an exclusive lock for the duration of a mutating command.
 
     The lock is an ``flock`` on ``lock_path``, so a killed process releases
     it automatically (no stale lock can block anyone); the file also records
     the holder's pid and command so that the refusal can name it.
+
+    Yields what an earlier holder left in the file (``"<pid> <command>"``) when it
+    ended without releasing the lock (killed, or the machine went down), else None:
+    the git lock files that command's processes held are stale then.
     """
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -401,10 +405,11 @@ def project_lock(lock_path: Path, *, command: str = "forkpatch") -> Iterator[Non
                 f"`forkpatch {what or '<unknown command>'}`",
                 tip="wait for it to finish, then run your command again",
             ) from None
+        left = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()} {command}\n".encode(), 0)
         try:
-            yield
+            yield left
         finally:
             os.ftruncate(fd, 0)
             fcntl.flock(fd, fcntl.LOCK_UN)

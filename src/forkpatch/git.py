@@ -9,6 +9,7 @@ costs a handful of processes, not a handful per patch.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
@@ -104,11 +105,12 @@ class Git:
                 "git is not installed or not on PATH", tip="install git 2.38 or newer"
             ) from None
         if check and proc.returncode != 0:
+            stderr = proc.stderr.decode("utf-8", "replace").strip()
             raise GitError(
                 hide_url_secrets(
-                    f"`git {' '.join(args)}` failed (exit {proc.returncode}): "
-                    f"{proc.stderr.decode('utf-8', 'replace').strip()[-2000:]}"
-                )
+                    f"`git {' '.join(args)}` failed (exit {proc.returncode}): {stderr[-2000:]}"
+                ),
+                tip=_lock_tip(stderr),
             )
         return proc
 
@@ -459,3 +461,17 @@ def init_bare(path: Path) -> Git:
     with open(path / "config", "a", encoding="utf-8") as fh:
         fh.write("[gc]\n\tauto = 0\n[core]\n\tlogAllRefUpdates = false\n")
     return g
+
+
+_LOCK_EXISTS = re.compile(r"Unable to create '([^']+\.lock)': File exists")
+
+
+def _lock_tip(stderr: str) -> str | None:
+    """The next step when git found another process's lock file."""
+    m = _LOCK_EXISTS.search(stderr)
+    if m is None:
+        return None
+    return (
+        f"another git process holds {m.group(1)}, or one was killed and left it: if no git "
+        "runs in this project any more, remove that file and run the command again"
+    )

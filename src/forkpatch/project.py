@@ -209,9 +209,15 @@ class Project:
             self._series = series
         return [self.rel(p) for p in changed]
 
-    def recover(self) -> list[str]:
+    def recover(self, interrupted: str | None = None) -> list[str]:
         """Finish a multi-file write that a killed forkpatch left half done, and remove its
-        temporary files. Must hold the lock. Returns the paths completed."""
+        temporary files. Must hold the lock. Returns the paths completed.
+
+        ``interrupted``: what the lock file says of an earlier holder that never
+        released it (``"<pid> <command>"``); the git locks its processes held in
+        forkpatch's store are stale then, and are removed."""
+        if interrupted:
+            self._clear_stale_git_locks(interrupted)
         done = recover_files(self.state_dir / COMMIT_JOURNAL, root=self.root, allowed=_owned)
         if done:
             self._series = None
@@ -228,6 +234,36 @@ class Project:
             sweep_temps(d, recursive=recursive)
         return done
 
+    def _clear_stale_git_locks(self, holder: str) -> None:
+        """Remove the lock files git leaves when it is killed (``index.lock``,
+        ``HEAD.lock``, ``refs/...lock``, a work tree's ``locked`` marker that ``git
+        worktree add`` writes while it initialises), in this project's store only.
+
+        Only called when the previous forkpatch died holding the project lock: every
+        git process in the store runs under that lock, so these locks are its."""
+        store = self.store_dir
+        if not store.is_dir() or store.is_symlink():
+            return
+        removed: list[str] = []
+        for top, dirs, files in os.walk(store):
+            dirs[:] = [d for d in dirs if d != "objects" and not (Path(top) / d).is_symlink()]
+            for name in files:
+                path = Path(top) / name
+                stale = name.endswith(".lock")
+                if name == "locked" and path.parent.parent.name == "worktrees":
+                    with contextlib.suppress(OSError):
+                        stale = path.read_text(errors="replace").strip() == "initializing"
+                if stale and not path.is_symlink():
+                    with contextlib.suppress(FileNotFoundError):
+                        path.unlink()
+                        removed.append(path.relative_to(store).as_posix())
+        if removed:
+            pid, _, command = holder.partition(" ")
+            log.warn(
+                f"removed git lock files left in {self.rel(store)} by an interrupted "
+                f"`forkpatch {command or '?'}` (pid {pid}): {', '.join(sorted(removed))}"
+            )
+
     def recover_if_needed(self) -> None:
         """For read-only commands: finish an interrupted write, and repair the links of a
         moved or copied project, when nobody holds the lock."""
@@ -243,8 +279,8 @@ class Project:
         ):
             return
         try:
-            with project_lock(self.state_dir / "lock", command="recover"):
-                self.recover()
+            with project_lock(self.state_dir / "lock", command="recover") as left:
+                self.recover(left)
                 self.relocate_if_moved()
         except LockError:
             pass  # the holder will (or is about to) finish it
@@ -272,8 +308,8 @@ class Project:
 
     @contextlib.contextmanager
     def locked(self, command: str) -> Iterator[None]:
-        with project_lock(self.state_dir / "lock", command=command):
-            self.recover()
+        with project_lock(self.state_dir / "lock", command=command) as left:
+            self.recover(left)
             if self.moved():
                 self.relocate_if_moved()
             # While a rebase is in progress patches/ belongs to it: only `rebase`
