@@ -57,6 +57,11 @@ REBASE_JOURNAL = "rebase/state.json"
 def find_root(start: Path) -> Path:
     """The nearest directory at or above ``start`` holding series.yaml."""
     start = start.resolve()
+    if not start.is_dir():
+        raise SeriesError(
+            f"{start} is not a directory" if start.exists() else f"{start} does not exist",
+            tip="pass -C the project's directory (the one holding series.yaml)",
+        )
     for d in (start, *start.parents):
         if (d / SERIES_FILE).is_file():
             return d

@@ -421,10 +421,11 @@ class Stack:
                 "the applied patches are not a prefix of series.yaml's order",
                 tip="run `forkpatch apply --force` to rebuild the stack",
             )
+        if name is not None:
+            series.get(name)  # an unknown name is an error of its own, applied or not
         if not todo:
             raise UsageError("all patches are applied", tip="`forkpatch top` shows the top")
         if name is not None:
-            series.get(name)  # an unknown name is an error of its own
             idx = [p.name for p in todo].index(name) if name in [p.name for p in todo] else None
             if idx is None:
                 raise UsageError(f"patch '{name}' is already applied")
@@ -526,6 +527,8 @@ class Stack:
     def pop(self, name: str | None = None, all_: bool = False, force: bool = False) -> list[str]:
         wt = self.wt()
         applied = self.applied(wt)
+        if name is not None:
+            self.project.series.get(name)  # an unknown name is an error of its own
         if not applied:
             raise UsageError("no patch is applied", tip="`forkpatch push` applies the next one")
         if all_:

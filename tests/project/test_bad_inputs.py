@@ -173,7 +173,18 @@ def test_exit_codes_and_debug(tmp_path, capsys):
         capture_output=True,
         text=True,
     )
-    assert proc.returncode == 1 and "series.yaml" in proc.stderr
+    assert proc.returncode == 1 and f"{missing} does not exist" in proc.stderr
+    assert "-C" in proc.stderr
+    # A directory without a project, and a file given as the directory.
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "file").write_text("")
+    for where, words in (("empty", "no series.yaml"), ("file", "is a file")):
+        proc = subprocess.run(
+            [sys.executable, "-m", "forkpatch", "-C", str(tmp_path / where), "status"],
+            capture_output=True,
+            text=True,
+        )
+        assert proc.returncode in (1, 2) and words in proc.stderr, proc.stderr
 
 
 def test_two_processes_cannot_interleave(tmp_path, capsys):

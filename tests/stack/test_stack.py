@@ -65,6 +65,14 @@ def test_push_pop_top(tmp_path, capsys):
     assert _log(ex.wt) == EXAMPLE_NAMES
     _, _, err = ex.run("push", expect=2)
     assert "all patches are applied" in err
+    # A typo'd name is named as such, whatever is applied, with a suggestion.
+    for args in (("push", "eager-blockcast"), ("pop", "capabilty-floor")):
+        _, _, err = ex.run(*args, expect=1)
+        assert f"no patch named '{args[1]}'" in err and "did you mean" in err, err
+    ex.run("pop", "--all")
+    _, _, err = ex.run("pop", "capabilty-floor", expect=1)
+    assert "did you mean 'capability-floor'" in err, err
+    ex.run("push", "--all")
     # Unsaved changes are protected.
     (ex.wt / "vllm" / "__init__.py").write_text("changed\n")
     _, _, err = ex.run("pop", expect=1)
