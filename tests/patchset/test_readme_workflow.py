@@ -51,7 +51,21 @@ class Walk:
         after = snapshot(self.project)
         changed = {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
         assert changed == set(changes), f"forkpatch {' '.join(args)} changed {changed}\n{err}"
+        if "series.yaml" in changed:
+            self.check_series_diff(args, before["series.yaml"], after["series.yaml"])
         return out, err
+
+    @staticmethod
+    def check_series_diff(args: tuple[str, ...], before: bytes, after: bytes) -> None:
+        """A command that rewrites series.yaml changes only what it is about: the
+        text it does not touch (the multi-line why: blocks) keeps its form."""
+        old, new = before.decode().splitlines(), after.decode().splitlines()
+        removed = [ln for ln in old if ln not in new]
+        assert not re.search(r'^ +(why|origin): ".*\\n', after.decode(), re.M), after.decode()
+        if args[0] == "new":
+            assert removed == [], removed
+        if args[0] not in ("rebase", "delete"):  # those drop whole entries
+            assert len(removed) <= 12, f"forkpatch {' '.join(args)} rewrote series.yaml: {removed}"
 
     def git(self, *args: str) -> str:
         return subprocess.run(
