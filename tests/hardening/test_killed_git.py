@@ -19,6 +19,7 @@ import pytest
 from support.cli import fp_in
 from support.git import git, numbered
 from support.projects import scratch_fork
+from support.reliability import Row
 
 
 def _project(tmp_path: Path) -> Path:
@@ -43,6 +44,8 @@ def _interrupted(project: Path, command: str = "apply") -> None:
     (project / ".forkpatch" / "lock").write_text(f"{_dead_pid()} {command}\n")
 
 
+STALE_NAMES = ("index.lock", "HEAD.lock", "refs/...lock", "config.lock")
+
 STALE = {
     "work tree index": "worktrees/worktree/index.lock",
     "work tree HEAD": "worktrees/worktree/HEAD.lock",
@@ -50,6 +53,18 @@ STALE = {
     "branch ref": "refs/heads/forkpatch/stack.lock",
     "config": "config.lock",
 }
+
+RELIABILITY = [
+    Row(
+        "interruptions",
+        "forkpatch killed while git runs: git's lock files left in the store "
+        "(" + ", ".join(STALE_NAMES) + "), a work tree left 'initializing', "
+        "a real SIGKILL inside `git worktree add`; a git lock with no killed forkpatch",
+        f"{len(STALE_NAMES) + 3} cases",
+        "the next command removes the killed command's git locks (named in a warning) "
+        "and succeeds; a lock that may be a live git's is left and named with the next step",
+    )
+]
 
 
 @pytest.mark.parametrize("what", sorted(STALE))
