@@ -137,6 +137,8 @@ def status(c: Ctx, as_json: bool) -> None:
             log.info(
                 f"editing '{report.editing}': `forkpatch refresh` re-applies the patches above it"
             )
+        if report.worktree_problem:
+            log.warn(f"{report.worktree_problem}; `forkpatch apply --force` rebuilds it")
         for o in report.orphans:
             log.warn(
                 f"patches/{o} is not listed in series.yaml (orphan); "

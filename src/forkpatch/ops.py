@@ -85,6 +85,7 @@ class StatusReport:
     applied: list[str] | None = None  # names applied in the work tree, if there is one
     worktree: str | None = None
     editing: str | None = None
+    worktree_problem: str | None = None  # the work tree is on another base than series.yaml
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -100,6 +101,7 @@ class StatusReport:
             "orphans": self.orphans,
             "worktree": self.worktree,
             "editing": self.editing,
+            "worktree_problem": self.worktree_problem,
         }
 
 
@@ -123,6 +125,10 @@ def series_status(project: Project) -> StatusReport:
 
         try:
             stack = Stack(project)
+            report.worktree_problem = stack.base_mismatch()
+            if report.worktree_problem is not None:
+                report.worktree = state["worktree"]
+                return report
             report.applied = [a.name for a in stack.applied()]
             report.worktree = state["worktree"]
             report.editing = (state.get("editing") or {}).get("patch")

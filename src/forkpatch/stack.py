@@ -45,7 +45,7 @@ from forkpatch.fsutil import remove_in_tree, write_in_tree
 from forkpatch.git import Git, commit_date
 from forkpatch.patchtext import PatchTexts
 from forkpatch.project import Project
-from forkpatch.series import NAME_RE, PatchEntry
+from forkpatch.series import NAME_RE, SERIES_FILE, PatchEntry
 
 BRANCH = "forkpatch/stack"
 DEFAULT_WORKTREE = "worktree"
@@ -93,13 +93,43 @@ class Stack:
         path = self.state.get("worktree")
         return Path(path) if path else None
 
-    def wt(self) -> Git:
+    def wt(self, *, check_base: bool = True) -> Git:
+        """The work tree's git. ``check_base``: refuse a work tree built on another
+        base than series.yaml's (see :meth:`base_mismatch`)."""
         path = self.worktree_path()
         if path is None or not (path / ".git").exists():
             raise StateError(
                 "no work tree: the series is not applied", tip="run `forkpatch apply` to create one"
             )
+        if check_base:
+            problem = self.base_mismatch()
+            if problem is not None:
+                raise StateError(
+                    problem,
+                    tip="to rebuild the work tree from series.yaml and patches/, run "
+                    "`forkpatch apply --force` (commits not yet exported are discarded); to keep "
+                    "them, first put back the series.yaml that names the work tree's base, "
+                    "then `forkpatch export`",
+                )
         return self.project.linked_worktree(path)
+
+    def base_mismatch(self) -> str | None:
+        """Why the work tree and series.yaml disagree on the base, or None.
+
+        The work tree records the base it was built on. When series.yaml names
+        another (it was changed outside forkpatch: a `git checkout` of series.yaml
+        after a rebase, a merge), the work tree's commits are diffs against the
+        wrong tree: exporting them would write patches that no longer apply to the
+        series' own base."""
+        built_on = self.state.get("base")
+        series = self.project.series
+        if not built_on or built_on == series.base.commit:
+            return None
+        return (
+            f"the work tree {self.worktree_path()} is built on {built_on[:12]}, but "
+            f"{SERIES_FILE} names base {series.base.tag} ({series.base.commit[:12]}): "
+            f"{SERIES_FILE} was changed outside forkpatch (a rebase undone with git?)"
+        )
 
     def layout(self) -> worktree.Layout:
         return worktree.Layout.from_json(self.state.get("layout"))
@@ -283,7 +313,7 @@ class Stack:
             and (existing / ".git").exists()
             and (where is None or where.resolve() == existing)
         ):
-            wt = self.wt()
+            wt = self.wt(check_base=not force)
             if not force:
                 self.require_clean(wt, "re-applying the series")
                 self.require_refreshed(wt)

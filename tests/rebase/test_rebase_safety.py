@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from forkpatch.fsutil import dump_state, parse_state
-from support.git import replace_once
+from support.git import numbered, replace_once
 from support.projects import LINES, snapshot
 
 BASE_FILES = {"a.py": LINES, "b.py": LINES.replace("line", "bee"), "pkg/mod.py": LINES}
@@ -341,3 +341,55 @@ def test_a_tampered_conflict_work_tree_is_made_again(scenario, outside):
     assert _tree(outside) == before_outside
     s.run("rebase", "--abort")
     assert _tree(outside) == before_outside
+
+
+def test_a_rebase_undone_with_git_is_not_exported_onto_the_old_base(scenario):
+    """series.yaml and patches/ put back with git after a rebase (the work tree stays on
+    the new tag): every command that would write from the work tree refuses, naming
+    both bases; status warns; `apply --force` rebuilds, after which nothing changed."""
+    lines = numbered(30)
+
+    def upstream(fork):
+        fork.add_file("a.txt", lines.replace("line 5\n", "line 5 upstream\n"))
+        fork.commit("upstream edit")
+        fork.tag("v2")
+
+    s = scenario(
+        {"a.txt": lines, "b.txt": lines},
+        [
+            ("near", {"a.txt": lines.replace("line 7\n", "line seven\n")}),
+            ("far", {"b.txt": lines.replace("line 20\n", "line twenty\n")}),
+        ],
+        upstream,
+    )
+    s.run("apply")
+    before = snapshot(s.project)
+    s.run("rebase", "--onto", "v2")
+    assert snapshot(s.project) != before
+    # The user throws the rebase away with git: series.yaml and patches/ as they were.
+    for rel, data in before.items():
+        (s.project / rel).write_bytes(data)
+    for rel in set(snapshot(s.project)) - set(before):
+        (s.project / rel).unlink()
+    assert snapshot(s.project) == before
+
+    for args in (
+        ("export",),
+        ("refresh",),
+        ("pop",),
+        ("push",),
+        ("new", "x"),
+        ("rebase", "--onto", "v2"),
+        ("apply",),
+    ):
+        code, _, err = s.run(*args, expect=None)
+        assert code not in (0, 3), (args, err)
+        assert "is built on" in err and "names base v1" in err, (args, err)
+        assert "apply --force" in err, (args, err)
+        assert snapshot(s.project) == before, args
+    _, _, err = s.run("status")
+    assert "is built on" in err and "apply --force" in err
+    s.run("apply", "--force")
+    s.run("export")
+    assert snapshot(s.project) == before
+    s.run("status")

@@ -450,7 +450,7 @@ def _move_stack(project: Project, head: str, base: str) -> None:
     if not path or not (Path(path) / ".git").exists():
         return
     stack = Stack(project)
-    wt = stack.wt()
+    wt = stack.wt(check_base=False)  # moving it to the new base is the point
     if stack.head(wt) != head:
         wt.run("checkout", "-q", "-f", "-B", BRANCH, head)
         wt.run("clean", "-q", "-fd")
