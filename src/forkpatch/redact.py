@@ -28,8 +28,19 @@ MIN_SECRET_LENGTH = 8
 
 # scheme://user:password@ (any scheme) and scheme://token@ for http(s), where a bare
 # user name is how GitHub/GitLab tokens are passed.
-_URL_PASSWORD = re.compile(r"(?P<head>[a-zA-Z][a-zA-Z0-9+.-]*://[^/@\s:]*:)[^/@\s]+@")
-_HTTP_USER = re.compile(r"(?P<head>https?://)(?!\*\*\*\*@)[^/@\s:]+@", re.IGNORECASE)
+# The password runs to the *last* "@" of the authority: a password may hold a raw "@".
+_URL_PASSWORD = re.compile(r"(?P<head>[a-zA-Z][a-zA-Z0-9+.-]*://[^/@\s:]*:)[^/?#\s]*@")
+_HTTP_USER = re.compile(r"(?P<head>https?://)(?!\*\*\*\*@)[^/?#\s:]+@", re.IGNORECASE)
+# A credential passed in a URL's query (GitLab's ?private_token=, ?access_token=,
+# signed URLs' sig=).
+_SECRET_PARAM = re.compile(
+    r"[A-Za-z_.-]*(?:token|password|passwd|secret|apikey|api_key|sig|signature|auth)"
+    r"[A-Za-z_.-]*",
+    re.IGNORECASE,
+)
+_URL_QUERY_SECRET = re.compile(
+    r"(?P<head>[?&;](?:" + _SECRET_PARAM.pattern + r")=)[^&#;\s'\"]+", re.IGNORECASE
+)
 _AUTH_HEADER = re.compile(
     r"(?P<head>\b(?:proxy-)?authorization\s*[:=]\s*(?:(?:basic|bearer|token)\s+)?)\S+",
     re.IGNORECASE,
@@ -43,7 +54,8 @@ _PASSWORD_FIELD = re.compile(
 def hide_url_secrets(text: str) -> str:
     """``https://user:TOKEN@host`` -> ``https://user:****@host``; ``https://TOKEN@host`` too."""
     text = _URL_PASSWORD.sub(lambda m: m.group("head") + REDACTED + "@", text)
-    return _HTTP_USER.sub(lambda m: m.group("head") + REDACTED + "@", text)
+    text = _HTTP_USER.sub(lambda m: m.group("head") + REDACTED + "@", text)
+    return _URL_QUERY_SECRET.sub(lambda m: m.group("head") + REDACTED, text)
 
 
 def hide_credential_fields(text: str) -> str:
@@ -98,6 +110,8 @@ def url_has_credentials(url: str) -> bool:
     """
     if "://" not in url:
         return False
+    if _secret_params(url):
+        return True
     try:
         parts = urlsplit(url)
     except ValueError:
@@ -107,10 +121,25 @@ def url_has_credentials(url: str) -> bool:
     return parts.username is not None and parts.scheme.lower() in ("http", "https")
 
 
+def _secret_params(url: str) -> list[str]:
+    """The query parameters of ``url`` that carry a credential (``?private_token=...``)."""
+    query = url.split("?", 1)[1].split("#", 1)[0] if "?" in url else ""
+    names = [item.split("=", 1)[0] for item in re.split(r"[&;]", query) if "=" in item]
+    return [n for n in names if _SECRET_PARAM.fullmatch(n)]
+
+
 def strip_url_credentials(url: str) -> str:
     """``url`` without its password or token (the host and path stay)."""
     if not url_has_credentials(url):
         return url
+    secret = set(_secret_params(url))
+    if secret:
+        base, _, query = url.partition("?")
+        query, hash_, fragment = query.partition("#")
+        kept = [i for i in re.split(r"[&;]", query) if i and i.split("=", 1)[0] not in secret]
+        url = base + ("?" + "&".join(kept) if kept else "") + hash_ + fragment
+        if not url_has_credentials(url):
+            return url
     scheme, rest = url.split("://", 1)
     netloc, sep, path = rest.partition("/")
     host = netloc.rsplit("@", 1)[-1]

@@ -151,6 +151,12 @@ FORK_URLS = [
     "HTTPS://USER:{t}@HOST.example/fork",
     "ssh://git:{t}@git.example/fork.git",
     "https://user:{t}%40x@gitlab.example/fork.git",
+    # A raw "@" inside the password or token: hidden up to the last "@" of the host part.
+    "https://user:p@ss@{t}@gitlab.example/fork.git",
+    "https://tok@{t}@github.com/org/fork.git",
+    # Tokens in the query (GitLab's private_token, OAuth access_token).
+    "https://gitlab.example/fork.git?private_token={t}",
+    "https://gitlab.example/fork.git?ref=main&access_token={t}",
 ]
 
 
