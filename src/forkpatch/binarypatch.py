@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import base64
 import re
-import zlib
 
 from forkpatch.git import Git
-from forkpatch.patchfile import FilePatch
+from forkpatch.patchfile import FilePatch, decode_binary_block
 
 _FULL_OID = re.compile(r"^[0-9a-f]{40}$")
 
@@ -23,25 +21,10 @@ def _blob_id(data: bytes) -> str:
 
 
 def _decode_block(lines: list[bytes]) -> bytes:
-    out = bytearray()
-    for line in lines:
-        if not line:
-            continue
-        c = line[0]
-        if ord("A") <= c <= ord("Z"):
-            n = c - ord("A") + 1
-        elif ord("a") <= c <= ord("z"):
-            n = c - ord("a") + 27
-        else:
-            raise BinaryPatchError(f"bad length character {chr(c)!r} in binary patch")
-        try:
-            out += base64.b85decode(line[1:])[:n]
-        except ValueError as exc:
-            raise BinaryPatchError(f"corrupt base85 data in binary patch: {exc}") from None
     try:
-        return zlib.decompress(bytes(out))
-    except zlib.error as exc:
-        raise BinaryPatchError(f"corrupt compressed data in binary patch: {exc}") from None
+        return decode_binary_block(lines)
+    except ValueError as exc:
+        raise BinaryPatchError(f"binary patch: {exc}") from None
 
 
 def _varint(data: bytes, pos: int) -> tuple[int, int]:

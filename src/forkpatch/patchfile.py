@@ -40,7 +40,9 @@ applying the patches.
 
 from __future__ import annotations
 
+import base64
 import re
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
@@ -717,11 +719,42 @@ class _Parser:
         return bool(tab) and stamp.startswith((b"1970-01-01 ", b"1969-12-31 ", b"Thu Jan  1 "))
 
     def skip_binary(self, i: int) -> int:
-        """Skip a ``GIT binary patch`` body (literal/delta blocks, base85 lines)."""
+        """Skip a ``GIT binary patch`` body (literal/delta blocks, base85 lines),
+        checking that each block decodes to the size its header line states: a
+        damaged block is an error of the file at its line, not a conflict later."""
         n = len(self.lines)
+        start = i
         while i < n and not self.lines[i].startswith(b"diff --git ") and not self.is_trailer(i):
             i += 1
+        self.check_binary_blocks(start, i)
         return i
+
+    def check_binary_blocks(self, start: int, end: int) -> None:
+        i = start
+        while i < end:
+            head = _bare(self.lines[i])
+            if not head:
+                i += 1
+                continue
+            kind, _, size = head.partition(b" ")
+            if kind not in (b"literal", b"delta") or not size.isdigit():
+                if i == start:
+                    raise self.error(i, f"expected 'literal N' or 'delta N', found {_show(head)}")
+                return  # text after the blocks (a diffstat-less trailer, junk): not ours
+            j = i + 1
+            while j < end and _bare(self.lines[j]):
+                j += 1
+            try:
+                data = decode_binary_block(
+                    [_bare(ln) for ln in self.lines[i + 1 : j]], limit=int(size)
+                )
+            except ValueError as exc:
+                raise self.error(i, f"{kind.decode()} block: {exc}") from None
+            if len(data) != int(size):
+                raise self.error(
+                    i, f"{kind.decode()} block holds {len(data)} bytes, its header says {int(size)}"
+                )
+            i = j
 
     def is_trailer(self, i: int) -> bool:
         """format-patch's ``-- `` signature line: everything after it is not diff."""
@@ -1062,6 +1095,41 @@ def parse_patch(data: bytes, *, source: str) -> PatchFile:
             f"{source}: cannot parse the patch ({type(exc).__name__}: {exc})",
             tip="check the diff part of the patch file; please report this as a forkpatch bug",
         ) from exc
+
+
+# ---------------------------------------------------------------------- binary data
+
+
+def decode_binary_block(lines: list[bytes], limit: int | None = None) -> bytes:
+    """The bytes of one ``GIT binary patch`` block: base85 lines (a length letter,
+    then the data), zlib-compressed. ``limit``: inflate at most this many bytes and
+    one more (so a block claiming a small size cannot inflate to gigabytes).
+    Raises ValueError naming what is wrong."""
+    out = bytearray()
+    for line in lines:
+        if not line:
+            continue
+        c = line[0]
+        if ord("A") <= c <= ord("Z"):
+            n = c - ord("A") + 1
+        elif ord("a") <= c <= ord("z"):
+            n = c - ord("a") + 27
+        else:
+            raise ValueError(f"bad length character {chr(c)!r}")
+        try:
+            out += base64.b85decode(line[1:])[:n]
+        except ValueError as exc:
+            raise ValueError(f"corrupt base85 data: {exc}") from None
+    try:
+        inflater = zlib.decompressobj()
+        if limit is None:
+            return inflater.decompress(bytes(out)) + inflater.flush()
+        data = inflater.decompress(bytes(out), limit + 1)
+        if not inflater.eof and len(data) <= limit:
+            raise ValueError("truncated compressed data")
+        return data
+    except zlib.error as exc:
+        raise ValueError(f"corrupt compressed data ({exc})") from None
 
 
 # ---------------------------------------------------------------------- rendering

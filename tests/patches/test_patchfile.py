@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import zlib
 from pathlib import Path
 
 import pytest
@@ -504,3 +506,57 @@ def test_unidiff_reading_a_hunk_differently_is_a_parse_error(
     monkeypatch.setattr(patchfile_module, "PatchSet", shifted)
     msg = _parse_error(GOOD_HEAD + b"@@ -1 +1 @@\n-a\n+b\n")
     assert f"{SRC} line 6:" in msg and "differently" in msg
+
+
+def _b85_lines(raw: bytes) -> list[str]:
+    """git's binary-patch lines for ``raw`` (already compressed)."""
+    out = []
+    for i in range(0, len(raw), 52):
+        chunk = raw[i : i + 52]
+        n = len(chunk)
+        letter = chr(ord("A") + n - 1) if n <= 26 else chr(ord("a") + n - 27)
+        pad = chunk + b"\0" * (-n % 4)
+        out.append(letter + base64.b85encode(pad).decode())
+    return out
+
+
+def _binary_patch(kind_size: str, lines: list[str]) -> bytes:
+    return (
+        "diff --git a/blob.bin b/blob.bin\nindex 1111111..2222222 100644\nGIT binary patch\n"
+        f"{kind_size}\n" + "\n".join(lines) + "\n\nliteral 0\nHcmV?d00001\n\n"
+    ).encode()
+
+
+def test_a_sound_binary_block_parses():
+    data = b"\x00\x01binary\xff" * 10
+    patch = parse_patch(
+        _binary_patch(f"literal {len(data)}", _b85_lines(zlib.compress(data))), source="x.patch"
+    )
+    assert patch.files[0].is_binary
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["bad-length-letter", "bad-base85", "truncated-zlib", "wrong-size", "bomb", "bad-header"],
+)
+def test_a_damaged_binary_block_is_an_error_of_the_file_at_its_line(case):
+    """Not a conflict at apply time (exit 3): a parse error naming the line (exit 1)."""
+    data = b"\x00\x01binary\xff" * 10
+    good = _b85_lines(zlib.compress(data))
+    kind_size, lines = f"literal {len(data)}", good
+    if case == "bad-length-letter":
+        lines = ["!" + good[0][1:], *good[1:]]
+    elif case == "bad-base85":
+        lines = [good[0][:1] + "\x7f" * (len(good[0]) - 1), *good[1:]]
+    elif case == "truncated-zlib":
+        lines = _b85_lines(zlib.compress(data)[:-6])
+    elif case == "wrong-size":
+        kind_size = f"literal {len(data) + 5}"
+    elif case == "bomb":  # says 10 bytes, inflates to 64 MiB: refused without inflating it all
+        lines = _b85_lines(zlib.compress(b"\0" * (64 << 20), 9))
+        kind_size = "literal 10"
+    elif case == "bad-header":
+        kind_size = "literally 5"
+    with pytest.raises(PatchParseError) as exc:
+        parse_patch(_binary_patch(kind_size, lines), source="x.patch")
+    assert "x.patch line 4" in exc.value.message, exc.value.message
