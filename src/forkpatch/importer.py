@@ -36,6 +36,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from forkpatch import log
 from forkpatch.engine import Item, SeriesApplier, canonical_diff, diffs_of_commits
 from forkpatch.errors import PatchApplyError, PatchParseError, SeriesError, UsageError
 from forkpatch.patchfile import PatchFile, format_patch, parse_patch, upstream_refs
@@ -255,6 +256,22 @@ def _read(
     return inc
 
 
+def _crlf_throughout(data: bytes) -> bool:
+    """Every line of ``data`` ends in CRLF (a patch saved by a Windows tool); the last
+    one may lack its line break."""
+    lines = data.split(b"\n")
+    return len(lines) > 1 and all(x.endswith(b"\r") for x in lines[:-1])
+
+
+def _strip_crlf(inc: Incoming) -> None:
+    """``inc`` with LF line endings: its bytes, and the patch parsed from them."""
+    inc.data = inc.data.replace(b"\r\n", b"\n")
+    patch = parse_patch(inc.data, source=inc.source)
+    if inc.canonical:
+        patch = parse_patch(format_patch(inc.canonical_header, patch.diff), source=inc.source)
+    inc.patch = patch
+
+
 def _canonical_header(description: str, layout: HeaderLayout) -> str:
     """forkpatch's own header for a patch: the description, then any notes that were
     below ``---`` other than a diffstat (``Upstream-Status:`` there is kept)."""
@@ -436,14 +453,27 @@ def import_patches(
     ]
     fork = project.fork()
     base = fork.verify_base(series.base.tag, series.base.commit)
-    result = SeriesApplier(fork.store, base).run(items, write=True)
-    bad = result.first_conflict()
-    if bad is not None:
-        raise PatchApplyError(
-            describe_failure(bad, f"{series.base.tag} with the patches before it")
-            + "\nnothing was imported",
-            tip="import it against the right base, or fix it and import again",
+    by_entry = {e.name: inc for e, inc in zip(new_entries, incoming, strict=True)}
+    while True:
+        result = SeriesApplier(fork.store, base).run(items, write=True)
+        bad = result.first_conflict()
+        if bad is None:
+            break
+        inc = by_entry.get(bad.name)
+        if inc is None or not _crlf_throughout(inc.data):
+            raise PatchApplyError(
+                describe_failure(bad, f"{series.base.tag} with the patches before it")
+                + "\nnothing was imported",
+                tip="import it against the right base, or fix it and import again",
+            )
+        # Saved with Windows line endings throughout (a mail client, an editor): what
+        # `git am` does by default, strip the CRs, and try again.
+        _strip_crlf(inc)
+        log.warn(
+            f"{inc.source}: every line ended in CRLF and it did not apply as it is; "
+            f"imported with LF line endings (as `git am` does)"
         )
+        items = [Item(i.entry, inc.patch) if i.entry.name == bad.name else i for i in items]
     diffs = diffs_of_commits(fork.store, [r.commit for r in result.results if r.commit])
     by_name = {r.name: r for r in result.results}
     writes: dict[PatchEntry, bytes] = {}

@@ -282,3 +282,50 @@ def test_import_refusals_change_nothing(tmp_path, capsys):
     ex.run("import", "--name", "x", str(good), str(bad), expect=2)
     assert snapshot(ex.project) == before
     assert not (ex.project / "patches" / "good.patch").exists()
+
+
+@pytest.mark.parametrize("form", ["format-patch", "plain-diff", "mbox-of-two"])
+def test_a_patch_saved_with_crlf_throughout_imports_as_git_am_would(tmp_path, capsys, form):
+    """A patch whose every line ends in CRLF (saved by a Windows mail client or editor)
+    against LF files: the CRs are stripped, with a warning, and the result is what the
+    LF patch gives. A CRLF file patched by a CRLF patch is not touched (see above)."""
+    fork = ScratchRepo(tmp_path / "fork")
+    text = "".join(f"line {i}\n" for i in range(1, 21))
+    fork.add_file("a.txt", text)
+    fork.add_file("b.txt", text)
+    fork.commit("base")
+    fork.tag("v1")
+    fork.git("checkout", "-q", "-b", "work")
+    fork.add_file("a.txt", text.replace("line 3\n", "line three\n"))
+    fork.commit("one: first")
+    fork.add_file("b.txt", text.replace("line 9\n", "line nine\n"))
+    fork.commit("two: second")
+    out = tmp_path / "incoming"
+    fork.git("format-patch", "-q", "--zero-commit", "-o", str(out), "v1..work")
+    lf = sorted(out.glob("*.patch"))
+    fork.git("checkout", "-q", "main")
+    if form == "plain-diff":
+        sources = {"p.diff": git(fork.path, "diff", "v1", "work", "--", "a.txt").encode() + b"\n"}
+    elif form == "mbox-of-two":
+        sources = {"two.mbox": b"".join(p.read_bytes() for p in lf)}
+    else:
+        sources = {p.name: p.read_bytes() for p in lf}
+    crlf_dir = tmp_path / "crlf"
+    crlf_dir.mkdir()
+    paths = []
+    for name, data in sources.items():
+        path = crlf_dir / name
+        path.write_bytes(data.replace(b"\n", b"\r\n"))
+        paths.append(str(path))
+    project, run = _project(tmp_path, capsys, fork)
+    _, _, err = run("import", *paths)
+    assert "CRLF" in err and "git am" in err
+    for written in (project / "patches").glob("*"):
+        assert b"\r" not in written.read_bytes(), written
+    run("apply")
+    wt = project / ".forkpatch" / "worktree"
+    assert (wt / "a.txt").read_text() == text.replace("line 3\n", "line three\n")
+    assert git(wt, "status", "--porcelain") == ""
+    before = snapshot(project)
+    run("export")
+    assert snapshot(project) == before
