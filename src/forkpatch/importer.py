@@ -65,6 +65,7 @@ class Incoming:
     upstream_commits: tuple[str, ...] = ()
     canonical: bool = False  # store forkpatch's own form (header + canonical diff)
     canonical_header: str = ""
+    strip: int | None = None  # the -p level its quilt series line gave (None: from the names)
 
 
 _TRAILER = re.compile(r"(?m)^Forkpatch-Patch: *([a-z0-9][a-z0-9._-]{0,79}) *$")
@@ -162,7 +163,9 @@ def _recoded_mail(data: bytes) -> bytes | None:
     return lead.encode("utf-8") + data[cut:]
 
 
-def read_patch_file(path: Path, *, file: str | None, canonical: bool = False) -> list[Incoming]:
+def read_patch_file(
+    path: Path, *, file: str | None, canonical: bool = False, strip: int | None = None
+) -> list[Incoming]:
     """The patches in one file: one, or one per message of an mbox holding several.
 
     ``file`` is the name to keep in patches/ (None: ``<name>.patch``); an mbox of
@@ -172,27 +175,42 @@ def read_patch_file(path: Path, *, file: str | None, canonical: bool = False) ->
     messages = _split_mbox(data)
     if len(messages) > 1:
         return [
-            _read(msg, source=f"{path} (message {i})", file=None, stem=None, canonical=canonical)
+            _read(
+                msg,
+                source=f"{path} (message {i})",
+                file=None,
+                stem=None,
+                canonical=canonical,
+                strip=strip,
+            )
             for i, msg in enumerate(messages, 1)
         ]
-    return [_read(data, source=str(path), file=file, stem=path.name, canonical=canonical)]
+    return [
+        _read(data, source=str(path), file=file, stem=path.name, canonical=canonical, strip=strip)
+    ]
 
 
 def _read(
-    data: bytes, *, source: str, file: str | None, stem: str | None, canonical: bool
+    data: bytes,
+    *,
+    source: str,
+    file: str | None,
+    stem: str | None,
+    canonical: bool,
+    strip: int | None = None,
 ) -> Incoming:
     encoded = _encoded_mail(data)
     if encoded is not None:
         data = _decoded(encoded)
         canonical = True  # the file's own bytes are not a diff: store the decoded form
     try:
-        patch = parse_patch(data, source=source)
+        patch = parse_patch(data, source=source, strip=strip)
     except PatchParseError as exc:
         recoded = _recoded_mail(data) if "not valid UTF-8" in exc.message else None
         if recoded is None:
             raise
         data, canonical = recoded, True
-        patch = parse_patch(data, source=source)
+        patch = parse_patch(data, source=source, strip=strip)
     if not patch.files:
         raise PatchParseError(
             f"{source}: contains no diff (no 'diff --git' or '--- / +++' lines)",
@@ -248,11 +266,14 @@ def _read(
         origin=origin,
         upstream=upstream,
         upstream_commits=tuple(refs),
+        strip=strip,
     )
     if canonical:
         inc.canonical = True
         inc.canonical_header = _canonical_header(description, layout)
-        inc.patch = parse_patch(format_patch(inc.canonical_header, patch.diff), source=source)
+        inc.patch = parse_patch(
+            format_patch(inc.canonical_header, patch.diff), source=source, strip=strip
+        )
     return inc
 
 
@@ -266,9 +287,11 @@ def _crlf_throughout(data: bytes) -> bool:
 def _strip_crlf(inc: Incoming) -> None:
     """``inc`` with LF line endings: its bytes, and the patch parsed from them."""
     inc.data = inc.data.replace(b"\r\n", b"\n")
-    patch = parse_patch(inc.data, source=inc.source)
+    patch = parse_patch(inc.data, source=inc.source, strip=inc.strip)
     if inc.canonical:
-        patch = parse_patch(format_patch(inc.canonical_header, patch.diff), source=inc.source)
+        patch = parse_patch(
+            format_patch(inc.canonical_header, patch.diff), source=inc.source, strip=inc.strip
+        )
     inc.patch = patch
 
 
@@ -332,8 +355,25 @@ def read_series_dir(
                 tip="split it into one file per patch (`git mailsplit`), or import the mbox "
                 "on its own",
             )
+        # quilt's -p level (1 unless the line says -p0). forkpatch's files carry no
+        # level: where the names read differently without it (a -p0 file, or -p1 names
+        # with one top directory such as dir/x.orig and dir/x), the file is stored in
+        # git's form, which `git apply` and `quilt push` read at -p1.
+        level = 0 if opts in (["-p0"], ["-p", "0"]) else 1
+        if level == 0 or _names(got[0].patch) != _names(
+            parse_patch(got[0].data, source=got[0].source, strip=level)
+        ):
+            got = read_patch_file(path, file=kept, canonical=True, strip=level)
+            log.warn(
+                f"{where}:{lineno}: {rel} is a -p{level} patch; stored in git's form "
+                "(a/ and b/ names) so that `git apply` and `quilt push` read it as it is meant"
+            )
         out.extend(got)
     return out
+
+
+def _names(patch: PatchFile) -> list[tuple[str | None, str | None]]:
+    return [(f.old_path, f.new_path) for f in patch.files]
 
 
 # --------------------------------------------------------------------------- naming

@@ -448,9 +448,10 @@ class _Section:
 class _Parser:
     """Single-pass parser over the lines of one patch file."""
 
-    def __init__(self, data: bytes, source: str) -> None:
+    def __init__(self, data: bytes, source: str, strip: int | None = None) -> None:
         self.data = data
         self.source = source
+        self.strip = None if strip is None else bool(strip)  # None: read from the names
         self.lines = split_lines(data)
         self.offsets = [0]
         for ln in self.lines:
@@ -540,7 +541,7 @@ class _Parser:
         if names is None:
             raise self.error(i, f"cannot read the file names in {_show(self.lines[i])}")
         a_raw, b_raw = names
-        strip = _should_strip(a_raw, b_raw)
+        strip = _should_strip(a_raw, b_raw) if self.strip is None else self.strip
         a_name = _strip(a_raw, strip)
         b_name = _strip(b_raw, strip)
         f = _Section()
@@ -786,7 +787,13 @@ class _Parser:
             i += 1  # Index: / ==== / diff -u lines, already recognised by at_section()
         a_raw = self.header_name(i, False)
         b_raw = self.header_name(i + 1, False)
-        strip: bool | None = None if a_raw is None or b_raw is None else _should_strip(a_raw, b_raw)
+        strip: bool | None = (
+            self.strip
+            if self.strip is not None
+            else None
+            if a_raw is None or b_raw is None
+            else _should_strip(a_raw, b_raw)
+        )
         old_path = self.header_name(i, strip)
         new_path = self.header_name(i + 1, strip)
         hunks, end = self.parse_hunks(i + 2, new_path or old_path or "?")
@@ -1078,16 +1085,18 @@ def _parse_git_names(rest: bytes) -> tuple[str, str] | None:
     return _decode(rest[:pos]), _decode(rest[pos + 1 :])
 
 
-def parse_patch(data: bytes, *, source: str) -> PatchFile:
+def parse_patch(data: bytes, *, source: str, strip: int | None = None) -> PatchFile:
     """Parse a patch file (description header + git or plain unified diff).
 
-    ``source`` names the file in error messages. Raises :class:`PatchParseError`
+    ``source`` names the file in error messages. ``strip`` (0 or 1, quilt's -p):
+    how many leading components the file names carry; None reads it from the
+    names (``a/``/``b/``, or two different top directories, are stripped). Raises :class:`PatchParseError`
     (naming ``source`` and the 1-based line) for anything malformed; never any
     other exception on bad input. Paths are not checked here: call
     :func:`check_paths` before touching a tree.
     """
     try:
-        return _Parser(data, source).parse()
+        return _Parser(data, source, strip).parse()
     except (PatchParseError, PathSafetyError):
         raise
     except (ValueError, IndexError, UnicodeError) as exc:  # a parser bug: still a clean error
