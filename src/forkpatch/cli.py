@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import sys
-import traceback
 from collections.abc import Mapping
 from pathlib import Path
 from typing import ClassVar
@@ -450,6 +449,8 @@ def main(argv: list[str] | None = None) -> int:
         cli.main(args=argv, prog_name="forkpatch", standalone_mode=False)
     except ForkpatchError as exc:
         if debug:
+            import traceback  # only here: keeps it out of every start-up
+
             traceback.print_exc()
         log.error(exc.message)
         if exc.tip:
@@ -478,6 +479,8 @@ def main(argv: list[str] | None = None) -> int:
         return Interrupted.exit_code
     except Exception:
         if debug:
+            import traceback  # only here: keeps it out of every start-up
+
             traceback.print_exc()
         else:
             etype, value, _ = sys.exc_info()

@@ -14,7 +14,6 @@ only what changed.
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -186,6 +185,8 @@ class Series:
 
 
 def _suggest(word: str, candidates: Iterable[str]) -> str:
+    import difflib  # only here: keeps it out of every start-up
+
     close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
     return f" (did you mean '{close[0]}'?)" if close else ""
 

@@ -9,7 +9,6 @@ one, so that a reviewer sees exactly what moved.
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
 from collections import Counter
@@ -32,6 +31,8 @@ def range_diff(old: bytes, new: bytes, *, name: str, old_label: str, new_label: 
     """Unified diff of two versions of one patch file (empty when they are equal)."""
     a = old.decode("utf-8", "replace").splitlines(keepends=True)
     b = new.decode("utf-8", "replace").splitlines(keepends=True)
+    import difflib  # only when a report is written: keeps it out of every start-up
+
     lines = difflib.unified_diff(
         a, b, fromfile=f"{name} ({old_label})", tofile=f"{name} ({new_label})", n=3
     )
