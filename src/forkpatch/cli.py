@@ -8,6 +8,7 @@ Human output goes to stderr, ``--json`` output to stdout.
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from collections.abc import Mapping
@@ -477,19 +478,48 @@ def main(argv: list[str] | None = None) -> int:
         if hint:
             _hint_pending_operation(directory)
         return Interrupted.exit_code
-    except Exception:
+    except OSError as exc:
+        # The machine said no (permissions, a read-only or full disk): the user's to
+        # fix, not a bug. Anything else is still an internal error below.
+        known = _ENVIRONMENT_ERRORS.get(exc.errno or 0)
+        if known is None:
+            return _internal_error(debug)
         if debug:
             import traceback  # only here: keeps it out of every start-up
 
             traceback.print_exc()
-        else:
-            etype, value, _ = sys.exc_info()
-            log.error(f"internal error: {etype.__name__ if etype else '?'}: {value}")
-            print("  tip: run again with --debug for a traceback and report it", file=sys.stderr)
-        return InternalError.exit_code
+        where = exc.filename if exc.filename is not None else "a file"
+        log.error(f"{where}: {exc.strerror or exc}")
+        print(f"  tip: {known}", file=sys.stderr)
+        if hint:
+            _hint_pending_operation(directory)
+        return ForkpatchError.exit_code
+    except Exception:
+        return _internal_error(debug)
     if hint:
         _hint_pending_operation(directory)
     return 0
+
+
+_ENVIRONMENT_ERRORS = {
+    errno.EACCES: "check that you may use it (its owner and mode), or choose another place",
+    errno.EPERM: "check that you may use it (its owner, mode, attributes), or choose another place",
+    errno.EROFS: "that file system is read-only: choose another place",
+    errno.ENOSPC: "the disk is full: free some space and run the command again",
+    errno.EDQUOT: "your disk quota is used up: free some space and run the command again",
+}
+
+
+def _internal_error(debug: bool) -> int:
+    if debug:
+        import traceback  # only here: keeps it out of every start-up
+
+        traceback.print_exc()
+    else:
+        etype, value, _ = sys.exc_info()
+        log.error(f"internal error: {etype.__name__ if etype else '?'}: {value}")
+        print("  tip: run again with --debug for a traceback and report it", file=sys.stderr)
+    return InternalError.exit_code
 
 
 def _hint_pending_operation(directory: Path | None = None) -> bool:

@@ -139,6 +139,15 @@ def register(cli: click.Group) -> None:
         if project is not None and report.provenance is not None:
             expected = expected_provenance(project, report.provenance.builder)
             differences = matches_series(report, expected)
+        elif project is not None:
+            # In a project the question is "is this the series' wheel?": a wheel
+            # without provenance (the fork's base wheel, another project's) is not.
+            differences = [
+                (
+                    "it carries no forkpatch provenance, so it was not built from this "
+                    "series (the fork's own wheel, or another project's?)"
+                )
+            ]
         if as_json:
             log.emit_json(
                 {
@@ -157,7 +166,10 @@ def register(cli: click.Group) -> None:
             for p in report.problems():
                 log.info(f"  - {p}")
             if report.provenance is None:
-                log.info("provenance: none (not built by forkpatch)")
+                log.info(
+                    "provenance: none (not built by forkpatch)"
+                    + ("; so it does NOT match the current series" if differences else "")
+                )
             elif differences is None:
                 log.info("provenance: present (no series here to compare with)")
             elif differences:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -170,6 +171,8 @@ def register(cli: click.Group) -> None:
         if len(chosen) != 1:
             raise UsageError("give exactly one of --onto TAG, --continue, --skip, --abort")
         project = c.project()
+        if report_dir is not None and not abort:
+            _check_writable(report_dir)
         with project.locked("rebase"):
             if abort:
                 changed = core.abort(project)
@@ -206,3 +209,14 @@ def register(cli: click.Group) -> None:
         )
         for p in result.report_paths:
             log.info(f"report: {p}")
+
+
+def _check_writable(directory: Path) -> None:
+    """Fail now, before the rebase changes anything, when ``--report DIR`` cannot be
+    written (the OSError names DIR; the CLI turns it into exit 1 with a tip)."""
+    import tempfile
+
+    directory.mkdir(parents=True, exist_ok=True)
+    fd, probe = tempfile.mkstemp(dir=directory, prefix=".forkpatch-probe-")
+    os.close(fd)
+    os.unlink(probe)

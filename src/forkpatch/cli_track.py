@@ -243,6 +243,7 @@ def _track(c: Any, a: _Args) -> None:
         _print_report(report)
         if report.target is not None:
             raise NewRelease(report.target.tag)
+        return  # up to date: nothing to run (and one JSON document on stdout)
     result = core.run(project, a.run_options())
     if a.as_json:
         log.emit_json(result.to_json())

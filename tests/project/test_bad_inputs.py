@@ -6,10 +6,11 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
-from support.projects import copy_example, scratch_project, snapshot
+from support.projects import copy_example, scratch_fork, scratch_project, snapshot
 
 
 def _diff_to(path: str) -> str:
@@ -221,3 +222,65 @@ def test_two_processes_cannot_interleave(tmp_path, capsys):
         holder.wait()
     time.sleep(0.05)
     ex.run("apply")  # the lock goes with its process
+
+
+def _unwritable() -> Path:
+    """A directory nobody may create entries in, not even root (sysfs)."""
+    probe = Path("/sys/forkpatch-probe")
+    try:
+        probe.mkdir()
+    except OSError:
+        return probe
+    probe.rmdir()
+    pytest.skip("/sys accepts new directories here")
+
+
+@pytest.mark.parametrize("where", ["init", "rebase --report"])
+def test_a_place_that_cannot_be_written_is_exit_1_naming_it_and_nothing_changes(
+    tmp_path, capsys, where
+):
+    """Permissions, a read-only or full file system: the user's to fix (exit 1, the
+    path and a tip), never "internal error" (exit 4); nothing was changed first."""
+    target = _unwritable()
+    if where == "init":
+        fork = scratch_fork(tmp_path / "fork", {"a.txt": "a\n"}).path
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "forkpatch",
+                "-C",
+                str(target / "proj"),
+                "init",
+                "--fork-url",
+                str(fork),
+                "--base",
+                "v1",
+            ],
+            capture_output=True,
+            text=True,
+        )
+    else:
+        ex = copy_example(tmp_path, capsys)
+        before = snapshot(ex.project)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "forkpatch",
+                "-C",
+                str(ex.project),
+                "rebase",
+                "--onto",
+                "v1.3.0",
+                "--report",
+                str(target / "reports"),
+            ],
+            capture_output=True,
+            text=True,
+        )
+        assert snapshot(ex.project) == before
+        assert not (ex.project / ".forkpatch" / "rebase").exists()
+    assert proc.returncode == 1, proc.stderr
+    assert str(target) in proc.stderr and "tip:" in proc.stderr, proc.stderr
+    assert "internal error" not in proc.stderr

@@ -200,3 +200,18 @@ def test_newer_release_tag_gives_no_warning(tmp_path, fork, capsys):
     capsys.readouterr()
     assert main(["-C", str(project.root), "track", "--no-forecast", "--tag", "v1.3.0"]) == 10
     assert "warning" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra", [(), ("--no-forecast",)])
+def test_up_to_date_json_is_one_document_and_runs_nothing(tmp_path, fork, capsys, extra):
+    """The scheduled pipeline's common case: no newer release. stdout holds exactly one
+    JSON document (the report); nothing is run and "up to date" is said once."""
+    project = _project(tmp_path, fork.path)
+    capsys.readouterr()
+    code = main(["-C", str(project.root), "track", "--json", *extra])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    data = json.loads(out)  # one document: json.loads refuses "extra data"
+    assert data["status"] == "up-to-date" and data["target"] is None
+    assert err.count("up to date") <= 1, err
+    assert not (project.root / ".forkpatch" / "track").exists()

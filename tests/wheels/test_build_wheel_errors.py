@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 from forkpatch.example import build_release_wheel
@@ -75,3 +76,19 @@ def test_overlay_build_json_and_verify(example_project, example_fork, tmp_path):
     assert sorted(_dist(project)) == sorted([Path(data["wheels"][0]).name, "SHA256SUMS"])
     _, out, _ = run("verify", data["wheels"][0], "--json")
     assert json.loads(out)["matches_series"] is True
+    # The fork's own (base) wheel is not the series' wheel: a mismatch in a project
+    # (exit 1), with the reason; outside a project only its RECORD is checked.
+    _, out, err = run("verify", str(base), "--json", expect=1)
+    data = json.loads(out)
+    assert data["record_ok"] is True and data["matches_series"] is False
+    assert "no forkpatch provenance" in data["differences"][0]
+    _, _, err = run("verify", str(base), expect=1)
+    assert "does NOT match" in err
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-m", "forkpatch", "-C", str(outside), "verify", str(base)],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0 and "RECORD: ok" in proc.stderr, proc.stderr
