@@ -35,6 +35,7 @@ from forkpatch.smoke.report import (
     beside_wheel,
     junit_xml,
     now_iso,
+    read_report,
     store_path,
     write_report,
 )
@@ -306,9 +307,9 @@ def _store(
     written = []
     if project is not None:
         for w in infos:
-            written.append(write_report(data, store_path(Path(project.root), w.sha256)))
+            written.append(_keep_or_replace(data, store_path(Path(project.root), w.sha256)))
     else:
-        written.append(write_report(data, beside_wheel(primary.path)))
+        written.append(_keep_or_replace(data, beside_wheel(primary.path)))
     if opts.report_path is not None:
         written.append(write_report(data, opts.report_path))
     if opts.junit_path is not None:
@@ -317,6 +318,32 @@ def _store(
         atomic_write(opts.junit_path, junit_xml(data))
         written.append(opts.junit_path)
     return written
+
+
+def _keep_or_replace(data: dict[str, Any], path: Path) -> Path:
+    """Write the report at ``path`` (where publish looks for it), unless the report
+    there is for the same wheel and ran a tier this run did not (an sm70 run on a V100
+    box, then a static run on a laptop): that one stays for publish, and this run's
+    report is written beside it as ``<name>.latest.json``."""
+    if path.is_file():
+        try:
+            old = read_report(path)
+        except SmokeError:
+            old = None  # not a report to keep: replaced
+        if old is not None and data["wheel"]["sha256"] in old.sha256s:
+            ran_before = set(old.data["tiers"].get("run", []))
+            ran_now = set(data["tiers"].get("run", []))
+            lost = sorted(ran_before - ran_now)
+            if lost:
+                aside = path.with_name(path.name.removesuffix(".json") + ".latest.json")
+                write_report(data, aside)
+                log.warn(
+                    f"kept {path} (tier {', '.join(lost)} ran there, on {old.data.get('started')}"
+                    f"; this run did not run it) for publish; this run's report is {aside} "
+                    f"(`forkpatch publish --report {aside}` publishes from it instead)"
+                )
+                return aside
+    return write_report(data, path)
 
 
 def _run_incheck(
