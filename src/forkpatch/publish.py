@@ -682,7 +682,9 @@ def publish(opts: PublishOptions, project: Any = None) -> list[Published]:
             try:
                 info = read_wheel(staged)
             except SmokeError as exc:
-                raise PublishError(exc.message, tip=exc.tip) from None
+                # Name the user's file, not the private copy the message was about.
+                message = exc.message.replace(str(staged), str(w))
+                raise PublishError(message, tip=exc.tip) from None
             info = replace(info, path=Path(w).resolve())
             gate = check_gate(
                 info,

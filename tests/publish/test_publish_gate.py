@@ -119,3 +119,13 @@ def test_required_tiers_from_the_series(wheel_dir, tmp_path, example_build):
         PublishOptions(wheels=(_wheel(wheel_dir),), to=str(tmp_path / "idx")), Project(project)
     )
     assert done[0].overrides == {}
+
+
+@pytest.mark.parametrize("content", [b"x", b"PK\x03\x04 truncated", b""])
+def test_a_file_that_is_no_wheel_is_named_as_the_user_gave_it(tmp_path, content):
+    """The message names the user's file, never the private copy the gate reads."""
+    wheel = tmp_path / "fake-1.0-py3-none-any.whl"
+    wheel.write_bytes(content)
+    with pytest.raises(PublishError) as exc:
+        publish(PublishOptions(wheels=(wheel,), to=str(tmp_path / "index")))
+    assert str(wheel) in exc.value.message and "forkpatch-publish-" not in exc.value.message

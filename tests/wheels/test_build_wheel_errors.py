@@ -7,7 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from forkpatch.example import build_release_wheel
+from support.wheelfactory import base_files, build_wheel
 
 
 def _dist(project: Path) -> list[str]:
@@ -55,6 +58,18 @@ def test_base_wheel_of_another_version_is_refused(example_project, example_fork,
     other = build_release_wheel(example_fork.path, "v1.3.0", tmp_path / "release")
     _, _, err = run("build-wheel", "--mode", "overlay", "--base-wheel", str(other), expect=1)
     assert "1.3.0" in err and "1.2.1" in err
+    assert _dist(project) == []
+
+
+@pytest.mark.parametrize("other", ["six", "vllm", "1cat-vllm-extras"])
+def test_base_wheel_of_another_distribution_is_refused(example_project, tmp_path, other):
+    """Same version, another project's wheel: named as such, not as a version mismatch."""
+    project, run = example_project
+    (tmp_path / "other").mkdir()
+    wheel = build_wheel(tmp_path / "other", base_files("1.2.1"), name=other, version="1.2.1")
+    _, _, err = run("build-wheel", "--mode", "overlay", "--base-wheel", str(wheel), expect=1)
+    assert f"the {other!r} distribution" in err and "1cat-vllm" in err, err
+    assert "rebase" not in err
     assert _dist(project) == []
 
 

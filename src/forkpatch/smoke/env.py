@@ -163,6 +163,7 @@ def smoke_env(
         raise SmokeError(f"unknown deps mode {deps!r}", tip=f"use one of {', '.join(DEPS_MODES)}")
     keep = keep or os.environ.get(KEEP_ENV_VAR) == "1"
     base_python = python or sys.executable
+    check_python_fits(wheels, base_python)
     root = Path(tempfile.mkdtemp(prefix="forkpatch-smoke-"))
     venv = root / "venv"
     env = clean_env()
@@ -217,6 +218,54 @@ def smoke_env(
             log.info(f"kept the smoke environment: {venv}")
         else:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def check_python_fits(wheels: Sequence[Path], python: str) -> None:
+    """Refuse at once (before any venv is made) a wheel built for another Python than
+    ``python`` (a cp311 wheel with --python 3.12), naming both."""
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+    if python == sys.executable:
+        major, minor = sys.version_info[:2]
+    else:
+        try:
+            out = subprocess.run(
+                [python, "-c", "import sys; print(*sys.version_info[:2])"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=True,
+            ).stdout.split()
+            major, minor = int(out[0]), int(out[1])
+        except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+            raise SmokeError(
+                f"cannot run --python {python}",
+                tip="give --python the path of a working Python interpreter",
+            ) from None
+    for wheel in wheels:
+        try:
+            tags = parse_wheel_filename(Path(wheel).name)[3]
+        except InvalidWheelFilename:
+            continue  # read_wheel names what is wrong with the file
+        if any(_fits(t.interpreter, t.abi, major, minor) for t in tags):
+            continue
+        wanted = ", ".join(sorted({t.interpreter for t in tags}))
+        raise SmokeError(
+            f"{Path(wheel).name} is built for {wanted}, but {python} is Python {major}.{minor}",
+            tip="give --python an interpreter of the version the wheel was built for",
+        )
+
+
+def _fits(interpreter: str, abi: str, major: int, minor: int) -> bool:
+    digits = interpreter[2:]
+    if not digits.isdigit() or not digits.startswith(str(major)):
+        return False
+    rest = digits[len(str(major)) :]
+    if interpreter.startswith("py"):
+        return rest == "" or int(rest) == minor
+    if interpreter.startswith("cp") and rest:
+        return int(rest) == minor or (abi == "abi3" and int(rest) <= minor)
+    return False
 
 
 _PATHS_SCRIPT = r"""

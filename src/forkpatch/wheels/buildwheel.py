@@ -271,6 +271,7 @@ def _overlay(
             out_dir=out_dir,
             extra_steps=build_steps(series),
             expected_fork_version=fork_version(series.base.tag),
+            expected_distribution=series.fork.distribution,
         )
     return [wheel], prov
 

@@ -414,6 +414,7 @@ def overlay_wheel(
     extra_steps: Sequence[BuildStep | Callable[[WheelMembers], None]] = (),
     expected_fork_version: str | None = None,
     version_file: str | None = DEFAULT_VERSION_FILE,
+    expected_distribution: str | None = None,
 ) -> Path:
     """Write a patched copy of ``base_wheel`` into ``out_dir`` and return its path.
 
@@ -491,6 +492,14 @@ def overlay_wheel(
                 f"{base_wheel}: METADATA says version {base_version}, the file name "
                 f"{base_file_version}",
                 tip="the wheel was renamed by hand; use the original file",
+            )
+        if expected_distribution is not None and canonicalize_name(meta_name) != canonicalize_name(
+            expected_distribution
+        ):
+            raise BuildError(
+                f"base wheel {base_wheel.name} is the {meta_name!r} distribution, not the "
+                f"fork's {expected_distribution!r} (series.yaml fork.distribution)",
+                tip=f"give --base-wheel the fork's own {expected_distribution} wheel",
             )
         if expected_fork_version is not None and Version(base_version) != Version(
             expected_fork_version

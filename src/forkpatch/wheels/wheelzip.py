@@ -179,7 +179,7 @@ def _fail(path: Path, what: str) -> BuildError:
     return BuildError(
         f"{path}: {what}",
         tip="the file is not a valid wheel (truncated download or corrupt build?); "
-        "fetch or rebuild the base wheel and run the build again",
+        "download or build it again",
     )
 
 
