@@ -66,6 +66,7 @@ class Incoming:
     canonical: bool = False  # store forkpatch's own form (header + canonical diff)
     canonical_header: str = ""
     strip: int | None = None  # the -p level its quilt series line gave (None: from the names)
+    keep_file: bool = False  # stored in forkpatch's form, yet under its own file name
 
 
 _TRAILER = re.compile(r"(?m)^Forkpatch-Patch: *([a-z0-9][a-z0-9._-]{0,79}) *$")
@@ -364,6 +365,8 @@ def read_series_dir(
             parse_patch(got[0].data, source=got[0].source, strip=level)
         ):
             got = read_patch_file(path, file=kept, canonical=True, strip=level)
+            for inc in got:
+                inc.keep_file = True  # its name, subdirectory included, stays
             log.warn(
                 f"{where}:{lineno}: {rel} is a -p{level} patch; stored in git's form "
                 "(a/ and b/ names) so that `git apply` and `quilt push` read it as it is meant"
@@ -387,6 +390,11 @@ def _unique(base: str, taken: set[str], files: set[str]) -> str:
         candidate = base[: 80 - len(suffix)].rstrip("-._") + suffix
         n += 1
     return candidate
+
+
+def _own_file(inc: Incoming, rename: bool) -> bool:
+    """Whether ``inc`` keeps its own file name in patches/."""
+    return inc.file is not None and not rename and (not inc.canonical or inc.keep_file)
 
 
 def _assign_names_and_files(
@@ -413,9 +421,9 @@ def _assign_names_and_files(
                 )
             name = inc.name
         else:
-            own = inc.file if inc.file is not None and not rename and not inc.canonical else None
+            own = inc.file if _own_file(inc, rename) else None
             name = _unique(inc.slug, taken, files_taken if own is None else set())
-        file = inc.file if inc.file is not None and not rename and not inc.canonical else None
+        file = inc.file if _own_file(inc, rename) else None
         file = file or f"{name}.patch"
         try:
             check_series_file_path(file, where=inc.source)

@@ -654,6 +654,18 @@ class Stack:
             )
         ]
         new_head: str | None = None  # where the work tree goes once the files are written
+        # Patches further up that are not applied at all were made on the old version
+        # of this one: keep their images on it, the merge base `push --merge` needs.
+        applied_names = {a.name for a in applied}
+        order = self.project.series.names()
+        later = [
+            n
+            for n in order[order.index(top.name) + 1 :]
+            if n not in applied_names and n not in above_names
+        ]
+        keep_later = bool(later) and writes[0][1] != self._file_bytes(entry)
+        if keep_later:
+            self._save_merge_bases(state, later)
         if above_names and force:
             # --force saves this patch alone; the patches above stay unapplied
             # (their files untouched) until `push --merge` brings them back.
@@ -719,6 +731,8 @@ class Stack:
                 wt.run("reset", "-q", "--hard", new_head)
             state["layout"] = self.state.get("layout")  # _widen may have grown it
             state.pop("editing", None)
+            self.project.write_state(state)
+        elif keep_later:
             self.project.write_state(state)
         return [
             e.name for e, _d in writes if self.project.rel(self.project.patch_path(e)) in written

@@ -19,7 +19,7 @@ def _hunk(old: str, new: str, a: str, b: str) -> str:
 SERIES = {
     # name: (series line options, patch text, file it changes)
     "p0.patch": ("-p0", _hunk("line 1", "LINE 1", "x.txt", "x.txt"), "x.txt"),
-    "p0-top.patch": (
+    "sub/p0-top.patch": (
         "-p0   # a comment",
         _hunk("line 1", "LINE 1", "vllm/y.txt", "vllm/y.txt"),
         "vllm/y.txt",
@@ -40,6 +40,7 @@ def test_quilt_strip_levels_are_honoured_and_stored_for_git_apply(tmp_path, caps
     quilt.mkdir()
     lines = []
     for name, (opts, text, _file) in SERIES.items():
+        (quilt / name).parent.mkdir(parents=True, exist_ok=True)
         (quilt / name).write_text(f"Change {name}.\n\n{text}")
         lines.append(f"{name} {opts}".rstrip())
     (quilt / "series").write_text("\n".join(lines) + "\n")
@@ -48,7 +49,7 @@ def test_quilt_strip_levels_are_honoured_and_stored_for_git_apply(tmp_path, caps
     run = Runner(project, capsys)
     run("init", "--fork-url", str(fork.path), "--base", "v1")
     _, _, err = run("import", "--quilt", str(quilt))
-    for name in ("p0.patch", "p0-top.patch", "p1-same-top.patch"):
+    for name in ("p0.patch", "sub/p0-top.patch", "p1-same-top.patch"):
         assert f"{name} is a -p" in err, err
     assert "normal.patch is a" not in err
     # The file that reads the same at -p1 is kept byte for byte; the others are in
@@ -56,7 +57,12 @@ def test_quilt_strip_levels_are_honoured_and_stored_for_git_apply(tmp_path, caps
     assert (project / "patches" / "normal.patch").read_bytes() == (
         quilt / "normal.patch"
     ).read_bytes()
-    for name in ("p0.patch", "p0-top.patch", "p1-same-top.patch"):
+    # Each keeps its name in patches/, subdirectory included.
+    assert sorted(
+        p.relative_to(project / "patches").as_posix()
+        for p in (project / "patches").rglob("*.patch")
+    ) == sorted(SERIES)
+    for name in ("p0.patch", "sub/p0-top.patch", "p1-same-top.patch"):
         assert "diff --git a/" in (project / "patches" / name).read_text()
     run("apply")
     wt = project / ".forkpatch" / "worktree"

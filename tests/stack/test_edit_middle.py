@@ -131,3 +131,27 @@ def test_export_of_a_patch_that_adds_marker_lines_on_purpose(tmp_path, capsys):
     run("refresh", "--force")
     run("export")
     run("export", "--offsets")
+
+
+def test_push_merge_works_after_a_refresh_below_popped_patches(tmp_path, capsys):
+    """Patches popped (not being edited) when a patch below them changes: `push` says
+    to use `push --merge`, and that works (the old images are kept as merge bases),
+    instead of failing with "no merge base for a 3-way merge"."""
+    project, run, _wt, f = _series(tmp_path, capsys)
+    run("pop", "low")
+    f.write_text(f.read_text().replace("line 4\n", "line FOUR\n"))  # context of 'high'
+    run("refresh")
+    _, _, err = run("push", "--all", expect=3)
+    assert "'high'" in err and "push --merge" in err
+    _, _, err = run("push", "--all", "--merge", expect=3)
+    assert "no merge base" not in err and "conflict markers" in err, err
+    text = f.read_text()
+    assert "<<<<<<<" in text
+    start, end = text.index("<<<<<<<"), text.index(">>>>>>>")
+    end = text.index("\n", end) + 1
+    f.write_text(text[:start] + "line FOUR\nline five\n" + text[end:])
+    run("refresh")
+    _, out, _ = run("top")
+    assert out.strip() == "high"
+    final = (project / "patches" / "high.patch").read_text()
+    assert "-line 5\n+line five\n" in final and " line FOUR\n" in final
