@@ -450,9 +450,7 @@ def main(argv: list[str] | None = None) -> int:
         cli.main(args=argv, prog_name="forkpatch", standalone_mode=False)
     except ForkpatchError as exc:
         if debug:
-            import traceback  # only here: keeps it out of every start-up
-
-            traceback.print_exc()
+            _print_traceback()
         log.error(exc.message)
         if exc.tip:
             print(f"  tip: {exc.tip}", file=sys.stderr)
@@ -485,9 +483,7 @@ def main(argv: list[str] | None = None) -> int:
         if known is None:
             return _internal_error(debug)
         if debug:
-            import traceback  # only here: keeps it out of every start-up
-
-            traceback.print_exc()
+            _print_traceback()
         where = exc.filename if exc.filename is not None else "a file"
         log.error(f"{where}: {exc.strerror or exc}")
         print(f"  tip: {known}", file=sys.stderr)
@@ -510,11 +506,15 @@ _ENVIRONMENT_ERRORS = {
 }
 
 
+def _print_traceback() -> None:
+    import traceback  # only for --debug: keeps it out of every start-up
+
+    traceback.print_exc()
+
+
 def _internal_error(debug: bool) -> int:
     if debug:
-        import traceback  # only here: keeps it out of every start-up
-
-        traceback.print_exc()
+        _print_traceback()
     else:
         etype, value, _ = sys.exc_info()
         log.error(f"internal error: {etype.__name__ if etype else '?'}: {value}")

@@ -272,10 +272,18 @@ def _read(
     if canonical:
         inc.canonical = True
         inc.canonical_header = _canonical_header(description, layout)
-        inc.patch = parse_patch(
-            format_patch(inc.canonical_header, patch.diff), source=source, strip=strip
-        )
+        inc.patch = _stored_patch(inc, patch)
     return inc
+
+
+def _stored_patch(inc: Incoming, patch: PatchFile) -> PatchFile:
+    """``patch`` (parsed from ``inc.data``) as it will be stored: in forkpatch's own
+    form (the canonical header and the diff) when ``inc`` is canonical."""
+    if not inc.canonical:
+        return patch
+    return parse_patch(
+        format_patch(inc.canonical_header, patch.diff), source=inc.source, strip=inc.strip
+    )
 
 
 def _crlf_throughout(data: bytes) -> bool:
@@ -288,12 +296,7 @@ def _crlf_throughout(data: bytes) -> bool:
 def _strip_crlf(inc: Incoming) -> None:
     """``inc`` with LF line endings: its bytes, and the patch parsed from them."""
     inc.data = inc.data.replace(b"\r\n", b"\n")
-    patch = parse_patch(inc.data, source=inc.source, strip=inc.strip)
-    if inc.canonical:
-        patch = parse_patch(
-            format_patch(inc.canonical_header, patch.diff), source=inc.source, strip=inc.strip
-        )
-    inc.patch = patch
+    inc.patch = _stored_patch(inc, parse_patch(inc.data, source=inc.source, strip=inc.strip))
 
 
 def _canonical_header(description: str, layout: HeaderLayout) -> str:
@@ -502,13 +505,14 @@ def import_patches(
     fork = project.fork()
     base = fork.verify_base(series.base.tag, series.base.commit)
     by_entry = {e.name: inc for e, inc in zip(new_entries, incoming, strict=True)}
+    converted: set[str] = set()  # CRLF stripped once; a second failure is the patch's own
     while True:
         result = SeriesApplier(fork.store, base).run(items, write=True)
         bad = result.first_conflict()
         if bad is None:
             break
         inc = by_entry.get(bad.name)
-        if inc is None or not _crlf_throughout(inc.data):
+        if inc is None or bad.name in converted or not _crlf_throughout(inc.data):
             raise PatchApplyError(
                 describe_failure(bad, f"{series.base.tag} with the patches before it")
                 + "\nnothing was imported",
@@ -517,6 +521,7 @@ def import_patches(
         # Saved with Windows line endings throughout (a mail client, an editor): what
         # `git am` does by default, strip the CRs, and try again.
         _strip_crlf(inc)
+        converted.add(bad.name)
         log.warn(
             f"{inc.source}: every line ended in CRLF and it did not apply as it is; "
             f"imported with LF line endings (as `git am` does)"

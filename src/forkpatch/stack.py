@@ -96,13 +96,14 @@ class Stack:
     def wt(self, *, check_base: bool = True) -> Git:
         """The work tree's git. ``check_base``: refuse a work tree built on another
         base than series.yaml's (see :meth:`base_mismatch`)."""
-        path = self.worktree_path()
+        state = self.state  # read and checked once
+        path = Path(state["worktree"]) if state.get("worktree") else None
         if path is None or not (path / ".git").exists():
             raise StateError(
                 "no work tree: the series is not applied", tip="run `forkpatch apply` to create one"
             )
         if check_base:
-            problem = self.base_mismatch()
+            problem = self.base_mismatch(state)
             if problem is not None:
                 raise StateError(
                     problem,
@@ -113,20 +114,21 @@ class Stack:
                 )
         return self.project.linked_worktree(path)
 
-    def base_mismatch(self) -> str | None:
+    def base_mismatch(self, state: dict[str, Any] | None = None) -> str | None:
         """Why the work tree and series.yaml disagree on the base, or None.
 
         The work tree records the base it was built on. When series.yaml names
         another (it was changed outside forkpatch: a `git checkout` of series.yaml
         after a rebase, a merge), the work tree's commits are diffs against the
         wrong tree: exporting them would write patches that no longer apply to the
-        series' own base."""
-        built_on = self.state.get("base")
+        series' own base. ``state``: state.json as already read (None: read it)."""
+        state = self.state if state is None else state
+        built_on = state.get("base")
         series = self.project.series
         if not built_on or built_on == series.base.commit:
             return None
         return (
-            f"the work tree {self.worktree_path()} is built on {built_on[:12]}, but "
+            f"the work tree {state.get('worktree')} is built on {built_on[:12]}, but "
             f"{SERIES_FILE} names base {series.base.tag} ({series.base.commit[:12]}): "
             f"{SERIES_FILE} was changed outside forkpatch (a rebase undone with git?)"
         )
@@ -424,9 +426,15 @@ class Stack:
                     }
         return bases
 
-    def _save_merge_bases(self, state: dict[str, Any], names: list[str]) -> None:
-        """Remember ``names``' current images (as blobs in the store) for `push --merge`."""
-        bases = self._merge_bases()
+    def _save_merge_bases(
+        self,
+        state: dict[str, Any],
+        names: list[str],
+        bases: dict[str, dict[str, tuple[bytes | None, bytes | None]]] | None = None,
+    ) -> None:
+        """Remember ``names``' current images (as blobs in the store) for `push --merge`
+        (``bases``: :meth:`_merge_bases` when the caller has it already)."""
+        bases = self._merge_bases() if bases is None else bases
         saved = state.setdefault("merge_bases", {})
         for name in names:
             if name in bases:
@@ -640,11 +648,12 @@ class Stack:
             else []
         )
         texts = PatchTexts(self.store)
+        old_bytes = self._file_bytes(entry)
         writes: list[tuple[PatchEntry, bytes]] = [
             (
                 entry,
                 texts.render(
-                    self._file_bytes(entry),
+                    old_bytes,
                     commit=new,
                     parent=parent,
                     raw_diff=raw,
@@ -663,24 +672,27 @@ class Stack:
             for n in order[order.index(top.name) + 1 :]
             if n not in applied_names and n not in above_names
         ]
-        keep_later = bool(later) and writes[0][1] != self._file_bytes(entry)
-        if keep_later:
-            self._save_merge_bases(state, later)
+        keep_later = bool(later) and writes[0][1] != old_bytes
+        # --force saves this patch alone; the patches above stay unapplied (their
+        # files untouched) until `push --merge` brings them back: they need theirs too.
+        keep = (later if keep_later else []) + (above_names if force else [])
+        # One in-memory apply of the series serves both the saved bases and the
+        # re-application of the patches above.
+        bases = self._merge_bases() if keep or above_names else None
+        if keep:
+            self._save_merge_bases(state, keep, bases)
         if above_names and force:
-            # --force saves this patch alone; the patches above stay unapplied
-            # (their files untouched) until `push --merge` brings them back.
             log.warn(
                 f"saved '{top.name}' alone; not re-applied: {', '.join(above_names)} "
                 "(`forkpatch push --merge --all` brings them back to resolve)"
             )
-            self._save_merge_bases(state, above_names)
         elif above_names:
             above_entries = [self.project.series.get(n) for n in above_names]
             applier = SeriesApplier(
                 self.store,
                 self.base_commit(),
                 three_way=True,
-                merge_bases=self._merge_bases(),
+                merge_bases=bases,
                 labels=("your edit", "patch"),
                 step_commits=True,
             )
@@ -996,8 +1008,9 @@ class Stack:
                 _name, summary, header = parse_commit_message(self._message(wt, a))
                 # The file's own form (mail headers, quilt lines, notes) is kept where the
                 # commit did not change it; see forkpatch.patchtext.
+                old_bytes = self._file_bytes(entry)
                 rendered = texts.render(
-                    self._file_bytes(entry),
+                    old_bytes,
                     commit=a.commit,
                     parent=self._parent(wt, a),
                     raw_diff=diffs[a.commit],
@@ -1007,10 +1020,12 @@ class Stack:
                     keep_offsets=not offsets,
                 )
                 writes[entry] = rendered.data
-                if not force and DIFF_CONFLICT_MARKER.search(rendered.data):
-                    before = self._file_bytes(entry) or b""
-                    if not DIFF_CONFLICT_MARKER.search(before):
-                        unresolved.append(entry.name)
+                if (
+                    not force
+                    and DIFF_CONFLICT_MARKER.search(rendered.data)
+                    and not DIFF_CONFLICT_MARKER.search(old_bytes or b"")
+                ):
+                    unresolved.append(entry.name)
                 if rendered.offsets_kept:
                     moved.append(entry.name)
                 if summary and summary != entry.summary:
