@@ -126,7 +126,11 @@ def register(cli: click.Group) -> None:
     @click.option("--json", "as_json", is_flag=True, help="Machine-readable result on stdout.")
     @pass_ctx
     def verify(c: Ctx, wheel: Path, as_json: bool) -> None:
-        """Check a wheel's RECORD hashes and whether it matches the current series."""
+        """Check a wheel's RECORD hashes and whether it matches the current series.
+
+        In a project, a wheel without forkpatch provenance (the fork's own, another
+        project's) is a mismatch (exit 1); outside one only the RECORD is checked.
+        """
         from forkpatch.wheels.buildwheel import expected_provenance
         from forkpatch.wheels.verify import matches_series, verify_wheel
 
