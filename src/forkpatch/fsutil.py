@@ -420,27 +420,49 @@ def project_lock(lock_path: Path, *, command: str = "forkpatch") -> Iterator[str
 # --------------------------------------------------------------------------- paths inside a tree
 
 
+_DRIVE = re.compile(r"\A[A-Za-z]:")
+
+
+def relpath_problem(path: str) -> str | None:
+    """Why ``path`` is not a plain relative POSIX path inside a tree (None when it is).
+
+    The one lexical path check behind patch paths, wheel member names and the
+    paths in state files. Refused: an empty path, a NUL byte, a backslash (a
+    separator to other tools), an absolute path, a drive letter, and an empty,
+    ``.`` or ``..`` component: each can name a file outside the tree.
+    """
+    if not path:
+        return "the path is empty"
+    if "\0" in path:
+        return "it contains a NUL byte"
+    if "\\" in path:
+        return "it contains a backslash"
+    if path.startswith("/"):
+        return "it is absolute"
+    if _DRIVE.match(path):
+        return "it starts with a drive letter"
+    for component in path.split("/"):
+        if component == "":
+            return "it has an empty component (// or a trailing /)"
+        if component in (".", ".."):
+            return f"it has a {component!r} component"
+    return None
+
+
 def check_relpath(value: object, *, where: str) -> str:
     """Return ``value`` if it is a safe relative POSIX path, else raise PathSafetyError.
 
-    Safe: a non-empty string, not absolute, no empty, ``.`` or ``..`` component,
-    no NUL and no backslash (which other tools read as a separator). ``where``
-    names the file and field in the message.
+    Safe is what :func:`relpath_problem` accepts. ``where`` names the file and
+    field in the message.
     """
     from forkpatch.errors import PathSafetyError
 
     if not isinstance(value, str) or not value:
         raise PathSafetyError(f"{where}: expected a relative path, found {value!r}")
-    parts = value.split("/")
-    bad = (
-        value.startswith("/")
-        or "\0" in value
-        or "\\" in value
-        or any(p in ("", ".", "..") for p in parts)
-    )
-    if bad:
+    problem = relpath_problem(value)
+    if problem is not None:
         raise PathSafetyError(
-            f"{where}: {value!r} is not a plain relative path inside the tree",
+            f"{where}: {value!r} is not a plain relative path inside the tree ({problem})",
             tip="paths must be relative, without '..', '.', empty components or backslashes",
         )
     return value

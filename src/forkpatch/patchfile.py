@@ -53,6 +53,7 @@ from unidiff.patch import Hunk as UnidiffHunk
 from unidiff.patch import PatchSet
 
 from forkpatch.errors import PatchParseError, PathSafetyError
+from forkpatch.fsutil import relpath_problem
 
 __all__ = [
     "FilePatch",
@@ -259,7 +260,6 @@ def format_patch(header: str, diff: bytes) -> bytes:
 _HFS_IGNORABLE = dict.fromkeys(
     [8204, 8205, 8206, 8207, 8234, 8235, 8236, 8237, 8238, *list(range(8298, 8304)), 65279]
 )
-_DRIVE = re.compile(r"\A[A-Za-z]:")
 
 
 def _is_dotgit(component: str) -> bool:
@@ -286,21 +286,10 @@ def check_path(path: str, *, source: str) -> None:
 
 
 def _path_problem(path: str) -> str | None:
-    if not path:
-        return "the path is empty"
-    if "\0" in path:
-        return "it contains a NUL byte"
-    if "\\" in path:
-        return "it contains a backslash"
-    if path.startswith("/"):
-        return "it is absolute"
-    if _DRIVE.match(path):
-        return "it starts with a drive letter"
+    problem = relpath_problem(path)
+    if problem is not None:
+        return problem
     for component in path.split("/"):
-        if component == "":
-            return "it has an empty component (// or a trailing /)"
-        if component in (".", ".."):
-            return f"it has a {component!r} component"
         if _is_dotgit(component):
             return f"it goes into a .git directory ({component!r})"
     return None

@@ -132,6 +132,27 @@ def test_unsafe_relative_paths_are_refused(tmp_path, rel):
             write_in_tree(root, rel, b"x")
 
 
+@pytest.mark.parametrize(
+    "rel",
+    ["/abs", "C:/x", "c:x", "../x", "a/../../x", "a//b", "./a", "a/.", "a\\b", "a\0b", "a/b/"],
+)
+def test_patch_paths_wheel_members_and_state_paths_refuse_the_same_names(rel):
+    """One lexical check serves patches, wheels and state files: they cannot drift apart."""
+    from forkpatch.patchfile import check_path
+    from forkpatch.wheels.wheelzip import member_name_problem
+
+    with pytest.raises(PathSafetyError):
+        check_relpath(rel, where="state.json: files")
+    with pytest.raises(PathSafetyError, match="unsafe path"):
+        check_path(rel, source="0001-x.patch")
+    if not rel.endswith("/"):  # a wheel's directory entries end in '/'
+        assert member_name_problem(rel) is not None
+        assert member_name_problem(rel + "/") is not None
+    for ok in ("vllm/x.py", "a.b/c..d/.e", "dir/"):
+        assert member_name_problem(ok) is None
+    check_relpath("vllm/x.py", where="state.json: files")
+
+
 def test_check_inside(tmp_path):
     root, outside = _tree(tmp_path)
     (root / "d").mkdir()

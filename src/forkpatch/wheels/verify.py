@@ -96,7 +96,7 @@ def verify_wheel(path: Path) -> VerifyReport:
             problem = member_name_problem(row[0])
             if problem is not None:
                 # An installer would write this path outside the environment (zip slip).
-                report.errors.append(f"{record_name}: {row[0]!r} has {problem}")
+                report.errors.append(f"{record_name}: {row[0]!r} is unsafe ({problem})")
                 continue
             if row[0] in listed:
                 report.errors.append(f"{record_name}: {row[0]} listed twice")

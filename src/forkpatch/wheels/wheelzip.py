@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-import re
 import struct
 import tempfile
 import time
@@ -32,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forkpatch.errors import BuildError
-from forkpatch.fsutil import TMP_SUFFIX, write_event
+from forkpatch.fsutil import TMP_SUFFIX, relpath_problem, write_event
 
 __all__ = [
     "CopyMember",
@@ -77,32 +76,18 @@ MAX_MEMBER_IN_MEMORY = 512 << 20
 #: Deflate cannot compress better than about 1032:1; a member declaring more is a bomb.
 MAX_DEFLATE_RATIO = 1100
 _CHUNK = 1 << 20
-_DRIVE = re.compile(r"\A[A-Za-z]:")
 
 
 def member_name_problem(name: str) -> str | None:
     """Why a member name is unsafe to extract or copy (None when it is safe).
 
-    Unsafe: empty, absolute, a drive letter, a backslash (a separator on Windows),
-    a NUL byte, or a ``..`` or ``.`` component: any of these can put a file outside
-    the directory a wheel is installed or unpacked into ("zip slip").
+    A member is a relative path inside the wheel (a directory entry may end in
+    ``/``); anything :func:`forkpatch.fsutil.relpath_problem` refuses could put a
+    file outside the directory a wheel is installed or unpacked into ("zip slip").
     """
-    if not name:
-        return "an empty name"
-    if "\0" in name:
-        return "a NUL byte"
-    if "\\" in name:
-        return "a backslash"
-    if name.startswith("/"):
-        return "an absolute path"
-    if _DRIVE.match(name):
-        return "a drive letter"
-    parts = name.rstrip("/").split("/")
-    if any(p in ("..", ".") for p in parts):
-        return "a '..' or '.' component"
-    if any(p == "" for p in parts):
-        return "an empty component"
-    return None
+    if not name or name == "/":
+        return "the name is empty" if not name else "it is absolute"
+    return relpath_problem(name[:-1] if name.endswith("/") else name)
 
 
 def check_member_names(names: Iterable[str], *, source: Path) -> None:
@@ -112,7 +97,7 @@ def check_member_names(names: Iterable[str], *, source: Path) -> None:
         problem = member_name_problem(name)
         if problem is not None:
             raise BuildError(
-                f"{source}: member {name!r} has {problem}; forkpatch refuses this wheel",
+                f"{source}: member {name!r} is unsafe ({problem}); forkpatch refuses this wheel",
                 tip="a wheel's members must be relative paths inside it (no '..', no "
                 "absolute paths, no backslashes or drive letters); rebuild it with a "
                 "standard tool",
