@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import subprocess
 import tempfile
 from collections.abc import Iterable, Sequence
@@ -29,6 +30,10 @@ from forkpatch.series import PatchEntry
 TRAILER = "Forkpatch-Patch"
 
 # Worst wins when a patch's files end differently.
+#: A conflict marker line as ``git merge-file`` writes it (``<<<<<<< ``, ``||||||| ``, ``>>>>>>> ``).
+CONFLICT_MARKER = re.compile(rb"^(<{7} |>{7} |\|{7} )", re.M)
+#: The same markers on an added line of a diff.
+DIFF_CONFLICT_MARKER = re.compile(rb"^\+(<{7} |>{7} |\|{7} )", re.M)
 STATUS_ORDER = ("clean", "offset", "fuzz", "merged", "upstreamed", "conflict", "blocked")
 
 

@@ -25,7 +25,6 @@ character in place. Nothing here runs git.
 
 from __future__ import annotations
 
-import email.header
 import re
 from dataclasses import dataclass
 
@@ -94,6 +93,10 @@ def strip_subject_prefix(subject: str) -> tuple[str, str]:
 
 def _decode_rfc2047(value: str) -> str:
     """A header value with RFC 2047 encoded words decoded and whitespace collapsed."""
+    if "=?" not in value:  # no encoded word: email.header (slow to import) is not needed
+        return " ".join(value.split())
+    import email.header
+
     try:
         parts = email.header.decode_header(value)
     except (ValueError, LookupError):
@@ -224,6 +227,8 @@ class HeaderLayout:
         if value.isascii():
             encoded = value
         else:
+            import email.header
+
             encoded = email.header.Header(value, "utf-8", header_name="Subject").encode()
         return self.text[:start] + f"Subject: {encoded}" + newline + self.text[end:]
 

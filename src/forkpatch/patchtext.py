@@ -28,7 +28,6 @@ A file that forkpatch writes from scratch gets the canonical form
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -157,6 +156,8 @@ def _quick_split(old: bytes, canonical: bytes) -> tuple[bytes, bytes] | None:
 
 
 def _blob_id(data: bytes, length: int) -> str:
+    import hashlib  # only for an index line's full-length ids: keeps start-up light
+
     h = hashlib.sha256() if length == 64 else hashlib.sha1()
     h.update(b"blob %d\0" % len(data))
     h.update(data)

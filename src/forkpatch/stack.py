@@ -14,7 +14,6 @@ and write patch files and series.yaml last, each atomically.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import stat
 from collections.abc import Iterable
@@ -24,6 +23,8 @@ from typing import Any
 
 from forkpatch import log, worktree
 from forkpatch.engine import (
+    CONFLICT_MARKER,
+    DIFF_CONFLICT_MARKER,
     Item,
     PatchResult,
     SeriesApplier,
@@ -49,9 +50,6 @@ from forkpatch.series import NAME_RE, SERIES_FILE, PatchEntry
 
 BRANCH = "forkpatch/stack"
 DEFAULT_WORKTREE = "worktree"
-CONFLICT_MARKER = re.compile(rb"^(<{7} |>{7} |\|{7} )", re.M)
-# The same markers on an added line of a diff.
-DIFF_CONFLICT_MARKER = re.compile(rb"^\+(<{7} |>{7} |\|{7} )", re.M)
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ import shutil
 import stat
 from pathlib import Path
 
+from forkpatch.engine import CONFLICT_MARKER
 from forkpatch.errors import PathSafetyError, StateError
 from forkpatch.fsutil import remove_in_tree, write_in_tree
 from forkpatch.git import FileChange, Git
@@ -147,8 +148,6 @@ class ConflictTree:
 
     def markers(self, paths: list[str]) -> list[str]:
         """The paths among ``paths`` that still hold conflict markers (regular files only)."""
-        from forkpatch.stack import CONFLICT_MARKER
-
         out = []
         for rel in paths:
             try:

@@ -1,0 +1,58 @@
+"""What a command's start-up imports: every `rebase --continue` of a conflict-heavy
+rebase pays for it again, so modules only rare paths need are imported where used.
+
+A subprocess imports what `forkpatch rebase --continue` imports (the CLI and the
+rebase runner) and reports which of the heavy or rarely needed modules came along.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+# Each is imported only by the commands (or the rare inputs) that need it.
+LAZY = [
+    "email.header",  # RFC 2047 subjects only (patchheader)
+    "difflib",  # "did you mean" suggestions
+    "traceback",  # --debug
+    "docker",  # build-wheel in a container
+    "zipfile",  # wheels
+    "ssl",
+    "http.client",
+    "urllib.request",
+    "packaging",
+    "forkpatch.stack",  # rebase finishes by moving the stack; a stop does not
+    "forkpatch.importer",
+    "forkpatch.publish",
+    "forkpatch.wheels",
+    "forkpatch.smoke",
+    "forkpatch.track",
+    "forkpatch.demo",
+]
+
+
+def test_rebase_start_up_leaves_rare_modules_out():
+    code = (
+        "import json, sys\n"
+        "import forkpatch.cli, forkpatch.cli_rebase, forkpatch.rebase.run\n"
+        f"print(json.dumps([m for m in {LAZY!r} if m in sys.modules]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True, text=True)
+    assert json.loads(out.stdout) == [], "imported at start-up; import it where it is used"
+
+
+def test_subjects_without_encoded_words_skip_email_header():
+    """The fast path gives what email.header gives for a plain subject."""
+    from forkpatch.patchheader import _decode_rfc2047
+
+    for value in [
+        "[PATCH 2/5] fix  the\tthing ",
+        "plain",
+        "  a = b ? c  ",
+        "=?utf-8?q?caf=C3=A9?= x",
+    ]:
+        got = _decode_rfc2047(value)
+        assert got == " ".join(got.split())
+    assert _decode_rfc2047("[PATCH 2/5] fix  the\tthing ") == "[PATCH 2/5] fix the thing"
+    assert _decode_rfc2047("=?utf-8?q?caf=C3=A9?= x") == "café x"
