@@ -549,8 +549,11 @@ class PatchTexts:
         self, sections: list[_Section], raw_diff: bytes, parent: str, commit: str
     ) -> bytes:
         """The diff for ``commit``, each file in its old section's style where it had one."""
-        raw_new = parse_patch(raw_diff, source=commit)
         canon_new = parse_patch(canonical_diff(raw_diff), source=commit)
+        full_index = _index_lines(raw_diff)
+        if len(full_index) != len(canon_new.files):  # not git's own diff: parse it
+            raw_files = parse_patch(raw_diff, source=commit).files
+            full_index = [_index_line(_split_section(f).head) for f in raw_files]
         pre, post, changed = self._changes(parent, commit)
         paths = self._touched([s.fp for s in sections]) | changed
         if not paths <= changed:
@@ -559,7 +562,7 @@ class PatchTexts:
         by_key = {(s.fp.old_path, s.fp.new_path): i for i, s in enumerate(sections)}
         out: list[tuple[int, bytes]] = []
         matched = 0
-        for n, (rfp, cfp) in enumerate(zip(raw_new.files, canon_new.files, strict=True)):
+        for n, (index_line, cfp) in enumerate(zip(full_index, canon_new.files, strict=True)):
             i = by_key.get((cfp.old_path, cfp.new_path))
             if i is None:
                 out.append((len(sections) + n, cfp.raw))
@@ -569,7 +572,7 @@ class PatchTexts:
             if self._effect_holds([old.fp], self._touched([old.fp, cfp]), pre, post):
                 out.append((i, old.raw))
             else:
-                out.append((i, _restyle(old, rfp, cfp)))
+                out.append((i, _restyle(old, index_line, cfp)))
         if matched == len(sections) == len(out):
             out.sort(key=lambda item: item[0])  # the same files: keep the file's order
         return b"".join(raw for _i, raw in out)
@@ -586,8 +589,29 @@ class PatchTexts:
         return self._stats[key]
 
 
-def _restyle(old: _Section, rfp: FilePatch, cfp: FilePatch) -> bytes:
-    """git's section for a file (``rfp`` with full ids, ``cfp`` canonical) in ``old``'s style."""
+def _index_line(head: bytes) -> bytes | None:
+    """The ``index`` line of a section's head (None: it has none)."""
+    return next((ln for ln in split_lines(head) if ln.startswith(b"index ")), None)
+
+
+def _index_lines(raw_diff: bytes) -> list[bytes | None]:
+    """The ``index`` line of each file section of git's diff (``diff-tree`` output),
+    in order, without parsing the hunks: a section starts at each ``diff --git`` line
+    (a hunk line never does) and its index line comes before the first ``--- ``."""
+    if not raw_diff:
+        return []
+    out: list[bytes | None] = []
+    for n, sec in enumerate(raw_diff.split(b"\ndiff --git ")):
+        if n == 0 and not sec.startswith(b"diff --git "):
+            return []  # not git's diff: let the caller parse it
+        head = sec.partition(b"\n--- ")[0].partition(b"\nGIT binary patch\n")[0]
+        out.append(_index_line(head + b"\n"))
+    return out
+
+
+def _restyle(old: _Section, full: bytes | None, cfp: FilePatch) -> bytes:
+    """git's section for a file (``cfp`` canonical; ``full``: its index line with full
+    ids) in ``old``'s style."""
     new = _split_section(cfp)
     if cfp.is_binary or not cfp.hunks:
         return cfp.raw + old.junk
@@ -615,10 +639,6 @@ def _restyle(old: _Section, rfp: FilePatch, cfp: FilePatch) -> bytes:
     )
     if old_index is not None:
         width = len(old_index.split(b" ")[1].split(b"..")[0])
-        full = next(
-            (ln for ln in split_lines(_split_section(rfp).head) if ln.startswith(b"index ")),
-            None,
-        )
         if full is not None:
             ids, _, rest = full[len(b"index ") :].partition(b" ")
             a, _, b = ids.rstrip(b"\n").partition(b"..")

@@ -608,6 +608,18 @@ def _block_literal(value: str, indent: int) -> str:
     return f"|{indicator}{chomp}\n{lines}".rstrip("\n")
 
 
+# Names, files, tags and commit ids: no indicator, space or quote, so the emitter
+# writes them plain unless the resolver reads them as another type (true, null, 12).
+_PLAIN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./-]*\Z")
+_RESOLVER = yaml.resolver.Resolver()
+_STR = "tag:yaml.org,2002:str"
+
+
+def _plain_resolves_to_str(value: str) -> bool:
+    tag = _RESOLVER.resolve(yaml.ScalarNode, value, (True, False))  # type: ignore[no-untyped-call]
+    return bool(tag == _STR)
+
+
 def _scalar_yaml(value: str, indent: int) -> str:
     """Render one string value: block literal for multi-line text, else flow.
 
@@ -625,6 +637,8 @@ def _scalar_yaml(value: str, indent: int) -> str:
             return _block_literal(value, indent)
         quoted = yaml.safe_dump(value, default_style='"', width=10_000, allow_unicode=True)
         return quoted.rstrip("\n").removesuffix("\n...")
+    if _PLAIN.match(value) and _plain_resolves_to_str(value):
+        return value  # what safe_dump writes for it, without its (slow) emitter
     dumped = yaml.safe_dump(value, default_style=None, width=10_000, allow_unicode=True)
     dumped = dumped.rstrip("\n")
     if dumped.endswith("\n..."):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from forkpatch.errors import SeriesError
 from forkpatch.series import (
@@ -232,3 +234,50 @@ def test_the_shipped_series_saves_byte_for_byte():
 
     text = (REPO_ROOT / "series.yaml").read_text()
     assert dump_series(parse_series(text)) == text
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.one_of(
+        st.text(alphabet="abyYnNoOtTfFlLuUeEsS019_.-/+~: ", min_size=1, max_size=8),
+        st.sampled_from(
+            [
+                "true",
+                "Null",
+                "NO",
+                "on",
+                "y",
+                "12",
+                "0x1f",
+                "1.5",
+                "1e3",
+                "1_000",
+                "2026-11-30",
+                "1:20",
+                ".inf",
+                "v1.2.1",
+                "17652ed905d04bd6c324893a096c3d10b5c700fd",
+                "0001-x.patch",
+                "_",
+                "a..b",
+                "a-",
+                "123abc",
+                "0o17",
+                "+1",
+                "-",
+            ]
+        ),
+    )
+)
+def test_plain_fast_path_writes_what_the_yaml_emitter_writes(value):
+    """Identifiers skip PyYAML's emitter; the bytes must be the emitter's own."""
+    import yaml
+
+    from forkpatch.series import _scalar_yaml
+
+    expected = yaml.safe_dump(value, default_style=None, width=10_000, allow_unicode=True)
+    expected = expected.rstrip("\n").removesuffix("\n...")
+    got = _scalar_yaml(value, 0)
+    if not (expected.startswith("'") and "'" in value):  # the JSON re-quoting is not ours
+        assert got == expected
+    assert yaml.safe_load(f"k: {got}\n") == {"k": value}
