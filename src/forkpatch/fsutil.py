@@ -392,22 +392,13 @@ def project_lock(lock_path: Path, *, command: str = "forkpatch") -> Iterator[str
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
-            pid_text, _, what = holder.partition(" ")
-            who = f"pid {pid_text}" if pid_text.isdigit() else "unknown pid"
-            if pid_text.isdigit() and not _pid_alive(int(pid_text)):
-                who += ", which is no longer running; its lock is held by a child process"
-            raise LockError(
-                f"another forkpatch ({who}) is running on this project: "
-                f"`forkpatch {what or '<unknown command>'}`",
-                tip="wait for it to finish, then run your command again",
-            ) from None
+        _take_lock(fd)
         left = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()} {command}\n".encode(), 0)
+        # The record is written first and cut to length after, so that a command
+        # refused meanwhile never reads an empty or half-written holder.
+        record = f"{os.getpid()} {command}\n".encode()
+        os.pwrite(fd, record, 0)
+        os.ftruncate(fd, len(record))
         try:
             yield left
         finally:
@@ -415,6 +406,38 @@ def project_lock(lock_path: Path, *, command: str = "forkpatch") -> Iterator[str
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+#: How long a refused command waits for a holder that is just starting (its record
+#: not written yet) or just ending (its record cleared, the lock not yet released).
+_LOCK_SETTLE_S = 1.0
+
+
+def _take_lock(fd: int) -> None:
+    """flock ``fd`` (exclusive, not waiting for a running holder), or raise LockError
+    naming the holder: its pid and command as it recorded them."""
+    import time
+
+    deadline = time.monotonic() + _LOCK_SETTLE_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            pass
+        holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip().split("\n")[0]
+        pid_text, _, what = holder.partition(" ")
+        if not (pid_text.isdigit() and what) and time.monotonic() < deadline:
+            time.sleep(0.01)  # starting or ending: try again
+            continue
+        who = f"pid {pid_text}" if pid_text.isdigit() else "unknown pid"
+        if pid_text.isdigit() and not _pid_alive(int(pid_text)):
+            who += ", which is no longer running; its lock is held by a child process"
+        raise LockError(
+            f"another forkpatch ({who}) is running on this project: "
+            f"`forkpatch {what or '<unknown command>'}`",
+            tip="wait for it to finish, then run your command again",
+        )
 
 
 # --------------------------------------------------------------------------- paths inside a tree

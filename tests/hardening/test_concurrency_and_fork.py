@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import socket
@@ -264,6 +265,69 @@ def test_fork_unreachable_after_init_keeps_working_offline(
     assert not (project / ".forkpatch" / "rebase").exists()
 
 
+# ----------------------------------------------------------------- the lock's own race
+
+
+def _hold(lock: Path, content: bytes) -> int:
+    """Another holder of ``lock`` (an open file description of its own) with ``content``."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, content, 0)
+    return fd
+
+
+# The moments a command started together with another one can meet the lock in:
+# (record the holder has, what it does 50 ms later, what the loser must see).
+LOCK_RACES = {
+    "holder still writing its record": (b"", "write", "refused, naming it"),
+    "holder ending (record cleared)": (b"", "release", "runs"),
+    "holder with no record": (b"", None, "refused"),
+    "holder with a garbage record": (b"garbage", None, "refused"),
+    "holder with a record cut short": (b"12", None, "refused"),
+}
+
+
+@pytest.mark.parametrize("case", list(LOCK_RACES))
+def test_the_lock_never_reports_a_half_written_holder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    """Two commands started together (the race `test_racing_processes_never_interleave`
+    once lost): the loser must not read an empty or partial record and report an
+    "unknown pid", nor refuse a holder that is letting go."""
+    from forkpatch import fsutil
+    from forkpatch.errors import LockError
+
+    content, then, expect = LOCK_RACES[case]
+    monkeypatch.setattr(fsutil, "_LOCK_SETTLE_S", 0.5)
+    lock = tmp_path / "s" / "lock"
+    fd = _hold(lock, content)
+    actions = {
+        "write": lambda: os.pwrite(fd, f"{os.getpid()} import\n".encode(), 0),
+        "release": lambda: fcntl.flock(fd, fcntl.LOCK_UN),
+    }
+    timer = threading.Timer(0.05, actions[then]) if then else None
+    if timer:
+        timer.start()
+    try:
+        if expect == "runs":
+            with fsutil.project_lock(lock, command="push") as left:
+                assert left is None
+                assert lock.read_text() == f"{os.getpid()} push\n"
+            return
+        with pytest.raises(LockError) as exc, fsutil.project_lock(lock, command="push"):
+            pass
+        assert "another forkpatch" in exc.value.message
+        if expect == "refused, naming it":
+            assert f"pid {os.getpid()}" in exc.value.message
+            assert "`forkpatch import`" in exc.value.message
+    finally:
+        if timer:
+            timer.join()
+        os.close(fd)
+
+
 RELIABILITY = [
     Row(
         "concurrency",
@@ -282,6 +346,15 @@ RELIABILITY = [
         "two imports started together",
         f"{RACES} races",
         "each import done whole or refused whole; series.yaml and patches/ agree",
+    ),
+    Row(
+        "concurrency",
+        "the loser of a start-up race reads the lock record while the holder writes it, "
+        "after it cleared it, or a record that is garbage",
+        f"{len(LOCK_RACES)} cases",
+        "it waits up to 1 s for the record (then names the holder's pid and command) or "
+        "for the lock (then runs); an unreadable record is still refused, never as "
+        "'unknown pid' for a live writer",
     ),
     Row(
         "fork moving",

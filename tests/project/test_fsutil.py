@@ -59,6 +59,15 @@ def test_lock_is_exclusive_and_names_holder(tmp_path):
     assert lock.read_text() == ""
 
 
+def test_a_longer_earlier_record_is_cut_to_the_new_one(tmp_path):
+    lock = tmp_path / "s" / "lock"
+    lock.parent.mkdir(parents=True)
+    lock.write_text("999999 a-very-long-command-that-was-killed --with --options\n")
+    with project_lock(lock, command="pop") as left:
+        assert left is not None and left.startswith("999999 ")
+        assert lock.read_text() == f"{os.getpid()} pop\n"
+
+
 # --------------------------------------------------------------------------- writes inside a tree
 
 
