@@ -5,14 +5,13 @@ minutes of set-up and named neither)."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from forkpatch.errors import SmokeError
-from forkpatch.smoke.env import check_python_fits
+from forkpatch.smoke.env import check_python_fits, python_version
 
 HERE = f"{sys.version_info[0]}{sys.version_info[1]}"
 OTHER = f"3{sys.version_info[1] + 1}"
@@ -48,17 +47,8 @@ def _other_python() -> str | None:
     candidates = [shutil.which(f"python3.{m}") for m in range(8, 15)]
     candidates += [str(p) for p in sorted(Path.home().glob(".pyenv/versions/3.*/bin/python3"))]
     for cand in filter(None, candidates):
-        try:
-            got = subprocess.run(
-                [cand, "-c", "import sys; print(*sys.version_info[:2])"],
-                capture_output=True,
-                text=True,
-                timeout=30,
-                check=True,
-            ).stdout.split()
-        except (OSError, subprocess.SubprocessError):
-            continue
-        if got and got != [str(sys.version_info[0]), str(sys.version_info[1])]:
+        got = python_version(cand, timeout=30)
+        if got is not None and got != sys.version_info[:2]:
             return cand
     return None
 

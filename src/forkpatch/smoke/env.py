@@ -220,28 +220,35 @@ def smoke_env(
             shutil.rmtree(root, ignore_errors=True)
 
 
+def python_version(python: str, *, timeout: float = 60) -> tuple[int, int] | None:
+    """(major, minor) of the interpreter ``python`` (None: it does not run)."""
+    if python == sys.executable:
+        return sys.version_info[0], sys.version_info[1]
+    try:
+        out = subprocess.run(
+            [python, "-c", "import sys; print(*sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=True,
+        ).stdout.split()
+        return int(out[0]), int(out[1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
+
+
 def check_python_fits(wheels: Sequence[Path], python: str) -> None:
     """Refuse at once (before any venv is made) a wheel built for another Python than
     ``python`` (a cp311 wheel with --python 3.12), naming both."""
     from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
-    if python == sys.executable:
-        major, minor = sys.version_info[:2]
-    else:
-        try:
-            out = subprocess.run(
-                [python, "-c", "import sys; print(*sys.version_info[:2])"],
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=True,
-            ).stdout.split()
-            major, minor = int(out[0]), int(out[1])
-        except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-            raise SmokeError(
-                f"cannot run --python {python}",
-                tip="give --python the path of a working Python interpreter",
-            ) from None
+    version = python_version(python)
+    if version is None:
+        raise SmokeError(
+            f"cannot run --python {python}",
+            tip="give --python the path of a working Python interpreter",
+        )
+    major, minor = version
     for wheel in wheels:
         try:
             tags = parse_wheel_filename(Path(wheel).name)[3]
