@@ -96,7 +96,13 @@ def register(cli: click.Group) -> None:
     )
 
     @cli.command()
-    @click.option("--onto", required=True, metavar="TAG", help="Tag of the fork to check against.")
+    @click.option(
+        "--onto",
+        required=True,
+        metavar="REF",
+        help="Where to check the series: a tag of the fork, a branch (main, origin/main) "
+        "or a commit id.",
+    )
     @three_way_opt
     @fuzz_opt
     @click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
@@ -119,7 +125,12 @@ def register(cli: click.Group) -> None:
             raise PatchesConflict(f"a patch conflicts on {onto}")
 
     @cli.command()
-    @click.option("--onto", metavar="TAG", help="Tag of the fork to move the series to.")
+    @click.option(
+        "--onto",
+        metavar="REF",
+        help="Where to move the series: a tag of the fork (the usual target), a branch "
+        "or a commit id.",
+    )
     @click.option(
         "--continue",
         "continue_",
@@ -156,7 +167,6 @@ def register(cli: click.Group) -> None:
         `--skip` or `--abort`.
         """
         from forkpatch import rebase as core
-        from forkpatch.rebase import report as report_mod
 
         chosen = [
             n
@@ -201,14 +211,21 @@ def register(cli: click.Group) -> None:
                 raise
         if as_json:
             log.emit_json(result.report)
-        else:
-            log.info(report_mod.markdown(result.report))
-        log.info(
-            f"rebased onto {result.plan.onto}: "
+            return
+        # The result: what happened and where the whole report is (the Markdown is a
+        # pull request body, not terminal output).
+        summary = result.report["summary"]
+        click.echo(
+            f"rebased onto {result.plan.onto} ({result.plan.onto_commit[:12]}): "
+            + (", ".join(f"{n} {s}" for s, n in summary.items()) or "no patches")
+            + "; "
             + (f"{len(result.written)} file(s) changed" if result.written else "nothing changed")
         )
+        for d in result.report["dropped"]:
+            click.echo(f"  dropped {d['name']} ({d['status']}): {d['reason']}")
         for p in result.report_paths:
-            log.info(f"report: {p}")
+            if p.suffix == ".md":
+                click.echo(f"report: {p}")
 
 
 def _check_writable(directory: Path) -> None:

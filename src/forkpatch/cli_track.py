@@ -237,7 +237,7 @@ def _track(c: Any, a: _Args) -> None:
             report.target = core.pick_tag(project, report, a.tag)
             report.bot_branch = core.bot_branch(project, a.tag)
         if not a.no_forecast:
-            report.forecast = core.forecast(project)
+            report.forecast = core.forecast_or_warn(project)
         if a.as_json:
             log.emit_json(report.to_json())
         _print_report(report)

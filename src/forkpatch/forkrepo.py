@@ -28,8 +28,10 @@ import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
-from forkpatch.errors import ForkRepoError, GitError
+from forkpatch import log
+from forkpatch.errors import ForkRepoError, GitError, UsageError
 from forkpatch.git import Git, init_bare
 from forkpatch.redact import hide_url_secrets
 
@@ -82,6 +84,31 @@ def choose_source(url: str, override: str | None = None) -> tuple[str, str]:
     if env:
         return env, ENV_FORK_REPO
     return url, "fork.url"
+
+
+RefKind = Literal["tag", "branch", "remote branch", "ref", "commit"]
+
+#: (source, tag) pairs already warned about in this process: "no tag, using the
+#: recorded commit" is said once per command, not once per call.
+_WARNED_NO_TAG: set[tuple[str, str]] = set()
+
+
+@dataclass(frozen=True)
+class ResolvedRef:
+    """What a name given on the command line (``--onto main``) resolved to in the fork."""
+
+    name: str
+    commit: str
+    kind: RefKind
+    #: The full ref name (``refs/heads/main``), or the commit id for a commit.
+    ref: str
+
+    def describe(self) -> str:
+        """``main (branch refs/heads/main at ae13773a0dee)``, for messages and reports."""
+        if self.kind == "commit":
+            return f"commit {self.commit[:12]}"
+        where = "" if self.ref == f"refs/tags/{self.name}" else f" {self.ref}"
+        return f"{self.name} ({self.kind}{where} at {self.commit[:12]})"
 
 
 @dataclass
@@ -213,7 +240,7 @@ class ForkRepo:
                 raise ForkRepoError(
                     f"tag '{tag}' is not in the fork ({self.source}); "
                     f"nearest known tags: {', '.join(nearest_tags(tag, tags)) or 'none'}",
-                    tip="`git ls-remote --tags <fork>` lists them",
+                    tip=self._tags_tip(),
                 )
             commit = tags[tag]
             if (
@@ -226,6 +253,106 @@ class ForkRepo:
                 raise ForkRepoError(f"tag '{tag}' could not be read from {self.source}")
             commit = resolved
         return commit
+
+    def resolve_ref(self, name: str) -> ResolvedRef:
+        """Any name of a commit of the fork: a tag first (the usual target), then a
+        branch, a remote-tracking branch (``origin/main``), a full ref name, a commit id.
+
+        The commit is present in the store afterwards (a tag's ref is copied or
+        fetched as :meth:`resolve_tag` does; a remote branch head is fetched).
+        """
+        if not name or name.startswith("-") or any(c.isspace() or ord(c) < 32 for c in name):
+            raise UsageError(
+                f"'{name}' is not a ref name",
+                tip="give a tag (v1.3.0), a branch (main, origin/main) or a commit id",
+            )
+        if self.local:
+            return self._resolve_local_ref(name)
+        return self._resolve_remote_ref(name)
+
+    def _resolve_local_ref(self, name: str) -> ResolvedRef:
+        candidates: list[tuple[str, RefKind]] = []
+        if not name.startswith("refs/"):
+            candidates += [
+                (f"refs/tags/{name}", "tag"),
+                (f"refs/heads/{name}", "branch"),
+                (f"refs/remotes/{name}", "remote branch"),
+            ]
+        else:
+            candidates.append((name, "tag" if name.startswith("refs/tags/") else "ref"))
+        for ref, kind in candidates:
+            commit = self._source_git.commit_of(ref)
+            if commit is None:
+                continue
+            if kind == "tag":
+                tag = ref[len("refs/tags/") :]
+                return ResolvedRef(tag, self.resolve_tag(tag), "tag", ref)
+            if kind == "ref" and ref.startswith("refs/heads/"):
+                kind = "branch"
+            elif kind == "ref" and ref.startswith("refs/remotes/"):
+                kind = "remote branch"
+            return ResolvedRef(name, commit, kind, ref)
+        if re.fullmatch(r"[0-9a-fA-F]{4,40}", name):
+            commit = self._source_git.commit_of(name)
+            if commit is not None:
+                return ResolvedRef(name, commit, "commit", commit)
+        raise self._unknown_ref(name, self.source_tags(), self._local_branches())
+
+    def _local_branches(self) -> list[str]:
+        out = self._source_git.run(
+            "for-each-ref", "--format=%(refname:short)", "refs/heads", "refs/remotes", check=False
+        ).stdout.decode("utf-8", "replace")
+        return [line for line in out.splitlines() if line and not line.endswith("/HEAD")]
+
+    def _resolve_remote_ref(self, name: str) -> ResolvedRef:
+        tags = self.source_tags()
+        tag = name[len("refs/tags/") :] if name.startswith("refs/tags/") else name
+        if tag in tags:
+            return ResolvedRef(tag, self.resolve_tag(tag), "tag", f"refs/tags/{tag}")
+        proc = self.store.run(
+            "ls-remote", "--heads", self.source, check=False, timeout=FETCH_TIMEOUT
+        )
+        if proc.returncode != 0:
+            raise self._remote_error("list branches of", proc)
+        heads: dict[str, str] = {}
+        for line in proc.stdout.decode("utf-8", "replace").splitlines():
+            oid, _, ref = line.partition("\t")
+            heads[ref[len("refs/heads/") :]] = oid
+        branch = name[len("refs/heads/") :] if name.startswith("refs/heads/") else name
+        branch = branch[len("origin/") :] if branch.startswith("origin/") else branch
+        if branch in heads:
+            self.fetch([f"+refs/heads/{branch}:refs/fork/heads/{branch}"])
+            commit = self.store.commit_of(f"refs/fork/heads/{branch}")
+            if commit is not None:
+                return ResolvedRef(name, commit, "branch", f"refs/heads/{branch}")
+        if re.fullmatch(r"[0-9a-fA-F]{4,40}", name):
+            commit = self.store.commit_of(name)
+            if commit is None:
+                self.fetch()
+                commit = self.store.commit_of(name)
+            if commit is not None:
+                return ResolvedRef(name, commit, "commit", commit)
+        raise self._unknown_ref(name, tags, sorted(heads))
+
+    def _unknown_ref(self, name: str, tags: dict[str, str], branches: list[str]) -> ForkRepoError:
+        near = nearest_tags(name, tags)
+        import difflib
+
+        near_branches = difflib.get_close_matches(name, branches, n=3, cutoff=0.5)
+        known = f"nearest tags: {', '.join(near) or 'none'}"
+        if near_branches:
+            known += f"; branches: {', '.join(near_branches)}"
+        return ForkRepoError(
+            f"'{name}' is not a tag, branch or commit of the fork ({self.source}); {known}",
+            tip=self._tags_tip()
+            if not tags
+            else "give a tag, a branch (main, origin/main) or a commit id of the fork",
+        )
+
+    def _tags_tip(self) -> str:
+        if self.local:
+            return f"`git -C {self.source} fetch --tags` brings the tags a clone lacks"
+        return f"`git ls-remote {self.source}` lists the fork's tags and branches"
 
     def _local_base(self, tag: str, recorded: str) -> str:
         """The commit ``tag`` names in a local fork that holds ``recorded``, with the
@@ -245,12 +372,40 @@ class ForkRepo:
             # (another fork, FORKPATCH_FORK_REPO left over from other work) would
             # otherwise show up as a moved tag or as patches that do not apply.
             self.require_commit(recorded, f"series.yaml's base ({tag})")
+            if self._source_git.rev_parse(f"refs/tags/{tag}") is None:
+                # A clone without tags (`--no-tags`, a CI checkout) that holds the
+                # recorded commit: the commit is the base; the tag only names it.
+                self._warn_no_tag(tag, recorded)
+                return recorded
             return self.resolve_tag(tag)  # not there: its error lists the near tags
         oid, commit, _recorded = out
         loose = self.store.git_dir / "refs" / "tags" / tag
         if not (loose.is_file() and loose.read_text().strip() == oid):
             self.store.update_ref(f"refs/tags/{tag}", oid)
         return commit
+
+    def _warn_no_tag(self, tag: str, recorded: str) -> None:
+        if (self.source, tag) in _WARNED_NO_TAG or recorded == tag.lower():
+            return  # a base named by its commit id needs no tag
+        _WARNED_NO_TAG.add((self.source, tag))
+        if self._is_branch(tag):
+            # A series rebased onto a branch: the branch moves on, the base stays.
+            log.info(
+                f"base: '{tag}' is a branch of the fork; the series is based on the commit "
+                f"series.yaml records, {recorded[:12]}"
+            )
+            return
+        log.warn(
+            f"the fork ({self.source}) has no tag '{tag}'; using the commit series.yaml "
+            f"records for it, {recorded[:12]}; {self._tags_tip()}"
+        )
+
+    def _is_branch(self, name: str) -> bool:
+        if self.local:
+            refs = (f"refs/heads/{name}", f"refs/remotes/{name}")
+            return any(self._source_git.rev_parse(ref) is not None for ref in refs)
+        branch = name[len("origin/") :] if name.startswith("origin/") else name
+        return self.store.rev_parse(f"refs/fork/heads/{branch}") is not None
 
     def _copy_local_tag(self, tag: str, commit: str) -> bool:
         """For a local fork, point the store's tag at the fork's tag object directly:
@@ -269,7 +424,15 @@ class ForkRepo:
         if self.local:
             current = self._local_base(tag, recorded)
         else:
-            current = self.resolve_tag(tag, refresh=False)
+            try:
+                current = self.resolve_tag(tag, refresh=False)
+            except ForkRepoError:
+                if not self.commit_exists(recorded):
+                    self.fetch()
+                if not self.commit_exists(recorded):
+                    raise
+                self._warn_no_tag(tag, recorded)
+                current = recorded
         if current != recorded:
             raise ForkRepoError(
                 f"tag '{tag}' in the fork ({self.source}) now points to {current}, but "

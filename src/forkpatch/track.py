@@ -339,19 +339,29 @@ def fork_branch_head(project: Project) -> tuple[str, str]:
     wanted = project.series.section("track").get("branch")
     if fork.local:
         src = Git(local_git_dir(fork.source))
+        # The fork's remote may have any name (`upstream`, `1cat`), or there may be
+        # none (a bare mirror): origin first, then every other remote, then heads.
+        remotes = src.run(
+            "for-each-ref", "--format=%(refname)", "refs/remotes", check=False
+        ).stdout.decode("utf-8", "replace")
+        prefixes = sorted(
+            {"/".join(r.split("/")[:3]) for r in remotes.split() if r.count("/") >= 3},
+            key=lambda prefix: prefix != "refs/remotes/origin",
+        )
         names: list[str] = []
         if wanted:
-            names = [f"refs/remotes/origin/{wanted}", f"refs/heads/{wanted}"]
+            names = [*(f"{pre}/{wanted}" for pre in prefixes), f"refs/heads/{wanted}"]
         else:
-            for sym in ("refs/remotes/origin/HEAD", "HEAD"):
+            for sym in (*(f"{pre}/HEAD" for pre in prefixes), "HEAD"):
                 proc = src.run("symbolic-ref", "-q", sym, check=False)
                 if proc.returncode == 0:
                     names.append(proc.stdout.decode().strip())
+            names += [f"{pre}/{b}" for pre in prefixes for b in ("main", "master")]
             names += ["refs/heads/main", "refs/heads/master"]
         for ref in names:
             commit = src.commit_of(ref)
             if commit is not None:
-                return re.sub(r"^refs/(remotes/origin|heads)/", "", ref), commit
+                return re.sub(r"^refs/(remotes/[^/]+|heads)/", "", ref), commit
         raise ForkRepoError(
             f"cannot find the default branch of the fork at {fork.source}"
             + (f" (track.branch: {wanted})" if wanted else ""),
@@ -380,6 +390,16 @@ def _classify_on_branch(project: Project, branch: str, head: str) -> list[Any]:
     from forkpatch import rebase as rb
 
     return list(rb.classify(project, rb.Target(branch, head)).outcomes)
+
+
+def forecast_or_warn(project: Project) -> Forecast | None:
+    """:func:`forecast`, or None with a warning when the fork's branch cannot be had:
+    the forecast is extra; the release answer must come without it."""
+    try:
+        return forecast(project)
+    except ForkRepoError as exc:
+        log.warn(f"no forecast: {exc.message}" + (f" ({exc.tip})" if exc.tip else ""))
+        return None
 
 
 def forecast(project: Project) -> Forecast:

@@ -51,15 +51,9 @@ FP8 = "vllm/model_executor/layers/quantization/online/fp8.py"
 
 def _export_patched(tag: str, dest: Path) -> Path:
     """The fork's vllm/ at ``tag`` in ``dest``, with patches 1-4 applied."""
-    has_tag = subprocess.run(
-        ["git", "--git-dir", FORK_REPO, "rev-parse", "-q", "--verify", f"refs/tags/{tag}"],
-        capture_output=True,
-        check=False,
-    )
-    if has_tag.returncode != 0:
-        pytest.skip(f"{FORK_REPO} has no tag {tag}")
+    realfork.tags_or_skip(tag)
     archive = subprocess.run(
-        ["git", "--git-dir", FORK_REPO, "archive", "--format=tar", tag, "vllm"],
+        ["git", "--git-dir", realfork.git_dir(FORK_REPO), "archive", "--format=tar", tag, "vllm"],
         capture_output=True,
         check=True,
     ).stdout

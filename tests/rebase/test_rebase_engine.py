@@ -99,13 +99,13 @@ def test_no_op_rebase_changes_zero_bytes(example_project):
 def test_unknown_tag_lists_nearest(example_project):
     _project, run = example_project
     _, _, err = run("check", "--onto", "v1.3.1", expect=1)
-    assert "tag 'v1.3.1' is not in the fork" in err and "v1.3.0" in err
+    assert "'v1.3.1' is not a tag, branch or commit of the fork" in err and "v1.3.0" in err
 
 
 def test_backwards_rebase_is_allowed_but_said(example_project):
     _project, run = example_project
     _, _, err = run("check", "--onto", "v1.2.0")
-    assert "goes backwards" in err
+    assert "older than the series' base v1.2.1" in err and "backwards" in err
 
 
 def test_rebase_moves_the_stack_work_tree(example_project):

@@ -155,6 +155,42 @@ def test_track_branch_setting_picks_the_forecast_branch(tmp_path, fork):
     assert fork_branch_head(_project(tmp_path / "b", fork.path)) == ("main", fork.rev("main"))
 
 
+@pytest.mark.parametrize("remote", ["upstream", "1cat", "origin"])
+def test_the_forecast_branch_is_found_whatever_the_remote_is_named(tmp_path, fork, remote):
+    """A developer's clone with its remote named `upstream` and a topic branch checked
+    out: the forecast is on the fork's default branch, not on the topic branch."""
+    import subprocess
+
+    from forkpatch.track import fork_branch_head
+    from support.git import GIT_ENV
+
+    clone = tmp_path / "clone"
+    subprocess.run(
+        ["git", "clone", "-q", "-o", remote, str(fork.path), str(clone)],
+        check=True,
+        env={**GIT_ENV, "PATH": "/usr/bin:/bin"},
+    )
+    subprocess.run(["git", "-C", str(clone), "checkout", "-qb", "topic", "v1.2.1"], check=True)
+    subprocess.run(["git", "-C", str(clone), "branch", "-qD", "main"], check=True)
+    assert fork_branch_head(_project(tmp_path, clone)) == ("main", fork.rev("main"))
+
+
+def test_track_answers_without_a_forecast_when_no_branch_is_found(tmp_path, fork, capsys):
+    """No default branch to forecast against (a tags-only mirror): a warning, and the
+    release answer still comes (exit 10 for the new release)."""
+    fork.tag("v1.3.0", "main")
+    fork.git("checkout", "-q", "--detach", "main")
+    fork.git("branch", "-qD", "main")
+    project = _project(tmp_path, fork.path)
+    capsys.readouterr()
+    assert main(["-C", str(project.root), "track", "--json"]) == 10
+    out, err = capsys.readouterr()
+    data = json.loads(out)
+    assert data["forecast"] is None
+    assert "v1.3.0" in out
+    assert "no forecast: cannot find the default branch" in err and "track.branch" in err
+
+
 def test_run_options_need_run(tmp_path, fork, capsys):
     project = _project(tmp_path, fork.path)
     assert main(["-C", str(project.root), "track", "--no-publish"]) == 2

@@ -44,7 +44,7 @@ from forkpatch.errors import BuildError
 from forkpatch.wheels import wheelhouse
 from forkpatch.wheels.container import CacheConfig, compile_in_container
 from forkpatch.wheels.options import BuildOptions
-from support import REPO_ROOT
+from support import REPO_ROOT, realfork
 
 pytestmark = [pytest.mark.docker, pytest.mark.cuda, pytest.mark.slow]
 
@@ -103,12 +103,12 @@ def cuda_standin(docker_client) -> str:  # type: ignore[no-untyped-def]
 
 @pytest.fixture(scope="module")
 def fork_tree(tmp_path_factory) -> Path:  # type: ignore[no-untyped-def]
-    repo = os.environ.get("FORKPATCH_FORK_REPO") or str(
-        REPO_ROOT.parent / "shared" / "fixtures" / "1cat-vllm.git"
-    )
+    repo = realfork.FORK or str(realfork.FIXTURE_FORK)
     dest = tmp_path_factory.mktemp("fork")
     archive = subprocess.run(
-        ["git", "--git-dir", repo, "archive", FORK_TAG], capture_output=True, check=False
+        ["git", "--git-dir", realfork.git_dir(repo), "archive", FORK_TAG],
+        capture_output=True,
+        check=False,
     )
     if archive.returncode != 0:
         pytest.skip(f"no fork at {repo} with {FORK_TAG}: {_last(archive.stderr.decode())}")

@@ -65,6 +65,9 @@ class Target:
 
     name: str
     commit: str
+    #: What the name resolved to when it is not a tag ("main (branch refs/heads/main at
+    #: ae13773a0dee)"); empty for a tag.
+    resolved: str = ""
 
 
 @dataclass(frozen=True)
@@ -191,6 +194,7 @@ class Plan:
     relation: str  # see RELATIONS
     outcomes: tuple[Outcome, ...]
     head: str  # the last commit on the new base below the first conflict (onto when none)
+    onto_resolved: str = ""  # Target.resolved
 
     @property
     def ok(self) -> bool:
@@ -208,6 +212,7 @@ class Plan:
         out: dict[str, object] = {
             "onto": self.onto,
             "onto_commit": self.onto_commit,
+            **({"onto_resolved": self.onto_resolved} if self.onto_resolved else {}),
             "base": self.base,
             "base_commit": self.base_commit,
             "relation": self.relation,
@@ -222,7 +227,10 @@ class Plan:
 
 def relation_note(relation: str, base: str, onto: str) -> str | None:
     if relation == "backwards":
-        return f"{onto} is an ancestor of {base}: this rebase goes backwards"
+        return (
+            f"{onto} is older than the series' base {base} (one of its ancestors): "
+            "the series would move backwards"
+        )
     if relation == "diverged":
         return f"{onto} does not descend from {base}: the series moves to another line of history"
     return None
@@ -837,8 +845,16 @@ def _setup(project: Project, target: Target) -> Setup:
 
 
 def check_target(project: Project, onto: str) -> Setup:
-    """The series' base and the tag ``onto``, fetched into the store when missing."""
-    return _setup(project, Target(onto, project.fork().resolve_tag(onto)))
+    """The series' base and ``onto`` (a tag, a branch, a remote branch or a commit id),
+    fetched into the store when missing. A target that is not a tag is named once, with
+    what it resolved to."""
+    resolved = project.fork().resolve_ref(onto)
+    described = "" if resolved.kind == "tag" else resolved.describe()
+    if described:
+        log.info(f"--onto {onto}: {described}")
+    # A commit id is named in full: series.yaml's base records what the series is on.
+    name = resolved.commit if resolved.kind == "commit" else resolved.name
+    return _setup(project, Target(name, resolved.commit, described))
 
 
 def classifier_for(project: Project, setup: Setup, options: RebaseOptions) -> Classifier:
@@ -856,6 +872,7 @@ def _plan(setup: Setup, walk: Walk) -> Plan:
         relation=setup.relation,
         outcomes=tuple(walk.outcomes),
         head=walk.head,
+        onto_resolved=setup.target.resolved,
     )
 
 
