@@ -1,6 +1,6 @@
 """Apply a series onto its base: forkpatch vs ``git am`` vs ``quilt push -a``.
 
-Issue 2's target: ``forkpatch apply`` at least as fast as ``git am`` and at least
+The target: ``forkpatch apply`` at least as fast as ``git am`` and at least
 4x faster than ``quilt push -a``, on the same N patches (default 300) and the
 same ~5,800-file tree (made by gen_tree.py). Each tool starts from a fresh copy
 made outside the timed region:

@@ -1,6 +1,6 @@
 """A conflict-heavy rebase, resolved by a script: forkpatch vs git rebase vs git am -3.
 
-Issue 14's target: on a tree the size of the fork, a rebase that stops at 20
+The target: on a tree the size of the fork, a rebase that stops at 20
 conflicts costs at most what ``git rebase`` costs for the same stops, and a rebase
 without conflicts stays at or below 1/5 of ``git rebase`` (bench_rebase.py).
 

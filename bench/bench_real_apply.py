@@ -1,7 +1,7 @@
 """Apply the repository's own series to the real fork: ``forkpatch apply --sparse``
 vs ``forkpatch apply`` (full work tree) vs ``git am`` on an existing checkout.
 
-Issue 11's target: ``forkpatch apply --sparse`` on the real fork at least as fast
+The target: ``forkpatch apply --sparse`` on the real fork at least as fast
 as ``git am`` of the same series on an existing checkout of the fork.
 
 * forkpatch apply --sparse  a fresh project (series.yaml + patches/, no .forkpatch/):

@@ -1,8 +1,8 @@
 """Rebase a series onto a newer upstream: forkpatch vs git rebase vs git am -3 vs quilt.
 
-Issue 3's target: ``forkpatch rebase --onto v1.1.0`` takes at most 1/3 of
+The target: ``forkpatch rebase --onto v1.1.0`` takes at most 1/3 of
 ``git rebase``'s time, less than ``git am -3``'s, at least 4x less than quilt's,
-and grows linearly with the number of patches (100 / 300 / 1000). Issue 14 asks
+and grows linearly with the number of patches (100 / 300 / 1000). A later target asks
 for at most 1/5 of ``git rebase``'s time; both verdicts are printed.
 
 The generated drift (gen_tree.py) makes every patch land: most with an offset,
@@ -404,8 +404,8 @@ def report(
         print(table(rows, ["tool", "wall s", "range", "cpu s", f"tool / {ours}", "check", "note"]))
         if ref:
             for tool, need, label in (
-                ("git rebase", 3.0, "<= 1/3 of git rebase (issue 3)"),
-                ("git rebase", 5.0, "<= 1/5 of git rebase (issue 14)"),
+                ("git rebase", 3.0, "<= 1/3 of git rebase"),
+                ("git rebase", 5.0, "<= 1/5 of git rebase"),
                 ("git am -3", 1.0, "faster than git am -3"),
                 ("quilt push -a (fuzz 2)", 4.0, ">= 4x faster than quilt"),
             ):

@@ -1,6 +1,6 @@
 """Series of many patches: apply, a no-op export and a re-apply, with git process counts.
 
-Issue 12 item 15: on a 10,000-patch series a no-op ``export`` took 327 s and a
+Once, on a 10,000-patch series a no-op ``export`` took 327 s and a
 re-apply 514 s because both started git several times per patch. This bench builds
 a synthetic fork and series of N patches (no network, a few seconds to generate),
 then times, on one project:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the local stand-in for the CUDA base image (no registry is reachable
-# from CI, so `FROM nvidia/cuda:...` cannot be pulled; see DOCKER-NOTES.md).
+# from CI, so `FROM nvidia/cuda:...` cannot be pulled).
 #
 # A minbase Debian bookworm root file system, made with debootstrap and
 # imported as a docker image. It carries what a *container* build of the

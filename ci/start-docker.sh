@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Start a local Docker engine if none answers, and wait (max 60 s) until
 # `docker info` works. The machines ship only the client; the engine comes
-# from Debian's docker.io package (see DOCKER-NOTES.md).
+# from Debian's docker.io package.
 #
 # usage: ci/start-docker.sh        exit 0 when an engine answers
 set -euo pipefail

@@ -16,29 +16,15 @@ import pytest
 # The real-fork tier reads FORKPATCH_FORK_REPO when support.realfork is imported:
 # import it before the fixture below hides the variable from every test.
 import support.realfork  # noqa: F401
+from support import HIDDEN_ENV
 from support.cli import Runner
 from support.git import ScratchRepo
 from support.smoke import ExampleBuild, build_example
 
-# Settings that change what forkpatch itself does. A developer may have them
-# exported (FORKPATCH_FORK_REPO pointing at the real fork is common); no test
-# may see them, or a test built on the example fork would run on the real one.
-TOOL_ENV = (
-    "FORKPATCH_FORK_REPO",
-    "FORKPATCH_BASE_WHEEL",
-    "FORKPATCH_PUBLISH_TO",
-    "FORKPATCH_DEBUG",
-    "FORKPATCH_KEEP_CONTAINER",
-    "FORKPATCH_KEEP_SMOKE_ENV",
-    "FORKPATCH_TEST_KILL_AT",
-    "FORKPATCH_TEST_COUNT_WRITES",
-    "FORKPATCH_TEST_PAUSE_AFTER",
-)
-
 
 @pytest.fixture(autouse=True)
 def _no_developer_forkpatch_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in TOOL_ENV:
+    for name in HIDDEN_ENV:
         monkeypatch.delenv(name, raising=False)
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from forkpatch import log
-from forkpatch.errors import SeriesError, SmokeError, UsageError
+from forkpatch.errors import NoProjectError, SmokeError, UsageError
 from forkpatch.sections import SmokeConfig
 
 
@@ -16,10 +16,8 @@ def _project_or_none(c: Any) -> Any:
     """The project when there is a series.yaml (smoke and publish also work without one)."""
     try:
         return c.project()
-    except SeriesError as exc:
-        if "no series.yaml" in exc.message:
-            return None
-        raise
+    except NoProjectError:
+        return None
 
 
 def _bisect(

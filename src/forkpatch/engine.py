@@ -12,7 +12,6 @@ always rebuild: this is why patch files need no ``index`` lines.
 from __future__ import annotations
 
 import functools
-import os
 import re
 import subprocess
 import tempfile
@@ -95,6 +94,13 @@ class PatchResult:
     images: dict[str, tuple[bytes | None, bytes | None]] = field(default_factory=dict)
     # Shown whatever the status (e.g. a mode the patch names but the tree does not have).
     warnings: list[str] = field(default_factory=list)
+
+    def describe_failure(self, onto: str) -> str:
+        """Why the patch does not apply on ``onto`` (a tag, "the rebuilt stack"...), a
+        line per conflict, for an error message."""
+        lines = [f"patch '{self.name}' does not apply on {onto}:"]
+        lines += [f"  - {c.reason}" for c in self.conflicts]
+        return "\n".join(lines)
 
     def to_json(self) -> dict[str, object]:
         out: dict[str, object] = {
@@ -709,11 +715,3 @@ def canonical_diff(raw: bytes) -> bytes:
 
 def _is_index_line(line: bytes) -> bool:
     return line.startswith(b"index ") and b".." in line
-
-
-def tree_diff(git: Git, old: str, new: str) -> bytes:
-    return canonical_diff(git.diff_trees(old, new))
-
-
-def env_flag(name: str) -> bool:
-    return os.environ.get(name, "").lower() in ("1", "true", "yes", "on")

@@ -46,8 +46,17 @@ class SeriesError(ForkpatchError):
     """series.yaml is missing, malformed or inconsistent with patches/."""
 
 
+class NoProjectError(SeriesError):
+    """No series.yaml at or above the directory: not inside a project (commands that
+    also work without one, such as smoke and publish, go on without it)."""
+
+
 class PatchParseError(ForkpatchError):
     """A patch file cannot be parsed."""
+
+
+class PatchEncodingError(PatchParseError):
+    """A patch's description is not UTF-8 (a mail in another charset can be recoded)."""
 
 
 class PathSafetyError(ForkpatchError):

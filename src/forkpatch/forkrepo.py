@@ -32,6 +32,7 @@ from typing import Literal
 
 from forkpatch import log
 from forkpatch.errors import ForkRepoError, GitError, UsageError
+from forkpatch.fsutil import atomic_write
 from forkpatch.git import Git, init_bare
 from forkpatch.redact import hide_url_secrets
 
@@ -129,7 +130,7 @@ class ForkRepo:
         (project_dir / STORE_DIR).mkdir(parents=True, exist_ok=True)
         ignore = project_dir / STORE_DIR / ".gitignore"
         if not ignore.exists():
-            ignore.write_text("# forkpatch's private state; never commit it\n*\n")
+            atomic_write(ignore, b"# forkpatch's private state; never commit it\n*\n")
         git = Git(store_path) if (store_path / "HEAD").exists() else init_bare(store_path)
         repo = cls(store=git, source=source, local=local, chosen_by=chosen_by)
         if local:
@@ -147,9 +148,7 @@ class ForkRepo:
         objects = (src / "objects").resolve()
         alt = self.store.git_dir / "objects" / "info" / "alternates"
         alt.parent.mkdir(parents=True, exist_ok=True)
-        want = f"{objects}\n"
-        if not alt.exists() or alt.read_text() != want:
-            alt.write_text(want)
+        atomic_write(alt, f"{objects}\n".encode())  # no-op when the bytes are equal
         # A shallow clone's boundary commits have parents that are not there; git in
         # the store must know it too, or walking past them fails ("Failed to traverse
         # parents") instead of stopping there.
@@ -161,7 +160,7 @@ class ForkRepo:
             if want_shallow is None:
                 mine.unlink()
             else:
-                mine.write_bytes(want_shallow)
+                atomic_write(mine, want_shallow)
         self._source_git = Git(src)
 
     def source_tags(self) -> dict[str, str]:

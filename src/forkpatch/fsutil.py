@@ -314,10 +314,6 @@ def sweep_temps(directory: Path, *, recursive: bool = False) -> list[Path]:
     return found
 
 
-def atomic_write_text(path: Path, text: str) -> bool:
-    return atomic_write(path, text.encode("utf-8"))
-
-
 def file_sha256(path: Path) -> str:
     """sha256 of a file's bytes, read in 1 MiB blocks (wheels can be large)."""
     import hashlib
@@ -327,6 +323,40 @@ def file_sha256(path: Path) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+SUMS_FILE = "SHA256SUMS"
+
+
+def read_sums(directory: Path) -> dict[str, str]:
+    """``directory/SHA256SUMS`` as name -> sha256 (empty when there is none)."""
+    path = Path(directory) / SUMS_FILE
+    if not path.is_file():
+        return {}
+    found: dict[str, str] = {}
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        sha, _, name = line.partition("  ")
+        if name and re.fullmatch(r"[0-9a-f]{64}", sha):
+            found[name] = sha
+    return found
+
+
+def sums_text(files: Mapping[str, Path | str]) -> bytes:
+    """SHA256SUMS in ``sha256sum -c`` format, sorted by name: each value is the file
+    to hash or its sha256 already known (a gated wheel's, not a new read)."""
+    lines = []
+    for name in sorted(files):
+        value = files[name]
+        sha = value if isinstance(value, str) else file_sha256(value)
+        lines.append(f"{sha}  {name}\n")
+    return "".join(lines).encode("utf-8")
+
+
+def write_sums(directory: Path, files: Mapping[str, Path | str]) -> Path:
+    """``directory/SHA256SUMS`` for ``files`` (see :func:`sums_text`), written atomically."""
+    path = Path(directory) / SUMS_FILE
+    atomic_write(path, sums_text(files))
+    return path
 
 
 def _fsync_path(path: str) -> None:

@@ -20,8 +20,6 @@ from forkpatch.errors import GitError
 from forkpatch.redact import hide_url_secrets
 
 GIT_IDENTITY = ("forkpatch", "forkpatch@localhost")
-EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
-ZERO_OID = "0" * 40
 
 # Options that make `git diff-tree -p` output independent of the user's git
 # configuration and of the repository's size (full ids never change length).

@@ -38,13 +38,18 @@ from pathlib import Path, PurePosixPath
 
 from forkpatch import log
 from forkpatch.engine import Item, SeriesApplier, canonical_diff, diffs_of_commits
-from forkpatch.errors import PatchApplyError, PatchParseError, SeriesError, UsageError
+from forkpatch.errors import (
+    PatchApplyError,
+    PatchEncodingError,
+    PatchParseError,
+    SeriesError,
+    UsageError,
+)
 from forkpatch.patchfile import PatchFile, format_patch, parse_patch, upstream_refs
 from forkpatch.patchheader import HeaderLayout, header_fields
 from forkpatch.patchtext import PatchTexts
 from forkpatch.project import Project
 from forkpatch.series import NAME_RE, PatchEntry, check_series_file_path
-from forkpatch.stack import describe_failure
 
 __all__ = ["Incoming", "import_patches", "read_patch_file", "read_series_dir", "slugify"]
 
@@ -207,7 +212,7 @@ def _read(
     try:
         patch = parse_patch(data, source=source, strip=strip)
     except PatchParseError as exc:
-        recoded = _recoded_mail(data) if "not valid UTF-8" in exc.message else None
+        recoded = _recoded_mail(data) if isinstance(exc, PatchEncodingError) else None
         if recoded is None:
             raise
         data, canonical = recoded, True
@@ -514,7 +519,7 @@ def import_patches(
         inc = by_entry.get(bad.name)
         if inc is None or bad.name in converted or not _crlf_throughout(inc.data):
             raise PatchApplyError(
-                describe_failure(bad, f"{series.base.tag} with the patches before it")
+                bad.describe_failure(f"{series.base.tag} with the patches before it")
                 + "\nnothing was imported",
                 tip="import it against the right base, or fix it and import again",
             )

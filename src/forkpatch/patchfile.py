@@ -52,7 +52,7 @@ from unidiff.errors import UnidiffParseError
 from unidiff.patch import Hunk as UnidiffHunk
 from unidiff.patch import PatchSet
 
-from forkpatch.errors import PatchParseError, PathSafetyError
+from forkpatch.errors import PatchEncodingError, PatchParseError, PathSafetyError
 from forkpatch.fsutil import relpath_problem
 
 __all__ = [
@@ -174,10 +174,6 @@ class FilePatch:
         path = self.new_path if self.new_path is not None else self.old_path
         assert path is not None  # the parser never builds a FilePatch without a name
         return path
-
-    @property
-    def is_create(self) -> bool:
-        return self.old_path is None
 
     def mode_after(self, tree_mode: str | None) -> str:
         """The file's mode once the patch is applied to a file of ``tree_mode``.
@@ -516,9 +512,8 @@ class _Parser:
             return header.decode("utf-8")
         except UnicodeDecodeError as exc:
             bad_line = header.count(b"\n", 0, exc.start)
-            raise self.error(
-                bad_line,
-                "the description header is not valid UTF-8",
+            raise PatchEncodingError(
+                f"{self.source} line {bad_line + 1}: the description header is not valid UTF-8",
                 tip="re-save the description part of the patch as UTF-8",
             ) from None
 

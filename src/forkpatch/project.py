@@ -15,7 +15,7 @@ from typing import Any
 
 from forkpatch import log
 from forkpatch.engine import Item
-from forkpatch.errors import LockError, PathSafetyError, SeriesError, StateError
+from forkpatch.errors import LockError, NoProjectError, PathSafetyError, SeriesError, StateError
 from forkpatch.forkrepo import STORE_DIR, ForkRepo
 from forkpatch.fsutil import (
     TMP_NAME,
@@ -65,7 +65,7 @@ def find_root(start: Path) -> Path:
     for d in (start, *start.parents):
         if (d / SERIES_FILE).is_file():
             return d
-    raise SeriesError(
+    raise NoProjectError(
         f"no {SERIES_FILE} in {start} or any parent directory",
         tip="run `forkpatch init --fork-url URL --base TAG` to start a series, or pass -C DIR",
     )
@@ -167,10 +167,6 @@ class Project:
                     if rel not in listed:
                         out.append(rel)
         return sorted(out)
-
-    def write_patch(self, entry: PatchEntry, header: str, diff: bytes) -> bool:
-        """Write one patch file atomically; False when its bytes did not change."""
-        return bool(self.commit({entry: (header, diff)}))
 
     def save_series(self, series: Series) -> bool:
         changed = save_series(series, self.series_path)

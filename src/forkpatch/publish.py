@@ -49,7 +49,7 @@ from urllib.parse import quote, unquote, urljoin, urlsplit
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
-from forkpatch import log
+from forkpatch import fsutil, log
 from forkpatch.errors import PublishError, SmokeError
 from forkpatch.fsutil import (
     TMP_SUFFIX,
@@ -76,7 +76,6 @@ from forkpatch.wheels.runner import run as run_tool
 from forkpatch.wheels.runner import tail
 
 DEFAULT_REQUIRED_TIERS = ("static", "sm70")
-SUMS_FILE = "SHA256SUMS"
 
 
 @dataclass(frozen=True)
@@ -436,13 +435,14 @@ def _in_packages(rel: str) -> bool:
 
 def write_sums(directory: Path) -> Path:
     """SHA256SUMS (``sha256sum -c`` format) for the wheels and reports in ``directory``."""
-    lines = []
-    for p in sorted(directory.iterdir()):
-        if p.is_file() and (p.name.endswith(".whl") or p.name.endswith(REPORT_SUFFIX)):
-            lines.append(f"{sha256_file(p)}  {p.name}\n")
-    path = directory / SUMS_FILE
-    atomic_write(path, "".join(lines).encode())
-    return path
+    return fsutil.write_sums(
+        directory,
+        {
+            p.name: p
+            for p in directory.iterdir()
+            if p.is_file() and (p.name.endswith(".whl") or p.name.endswith(REPORT_SUFFIX))
+        },
+    )
 
 
 # ---- an upload index
@@ -760,12 +760,4 @@ def _publish_gated(opts: PublishOptions, gates: list[Gate]) -> list[Published]:
 def _merge_sums(directory: Path, files: Mapping[str, str]) -> None:
     """Update the lines for ``files`` (name -> sha256) in directory/SHA256SUMS, keeping
     the others (the wheel's line is the gated sha256, not a new read of the file)."""
-    path = directory / SUMS_FILE
-    lines: dict[str, str] = {}
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            sha, _, name = line.partition("  ")
-            if name:
-                lines[name] = sha
-    lines.update(files)
-    atomic_write(path, "".join(f"{sha}  {name}\n" for name, sha in sorted(lines.items())).encode())
+    fsutil.write_sums(directory, {**fsutil.read_sums(directory), **files})

@@ -160,10 +160,6 @@ class SectionConfig:
     KEYS: ClassVar[tuple[_Key, ...]]
 
     @classmethod
-    def key_names(cls) -> tuple[str, ...]:
-        return tuple(k.name for k in cls.KEYS)
-
-    @classmethod
     def from_values(cls, values: Mapping[str, Value]) -> Any:
         """Build the section from values read at known places (unknown keys refused)."""
         import difflib

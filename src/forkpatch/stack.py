@@ -68,13 +68,6 @@ class AppliedPatch:
         return self.commits[0]
 
 
-def describe_failure(result: PatchResult, onto: str) -> str:
-    lines = [f"patch '{result.name}' does not apply on {onto}:"]
-    for c in result.conflicts:
-        lines.append(f"  - {c.reason}")
-    return "\n".join(lines)
-
-
 class Stack:
     def __init__(self, project: Project) -> None:
         self.project = project
@@ -327,7 +320,7 @@ class Stack:
         bad = result.first_conflict()
         if bad is not None:
             raise PatchApplyError(
-                describe_failure(bad, f"{series.base.tag} with the patches below it")
+                bad.describe_failure(f"{series.base.tag} with the patches below it")
                 + f"\nthe work tree {path} holds the patches below it",
                 tip=f"fix patches/{series.get(bad.name).file}, or run `forkpatch push --merge` "
                 "to bring it in with conflict markers and resolve them",
@@ -500,8 +493,8 @@ class Stack:
                     tip=f"resolve them in {wt.work_tree}, then run `forkpatch refresh`",
                 )
             raise PatchApplyError(
-                describe_failure(
-                    bad, f"the top of the stack ({applied_names[-1] if applied_names else 'base'})"
+                bad.describe_failure(
+                    f"the top of the stack ({applied_names[-1] if applied_names else 'base'})"
                 ),
                 tip="run `forkpatch push --merge` to bring it in with conflict markers, or fix "
                 "the patch file",
@@ -699,7 +692,7 @@ class Stack:
             if bad is not None:
                 raise PatchApplyError(
                     f"your change to '{top.name}' breaks the patch above it:\n"
-                    + describe_failure(bad, f"the new '{top.name}'")
+                    + bad.describe_failure(f"the new '{top.name}'")
                     + "\nnothing in patches/ was changed; your edit is kept in the work tree",
                     tip=f"adjust the edit and run `forkpatch refresh` again, or run `forkpatch "
                     f"refresh --force` to save '{top.name}' alone and then `forkpatch push "
@@ -864,7 +857,7 @@ class Stack:
         if not result.ok:
             bad = result.first_conflict()
             assert bad is not None
-            raise PatchApplyError(describe_failure(bad, "the rebuilt stack"))
+            raise PatchApplyError(bad.describe_failure("the rebuilt stack"))
         self._widen(wt, self._touched(result))
         wt.run("reset", "-q", "--hard", result.head or self.base_commit())
         return order[:count]
@@ -951,7 +944,7 @@ class Stack:
         bad = result.first_conflict()
         if bad is not None:
             raise PatchApplyError(
-                describe_failure(bad, "the reordered series") + "\nnothing was changed",
+                bad.describe_failure("the reordered series") + "\nnothing was changed",
                 tip="patches that depend on each other must keep their order",
             )
         self.project.save_series(new_series)

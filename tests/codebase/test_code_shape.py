@@ -1,8 +1,9 @@
-"""The rebase package keeps the shape issue 13 asked for: typed state, small signatures."""
+"""The code keeps its shape: typed rebase state, small signatures, no pointers outside."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import forkpatch.rebase
@@ -38,3 +39,26 @@ def test_the_rebase_state_is_typed_not_a_dict_of_anything():
             f"{path.name} uses typing.Any"
         )
         assert "dict[str, Any]" not in text, path.name
+
+
+# What only exists outside the repository: the tracker's issue numbers and the
+# documents beside the checkout. The code and its comments must stand on their own.
+_OUTSIDE = re.compile(r"STYLE(?:\.md| points?\b)|FORK-NOTES|DOCKER-NOTES|\b[Ii]ssue \d+")
+
+
+def test_no_code_or_comment_points_outside_the_repository():
+    root = PACKAGE.parents[2]
+    sources = [
+        *root.joinpath("src").rglob("*.py"),
+        *root.joinpath("bench").glob("*.py"),
+        *(p for p in root.joinpath("ci").rglob("*") if p.suffix in {".sh", ".py", ".yml", ""}),
+        *root.joinpath(".github").rglob("*.yml"),
+    ]
+    found = [
+        f"{path.relative_to(root)}:{n}: {line.strip()[:80]}"
+        for path in sources
+        if path.is_file()
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if _OUTSIDE.search(line)
+    ]
+    assert found == []

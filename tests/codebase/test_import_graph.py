@@ -124,3 +124,13 @@ def test_the_core_does_not_import_the_layers_above_it():
     assert not any(m.startswith("forkpatch.rebase") for m in graph["forkpatch.project"])
     assert {m for m, targets in graph.items() if "forkpatch.demo" in targets} == {"forkpatch.cli"}
     assert "forkpatch.publish" not in graph["forkpatch.smoke.runner"]
+
+
+def test_only_the_editing_commands_and_the_rebase_reach_the_stack():
+    """The stack (the editable work tree) is a top floor: the build, the importer and
+    the engine below it use the engine's results, not the stack's helpers."""
+    graph = import_graph()
+    users = {m for m, targets in graph.items() if "forkpatch.stack" in targets}
+    assert not any(m.startswith(("forkpatch.wheels", "forkpatch.smoke")) for m in users), users
+    assert "forkpatch.importer" not in users
+    assert "forkpatch.engine" not in users

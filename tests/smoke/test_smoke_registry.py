@@ -13,7 +13,7 @@ from forkpatch.smoke import checks, incheck
 from forkpatch.smoke.report import CheckResult, SmokeReport, junit_xml
 from support import REPO_ROOT
 
-# The ids the real patch set's series.yaml uses (FORK-NOTES, "What a V100 smoke check must prove").
+# The ids the real patch set's series.yaml uses (what a V100 smoke check must prove).
 REAL_SET = [
     "static.version-metadata",
     "static.cli-version",

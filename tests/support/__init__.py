@@ -22,3 +22,22 @@ from __future__ import annotations
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+
+# Settings that change what forkpatch itself does, and credentials it would use. A
+# developer may have them exported (FORKPATCH_FORK_REPO pointing at the real fork is
+# common); no test may see them (tests/conftest.py hides them from every test, and
+# support.cli from every forkpatch subprocess), or a test built on the example fork
+# would run on the real one, or publish with the developer's password.
+HIDDEN_ENV = (
+    "FORKPATCH_FORK_REPO",
+    "FORKPATCH_BASE_WHEEL",
+    "FORKPATCH_PUBLISH_TO",
+    "FORKPATCH_DEBUG",
+    "FORKPATCH_KEEP_CONTAINER",
+    "FORKPATCH_KEEP_SMOKE_ENV",
+    "FORKPATCH_TEST_KILL_AT",
+    "FORKPATCH_TEST_COUNT_WRITES",
+    "FORKPATCH_TEST_PAUSE_AFTER",
+    "TWINE_USERNAME",
+    "TWINE_PASSWORD",
+)

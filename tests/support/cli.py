@@ -20,17 +20,8 @@ from pathlib import Path
 import pytest
 
 from forkpatch.cli import main as cli_main
+from support import HIDDEN_ENV
 from support.git import GIT_ENV
-
-# What a subprocess must not inherit from the developer or from another test.
-_HIDDEN = (
-    "FORKPATCH_FORK_REPO",
-    "FORKPATCH_TEST_KILL_AT",
-    "FORKPATCH_TEST_COUNT_WRITES",
-    "FORKPATCH_TEST_PAUSE_AFTER",
-    "TWINE_USERNAME",
-    "TWINE_PASSWORD",
-)
 
 
 class Runner:
@@ -59,7 +50,7 @@ class Runner:
 def env(**extra: str) -> dict[str, str]:
     """The environment of a forkpatch subprocess: the test identity, no tool settings."""
     e = {**os.environ, **GIT_ENV}
-    for key in _HIDDEN:
+    for key in HIDDEN_ENV:
         e.pop(key, None)
     e.update(extra)
     return e

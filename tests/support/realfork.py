@@ -35,7 +35,12 @@ SETUP = "bash tests/support/setup-real-fork.sh"
 
 _ENV = os.environ.get("FORKPATCH_FORK_REPO", "")
 FORK: str = _ENV or (str(FIXTURE_FORK) if FIXTURE_FORK.is_dir() else "")
-FORK_SOURCE = "FORKPATCH_FORK_REPO" if _ENV else "the fixture ../shared/fixtures/1cat-vllm.git"
+if _ENV:
+    FORK_SOURCE = "FORKPATCH_FORK_REPO"
+elif FORK:
+    FORK_SOURCE = "the fixture ../shared/fixtures/1cat-vllm.git"
+else:
+    FORK_SOURCE = "none (no FORKPATCH_FORK_REPO, no ../shared/fixtures/1cat-vllm.git)"
 BASE_TAG = "v1.2.1"
 
 # Modules the fork's code imports on the paths the tier exercises (the patched

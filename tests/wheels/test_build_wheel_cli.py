@@ -56,11 +56,9 @@ def test_container_and_overlay_builds_agree(example_project, example_fork, stand
     assert overlay["version"].startswith("1.2.1+fp.")
 
     c_wheel, o_wheel = Path(container["wheels"][0]), Path(overlay["wheels"][0])
-    assert (
-        c_wheel.name
-        == o_wheel.name.replace("py3-none-any", c_wheel.name.split("-", 2)[2].removesuffix(".whl"))
-        or True
-    )
+    # One distribution and one version; the tags may differ (the overlay keeps the base
+    # wheel's, the container build makes its own).
+    assert c_wheel.name.split("-")[:2] == o_wheel.name.split("-")[:2]
     c_py, o_py = _py_members(c_wheel), _py_members(o_wheel)
     assert set(c_py) == set(o_py)
     different = [n for n in c_py if c_py[n] != o_py[n]]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import sys
 import tarfile
@@ -10,15 +11,16 @@ from pathlib import Path
 import pytest
 
 from forkpatch.errors import BuildError
+from forkpatch.fsutil import read_sums
 from forkpatch.wheels.container import (
     CacheConfig,
     builder_context,
     builder_image_key,
     default_dockerfile,
     size_jobs,
-    write_sha256sums,
     write_source_tar,
 )
+from forkpatch.wheels.dist import commit_dist
 from forkpatch.wheels.runner import redact, run
 from support import REPO_ROOT
 from support.containers import make_synthetic_fork
@@ -183,16 +185,35 @@ def test_cache_config_from_env_and_secrets() -> None:
         CacheConfig(kind="sccache").container_env({})
 
 
-def test_sha256sums_lists_every_wheel(tmp_path: Path) -> None:
-    (tmp_path / "b-1-py3-none-any.whl").write_bytes(b"b")
-    (tmp_path / "a-1-py3-none-any.whl").write_bytes(b"a")
-    (tmp_path / "notes.txt").write_text("x")
-    text = write_sha256sums(tmp_path).read_text()
+def test_a_build_commits_its_wheels_and_sha256sums_as_one_unit(tmp_path: Path) -> None:
+    """The container path's outputs enter dist/ as the overlay path's do: every wheel
+    there (old and new) listed in SHA256SUMS, nothing else, and no journal left."""
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    (dist / "b-1-py3-none-any.whl").write_bytes(b"b")
+    (dist / "notes.txt").write_text("x")
+    staging = dist / ".forkpatch-stage-x"
+    staging.mkdir()
+    (staging / "a-1-py3-none-any.whl").write_bytes(b"a")
+    commit_dist(dist, [staging / "a-1-py3-none-any.whl"])
+    text = (dist / "SHA256SUMS").read_text()
     assert [line.split("  ")[1] for line in text.splitlines()] == [
         "a-1-py3-none-any.whl",
         "b-1-py3-none-any.whl",
     ]
     assert text.startswith("ca978112ca1bbdcafac231b39a23dc4da786eff8147c4e72b9807785afee48bb  ")
+    assert (dist / "a-1-py3-none-any.whl").read_bytes() == b"a"
+    assert read_sums(dist) == {
+        "a-1-py3-none-any.whl": hashlib.sha256(b"a").hexdigest(),
+        "b-1-py3-none-any.whl": hashlib.sha256(b"b").hexdigest(),
+    }
+    assert sorted(p.name for p in dist.iterdir()) == [
+        ".forkpatch-stage-x",
+        "SHA256SUMS",
+        "a-1-py3-none-any.whl",
+        "b-1-py3-none-any.whl",
+        "notes.txt",
+    ]
 
 
 def test_builder_files_ship_as_package_data() -> None:

@@ -29,7 +29,7 @@ leaves no file behind, and ``forkpatch smoke --tier static`` passes.
 
 The Rust frontend (optional in the fork's setup.py) is left out: directories
 holding ``cargo`` are dropped from PATH for the builds, as on a machine without
-it (FORK-NOTES: measured ~7 s, 2,351 files at v1.2.1).
+it (measured ~7 s, 2,351 files at v1.2.1).
 """
 
 from __future__ import annotations

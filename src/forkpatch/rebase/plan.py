@@ -1,6 +1,6 @@
 """The classification of a series on a new base: one :class:`Outcome` per patch.
 
-Everything here happens in memory (STYLE point 13): :class:`Classifier` applies
+Everything here happens in memory: :class:`Classifier` applies
 the series on the new base with :class:`forkpatch.engine.SeriesApplier` (exact,
 then a 3-way merge against the patch's own images on the old base), recognises
 patches that are already upstream (:mod:`forkpatch.rebase.upstream`) and, past
@@ -9,7 +9,7 @@ public entry point: ``check``, the rebase, its report and ``track``'s forecast
 all read the :class:`Plan` it returns. Only the rebase asks the classifier to
 write commits (objects in the private store; no ref moves, no files).
 
-The forecast (issue 14): a conflict does not end the classification. The patches
+The forecast: a conflict does not end the classification. The patches
 above it are classified on the tree *without* the conflicting patch (as if it
 were skipped) and, for those that share files with it, also on the tree *with*
 it, conflict markers and all (as if it were merged and the markers kept). A

@@ -1,7 +1,7 @@
 """``forkpatch rebase --onto`` / ``--continue`` / ``--skip`` / ``--abort``: one transaction.
 
 Every step reads the journal's :class:`~forkpatch.rebase.state.RebaseState`,
-does its work and writes the next state (STYLE points 6 and 14):
+does its work and writes the next state:
 
 1. ``rebase``: classify the series on the new base, creating its commits in
    the private store (objects only); save series.yaml and patches/ aside and

@@ -27,10 +27,10 @@ from packaging.version import InvalidVersion, Version
 from forkpatch import __version__, log
 from forkpatch.engine import SeriesApplier
 from forkpatch.errors import BuildError, PatchApplyError
-from forkpatch.fsutil import commit_files, file_sha256, recover_files, sweep_temps
+from forkpatch.fsutil import file_sha256, sweep_temps
 from forkpatch.project import Project
 from forkpatch.series import Series
-from forkpatch.stack import describe_failure
+from forkpatch.wheels.dist import commit_dist, dist_changes, recover_dist
 from forkpatch.wheels.identity import (
     BuilderInfo,
     PatchRecord,
@@ -49,7 +49,6 @@ from forkpatch.wheels.overlay import (
 
 MODES = ("auto", "overlay", "container")
 # The multi-file commit journal of a dist directory outside the project.
-DIST_JOURNAL = ".forkpatch-commit.json"
 
 
 @dataclass
@@ -135,8 +134,8 @@ def build_wheel(project: Project, opts: BuildOptions) -> BuildResult:
     base = fork.verify_base(series.base.tag, series.base.commit)
     out_dir = (opts.out_dir or project.root / (cfg.dist_dir or "dist")).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
+    recover_dist(out_dir)  # a build killed mid-commit (the container path's journal)
     if not out_dir.is_relative_to(project.root):
-        recover_files(out_dir / DIST_JOURNAL, root=out_dir)  # a build killed mid-commit
         sweep_temps(out_dir)
 
     with log.step(f"apply {len(series.patches)} patch(es) to {series.base.tag} in memory"):
@@ -144,7 +143,7 @@ def build_wheel(project: Project, opts: BuildOptions) -> BuildResult:
         bad = result.first_conflict()
         if bad is not None:
             raise PatchApplyError(
-                describe_failure(bad, series.base.tag),
+                bad.describe_failure(series.base.tag),
                 tip="fix the series first (`forkpatch status`)",
             )
     head = result.head or base
@@ -199,13 +198,11 @@ def build_wheel(project: Project, opts: BuildOptions) -> BuildResult:
             staged, prov = _overlay(
                 project, fork.store, head, touched, version, base_wheel, stage, series
             )
-            moves: dict[Path, bytes | Path | None] = {out_dir / w.name: w for w in staged}
-            moves[out_dir / "SHA256SUMS"] = _sums_text(out_dir, staged).encode()
             if out_dir.is_relative_to(project.root):
-                project.commit(extra=moves)
+                project.commit(extra=dist_changes(out_dir, staged))
             else:
                 # A dist directory outside the project keeps its own journal there.
-                commit_files(moves, journal=out_dir / DIST_JOURNAL, root=out_dir)
+                commit_dist(out_dir, staged)
             wheels = [out_dir / w.name for w in staged]
         finally:
             shutil.rmtree(stage, ignore_errors=True)
@@ -214,9 +211,6 @@ def build_wheel(project: Project, opts: BuildOptions) -> BuildResult:
         wheels, prov, log_path = _container(
             project, fork.store, head, version, out_dir, series, opts
         )
-        from forkpatch.wheels.container import write_sha256sums
-
-        write_sha256sums(out_dir)
     res = BuildResult(
         mode=mode,
         reason=reason,
@@ -228,13 +222,6 @@ def build_wheel(project: Project, opts: BuildOptions) -> BuildResult:
         sha256={w.name: file_sha256(w) for w in wheels},
     )
     return res
-
-
-def _sums_text(out_dir: Path, staged: list[Path]) -> str:
-    """SHA256SUMS (``sha256sum -c`` format) for dist/ once ``staged`` wheels are in it."""
-    wheels = {w.name: w for w in out_dir.glob("*.whl")}
-    wheels.update({w.name: w for w in staged})
-    return "".join(f"{file_sha256(wheels[name])}  {name}\n" for name in sorted(wheels))
 
 
 def _overlay(

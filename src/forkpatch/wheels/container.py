@@ -43,7 +43,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from forkpatch import log
 from forkpatch.errors import BuildError
-from forkpatch.fsutil import atomic_write
+from forkpatch.wheels.dist import commit_dist
 from forkpatch.wheels.options import (
     DEFAULT_BASE_IMAGE,
     BuildOptions,
@@ -479,7 +479,7 @@ class _LogStreamer:
 
 @dataclass
 class BuildContainer:
-    """A build container that is always removed again (STYLE point 9).
+    """A build container that is always removed again.
 
     ``with BuildContainer(client, image, ...) as box:`` creates it;
     :meth:`copy_in` puts the source tree at ``/src`` (``put_archive``),
@@ -870,41 +870,25 @@ def _wheelhouse_args(opts: BuildOptions, stack: ExitStack) -> tuple[dict[str, st
 def _publish(box: BuildContainer, out_dir: Path) -> list[Path]:
     """Wheels -> a staging directory -> ``out_dir``; then SHA256SUMS, atomically."""
     out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(
-        tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".partial", dir=out_dir.parent)
-    )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    # Staged inside out_dir (one file system for the renames; a killed build's stage
+    # is swept by the next one).
+    staging = Path(tempfile.mkdtemp(prefix=".forkpatch-stage-", dir=out_dir))
     try:
         staged = box.fetch_wheels(staging)
         if not staged:
             raise BuildError(
                 f"the build exited 0 but left no wheel in {OUT_DIR}; see the log {box.log_path}"
             )
-        out_dir.mkdir(parents=True, exist_ok=True)
-        wheels = []
-        for wheel in staged:
-            target = out_dir / wheel.name
-            os.replace(wheel, target)
-            wheels.append(target)
+        # The wheels and SHA256SUMS enter out_dir as one unit, as the overlay path's
+        # do: a build killed at any point leaves it all old or all new.
+        commit_dist(out_dir, staged)
+        wheels = [out_dir / wheel.name for wheel in staged]
+        for target in wheels:
             log.info(f"  {target} ({target.stat().st_size / 1024**2:.2f} MiB)")
-        write_sha256sums(out_dir)
         return wheels
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-
-
-def write_sha256sums(out_dir: Path) -> Path:
-    """``SHA256SUMS`` for every wheel in ``out_dir`` (``sha256sum -c`` format), written atomically."""
-    lines = []
-    for wheel in sorted(out_dir.glob("*.whl")):
-        digest = hashlib.sha256()
-        with open(wheel, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(block)
-        lines.append(f"{digest.hexdigest()}  {wheel.name}\n")
-    path = out_dir / "SHA256SUMS"
-    atomic_write(path, "".join(lines).encode())
-    return path
 
 
 def _ensure_volume(client: docker.DockerClient, name: str) -> None:
@@ -956,6 +940,5 @@ __all__ = [
     "connect",
     "ensure_builder_image",
     "size_jobs",
-    "write_sha256sums",
     "write_source_tar",
 ]

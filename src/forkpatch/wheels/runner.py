@@ -1,4 +1,4 @@
-"""One runner for external build tools (STYLE point 8).
+"""One runner for external build tools.
 
 Every external command a build runs goes through :func:`run`: the command is
 echoed on stderr, its output is kept, shown only when it fails, and a failure
