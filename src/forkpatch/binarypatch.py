@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from forkpatch.git import Git
+from forkpatch.git import Git, blob_id
 from forkpatch.patchfile import FilePatch, decode_binary_block
 
 _FULL_OID = re.compile(r"^[0-9a-f]{40}$")
@@ -12,12 +12,6 @@ _FULL_OID = re.compile(r"^[0-9a-f]{40}$")
 
 class BinaryPatchError(Exception):
     """The binary section cannot be applied to this content."""
-
-
-def _blob_id(data: bytes) -> str:
-    import hashlib
-
-    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
 def _decode_block(lines: list[bytes]) -> bytes:
@@ -82,7 +76,7 @@ def apply_binary(old: bytes | None, fp: FilePatch, git: Git | None = None) -> by
         and _FULL_OID.match(fp.old_oid)
         and old is not None
         and fp.old_oid != "0" * 40
-        and _blob_id(old) != fp.old_oid
+        and blob_id(old) != fp.old_oid
     ):
         raise BinaryPatchError(
             f"{fp.path}: the binary patch was made for another version of "
@@ -119,6 +113,6 @@ def apply_binary(old: bytes | None, fp: FilePatch, git: Git | None = None) -> by
         result = apply_delta(old or b"", data)
     else:
         raise BinaryPatchError(f"{fp.path}: unknown binary patch kind {kind!r}")
-    if fp.new_oid and _FULL_OID.match(fp.new_oid) and _blob_id(result) != fp.new_oid:
+    if fp.new_oid and _FULL_OID.match(fp.new_oid) and blob_id(result) != fp.new_oid:
         raise BinaryPatchError(f"{fp.path}: binary patch result does not match its blob id")
     return result

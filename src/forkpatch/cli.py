@@ -139,6 +139,12 @@ def status(c: Ctx, as_json: bool) -> None:
             )
         if report.worktree_problem:
             log.warn(f"{report.worktree_problem}; `forkpatch apply --force` rebuilds it")
+        for change in report.changes:
+            log.warn(change.describe())
+        if any(ch.applied and ch.side == "file" for ch in report.changes):
+            log.info(
+                "`forkpatch apply` (or `forkpatch edit NAME`) takes the files into the work tree"
+            )
         for o in report.orphans:
             log.warn(
                 f"patches/{o} is not listed in series.yaml (orphan); "
@@ -248,7 +254,8 @@ def edit(c: Ctx, name: str) -> None:
     "-f",
     "--force",
     is_flag=True,
-    help="Save even with conflict markers / when patches above no longer apply.",
+    help="Save even with conflict markers / when patches above no longer apply / over a "
+    "patch file changed outside forkpatch.",
 )
 @click.option(
     "--offsets",
@@ -313,10 +320,19 @@ def move(c: Ctx, name: str, before: str | None, after: str | None, position: int
     help="Also rewrite patches whose hunks only moved to other line numbers.",
 )
 @click.option(
-    "--force", is_flag=True, help="Export even patches that gained unresolved conflict markers."
+    "--force",
+    is_flag=True,
+    help="Export even patches that gained unresolved conflict markers, and over patch "
+    "files changed outside forkpatch (the work tree's version wins).",
+)
+@click.option(
+    "--skip-changed",
+    is_flag=True,
+    help="Leave patch files changed outside forkpatch as they are (for `forkpatch apply` "
+    "to take) and write the others.",
 )
 @pass_ctx
-def export(c: Ctx, offsets: bool, force: bool) -> None:
+def export(c: Ctx, offsets: bool, force: bool, skip_changed: bool) -> None:
     """Write every applied patch back to its file (only changed files are rewritten).
 
     A patch whose diff differs from its file only in the line numbers of its hunks
@@ -325,7 +341,7 @@ def export(c: Ctx, offsets: bool, force: bool) -> None:
     """
     stack = c.stack()
     with stack.project.locked("export"):
-        changed, moved = stack.export(offsets=offsets, force=force)
+        changed, moved = stack.export(offsets=offsets, force=force, skip_changed=skip_changed)
     log.info(
         f"{len(changed)} patch file(s) changed" + (": " + ", ".join(changed) if changed else "")
     )

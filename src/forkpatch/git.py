@@ -204,6 +204,13 @@ class Git:
         return True
 
 
+def blob_id(data: bytes) -> str:
+    """The id git gives ``data`` as a blob (``git hash-object``), without running git."""
+    import hashlib  # only where a blob id is needed: keeps start-up light
+
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
 def identity_env(date: str | None = None) -> dict[str, str]:
     """Author/committer for forkpatch's own commits. ``date`` makes ids reproducible."""
     env = {

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from forkpatch.engine import PatchResult, SeriesApplier
 from forkpatch.errors import SeriesError, UsageError
@@ -13,6 +14,9 @@ from forkpatch.fsutil import atomic_write
 from forkpatch.project import Project
 from forkpatch.redact import CREDENTIAL_TIP, hide_url_secrets, url_has_credentials
 from forkpatch.series import SERIES_FILE, load_series, new_series, save_series
+
+if TYPE_CHECKING:
+    from forkpatch.stack import OutsideChange
 
 # forkpatch's private state, and the wheels `build-wheel` writes (dist/ by default).
 GITIGNORE_LINES = (".forkpatch/", "dist/")
@@ -86,6 +90,9 @@ class StatusReport:
     worktree: str | None = None
     editing: str | None = None
     worktree_problem: str | None = None  # the work tree is on another base than series.yaml
+    # Patch files and series.yaml entries changed outside forkpatch since the work tree
+    # last matched them, and edits in the work tree not written to patches/ yet.
+    changes: list[OutsideChange] = field(default_factory=list)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -102,6 +109,7 @@ class StatusReport:
             "worktree": self.worktree,
             "editing": self.editing,
             "worktree_problem": self.worktree_problem,
+            "changes": [c.to_json() for c in self.changes],
         }
 
 
@@ -129,7 +137,10 @@ def series_status(project: Project) -> StatusReport:
             if report.worktree_problem is not None:
                 report.worktree = state["worktree"]
                 return report
-            report.applied = [a.name for a in stack.applied()]
+            wt = stack.wt()
+            applied = stack.applied(wt)
+            report.applied = [a.name for a in applied]
+            report.changes = stack.outside_changes(wt, applied, edits=True)
             report.worktree = state["worktree"]
             report.editing = (state.get("editing") or {}).get("patch")
         except SeriesError:

@@ -24,12 +24,12 @@ from forkpatch.fsutil import (
     check_relpath,
     commit_files,
     dump_state,
-    load_state,
+    parse_state,
     project_lock,
     recover_files,
     sweep_temps,
 )
-from forkpatch.git import Git
+from forkpatch.git import Git, blob_id
 from forkpatch.patchfile import PatchFile, format_patch, parse_patch
 from forkpatch.series import (
     COMMIT_RE,
@@ -46,7 +46,11 @@ from forkpatch.series import (
 
 STATE_FILE = "state.json"
 STACK_KIND = "stack"
-STACK_VERSION = 1
+# 2: ``synced``, what forkpatch last wrote or read for each patch file (SyncRecord).
+STACK_VERSION = 2
+# Older versions still read: their fields are a subset of this one's, and a state
+# without ``synced`` has its record rebuilt from the work tree (Stack.record).
+STACK_OLDER_VERSIONS = (1,)
 # The journal of a multi-file write (fsutil.commit_files) in progress.
 COMMIT_JOURNAL = "commit.json"
 # The journal of a rebase in progress (written by forkpatch.rebase.state): while it
@@ -146,6 +150,15 @@ class Project:
                 tip=f"restore the file, or remove the entry with `forkpatch delete {entry.name}`",
             ) from None
         return parse_patch(data, source=self.rel(path))
+
+    def file_blob(self, entry: PatchEntry) -> str | None:
+        """The git blob id of an entry's patch file as it is now (None: no file)."""
+        if entry.file is None:
+            return None
+        try:
+            return blob_id(self.patch_path(entry).read_bytes())
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            return None
 
     def items(self, entries: list[PatchEntry] | tuple[PatchEntry, ...] | None = None) -> list[Item]:
         chosen = self.series.patches if entries is None else entries
@@ -289,7 +302,7 @@ class Project:
     def moved(self) -> bool:
         """Whether this project's links name another directory (it was moved or copied)."""
         try:
-            state = load_state(self.state_dir / STATE_FILE, kind=STACK_KIND, version=STACK_VERSION)
+            state = _load_stack_state(self.state_dir / STATE_FILE)
         except StateError:
             state = None
         if state and state.get("root") not in (None, str(self.root)):
@@ -341,7 +354,7 @@ class Project:
         path. (The rebase keeps and validates its own journal: forkpatch.rebase.state.)
         """
         path = self.state_dir / STATE_FILE
-        raw = load_state(path, kind=STACK_KIND, version=STACK_VERSION)
+        raw = _load_stack_state(path)
         return None if raw is None else self._check_stack_state(raw, path)
 
     def write_state(self, data: Mapping[str, Any] | None) -> None:
@@ -444,6 +457,12 @@ class Project:
                         and all(o is None or (isinstance(o, str) and _OID.match(o)) for o in pair)
                     ):
                         raise bad(f"'merge_bases.{name}.{rel}' must be [oid|null, oid|null]")
+        synced = data.get("synced")
+        if synced is not None:
+            try:
+                SyncRecord.from_json(synced)
+            except ValueError as exc:
+                raise bad(f"'synced': {exc}") from None
         return out
 
     # ----------------------------------------------------------------- moved or copied
@@ -555,8 +574,84 @@ class Project:
         return done
 
 
-_STACK_KEYS = frozenset({"root", "worktree", "base", "editing", "merge_bases", "layout"})
+_STACK_KEYS = frozenset({"root", "worktree", "base", "editing", "merge_bases", "layout", "synced"})
 _OID = re.compile(r"\A[0-9a-f]{40}\Z")
+
+
+@dataclass(frozen=True)
+class FileRecord:
+    """A patch as forkpatch last wrote or read it for the work tree: its file, the blob
+    id of the file's bytes (None: there was no file) and the work tree's commit that
+    those bytes give or were written from (None: not applied, or applied in a form the
+    file does not hold, such as a `push --merge` with conflict markers)."""
+
+    file: str | None
+    blob: str | None
+    commit: str | None
+
+    def to_json(self) -> dict[str, str | None]:
+        return {"file": self.file, "blob": self.blob, "commit": self.commit}
+
+
+@dataclass(frozen=True)
+class SyncRecord:
+    """What the work tree last agreed with: each patch's :class:`FileRecord` and the
+    order of series.yaml's entries then. A patch file whose blob differs, or an entry
+    that is new, gone or moved, was changed outside forkpatch (a `git pull`, an edit)."""
+
+    patches: Mapping[str, FileRecord]
+    order: tuple[str, ...]
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "patches": {name: rec.to_json() for name, rec in self.patches.items()},
+            "order": list(self.order),
+        }
+
+    @classmethod
+    def from_json(cls, data: object) -> SyncRecord:
+        """The record from state.json, every field checked (ValueError says which)."""
+        if not isinstance(data, dict) or set(data) != {"patches", "order"}:
+            raise ValueError("must be {patches: {NAME: {file, blob, commit}}, order: [NAME...]}")
+        patches, order = data["patches"], data["order"]
+        if not isinstance(order, list) or not all(_is_name(n) for n in order):
+            raise ValueError(f"'order' must be a list of patch names, found {order!r}")
+        if not isinstance(patches, dict):
+            raise ValueError("'patches' must be a mapping")
+        out: dict[str, FileRecord] = {}
+        for name, rec in patches.items():
+            if not _is_name(name) or not isinstance(rec, dict) or set(rec) != _RECORD_KEYS:
+                raise ValueError(f"bad entry {name!r}")
+            file, blob, commit = rec["file"], rec["blob"], rec["commit"]
+            if file is not None:
+                try:
+                    check_relpath(file, where=f"synced.{name}.file")
+                except PathSafetyError as exc:
+                    raise ValueError(exc.message) from None
+            for key, oid in (("blob", blob), ("commit", commit)):
+                if oid is not None and not (isinstance(oid, str) and _OID.match(oid)):
+                    raise ValueError(f"'{name}.{key}' must be a 40-hex id or null, found {oid!r}")
+            out[name] = FileRecord(file=file, blob=blob, commit=commit)
+        return cls(patches=out, order=tuple(order))
+
+
+_RECORD_KEYS = frozenset({"file", "blob", "commit"})
+
+
+def _load_stack_state(path: Path) -> dict[str, object] | None:
+    """state.json's data, of this version or of an older one this forkpatch upgrades
+    (None: absent). See :func:`forkpatch.fsutil.parse_state`."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        return parse_state(raw, path=path, kind=STACK_KIND, version=STACK_VERSION)
+    except StateError:
+        for older in STACK_OLDER_VERSIONS:
+            with contextlib.suppress(StateError):
+                return parse_state(raw, path=path, kind=STACK_KIND, version=older)
+        raise
 
 
 def _owned(rel: str) -> bool:

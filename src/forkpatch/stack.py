@@ -45,7 +45,7 @@ from forkpatch.errors import (
 from forkpatch.fsutil import remove_in_tree, write_in_tree
 from forkpatch.git import Git, commit_date
 from forkpatch.patchtext import PatchTexts
-from forkpatch.project import Project
+from forkpatch.project import FileRecord, Project, SyncRecord
 from forkpatch.series import NAME_RE, SERIES_FILE, PatchEntry
 
 BRANCH = "forkpatch/stack"
@@ -66,6 +66,70 @@ class AppliedPatch:
     @property
     def first(self) -> str:
         return self.commits[0]
+
+
+# Changes to series.yaml's list of entries (the others are a patch file's).
+SERIES_KINDS = frozenset({"added", "removed", "moved"})
+
+
+@dataclass(frozen=True)
+class OutsideChange:
+    """A patch file or series.yaml entry that differs from what forkpatch last wrote or
+    read for the work tree (:class:`forkpatch.project.SyncRecord`), and which side
+    changed: ``"file"`` (patches/ or series.yaml only), ``"worktree"`` (only the work
+    tree: edits not written to patches/ yet) or ``"both"``."""
+
+    name: str  # the patch as series.yaml names it now (as the work tree names it: removed)
+    kind: str  # modified | deleted | added | renamed | removed | moved | edited
+    file: str | None  # its file in patches/ now (None: none)
+    side: str
+    # The work tree holds the patch (added or moved entries: patches above them), so
+    # the work tree and patches/ disagree about it; otherwise `push` simply reads it.
+    applied: bool
+    old: str | None = None  # renamed: the name it had (None: only its file was renamed)
+    old_file: str | None = None  # renamed: the file it had
+    unrecorded: bool = False  # the record predates this forkpatch: the side is not known
+
+    def describe(self) -> str:
+        where = f"patches/{self.file}" if self.file else f"build step '{self.name}'"
+        what = {
+            "modified": f"{where} was modified outside forkpatch",
+            "deleted": f"patches/{self.file} (patch '{self.name}') was deleted outside forkpatch",
+            "added": f"{SERIES_FILE} entry '{self.name}' ({where}) was added outside forkpatch",
+            "renamed": (
+                f"patch '{self.old}' (patches/{self.old_file}) was renamed outside forkpatch "
+                f"to '{self.name}' ({where})"
+                if self.old
+                else f"patches/{self.old_file} (patch '{self.name}') was renamed outside "
+                f"forkpatch to {where}"
+            ),
+            "removed": f"patch '{self.name}' was removed from {SERIES_FILE} outside forkpatch",
+            "moved": f"{SERIES_FILE} entry '{self.name}' was moved outside forkpatch",
+            "edited": f"patch '{self.name}' has edits in the work tree not written to patches/",
+        }[self.kind]
+        if self.kind == "edited":
+            return what
+        if self.unrecorded:
+            return (
+                f"{what}? the work tree's '{self.name}' differs from it, and forkpatch's record "
+                "predates this version: which side changed is not known (both, to be safe)"
+            )
+        if not self.applied:
+            return f"{what} (not applied: `forkpatch push` reads it as it is)"
+        if self.side == "both":
+            return f"{what}, and the work tree has edits of its own to it: both sides changed"
+        return f"{what}; the work tree has no edits of its own to it"
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "file": self.file,
+            "old": self.old,
+            "old_file": self.old_file,
+            "side": "unknown" if self.unrecorded else self.side,
+            "applied": self.applied,
+        }
 
 
 class Stack:
@@ -308,8 +372,14 @@ class Stack:
         ):
             wt = self.wt(check_base=not force)
             if not force:
+                taken = self.check_outside_changes(wt, "apply", take=True)
                 self.require_clean(wt, "re-applying the series")
                 self.require_refreshed(wt)
+                if taken:
+                    log.info(
+                        "taking into the work tree what changed outside forkpatch:\n"
+                        + "\n".join(f"  - {c.describe()}" for c in taken)
+                    )
         entries = list(series.patches)
         if upto is not None:
             entries = entries[: series.index(upto) + 1]
@@ -317,6 +387,7 @@ class Stack:
             self.project.items(entries), write=True
         )
         path = self._checkout(result.head or base, where, sparse, self._touched(result))
+        self.remember(self.project.linked_worktree(path))  # every file was read just now
         bad = result.first_conflict()
         if bad is not None:
             raise PatchApplyError(
@@ -349,9 +420,21 @@ class Stack:
                 "pass --force to discard them",
             )
 
-    def _unsaved(self, wt: Git, applied: list[AppliedPatch]) -> list[str]:
+    def _unsaved(
+        self, wt: Git, applied: list[AppliedPatch], *, trust_record: bool = True
+    ) -> list[str]:
         """Applied patches whose file would get another diff on export (the file's own
-        form counts as saved when it still describes the commit: see patchtext)."""
+        form counts as saved when it still describes the commit: see patchtext).
+
+        A patch whose commit is the one forkpatch recorded with its file (``synced``)
+        has no edits of its own: if its file differs, it changed outside forkpatch
+        (:meth:`check_outside_changes` tells), and re-applying takes it."""
+        raw = self.state.get("synced") if trust_record else None
+        if raw is not None:
+            synced = SyncRecord.from_json(raw).patches
+            applied = [
+                a for a in applied if a.name not in synced or synced[a.name].commit != a.commit
+            ]
         if not applied:
             return []
         by_name = {p.name: p for p in self.project.series.patches}
@@ -396,6 +479,231 @@ class Stack:
         assert parent is not None
         return parent
 
+    # ----------------------------------------------------------------- changed outside
+
+    def record(self, wt: Git, applied: list[AppliedPatch]) -> SyncRecord:
+        """What forkpatch last wrote or read for the work tree (state.json's ``synced``).
+
+        A state written before the record existed gets one made from what agrees now:
+        every patch whose file gives its commit (or that is not applied) as it is; an
+        applied patch whose commit and file differ is left out, for which side changed
+        is not known."""
+        raw = self.state.get("synced")
+        if raw is not None:
+            return SyncRecord.from_json(raw)
+        pending = set(self._unsaved(wt, applied, trust_record=False))
+        commits = {a.name: a.commit for a in applied}
+        return SyncRecord(
+            patches={
+                e.name: FileRecord(e.file, self.project.file_blob(e), commits.get(e.name))
+                for e in self.project.series.patches
+                if e.file is None or e.name not in pending
+            },
+            order=tuple(self.project.series.names()),
+        )
+
+    def remember(
+        self,
+        wt: Git | None,
+        names: Iterable[str] | None = None,
+        *,
+        unsynced: Iterable[str] = (),
+        forget: Iterable[str] = (),
+    ) -> None:
+        """Record that the work tree and the files of ``names`` (None: every entry, and
+        series.yaml's order) agree now: forkpatch just wrote them from the work tree or
+        read them into it. ``unsynced``: of those, patches applied in a form their file
+        does not hold (conflict markers); ``forget``: entries forkpatch removed."""
+        state = self.state
+        path = state.get("worktree")
+        if not path or not (Path(path) / ".git").exists():
+            return
+        wt = wt or self.project.linked_worktree(Path(path))
+        applied = self.applied(wt)
+        series = self.project.series
+        if names is None:
+            patches: dict[str, FileRecord] = {}
+            order = list(series.names())
+            names = order
+        else:
+            old = self.record(wt, applied)
+            patches = dict(old.patches)
+            order = [n for n in old.order if n not in set(forget)]
+        commits = {a.name: a.commit for a in applied}
+        skip = set(unsynced)
+        known = set(order)
+        by_name = {p.name: p for p in series.patches}
+        for name in names:
+            entry = by_name.get(name)
+            if entry is None:
+                continue
+            patches[name] = FileRecord(
+                entry.file,
+                self.project.file_blob(entry),
+                None if name in skip else commits.get(name),
+            )
+            if name not in known:
+                # After the entry before it in series.yaml (the order stays the recorded
+                # one, so that a reorder made outside still shows).
+                before = series.names()[: series.index(name)]
+                at = max((order.index(n) + 1 for n in before if n in known), default=0)
+                order.insert(at, name)
+                known.add(name)
+        for name in forget:
+            patches.pop(name, None)
+        state["synced"] = SyncRecord(patches=patches, order=tuple(order)).to_json()
+        self.project.write_state(state)
+
+    def outside_changes(
+        self, wt: Git, applied: list[AppliedPatch] | None = None, *, edits: bool = False
+    ) -> list[OutsideChange]:
+        """Patch files and series.yaml entries that changed since the work tree last
+        agreed with them (a `git pull`, an edit by hand), each with the side that
+        changed; ``edits``: also the patches only the work tree changed."""
+        applied = self.applied(wt) if applied is None else applied
+        record = self.record(wt, applied)
+        series = self.project.series
+        commits = {a.name: a.commit for a in applied}
+        top = applied[-1].name if applied else None
+        dirty = bool(applied) and self.is_dirty(wt)
+
+        def edited(name: str) -> bool:
+            if name not in commits:
+                return False
+            rec = record.patches.get(name)
+            return (dirty and name == top) or rec is None or rec.commit != commits[name]
+
+        any_edit = any(edited(n) for n in commits)
+        order = series.names()
+        by_name = {p.name: p for p in series.patches}
+        last = max((order.index(n) for n in commits if n in by_name), default=-1)
+        gone = [n for n in record.patches if n not in by_name]
+        out: list[OutsideChange] = []
+
+        def add(kind: str, entry: PatchEntry, *, who: str | None = None, **kw: Any) -> None:
+            name = who or entry.name
+            if kind in SERIES_KINDS:
+                held = name in commits or order.index(entry.name) < last
+                side = "both" if held and any_edit else "file"
+            else:
+                held = name in commits
+                side = "both" if edited(name) else "file"
+            out.append(OutsideChange(entry.name, kind, entry.file, side, held, **kw))
+
+        for entry in series.patches:
+            rec = record.patches.get(entry.name)
+            blob = self.project.file_blob(entry)
+            if rec is None and entry.name in record.order:
+                if entry.name in commits:
+                    add("modified", entry, unrecorded=True)
+            elif rec is None:
+                src = next((g for g in gone if blob and record.patches[g].blob == blob), None)
+                if src is None:
+                    add("added", entry)
+                else:
+                    gone.remove(src)
+                    add("renamed", entry, who=src, old=src, old_file=record.patches[src].file)
+            elif rec.file != entry.file:
+                add("renamed", entry, old_file=rec.file)
+            elif blob != rec.blob:
+                add("deleted" if blob is None and entry.file else "modified", entry)
+            elif edits and edited(entry.name):
+                out.append(OutsideChange(entry.name, "edited", entry.file, "worktree", True))
+        for name in gone:
+            rec = record.patches[name]
+            held = name in commits
+            side = "both" if held and edited(name) else "file"
+            out.append(OutsideChange(name, "removed", rec.file, side, held))
+        recorded = [n for n in record.order if n in by_name and n in record.patches]
+        now = [n for n in order if n in set(recorded)]
+        for was, is_ in zip(recorded, now, strict=True):
+            if was != is_:
+                add("moved", series.get(is_))
+                break
+        return out
+
+    def check_outside_changes(
+        self,
+        wt: Git,
+        command: str,
+        *,
+        writes: Iterable[str] | None = None,
+        take: bool = False,
+        force: bool = False,
+        leave: bool = False,
+        applied: list[AppliedPatch] | None = None,
+    ) -> list[OutsideChange]:
+        """The one check, for every command that writes patches/ or series.yaml from
+        the work tree or rebuilds the work tree from them, that nothing it would
+        overwrite changed outside forkpatch since the work tree last agreed with it.
+
+        A writer (``writes``: the patches whose files it writes; None: every applied
+        one) refuses such a change, naming the file and the side that changed; with
+        ``force`` it keeps the work tree's version, with a warning. A taker (``take``:
+        apply, edit, push, rename, move rebuild the work tree from patches/) returns
+        the changes it takes, and refuses when the work tree has edits of its own that
+        the rebuild would lose. ``leave``: the writer leaves the changed files as they
+        are (refused only where both sides changed). Returns the changes that concern
+        the work tree."""
+        found = [c for c in self.outside_changes(wt, applied) if c.applied and c.side != "worktree"]
+        if not take and writes is not None:
+            mine = set(writes)
+            found = [c for c in found if c.kind in SERIES_KINDS or {c.name, c.old} & mine]
+        if not found:
+            return []
+        lines = "\n".join(f"  - {c.describe()}" for c in found)
+        both = [c for c in found if c.side == "both" or c.unrecorded]
+        names = ", ".join(sorted({c.old or c.name for c in found}))
+        if (take or leave) and not both:
+            return found
+        if not take and force:
+            log.warn(
+                f"--force: keeping the work tree's version of {names}, though changed outside "
+                f"forkpatch:\n{lines}"
+            )
+            return found
+        keep = (
+            "keep the work tree: `forkpatch export --force` writes its version over them"
+            if take
+            else f"keep the work tree: `forkpatch {command} --force` writes its version over them"
+        )
+        if both:
+            raise StateError(
+                f"`forkpatch {command}` refused: patches/ or {SERIES_FILE} changed outside "
+                "forkpatch (a `git pull`, an edit by hand) where the work tree has edits of "
+                f"its own; nothing was changed:\n{lines}",
+                tip=f"{keep}; or take the files: `forkpatch apply --force` rebuilds the work "
+                f"tree from patches/ and discards its edits (save them first: `git -C "
+                f"{wt.work_tree} diff {self.base_commit()[:12]}` shows them all)",
+            )
+        raise StateError(
+            f"`forkpatch {command}` would overwrite what changed outside forkpatch since the "
+            f"work tree last matched patches/ (a `git pull`, an edit by hand); nothing was "
+            f"written:\n{lines}",
+            tip="take the files: `forkpatch apply` re-applies patches/ and "
+            f"{SERIES_FILE} into the work tree (it has no edits of its own to {names}, "
+            f"so nothing is lost; with edits to other patches, `forkpatch export "
+            f"--skip-changed` saves those first); or {keep}",
+        )
+
+    def take_outside_changes(self, wt: Git, command: str) -> list[OutsideChange]:
+        """Before ``command`` works on the stack: rebuild it from patches/ and
+        series.yaml when they changed outside forkpatch and the work tree has no edits
+        of its own to lose (refused otherwise: :meth:`check_outside_changes`)."""
+        applied = self.applied(wt)
+        taken = self.check_outside_changes(wt, command, take=True, applied=applied)
+        if taken:
+            self.require_clean(wt, f"taking the files changed outside forkpatch for `{command}`")
+            self.require_refreshed(wt, applied)
+            renamed = {c.old: c.name for c in taken if c.old}
+            self._rebuild_applied({renamed.get(a.name, a.name) for a in applied})
+            self.remember(wt)
+            log.info(
+                "took into the work tree what changed outside forkpatch:\n"
+                + "\n".join(f"  - {c.describe()}" for c in taken)
+            )
+        return taken
+
     # ----------------------------------------------------------------- push / pop
 
     def _merge_bases(self) -> dict[str, dict[str, tuple[bytes | None, bytes | None]]]:
@@ -439,6 +747,7 @@ class Stack:
     ) -> list[PatchResult]:
         wt = self.wt()
         self.require_clean(wt, "pushing")
+        self.take_outside_changes(wt, "push")
         applied = self.applied(wt)
         todo = self.unapplied(applied)
         series = self.project.series
@@ -484,14 +793,18 @@ class Stack:
                 saved.pop("merge_bases")
             self.project.write_state(saved)
         bad = result.first_conflict()
+        pushed = [r.name for r in result.results if r.status not in ("conflict", "blocked")]
         if bad is not None:
             if merge and any(c.merged is not None for c in bad.conflicts):
                 self._materialise_conflict(wt, bad)
+                # Its commit holds markers its file does not: not in sync with it.
+                self.remember(wt, [*pushed, bad.name], unsynced=[bad.name])
                 raise ConflictError(
                     f"patch '{bad.name}' is in the work tree with conflict markers in: "
                     + ", ".join(c.path for c in bad.conflicts),
                     tip=f"resolve them in {wt.work_tree}, then run `forkpatch refresh`",
                 )
+            self.remember(wt, pushed)
             raise PatchApplyError(
                 bad.describe_failure(
                     f"the top of the stack ({applied_names[-1] if applied_names else 'base'})"
@@ -511,6 +824,7 @@ class Stack:
             else:
                 state.pop("editing")
             self.project.write_state(state)
+        self.remember(wt, pushed)
         return result.results
 
     @staticmethod
@@ -619,6 +933,7 @@ class Stack:
         # not hold yet must be seen by `git add`.
         changes = self.changes(wt)
         self._widen(wt, [c.path for c in changes if c.xy == "??"])
+        self.check_outside_changes(wt, "refresh", writes=[top.name], force=force, applied=applied)
         parent = self._parent(wt, top)
         message = wt.out("show", "-s", "--format=%B", top.first) + "\n"
         if not force:
@@ -737,6 +1052,7 @@ class Stack:
             self.project.write_state(state)
         elif keep_later:
             self.project.write_state(state)
+        self.remember(wt, [e.name for e, _d in writes])
         return [
             e.name for e, _d in writes if self.project.rel(self.project.patch_path(e)) in written
         ]
@@ -770,6 +1086,7 @@ class Stack:
                 "a wheel is built)",
                 tip=f"`forkpatch push {name}` or `forkpatch pop {name}` moves the stack to it",
             )
+        self.take_outside_changes(wt, "edit")
         applied = self.applied(wt)
         names = [a.name for a in applied]
         if entry.name not in names:
@@ -818,12 +1135,14 @@ class Stack:
         patches.insert(position, entry)
         self.project.commit({entry: ("", b"")}, series.with_patches(patches))
         wt.run("update-ref", "HEAD", commit)
+        self.remember(wt, [entry.name])
         return entry
 
     def delete(self, name: str, keep_file: bool = False) -> None:
         series = self.project.series
         entry = series.get(name)
         applied: list[AppliedPatch] = []
+        wt: Git | None = None
         if self.worktree_path() is not None:
             wt = self.wt()
             applied = self.applied(wt)
@@ -839,6 +1158,7 @@ class Stack:
             {entry: None} if entry.file and not keep_file else None,
             series.with_patches(p for p in series.patches if p.name != entry.name),
         )
+        self.remember(wt, [], forget=[entry.name])
 
     def _rebuild_applied(self, names: set[str]) -> list[str]:
         """Re-create the work tree's stack from the files after a change of series.yaml:
@@ -873,6 +1193,7 @@ class Stack:
         state.pop("editing", None)
         self.project.write_state(state)
         self._rebuild_applied(set(names))
+        self.remember(None)
 
     def rename(self, old: str, new: str) -> PatchEntry:
         if not NAME_RE.match(new):
@@ -885,6 +1206,7 @@ class Stack:
         if self.worktree_path() is not None:
             wt = self.wt()
             applied = self.applied(wt)
+            self.check_outside_changes(wt, "rename", take=True, applied=applied)
             self.require_clean(wt, "renaming")
             self.require_refreshed(wt, applied)
             names = {new if a.name == entry.name else a.name for a in applied}
@@ -906,6 +1228,7 @@ class Stack:
             extra=files,
         )
         self._rebuild_applied(names)
+        self.remember(None)  # the stack was rebuilt from every file
         return renamed
 
     def move(
@@ -935,6 +1258,7 @@ class Stack:
         if self.worktree_path() is not None:
             wt = self.wt()
             applied = self.applied(wt)
+            self.check_outside_changes(wt, "move", take=True, applied=applied)
             self.require_clean(wt, "reordering")
             self.require_refreshed(wt, applied)
             names = {a.name for a in applied}
@@ -949,6 +1273,7 @@ class Stack:
             )
         self.project.save_series(new_series)
         now = self._rebuild_applied(names)
+        self.remember(None)
         extra = [n for n in now if n not in names]
         if extra:
             log.info(
@@ -958,7 +1283,9 @@ class Stack:
 
     # ----------------------------------------------------------------- export
 
-    def export(self, offsets: bool = False, force: bool = False) -> tuple[list[str], list[str]]:
+    def export(
+        self, offsets: bool = False, force: bool = False, skip_changed: bool = False
+    ) -> tuple[list[str], list[str]]:
         """Write every applied patch's commit back to its file.
 
         Returns (the names whose files changed, the names left as they are because
@@ -969,9 +1296,24 @@ class Stack:
         A commit that adds conflict markers its patch file does not have (a
         ``push --merge`` not yet resolved) is refused, as ``refresh`` refuses it,
         unless ``force``; nothing is written then.
+
+        A patch file (or series.yaml entry) changed outside forkpatch since the work
+        tree last matched it is never overwritten: refused (:meth:`check_outside_changes`)
+        unless ``force`` (the work tree's version wins); ``skip_changed`` leaves those
+        files as they are and writes the others (still refused where both changed).
         """
         wt = self.wt()
         applied = self.applied(wt)
+        outside = self.check_outside_changes(
+            wt, "export", force=force, leave=skip_changed, applied=applied
+        )
+        skipped = {c.old or c.name for c in outside} if skip_changed else set()
+        if skipped:
+            log.warn(
+                "left as changed outside forkpatch (`forkpatch apply` takes them into the "
+                f"work tree): {', '.join(sorted(skipped))}"
+            )
+        removed = {c.name for c in outside if c.kind == "removed"}
         if self.is_dirty(wt):
             log.warn(
                 "the work tree has uncommitted changes; they are not exported "
@@ -984,6 +1326,8 @@ class Stack:
         mine = []
         moved: list[str] = []
         for a in applied:
+            if a.name in skipped or (force and a.name in removed):
+                continue  # the file (or entry) changed outside forkpatch: see above
             if a.name not in by_name:
                 series.get(a.name)  # a commit for a patch series.yaml does not have: an error
             if by_name[a.name].file is not None:
@@ -1040,6 +1384,7 @@ class Stack:
         )
         # Every file and series.yaml as one unit: a kill leaves all old or all new.
         written = set(self.project.commit(writes, new_series))
+        self.remember(wt, [a.name for a in applied if a.name in by_name and a.name not in skipped])
         changed = [
             e.name for e in writes if self.project.rel(self.project.patch_path(e)) in written
         ]
@@ -1063,6 +1408,7 @@ class Stack:
         state = self.state
         state.pop("worktree", None)
         state.pop("editing", None)
+        state.pop("synced", None)
         self.project.write_state(state or None)
 
 
