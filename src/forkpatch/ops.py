@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from forkpatch.engine import PatchResult, SeriesApplier
+from forkpatch.engine import Item, PatchResult, SeriesApplier
 from forkpatch.errors import SeriesError, UsageError
 from forkpatch.forkrepo import STORE_DIR, ForkRepo
 from forkpatch.fsutil import atomic_write
@@ -120,7 +120,23 @@ def series_status(project: Project) -> StatusReport:
     base = fork.verify_base(series.base.tag, series.base.commit)
     # Fuzz is allowed here only to *report* it; nothing is written.
     applier = SeriesApplier(fork.store, base, max_fuzz=2)
-    result = applier.run(project.items(), write=False, stop_at_conflict=False)
+    # A patch file that is missing (deleted outside forkpatch) is reported, not fatal:
+    # the patches after it are tried without it.
+    missing = {
+        e.name: project.rel(project.patch_path(e))
+        for e in series.patches
+        if e.file is not None and not project.patch_path(e).exists()
+    }
+    items = [
+        Item(entry=e, patch=None) if e.name in missing else project.items([e])[0]
+        for e in series.patches
+    ]
+    result = applier.run(items, write=False, stop_at_conflict=False)
+    for i, r in enumerate(result.results):
+        if r.name in missing:
+            result.results[i] = PatchResult(
+                name=r.name, status="conflict", detail=[f"{missing[r.name]} does not exist"]
+            )
     report = StatusReport(
         base_tag=series.base.tag,
         base_commit=base,

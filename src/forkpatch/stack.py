@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -44,7 +44,7 @@ from forkpatch.errors import (
 )
 from forkpatch.fsutil import remove_in_tree, write_in_tree
 from forkpatch.git import Git, commit_date
-from forkpatch.patchtext import PatchTexts
+from forkpatch.patchtext import PatchTexts, Rendered
 from forkpatch.project import FileRecord, Project, SyncRecord
 from forkpatch.series import NAME_RE, SERIES_FILE, PatchEntry
 
@@ -420,16 +420,14 @@ class Stack:
                 "pass --force to discard them",
             )
 
-    def _unsaved(
-        self, wt: Git, applied: list[AppliedPatch], *, trust_record: bool = True
-    ) -> list[str]:
+    def _unsaved(self, wt: Git, applied: list[AppliedPatch]) -> list[str]:
         """Applied patches whose file would get another diff on export (the file's own
         form counts as saved when it still describes the commit: see patchtext).
 
         A patch whose commit is the one forkpatch recorded with its file (``synced``)
         has no edits of its own: if its file differs, it changed outside forkpatch
         (:meth:`check_outside_changes` tells), and re-applying takes it."""
-        raw = self.state.get("synced") if trust_record else None
+        raw = self.state.get("synced")
         if raw is not None:
             synced = SyncRecord.from_json(raw).patches
             applied = [
@@ -491,7 +489,14 @@ class Stack:
         raw = self.state.get("synced")
         if raw is not None:
             return SyncRecord.from_json(raw)
-        pending = set(self._unsaved(wt, applied, trust_record=False))
+        files = {p.name for p in self.project.series.patches if p.file is not None}
+        pending = {
+            entry.name
+            for entry, old, rendered, _summary in self._exported(
+                wt, [a for a in applied if a.name in files], offsets=False
+            )
+            if rendered.data != old
+        }
         commits = {a.name: a.commit for a in applied}
         return SyncRecord(
             patches={
@@ -1334,37 +1339,19 @@ class Stack:
                 mine.append(a)
             else:
                 self._refuse_commits_on_step(a)
-        diffs = self._diffs(wt, mine)  # one git process, whatever the number of patches
         unresolved: list[str] = []
-        with PatchTexts(self.store) as texts:
-            texts.prefetch((self._parent(wt, a), a.commit) for a in mine)
-            for a in mine:
-                entry = by_name[a.name]
-                _name, summary, header = parse_commit_message(self._message(wt, a))
-                # The file's own form (mail headers, quilt lines, notes) is kept where the
-                # commit did not change it; see forkpatch.patchtext.
-                old_bytes = self._file_bytes(entry)
-                rendered = texts.render(
-                    old_bytes,
-                    commit=a.commit,
-                    parent=self._parent(wt, a),
-                    raw_diff=diffs[a.commit],
-                    description=header,
-                    summary=summary or None,
-                    source=self.project.rel(self.project.patch_path(entry)),
-                    keep_offsets=not offsets,
-                )
-                writes[entry] = rendered.data
-                if (
-                    not force
-                    and DIFF_CONFLICT_MARKER.search(rendered.data)
-                    and not DIFF_CONFLICT_MARKER.search(old_bytes or b"")
-                ):
-                    unresolved.append(entry.name)
-                if rendered.offsets_kept:
-                    moved.append(entry.name)
-                if summary and summary != entry.summary:
-                    summaries[entry.name] = summary
+        for entry, old_bytes, rendered, summary in self._exported(wt, mine, offsets=offsets):
+            writes[entry] = rendered.data
+            if (
+                not force
+                and DIFF_CONFLICT_MARKER.search(rendered.data)
+                and not DIFF_CONFLICT_MARKER.search(old_bytes or b"")
+            ):
+                unresolved.append(entry.name)
+            if rendered.offsets_kept:
+                moved.append(entry.name)
+            if summary and summary != entry.summary:
+                summaries[entry.name] = summary
         if unresolved:
             assert wt.work_tree is not None
             raise ConflictError(
@@ -1389,6 +1376,33 @@ class Stack:
             e.name for e in writes if self.project.rel(self.project.patch_path(e)) in written
         ]
         return changed, moved
+
+    def _exported(
+        self, wt: Git, mine: list[AppliedPatch], *, offsets: bool
+    ) -> Iterator[tuple[PatchEntry, bytes | None, Rendered, str]]:
+        """What export writes for each of ``mine`` (applied patches with a file): the
+        entry, its file's bytes now, the rendered file and the commit's summary."""
+        by_name = {p.name: p for p in self.project.series.patches}
+        diffs = self._diffs(wt, mine)  # one git process, whatever the number of patches
+        with PatchTexts(self.store) as texts:
+            texts.prefetch((self._parent(wt, a), a.commit) for a in mine)
+            for a in mine:
+                entry = by_name[a.name]
+                _name, summary, header = parse_commit_message(self._message(wt, a))
+                # The file's own form (mail headers, quilt lines, notes) is kept where the
+                # commit did not change it; see forkpatch.patchtext.
+                old_bytes = self._file_bytes(entry)
+                rendered = texts.render(
+                    old_bytes,
+                    commit=a.commit,
+                    parent=self._parent(wt, a),
+                    raw_diff=diffs[a.commit],
+                    description=header,
+                    summary=summary or None,
+                    source=self.project.rel(self.project.patch_path(entry)),
+                    keep_offsets=not offsets,
+                )
+                yield entry, old_bytes, rendered, summary
 
     @staticmethod
     def _refuse_commits_on_step(a: AppliedPatch) -> None:
