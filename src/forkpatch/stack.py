@@ -375,11 +375,7 @@ class Stack:
                 taken = self.check_outside_changes(wt, "apply", take=True)
                 self.require_clean(wt, "re-applying the series")
                 self.require_refreshed(wt)
-                if taken:
-                    log.info(
-                        "taking into the work tree what changed outside forkpatch:\n"
-                        + "\n".join(f"  - {c.describe()}" for c in taken)
-                    )
+                self.say_taken("apply", taken)
         entries = list(series.patches)
         if upto is not None:
             entries = entries[: series.index(upto) + 1]
@@ -659,7 +655,9 @@ class Stack:
         lines = "\n".join(f"  - {c.describe()}" for c in found)
         both = [c for c in found if c.side == "both" or c.unrecorded]
         names = ", ".join(sorted({c.old or c.name for c in found}))
-        if (take or leave) and not both:
+        if take and not both:
+            return found
+        if leave and not both:
             return found
         if not take and force:
             log.warn(
@@ -691,6 +689,15 @@ class Stack:
             f"--skip-changed` saves those first); or {keep}",
         )
 
+    @staticmethod
+    def say_taken(command: str, taken: list[OutsideChange]) -> None:
+        """Tell what a command takes into the work tree (its other checks passed)."""
+        if taken:
+            log.info(
+                f"`forkpatch {command}` takes into the work tree what changed outside "
+                "forkpatch:\n" + "\n".join(f"  - {c.describe()}" for c in taken)
+            )
+
     def take_outside_changes(self, wt: Git, command: str) -> list[OutsideChange]:
         """Before ``command`` works on the stack: rebuild it from patches/ and
         series.yaml when they changed outside forkpatch and the work tree has no edits
@@ -700,13 +707,10 @@ class Stack:
         if taken:
             self.require_clean(wt, f"taking the files changed outside forkpatch for `{command}`")
             self.require_refreshed(wt, applied)
+            self.say_taken(command, taken)
             renamed = {c.old: c.name for c in taken if c.old}
             self._rebuild_applied({renamed.get(a.name, a.name) for a in applied})
             self.remember(wt)
-            log.info(
-                "took into the work tree what changed outside forkpatch:\n"
-                + "\n".join(f"  - {c.describe()}" for c in taken)
-            )
         return taken
 
     # ----------------------------------------------------------------- push / pop
@@ -927,6 +931,7 @@ class Stack:
         if not applied:
             raise UsageError("no patch is applied", tip="`forkpatch push` or `forkpatch new NAME`")
         top = applied[-1]
+        self.check_outside_changes(wt, "refresh", writes=[top.name], force=force, applied=applied)
         entry = self.project.series.get(top.name)
         if entry.file is None:
             raise UsageError(
@@ -938,7 +943,6 @@ class Stack:
         # not hold yet must be seen by `git add`.
         changes = self.changes(wt)
         self._widen(wt, [c.path for c in changes if c.xy == "??"])
-        self.check_outside_changes(wt, "refresh", writes=[top.name], force=force, applied=applied)
         parent = self._parent(wt, top)
         message = wt.out("show", "-s", "--format=%B", top.first) + "\n"
         if not force:
@@ -1211,9 +1215,10 @@ class Stack:
         if self.worktree_path() is not None:
             wt = self.wt()
             applied = self.applied(wt)
-            self.check_outside_changes(wt, "rename", take=True, applied=applied)
+            taken = self.check_outside_changes(wt, "rename", take=True, applied=applied)
             self.require_clean(wt, "renaming")
             self.require_refreshed(wt, applied)
+            self.say_taken("rename", taken)
             names = {new if a.name == entry.name else a.name for a in applied}
         new_file = entry.file
         if entry.file is not None and entry.file == f"{entry.name}.patch":
@@ -1263,9 +1268,10 @@ class Stack:
         if self.worktree_path() is not None:
             wt = self.wt()
             applied = self.applied(wt)
-            self.check_outside_changes(wt, "move", take=True, applied=applied)
+            taken = self.check_outside_changes(wt, "move", take=True, applied=applied)
             self.require_clean(wt, "reordering")
             self.require_refreshed(wt, applied)
+            self.say_taken("move", taken)
             names = {a.name for a in applied}
         # The new order must apply before anything is written.
         items = [Item(e, self.project.load_patch(e)) for e in new_series.patches]

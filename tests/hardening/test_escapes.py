@@ -255,6 +255,30 @@ STATES: dict[str, Callable[[Path, Path, Path], bytes]] = {
     "unknown field": lambda p, f, o: _stack_state(
         {"root": str(p), "worktree": ".forkpatch/worktree", "delete": [str(o)]}
     ),
+    "synced record naming a file with ..": lambda p, f, o: dump_state(
+        "stack",
+        2,
+        {
+            "root": str(p),
+            "worktree": ".forkpatch/worktree",
+            "synced": {
+                "patches": {"p2": {"file": "../../outside/victim", "blob": None, "commit": None}},
+                "order": ["p2"],
+            },
+        },
+    ),
+    "synced record with a blob that is not an id": lambda p, f, o: dump_state(
+        "stack",
+        2,
+        {
+            "root": str(p),
+            "worktree": ".forkpatch/worktree",
+            "synced": {
+                "patches": {"p2": {"file": "p2.patch", "blob": "HEAD", "commit": None}},
+                "order": ["p2"],
+            },
+        },
+    ),
     "old unversioned state": lambda p, f, o: json.dumps(
         {"worktree": str(f), "base": "0" * 40}
     ).encode(),
@@ -468,7 +492,8 @@ RELIABILITY = [
     Row(
         "writes outside the project",
         "crafted .forkpatch/state.json (work tree = the fork's clone or another project, "
-        ".., links, bad names, unknown fields, old format, edited)",
+        ".., links, bad names, unknown fields, a record of patch files naming .. or bad "
+        "ids, old format, edited)",
         f"{len(STATES)} states x (apply --force, pop, refresh, status)",
         "refused naming state.json or the unlinked work tree; status still answers",
         refused=str(3 * len(STATES)),

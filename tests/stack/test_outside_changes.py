@@ -90,7 +90,7 @@ def test_a_modified_patch_file_is_reported_refused_and_taken(applied, old, new):
 
     # The natural flow: apply takes the file (no --force), then export changes nothing.
     _, _, err = run("apply")
-    assert "odd-width-padding" in err and "taking into the work tree" in err
+    assert "odd-width-padding" in err and "`forkpatch apply` takes into the work tree" in err
     assert _changes(run) == []
     _, _, err = run("export")
     assert "0 patch file(s) changed" in err
@@ -107,7 +107,7 @@ def test_edit_takes_a_changed_file_into_a_clean_work_tree(applied):
     patch = project / "patches" / "odd-width-padding.patch"
     _edit(patch, PAD, PAD_THEIRS)
     _, _, err = run("edit", "capability-floor")
-    assert "took into the work tree" in err and "odd-width-padding" in err
+    assert "`forkpatch edit` takes into the work tree" in err and "odd-width-padding" in err
     base = _wt(project) / "vllm/model_executor/layers/quantization/online/base.py"
     base.write_text(base.read_text() + "# reviewed\n")
     run("refresh")

@@ -44,6 +44,7 @@ ORDER = [
     "writes outside the project",
     "interruptions",
     "concurrency",
+    "changed outside forkpatch",
     "fork moving",
     "secrets",
     "publish gate",
@@ -78,6 +79,12 @@ counted). What each category proves:
   and dist/ are exactly the old or exactly the new content.
 - **concurrency**: a second process is refused with the holder's pid; kill -9 of the
   holder and a lock file naming a dead pid do not block anyone.
+- **changed outside forkpatch**: a patch file or series.yaml entry that a `git pull` or
+  a hand edit changed while a work tree exists is never silently reverted: forkpatch
+  records what it last wrote or read for each patch file (blob ids in state.json);
+  `status` names what changed and which side (the file, the work tree, or both);
+  `export` and `refresh` refuse to write over it (`--force` keeps the work tree);
+  `apply` and `edit` take it into a work tree without edits of its own.
 - **fork moving**: a re-pointed base tag, a force-pushed branch, an unreachable or silent
   fork URL (bounded by `FORKPATCH_FETCH_TIMEOUT`): clear errors, nothing changed.
 - **secrets**: credentials never show in output, files, reports or series.yaml.
