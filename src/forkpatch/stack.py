@@ -1324,7 +1324,15 @@ class Stack:
                 "left as changed outside forkpatch (`forkpatch apply` takes them into the "
                 f"work tree): {', '.join(sorted(skipped))}"
             )
-        removed = {c.name for c in outside if c.kind == "removed"}
+        # Entries series.yaml no longer has under the work tree's name: nothing to write
+        # them to (their commits stay in the work tree until `forkpatch apply`).
+        removed = {c.old or c.name for c in outside if c.kind in ("removed", "renamed")}
+        removed = {n for n in removed if n not in {p.name for p in self.project.series.patches}}
+        if force and removed:
+            log.warn(
+                f"not written, {SERIES_FILE} no longer names them: {', '.join(sorted(removed))} "
+                "(`forkpatch apply` takes that into the work tree)"
+            )
         if self.is_dirty(wt):
             log.warn(
                 "the work tree has uncommitted changes; they are not exported "

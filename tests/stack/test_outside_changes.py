@@ -163,6 +163,9 @@ def test_an_entry_and_file_removed_outside_are_taken_by_apply(applied):
     _, _, err = run("export", expect=1)
     assert "patch 'eager-block-cast' was removed from series.yaml outside forkpatch" in err
     before = snapshot(project)
+    _, _, err = run("export", "--force")  # nothing to write it to: it is left out
+    assert "series.yaml no longer names them: eager-block-cast" in err
+    assert snapshot(project) == before
     run("apply")
     assert snapshot(project) == before
     assert run("top")[1].strip() == "cli-version"
