@@ -610,6 +610,25 @@ class Stack:
                 add("deleted" if blob is None and entry.file else "modified", entry)
             elif edits and edited(entry.name):
                 out.append(OutsideChange(entry.name, "edited", entry.file, "worktree", True))
+        # A file that is what export would write from the work tree agrees with it, however
+        # it got so (a teammate made the same change; forkpatch was killed between writing
+        # the files and its record): nothing of either side to lose.
+        modified = {c.name for c in out if c.kind == "modified" and not c.unrecorded}
+        if modified:
+            agree = {
+                entry.name
+                for entry, old, rendered, _summary in self._exported(
+                    wt, [a for a in applied if a.name in modified], offsets=False
+                )
+                if rendered.data == old
+            }
+            out = [
+                OutsideChange(c.name, "edited", c.file, "worktree", True)
+                if c.name in agree and c.kind == "modified"
+                else c
+                for c in out
+                if c.name not in agree or c.kind != "modified" or (edits and edited(c.name))
+            ]
         for name in gone:
             rec = record.patches[name]
             held = name in commits

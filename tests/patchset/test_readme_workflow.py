@@ -28,6 +28,7 @@ import yaml
 
 from support import realfork
 from support.cli import Runner
+from support.git import git
 from support.projects import snapshot
 from support.venvs import make_venv_seeing_this_one
 
@@ -127,11 +128,20 @@ def test_readme_workflow_on_the_real_series(tmp_path, capsys, monkeypatch):
     assert made["base"] == ours["base"] and made["fork"]["url"] == PUBLIC_URL
     assert (fresh / ".gitignore").read_text().splitlines() == [".forkpatch/", "dist/"]
 
-    # The repository's own series, as a project.
-    project = tmp_path / "project"
-    project.mkdir()
-    shutil.copy2(realfork.REPO_ROOT / "series.yaml", project / "series.yaml")
-    shutil.copytree(realfork.REPO_ROOT / "patches", project / "patches")
+    # The repository's own series, as a team's repository (team.git) that this project
+    # and a teammate's clone pull from and push to.
+    seed = tmp_path / "seed"
+    seed.mkdir()
+    shutil.copy2(realfork.REPO_ROOT / "series.yaml", seed / "series.yaml")
+    shutil.copytree(realfork.REPO_ROOT / "patches", seed / "patches")
+    (seed / ".gitignore").write_text(".forkpatch/\ndist/\n")
+    git(tmp_path, "init", "-q", "-b", "main", str(seed))
+    git(seed, "add", "-A")
+    git(seed, "commit", "-q", "-m", "the series")
+    git(tmp_path, "clone", "-q", "--bare", str(seed), str(tmp_path / "team.git"))
+    project, teammate = tmp_path / "project", tmp_path / "teammate"
+    for clone in (project, teammate):
+        git(tmp_path, "clone", "-q", str(tmp_path / "team.git"), str(clone))
     w = Walk(project, capsys)
     names = [p["name"] for p in ours["patches"]]
     files = {p["name"]: f"patches/{p['file']}" for p in ours["patches"] if "file" in p}
@@ -155,9 +165,35 @@ def test_readme_workflow_on_the_real_series(tmp_path, capsys, monkeypatch):
     text = fp8.read_text()
     assert anchor + "\n" in text
     fp8.write_text(text.replace(anchor + "\n", anchor + "\n# reviewed for Qwen3.5 at TP4\n", 1))
+
+    # The team: a teammate's commit to patches/ (a description line of the patch below
+    # the one being edited) arrives by `git pull` in the middle of the edit. status
+    # names it and the side that changed; export refuses to write over it.
+    floor = teammate / files["capability-floor"]
+    first = floor.read_text().splitlines()[0]
+    team_line = f"{first} (reviewed by the team)"
+    floor.write_text(floor.read_text().replace(first, team_line, 1))
+    git(teammate, "commit", "-q", "-am", "capability-floor: say who reviewed it")
+    git(teammate, "push", "-q", "origin", "main")
+    git(project, "pull", "-q", "--ff-only")
+    assert team_line in (project / files["capability-floor"]).read_text()
+    out, err = w.step("status", "--json")
+    assert {(c["name"], c["kind"], c["side"]) for c in json.loads(out)["changes"]} == {
+        ("capability-floor", "modified", "file"),
+        ("odd-width-padding", "edited", "worktree"),
+    }
+    _, err = w.step("export", expect=1)
+    assert f"{files['capability-floor']} was modified outside forkpatch" in err
+    assert "nothing was written" in err
+
     _, err = w.step("refresh", changes={files["odd-width-padding"]})
     assert "packed-repack" in err and "line numbers moved" in err
     assert w.top() == names[-1]  # the patches above are back
+    # The work tree has no edits of its own left: apply takes the teammate's file.
+    _, err = w.step("apply")
+    assert "takes into the work tree" in err and "capability-floor" in err
+    assert team_line in w.git("log", "--format=%B", "--grep", "Forkpatch-Patch: capability-floor")
+    assert team_line in (project / files["capability-floor"]).read_text()
     out, _ = w.step("status", "--json")
     assert {p["name"]: p["status"] for p in json.loads(out)["patches"]}["packed-repack"] == "offset"
 
@@ -272,6 +308,7 @@ def test_readme_workflow_on_the_real_series(tmp_path, capsys, monkeypatch):
     assert (reports / "rebase-v1.2.1-to-v1.3.0.json").is_file()
     assert w.git("status", "--porcelain") == ""
     w.step("export")
+    assert team_line in (project / files["capability-floor"]).read_text()
     if missing:
         pytest.skip(
             f"smoke, publish and pip install not run: {', '.join(missing)} missing "

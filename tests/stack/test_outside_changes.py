@@ -376,3 +376,24 @@ def test_a_teammate_entry_pulled_while_a_work_tree_exists(example_project, tmp_p
     assert (mine.path / ".forkpatch" / "worktree" / "NOTES.md").read_text() == "V100 notes\n"
     me("export")
     assert mine.git("status", "--porcelain") == ""
+
+
+def test_a_record_left_behind_by_a_kill_is_not_an_outside_change(applied):
+    """forkpatch killed after writing patches/ and before writing its record: the file
+    is what the work tree gives, so neither side has anything to lose."""
+    project, run = applied
+    state = project / ".forkpatch" / "state.json"
+    saved = state.read_bytes()
+    main = _wt(project) / MAIN
+    main.write_text(main.read_text() + "# mine\n")
+    run("refresh")
+    state.write_bytes(saved)
+    assert [c for c in _changes(run) if c["side"] != "worktree"] == []
+    before = snapshot(project)
+    run("export")
+    run("apply")
+    assert (
+        snapshot(project) == before
+        and "+# mine" in (project / "patches" / "cli-version.patch").read_text()
+    )
+    assert _changes(run) == []
