@@ -141,9 +141,13 @@ def status(c: Ctx, as_json: bool) -> None:
             log.warn(f"{report.worktree_problem}; `forkpatch apply --force` rebuilds it")
         for change in report.changes:
             log.warn(change.describe())
-        if any(ch.applied and ch.side == "file" for ch in report.changes):
+        sides = {ch.side for ch in report.changes if ch.applied and not ch.unrecorded}
+        if "file" in sides:
+            log.info("`forkpatch apply` (or `edit NAME`) takes the files into the work tree")
+        if "both" in sides or any(ch.unrecorded for ch in report.changes):
             log.info(
-                "`forkpatch apply` (or `forkpatch edit NAME`) takes the files into the work tree"
+                "where both sides changed: `forkpatch export --force` keeps the work tree, "
+                "`forkpatch apply --force` takes the files (discarding the work tree's edits)"
             )
         for o in report.orphans:
             log.warn(

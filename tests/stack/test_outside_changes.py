@@ -266,6 +266,9 @@ def test_both_sides_changed_is_refused_naming_both(applied):
     main.write_text(main.read_text() + "# mine\n")
     (change,) = _changes(run)
     assert (change["kind"], change["side"]) == ("modified", "both")
+    _, _, err = run("status")
+    assert "the work tree has edits of its own to it: both sides changed" in err
+    assert "`forkpatch export --force` keeps the work tree" in err
     for args in (("export",), ("refresh",), ("apply",), ("edit", "capability-floor")):
         _, _, err = run(*args, expect=1)
         assert "patches/cli-version.patch was modified outside forkpatch" in err, args
