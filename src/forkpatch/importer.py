@@ -48,9 +48,8 @@ from forkpatch.errors import (
 from forkpatch.patchfile import PatchFile, format_patch, parse_patch, upstream_refs
 from forkpatch.patchheader import HeaderLayout, header_fields
 from forkpatch.patchtext import PatchTexts
-from forkpatch.project import Project
+from forkpatch.project import FileRecord, Project
 from forkpatch.series import NAME_RE, PatchEntry, check_series_file_path
-from forkpatch.stack import Stack
 
 __all__ = ["Incoming", "import_patches", "read_patch_file", "read_series_dir", "slugify"]
 
@@ -552,5 +551,7 @@ def import_patches(
     # The new files and series.yaml as one unit: a kill never leaves orphan patch files.
     project.commit(writes, series.with_patches(entries))
     # Read by forkpatch, not added outside it: the work tree's record says so.
-    Stack(project).remember(None, [e.name for e in new_entries])
+    project.remember_files(
+        {e.name: FileRecord(e.file, project.file_blob(e), None) for e in new_entries}
+    )
     return new_entries

@@ -8,7 +8,7 @@ import os
 import re
 import shutil
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -342,6 +342,47 @@ class Project:
             tip="finish it with `forkpatch rebase --continue` "
             "(or --skip), or undo it with `forkpatch rebase --abort`",
         )
+
+    def remember_files(
+        self,
+        records: Mapping[str, FileRecord],
+        *,
+        full: bool = False,
+        base: SyncRecord | None = None,
+        forget: Iterable[str] = (),
+    ) -> None:
+        """Put ``records`` into state.json's record of what the work tree agrees with
+        (:class:`SyncRecord`). ``full``: they are the whole record now (the work tree
+        was rebuilt from every file), in series.yaml's order; otherwise they go over
+        ``base`` (default: the record state.json holds; without one, nothing is
+        written: the stack makes one from what agrees, ``Stack.record``). A new entry
+        goes after the one before it in series.yaml; the recorded order is otherwise
+        kept, so that a reorder made outside forkpatch still shows. ``forget``: entries
+        forkpatch removed. Nothing is recorded without a work tree."""
+        state = self.read_state() or {}
+        if not state.get("worktree"):
+            return
+        if not full and base is None:
+            raw = state.get("synced")
+            if raw is None:
+                return
+            base = SyncRecord.from_json(raw)
+        names = self.series.names()
+        gone = set(forget)
+        if base is None:
+            patches: dict[str, FileRecord] = {}
+            order = [n for n in names if n in records]
+        else:
+            patches = {n: r for n, r in base.patches.items() if n not in gone}
+            order = [n for n in base.order if n not in gone]
+        for name, rec in records.items():
+            patches[name] = rec
+            if name not in order:
+                before = names[: names.index(name)] if name in names else names
+                at = max((order.index(n) + 1 for n in before if n in order), default=0)
+                order.insert(at, name)
+        state["synced"] = SyncRecord(patches=patches, order=tuple(order)).to_json()
+        self.write_state(state)
 
     def read_state(self) -> dict[str, Any] | None:
         """``.forkpatch/state.json`` (the work tree's), checked before it is trusted

@@ -515,45 +515,29 @@ class Stack:
         series.yaml's order) agree now: forkpatch just wrote them from the work tree or
         read them into it. ``unsynced``: of those, patches applied in a form their file
         does not hold (conflict markers); ``forget``: entries forkpatch removed."""
-        state = self.state
-        path = state.get("worktree")
+        path = self.state.get("worktree")
         if not path or not (Path(path) / ".git").exists():
             return
         wt = wt or self.project.linked_worktree(Path(path))
         applied = self.applied(wt)
         series = self.project.series
-        if names is None:
-            patches: dict[str, FileRecord] = {}
-            order = list(series.names())
-            names = order
-        else:
-            old = self.record(wt, applied)
-            patches = dict(old.patches)
-            order = [n for n in old.order if n not in set(forget)]
         commits = {a.name: a.commit for a in applied}
         skip = set(unsynced)
-        known = set(order)
-        by_name = {p.name: p for p in series.patches}
-        for name in names:
-            entry = by_name.get(name)
-            if entry is None:
-                continue
-            patches[name] = FileRecord(
-                entry.file,
-                self.project.file_blob(entry),
-                None if name in skip else commits.get(name),
-            )
-            if name not in known:
-                # After the entry before it in series.yaml (the order stays the recorded
-                # one, so that a reorder made outside still shows).
-                before = series.names()[: series.index(name)]
-                at = max((order.index(n) + 1 for n in before if n in known), default=0)
-                order.insert(at, name)
-                known.add(name)
-        for name in forget:
-            patches.pop(name, None)
-        state["synced"] = SyncRecord(patches=patches, order=tuple(order)).to_json()
-        self.project.write_state(state)
+        chosen = series.names() if names is None else set(names)
+        self.project.remember_files(
+            {
+                e.name: FileRecord(
+                    e.file,
+                    self.project.file_blob(e),
+                    None if e.name in skip else commits.get(e.name),
+                )
+                for e in series.patches
+                if e.name in chosen
+            },
+            full=names is None,
+            base=None if names is None else self.record(wt, applied),
+            forget=forget,
+        )
 
     def outside_changes(
         self, wt: Git, applied: list[AppliedPatch] | None = None, *, edits: bool = False

@@ -400,3 +400,31 @@ def test_a_record_left_behind_by_a_kill_is_not_an_outside_change(applied):
         and "+# mine" in (project / "patches" / "cli-version.patch").read_text()
     )
     assert _changes(run) == []
+
+
+def test_forkpatch_own_commands_are_not_changes_made_outside(applied, tmp_path):
+    """Every command that changes patches/ or series.yaml itself keeps the record."""
+    _project, run = applied
+    notes = tmp_path / "notes.diff"
+    notes.write_text(
+        "Operator notes.\n\ndiff --git a/NOTES.md b/NOTES.md\nnew file mode 100644\n"
+        "--- /dev/null\n+++ b/NOTES.md\n@@ -0,0 +1 @@\n+V100 notes\n"
+    )
+    steps = [
+        ("import", str(notes), "--after", "odd-width-padding"),
+        ("new", "my-fix"),
+        ("rename", "my-fix", "v100-fix"),
+        ("move", "v100-fix", "--after", "capability-floor"),
+        ("pop", "--all"),
+        ("push", "--all"),
+        ("edit", "odd-width-padding"),
+        ("refresh",),
+        ("delete", "notes"),
+        ("export",),
+        ("apply",),
+    ]
+    for args in steps:
+        if args[0] == "delete":
+            run("pop", "notes")
+        run(*args)
+        assert _changes(run) == [], args
