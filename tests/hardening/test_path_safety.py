@@ -180,7 +180,12 @@ def test_symlinked_patch_file_is_replaced_not_written_through(
     link.unlink()
     link.symlink_to(target)
     (project / ".forkpatch" / "worktree" / "vllm" / "new.py").write_text("x = 1\n")
+    # The link's content is a change made outside forkpatch: refused, nothing written...
     code, _, err = fp_in(project, "refresh")
+    assert code == 1 and "patches/x.patch was modified outside forkpatch" in err, err
+    assert target.read_text() == "do not touch\n" and link.is_symlink()
+    # ...and with --force (the work tree's version wins) the link is replaced, not followed.
+    code, _, err = fp_in(project, "refresh", "--force")
     assert code == 0, err
     assert target.read_text() == "do not touch\n"
     assert not link.is_symlink() and b"vllm/new.py" in link.read_bytes()

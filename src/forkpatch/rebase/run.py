@@ -436,7 +436,11 @@ def _stack_before(project: Project) -> StackPosition | None:
     wt = stack.wt()
     stack.require_clean(wt, "rebasing")
     applied = stack.applied(wt)
+    # The rebase reads patches/ as they are: it takes what changed outside forkpatch,
+    # unless the work tree has edits of its own there too.
+    taken = stack.check_outside_changes(wt, "rebase", take=True, applied=applied)
     stack.require_refreshed(wt, applied)
+    stack.say_taken("rebase", taken)
     return StackPosition(
         head=stack.head(wt), base=stack.base_commit(), applied=tuple(a.name for a in applied)
     )
