@@ -428,3 +428,28 @@ def test_forkpatch_own_commands_are_not_changes_made_outside(applied, tmp_path):
             run("pop", "notes")
         run(*args)
         assert _changes(run) == [], args
+
+
+def test_rebase_takes_a_pulled_file(applied):
+    project, run = applied
+    patch = project / "patches" / "odd-width-padding.patch"
+    _edit(patch, DESC, DESC_THEIRS)
+    _, _, err = run("rebase", "--onto", "v1.3.0")
+    assert "`forkpatch rebase` takes into the work tree" in err and "odd-width-padding" in err
+    assert DESC_THEIRS in patch.read_text()
+    assert DESC_THEIRS.strip() in git(_wt(project), "log", "--format=%B")
+    assert _changes(run) == []
+
+
+def test_rebase_refuses_when_both_sides_changed(applied):
+    project, run = applied
+    patch = project / "patches" / "cli-version.patch"
+    _edit(patch, "The wheel installs", "The 1Cat wheel installs")
+    before = snapshot(project)
+    main = _wt(project) / MAIN
+    main.write_text(main.read_text() + "# mine\n")
+    git(_wt(project), "commit", "-qam", "mine")  # part of cli-version, the top
+    _, _, err = run("rebase", "--onto", "v1.3.0", expect=1)
+    assert "patches/cli-version.patch was modified outside forkpatch" in err
+    assert "both sides changed" in err
+    assert snapshot(project) == before and main.read_text().endswith("# mine\n")
