@@ -120,12 +120,15 @@ def series_status(project: Project) -> StatusReport:
     base = fork.verify_base(series.base.tag, series.base.commit)
     # Fuzz is allowed here only to *report* it; nothing is written.
     applier = SeriesApplier(fork.store, base, max_fuzz=2)
-    # A patch file that is missing (deleted outside forkpatch) is reported, not fatal:
-    # the patches after it are tried without it.
+    state = project.read_state() or {}
+    has_worktree = bool(state.get("worktree")) and Path(state["worktree"], ".git").exists()
+    # With a work tree, a patch file that is missing was deleted outside forkpatch: that
+    # is reported (the patches after it are tried without it), not fatal. Without one,
+    # series.yaml names a file that does not exist: load_patch's error.
     missing = {
-        e.name: project.rel(project.patch_path(e))
+        e.name: f"{SERIES_FILE}:{e.line}: {project.rel(project.patch_path(e))} does not exist"
         for e in series.patches
-        if e.file is not None and not project.patch_path(e).exists()
+        if has_worktree and e.file is not None and not project.patch_path(e).exists()
     }
     items = [
         Item(entry=e, patch=None) if e.name in missing else project.items([e])[0]
@@ -135,7 +138,7 @@ def series_status(project: Project) -> StatusReport:
     for i, r in enumerate(result.results):
         if r.name in missing:
             result.results[i] = PatchResult(
-                name=r.name, status="conflict", detail=[f"{missing[r.name]} does not exist"]
+                name=r.name, status="conflict", detail=[missing[r.name]]
             )
     report = StatusReport(
         base_tag=series.base.tag,
@@ -143,8 +146,7 @@ def series_status(project: Project) -> StatusReport:
         results=result.results,
         orphans=project.orphans(),
     )
-    state = project.read_state() or {}
-    if state.get("worktree") and Path(state["worktree"], ".git").exists():
+    if has_worktree:
         from forkpatch.stack import Stack
 
         try:
