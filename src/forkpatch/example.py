@@ -16,7 +16,6 @@ Also a series of example patches against ``v1.2.1`` (:data:`EXAMPLE_PATCHES`).
 
 from __future__ import annotations
 
-import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -217,17 +216,14 @@ def _files_v120() -> dict[str, str]:
 
 
 def _git(repo: Path, *args: str, date: str | None = None) -> str:
-    env = dict(os.environ)
-    for k in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
-        env.pop(k, None)
-    env.update(
+    from forkpatch.git import git_env
+
+    env = git_env(
         {
             "GIT_AUTHOR_NAME": "1Cat maintainers",
             "GIT_AUTHOR_EMAIL": "maintainers@example.invalid",
             "GIT_COMMITTER_NAME": "1Cat maintainers",
             "GIT_COMMITTER_EMAIL": "maintainers@example.invalid",
-            "GIT_CONFIG_NOSYSTEM": "1",
-            "GIT_CONFIG_GLOBAL": os.devnull,
         }
     )
     if date:
@@ -441,6 +437,8 @@ def build_release_wheel(fork: Path, tag: str, out_dir: Path) -> Path:
     import hashlib
     import zipfile
 
+    from forkpatch.git import git_env
+
     version = tag.lstrip("v")
     listing = _git(fork, "ls-tree", "-r", "--name-only", "-z", tag)
     members: list[tuple[str, bytes]] = []
@@ -449,6 +447,7 @@ def build_release_wheel(fork: Path, tag: str, out_dir: Path) -> Path:
             data = subprocess.run(
                 ["git", "-C", str(fork), "cat-file", "blob", f"{tag}:{rel}"],
                 check=True,
+                env=git_env(),
                 stdout=subprocess.PIPE,
             ).stdout
             members.append((rel, data))

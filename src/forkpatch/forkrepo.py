@@ -161,7 +161,7 @@ class ForkRepo:
                 mine.unlink()
             else:
                 atomic_write(mine, want_shallow)
-        self._source_git = Git(src)
+        self._source_git = Git(src, user_config=True)
 
     def source_tags(self) -> dict[str, str]:
         """Tag name -> commit id, as the source has them now."""
@@ -178,7 +178,12 @@ class ForkRepo:
                     local[parts[0]] = parts[2] if len(parts) == 3 else parts[1]
             return local
         proc = self.store.run(
-            "ls-remote", "--tags", self.source, check=False, timeout=FETCH_TIMEOUT
+            "ls-remote",
+            "--tags",
+            self.source,
+            check=False,
+            timeout=FETCH_TIMEOUT,
+            user_config=True,
         )
         if proc.returncode != 0:
             raise self._remote_error("list tags of", proc)
@@ -207,6 +212,7 @@ class ForkRepo:
             *specs,
             check=False,
             timeout=FETCH_TIMEOUT,
+            user_config=True,
         )
         if proc.returncode != 0:
             raise self._remote_error("fetch from", proc)
@@ -309,7 +315,12 @@ class ForkRepo:
         if tag in tags:
             return ResolvedRef(tag, self.resolve_tag(tag), "tag", f"refs/tags/{tag}")
         proc = self.store.run(
-            "ls-remote", "--heads", self.source, check=False, timeout=FETCH_TIMEOUT
+            "ls-remote",
+            "--heads",
+            self.source,
+            check=False,
+            timeout=FETCH_TIMEOUT,
+            user_config=True,
         )
         if proc.returncode != 0:
             raise self._remote_error("list branches of", proc)

@@ -66,7 +66,7 @@ from forkpatch.errors import (
     UsageError,
 )
 from forkpatch.fsutil import atomic_write, file_sha256
-from forkpatch.git import Git
+from forkpatch.git import Git, git_env
 from forkpatch.project import Project
 from forkpatch.series import PATCHES_DIR, SERIES_FILE
 
@@ -338,7 +338,7 @@ def fork_branch_head(project: Project) -> tuple[str, str]:
     fork = project.fork()
     wanted = project.series.section("track").get("branch")
     if fork.local:
-        src = Git(local_git_dir(fork.source))
+        src = Git(local_git_dir(fork.source), user_config=True)
         # The fork's remote may have any name (`upstream`, `1cat`), or there may be
         # none (a bare mirror): origin first, then every other remote, then heads.
         remotes = src.run(
@@ -370,7 +370,7 @@ def fork_branch_head(project: Project) -> tuple[str, str]:
     branch: str | None = wanted
     if not branch:
         proc = fork.store.run(
-            "ls-remote", "--symref", fork.source, "HEAD", check=False, timeout=300
+            "ls-remote", "--symref", fork.source, "HEAD", check=False, timeout=300, user_config=True
         )
         m = re.search(r"^ref: refs/heads/(\S+)\tHEAD$", proc.stdout.decode(), re.MULTILINE)
         branch = m.group(1) if m else "main"
@@ -1813,12 +1813,16 @@ def _commit_body(info: RunInfo, rebase: RebaseDone) -> str:
 def _project_repo(repo: Path, project_root: Path) -> tuple[Git, str]:
     """The repository's git dir and the project's path inside its work tree."""
     try:
-        out = subprocess.run(
-            ["git", "-C", str(repo), "rev-parse", "--absolute-git-dir", "--show-toplevel"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.split("\n")
+        out = (
+            subprocess.run(
+                ["git", "-C", str(repo), "rev-parse", "--absolute-git-dir", "--show-toplevel"],
+                capture_output=True,
+                check=True,
+                env=git_env(user_config=True),
+            )
+            .stdout.decode("utf-8", "surrogateescape")
+            .split("\n")
+        )
     except (subprocess.CalledProcessError, OSError):
         raise UsageError(
             f"{repo} is not inside a git repository",
@@ -1832,7 +1836,7 @@ def _project_repo(repo: Path, project_root: Path) -> tuple[Git, str]:
             f"the project {project_root} is not inside the repository {top}",
             tip="pass --repo with the project's repository",
         ) from None
-    return Git(git_dir), "" if prefix == "." else prefix
+    return Git(git_dir, user_config=True), "" if prefix == "." else prefix
 
 
 @dataclass(frozen=True)
