@@ -269,16 +269,20 @@ class Git:
         self.run("update-ref", "-d", ref, check=False)
 
     def objects_exist(self, oids: Iterable[str]) -> set[str]:
+        return set(self.object_types(oids))
+
+    def object_types(self, oids: Iterable[str]) -> dict[str, str]:
+        """Object id -> its type (commit, tree, blob, tag) for the ids that are here."""
         wanted = [o for o in oids if o]
         if not wanted:
-            return set()
+            return {}
         proc = self.run("cat-file", "--batch-check", input=("\n".join(wanted) + "\n").encode())
-        present = set()
+        types = {}
         for line in proc.stdout.decode().splitlines():
             parts = line.split()
             if len(parts) == 3:
-                present.add(parts[0])
-        return present
+                types[parts[0]] = parts[1]
+        return types
 
     def hash_blob(self, data: bytes, *, write: bool = True) -> str:
         args = ["hash-object", "--stdin", "--no-filters"]

@@ -120,6 +120,8 @@ class TrackReport:
     target: TagInfo | None = None
     unparsable: list[str] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
+    # Tags that name no commit (a tree, a blob): never a release -> what they name.
+    not_commits: dict[str, str] = field(default_factory=dict)
     forecast: Forecast | None = None
     bot_branch: str | None = None  # the bot branch for the target
 
@@ -140,6 +142,7 @@ class TrackReport:
             "target": self.target.to_json() if self.target else None,
             "unparsable": self.unparsable,
             "ignored": self.ignored,
+            "not_commits": self.not_commits,
             "forecast": self.forecast.to_json() if self.forecast else None,
             "bot_branch": self.bot_branch,
         }
@@ -185,11 +188,12 @@ def list_releases(project: Project, *, now: float | None = None) -> TrackReport:
             f"track.pattern or is not a PEP 440 version",
             tip="set track.pattern so that its 'version' group captures it",
         )
-    tags = project.fork().source_tags()
+    fork = project.fork()
+    tags, not_commits = fork.source_refs()
     report = TrackReport(base=series.base.tag, base_version=str(base_v))
     dates = _tag_dates(project) if min_age else {}
     candidates: list[tuple[Version, TagInfo]] = []
-    for tag, commit in tags.items():
+    for tag, commit in sorted({**tags, **not_commits}.items()):
         v = parse_tag(tag, pattern)
         if v is None:
             report.ignored.append(tag)
@@ -198,6 +202,9 @@ def list_releases(project: Project, *, now: float | None = None) -> TrackReport:
             report.unparsable.append(tag)
             continue
         if v <= base_v:
+            continue
+        if tag in not_commits:
+            _not_a_release(report, tag, not_commits[tag])
             continue
         info = TagInfo(
             tag=tag,
@@ -215,14 +222,28 @@ def list_releases(project: Project, *, now: float | None = None) -> TrackReport:
             )
         candidates.append((v, info))
     candidates.sort(key=lambda x: x[0])
+    actionable = [info for _, info in candidates if info.held_back is None]
+    # The release to act on must name a commit (a remote fork's new tag is only known
+    # once fetched): a tag of a tree or a blob is passed over, and said so.
+    while actionable:
+        kind = fork.tag_kind(actionable[-1].tag, actionable[-1].commit)
+        if kind == "commit":
+            break
+        gone = actionable.pop()
+        _not_a_release(report, gone.tag, kind)
+        candidates = [c for c in candidates if c[1] is not gone]
     report.newer = [info for _, info in candidates]
-    actionable = [info for info in report.newer if info.held_back is None]
     report.target = actionable[-1] if actionable else None
     if report.target is not None:
         report.bot_branch = bot_branch(project, report.target.tag)
     report.unparsable.sort()
     report.ignored.sort()
     return report
+
+
+def _not_a_release(report: TrackReport, tag: str, kind: str) -> None:
+    report.not_commits[tag] = kind
+    log.warn(f"tag '{tag}' names a {kind}, not a commit: it is not a release")
 
 
 def _tag_dates(project: Project) -> dict[str, float]:
@@ -862,7 +883,12 @@ def pick_tag(project: Project, report: TrackReport, tag: str) -> TagInfo:
                     f"{tag} is held back ({info.held_back}); acting on it because --tag names it"
                 )
             return info
-    tags = project.fork().source_tags()
+    tags, not_commits = project.fork().source_refs()
+    if tag in not_commits:
+        raise UsageError(
+            f"tag '{tag}' names a {not_commits[tag]}, not a commit: it is not a release",
+            tip="name a tag of a commit with --tag",
+        )
     if tag not in tags:
         from forkpatch.forkrepo import nearest_tags
 
