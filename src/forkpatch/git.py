@@ -245,6 +245,30 @@ class Git:
         """The canonical diff between two trees (see DIFF_OPTIONS)."""
         return self.run("diff-tree", *DIFF_OPTIONS, old, new).stdout
 
+    def stage(self, paths: Iterable[str]) -> None:
+        """Stage ``paths`` of the work tree as they are now (written, changed or gone),
+        whatever the tree's ignore rules say: files forkpatch wrote itself are the
+        patch's files, and ``git add -A`` alone leaves an ignored new file out."""
+        todo = sorted(set(paths))
+        if todo:
+            self.run(
+                "add",
+                "-A",
+                "-f",
+                "--pathspec-from-file=-",
+                "--pathspec-file-nul",
+                input=b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in todo),
+                env={"GIT_LITERAL_PATHSPECS": "1"},
+            )
+
+    def ignored_new_files(self) -> list[str]:
+        """New files of the work tree its ignore rules leave out of ``git add -A``
+        (an ignored directory as one ``dir/`` entry)."""
+        raw = self.run(
+            "ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory"
+        ).stdout
+        return [p.decode("utf-8", "surrogateescape") for p in raw.split(b"\0") if p]
+
     def is_ancestor(self, a: str, b: str) -> bool:
         return self.run("merge-base", "--is-ancestor", a, b, check=False).returncode == 0
 
