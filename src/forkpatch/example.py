@@ -247,7 +247,7 @@ def _write(repo: Path, files: dict[str, str | None]) -> None:
             path.unlink()
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+        path.write_text(text, encoding="utf-8")
 
 
 def _commit(repo: Path, message: str, date: str) -> str:
@@ -299,7 +299,7 @@ def make_fork(path: Path, *, with_v130: bool = True) -> ExampleFork:
     if with_v130:
         _write(path, {"vllm/entrypoints/cli/main.py": CLI_MAIN_FIXED_PY})
         _commit(path, "[Bugfix] Read CLI version from the package", "2026-07-10T10:00:00Z")
-        fp8 = (path / f"{ONLINE}/fp8.py").read_text()
+        fp8 = (path / f"{ONLINE}/fp8.py").read_text(encoding="utf-8")
         fp8 = fp8.replace(
             "        layer.weight_scale = scales\n", "        layer.weight_scale = scales.float()\n"
         )
@@ -393,7 +393,7 @@ def write_example_patches(fork: Path, tag: str, out_dir: Path) -> list[Path]:
             edits: dict[str, str | None] = {}
             for rel, text in files.items():
                 if text.startswith("APPEND:"):
-                    text = (fork / rel).read_text() + text[len("APPEND:") :]
+                    text = (fork / rel).read_text(encoding="utf-8") + text[len("APPEND:") :]
                 edits[rel] = text
             _write(fork, edits)
             _git(fork, "add", "-A")

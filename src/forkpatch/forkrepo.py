@@ -56,12 +56,15 @@ def local_git_dir(source: str) -> Path:
         if (candidate / "objects").is_dir() and (candidate / "HEAD").exists():
             return candidate
         if candidate.is_file():  # a worktree or submodule: ".git" is a file
-            text = candidate.read_text().strip()
+            text = candidate.read_text(encoding="utf-8", errors="surrogateescape").strip()
             if text.startswith("gitdir:"):
                 gitdir = (candidate.parent / text.split(":", 1)[1].strip()).resolve()
                 common = gitdir / "commondir"
                 if common.exists():
-                    gitdir = (gitdir / common.read_text().strip()).resolve()
+                    gitdir = (
+                        gitdir
+                        / common.read_text(encoding="utf-8", errors="surrogateescape").strip()
+                    ).resolve()
                 return gitdir
     raise ForkRepoError(
         f"{path} is not a git repository",
@@ -462,7 +465,9 @@ class ForkRepo:
             return self.resolve_tag(tag)  # not there: its error lists the near tags
         oid, commit, _recorded = out
         loose = self.store.git_dir / "refs" / "tags" / tag
-        if not (loose.is_file() and loose.read_text().strip() == oid):
+        if not (
+            loose.is_file() and loose.read_text(encoding="utf-8", errors="replace").strip() == oid
+        ):
             self.store.update_ref(f"refs/tags/{tag}", oid)
         return commit
 
@@ -534,13 +539,19 @@ class ForkRepo:
         dirs = [self.store.git_dir]
         alternates = self.store.git_dir / "objects" / "info" / "alternates"
         if alternates.is_file():
-            for line in alternates.read_text().splitlines():
+            for line in alternates.read_text(
+                encoding="utf-8", errors="surrogateescape"
+            ).splitlines():
                 if line.strip() and not line.startswith("#"):
                     dirs.append(Path(line.strip()).parent)
         found: set[str] = set()
         for d in dirs:
             try:
-                found.update(x for x in (d / "shallow").read_text().split() if len(x) == 40)
+                found.update(
+                    x
+                    for x in (d / "shallow").read_text(encoding="utf-8", errors="replace").split()
+                    if len(x) == 40
+                )
             except OSError:
                 continue
         return found

@@ -534,7 +534,7 @@ class FastImport:
                 *limit, "fast-import", "--quiet", "--done", f"--export-marks={marks}", input=stream
             )
             result = {}
-            for line in marks.read_text().splitlines():
+            for line in marks.read_text(encoding="utf-8").splitlines():
                 mark, oid = line.split()
                 result[mark] = oid
         self._git.delete_ref("refs/forkpatch/fast-import")

@@ -253,7 +253,10 @@ class Project:
                 stale = name.endswith(".lock")
                 if name == "locked" and path.parent.parent.name == "worktrees":
                     with contextlib.suppress(OSError):
-                        stale = path.read_text(errors="replace").strip() == "initializing"
+                        stale = (
+                            path.read_text(encoding="utf-8", errors="replace").strip()
+                            == "initializing"
+                        )
                 if stale and not path.is_symlink():
                     with contextlib.suppress(FileNotFoundError):
                         path.unlink()

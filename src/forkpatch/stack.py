@@ -282,7 +282,7 @@ class Stack:
 
     @staticmethod
     def _admin_of(path: Path) -> Path:
-        text = (path / ".git").read_text().strip()
+        text = (path / ".git").read_text(encoding="utf-8", errors="surrogateescape").strip()
         admin = Path(text.split(":", 1)[1].strip())
         return admin if admin.is_absolute() else (path / admin).resolve()
 

@@ -1005,7 +1005,7 @@ def _stop_reason(stage: str, stages: Stages) -> str:
 
 def _load_json(path: Path) -> dict[str, Any] | None:
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
     except (FileNotFoundError, NotADirectoryError, ValueError):
         return None
     return data if isinstance(data, dict) else None
@@ -1026,6 +1026,8 @@ def runner_class() -> str:
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
+            encoding="utf-8",
+            errors="replace",
             timeout=30,
             check=False,
         ).stdout
@@ -1599,7 +1601,7 @@ def _read_rebase_markdown(work: Path | None, st: RebaseDone) -> str:
     try:
         if work is None:
             raise OSError
-        return (work / st.report_markdown).read_text()
+        return (work / st.report_markdown).read_text(encoding="utf-8")
     except OSError:
         return f"(the report is in {st.report_markdown})\n"
 
@@ -1716,7 +1718,7 @@ def load_run(project: Project, out_dir: Path | None, tag: str | None) -> tuple[P
     root = out_root(project, out_dir)
     if tag is None:
         try:
-            name = (root / LATEST_FILE).read_text().strip()
+            name = (root / LATEST_FILE).read_text(encoding="utf-8").strip()
         except FileNotFoundError:
             raise UsageError(
                 f"no `forkpatch track --run` output in {root}",

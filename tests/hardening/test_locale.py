@@ -1,0 +1,121 @@
+"""The locale never changes what forkpatch reads, writes or whether it finishes.
+
+Every file is read and written as UTF-8 (or as bytes), whatever the locale says:
+under LC_ALL=C / POSIX with UTF-8 mode off (Python's locale encoding is then ASCII)
+``init`` used to crash on a UTF-8 ``.gitignore`` (under Latin-1 it rewrote it as
+mojibake); a non-ASCII ``-m`` summary crashed ``new``. Output that the terminal's
+encoding cannot hold is escaped, never a crash. The README workflow under each locale
+gives the bytes it gives under C.UTF-8. (tests/codebase/test_explicit_encodings.py
+holds every ``open``/``read_text``/``subprocess`` call in src/ to an explicit
+encoding.)
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from support.cli import fp
+from support.projects import copy_example, snapshot
+from support.reliability import Row
+
+FP8 = "vllm/model_executor/layers/quantization/online/fp8.py"
+NEW_FILE = "vllm/naïve/größe.py"
+GITIGNORE = "# Größe der Dateien\n*.bak\n".encode() + b"caf\xe9.tmp\n"  # the last in Latin-1
+
+
+def _have_locale(name: str) -> bool:
+    out = subprocess.run(["locale", "-a"], capture_output=True, check=False).stdout.decode()
+    want = name.lower().replace("-", "")
+    return any(want == line.strip().lower().replace("-", "") for line in out.splitlines())
+
+
+LOCALES: dict[str, dict[str, str]] = {
+    "LC_ALL=C, UTF-8 mode off": {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0"},
+    "LANG=POSIX, no coercion": {
+        "LC_ALL": "",
+        "LC_CTYPE": "",
+        "LANG": "POSIX",
+        "PYTHONUTF8": "0",
+        "PYTHONCOERCECLOCALE": "0",
+    },
+    "an ASCII terminal (PYTHONIOENCODING=ascii)": {
+        "LC_ALL": "C",
+        "PYTHONUTF8": "0",
+        "PYTHONIOENCODING": "ascii",
+    },
+    "LANG=en_US.ISO-8859-1": {"LC_ALL": "en_US.ISO-8859-1", "PYTHONUTF8": "0"},
+}
+UTF8 = {"LC_ALL": "C.UTF-8", "PYTHONUTF8": "1"}
+
+
+def _skip_missing(name: str) -> None:
+    wanted = LOCALES[name].get("LC_ALL", "")
+    if "ISO" in wanted and not _have_locale(wanted):
+        pytest.skip(f"the {wanted} locale is not installed here (`locale -a`)")
+
+
+def _fp(project: Path, env: dict[str, str], *args: str) -> str:
+    proc = fp(project, *args, extra_env=env)
+    assert proc.returncode == 0, f"forkpatch {' '.join(args)} -> {proc.returncode}\n{proc.stderr}"
+    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
+    return proc.stdout
+
+
+def workflow(root: Path, env: dict[str, str], capsys) -> dict[str, bytes]:
+    ex = copy_example(root, capsys, with_project=False)
+    project = ex.project
+    (project / ".gitignore").write_bytes(GITIGNORE)
+    _fp(project, env, "init", "--fork-url", str(ex.fork.path), "--base", "v1.2.1")
+    _fp(project, env, "import", *map(str, ex.incoming))
+    _fp(project, env, "apply")
+    _fp(project, env, "new", "naive-sizes", "-m", "Größe für naïve widths")
+    wt = project / ".forkpatch" / "worktree"
+    (wt / NEW_FILE).parent.mkdir(parents=True)
+    (wt / NEW_FILE).write_bytes("SIZE = 'größe'\n".encode())
+    _fp(project, env, "refresh")
+    table = fp(project, "status", extra_env=env)
+    assert table.returncode == 0 and "naive-sizes" in table.stdout + table.stderr
+    _fp(project, env, "export")
+    check = json.loads(_fp(project, env, "check", "--onto", "v1.3.0", "--json"))
+    _fp(project, env, "rebase", "--onto", "v1.3.0")
+    status = json.loads(_fp(project, env, "status", "--json"))
+    status.pop("worktree")
+    out = snapshot(project)
+    out["series.yaml"] = out["series.yaml"].replace(str(root).encode(), b"ROOT")
+    out[".gitignore"] = (project / ".gitignore").read_bytes()
+    out["check"] = json.dumps(check["patches"], sort_keys=True).encode()
+    out["status"] = json.dumps(status, sort_keys=True).encode()
+    return out
+
+
+@pytest.fixture(scope="module")
+def utf8(tmp_path_factory) -> dict[str, bytes]:
+    return workflow(tmp_path_factory.mktemp("utf8"), UTF8, None)
+
+
+@pytest.mark.parametrize("name", list(LOCALES))
+def test_the_workflow_under_a_non_utf8_locale_gives_the_same_bytes(name, utf8, tmp_path, capsys):
+    _skip_missing(name)
+    got = workflow(tmp_path, LOCALES[name], capsys)
+    # init added its lines to the user's .gitignore and kept every byte it had.
+    assert got[".gitignore"].startswith(GITIGNORE), got[".gitignore"]
+    assert got.keys() == utf8.keys()
+    for key in utf8:
+        assert got[key] == utf8[key], f"{key}:\n{got[key]!r}\n{utf8[key]!r}"
+
+
+RELIABILITY = [
+    Row(
+        "the user's environment",
+        "a non-UTF-8 locale: LC_ALL=C / POSIX with UTF-8 mode off, an ASCII terminal, "
+        "ISO-8859-1 (where installed)",
+        f"{len(LOCALES)} locales x the workflow (a UTF-8 .gitignore with a Latin-1 line, "
+        "non-ASCII summary and file name)",
+        "no crash; .gitignore kept byte for byte; patches, series.yaml and verdicts as "
+        "under C.UTF-8; unshowable output escaped",
+    ),
+]
