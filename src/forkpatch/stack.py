@@ -367,7 +367,7 @@ class Stack:
             texts.prefetch((self._parent(wt, a), a.commit) for a in mine)
             for a in mine:
                 path = self.project.patch_path(by_name[a.name])
-                current = path.read_bytes() if path.exists() else b""
+                current = self.project.patch_bytes(by_name[a.name]) or b""
                 rendered = texts.render(
                     current,
                     commit=a.commit,
@@ -771,8 +771,7 @@ class Stack:
         ]
 
     def _file_bytes(self, entry: PatchEntry) -> bytes | None:
-        path = self.project.patch_path(entry)
-        return path.read_bytes() if path.exists() else None
+        return self.project.patch_bytes(entry)
 
     def _refuse_markers(self, wt: Git, commit: str) -> None:
         changed = wt.run("diff", "--name-only", "-z", commit).stdout.split(b"\0")
