@@ -122,6 +122,19 @@ def test_a_tag_of_tags_names_the_commit_underneath(case, source, tmp_path, monke
     assert f"commit: {head}" in (other / "series.yaml").read_text()
 
 
+def test_a_base_tag_moved_onto_a_tree_is_named(tmp_path, monkeypatch):
+    """(A remote fork's base tag is read from the store until a command fetches.)"""
+    fork, _head = _fork(tmp_path, [])
+    project, _url = _project(tmp_path, fork, "local fork", monkeypatch)
+    fork.git("tag", "-f", "-a", "-m", "moved", "v1.0.0", "HEAD^{tree}")
+    before = (project / "series.yaml").read_bytes()
+    for command in (["status"], ["apply"]):
+        code, _, err = fp_in(project, *command)
+        assert code == 1, err
+        assert "tag 'v1.0.0'" in err and "names a tree" in err, err
+    assert (project / "series.yaml").read_bytes() == before
+
+
 RELIABILITY = [
     Row(
         "the user's environment",
@@ -130,6 +143,13 @@ RELIABILITY = [
         "track --tag, check --onto, rebase --onto, init --base)",
         "never a release; refused by name with what the tag names; nothing written",
         refused=str(len(NOT_COMMITS) * len(SOURCES) * 4),
+    ),
+    Row(
+        "the user's environment",
+        "series.yaml's base tag re-pointed at a tree in the fork",
+        "a local fork x (status, apply)",
+        "refused naming the tag and what it names; series.yaml unchanged",
+        refused="2",
     ),
     Row(
         "the user's environment",
