@@ -458,12 +458,23 @@ def _register_optional() -> None:
 _register_optional()
 
 
+def _utf8_args(argv: list[str]) -> list[str]:
+    """Arguments a locale could not decode (UTF-8 bytes under LC_ALL=C come in as
+    surrogates) read as UTF-8, the encoding of everything forkpatch writes."""
+    out = []
+    for arg in argv:
+        if any("\udc80" <= ch <= "\udcff" for ch in arg):
+            raw = arg.encode(sys.getfilesystemencoding(), "surrogateescape")
+            arg = raw.decode("utf-8", "surrogateescape")
+        out.append(arg)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    debug = (
-        "--debug" in (argv if argv is not None else sys.argv[1:])
-        or os.environ.get("FORKPATCH_DEBUG") == "1"
-    )
-    command, directory = _command_of(argv if argv is not None else sys.argv[1:])
+    log.tolerant_streams()
+    argv = _utf8_args(argv if argv is not None else sys.argv[1:])
+    debug = "--debug" in argv or os.environ.get("FORKPATCH_DEBUG") == "1"
+    command, directory = _command_of(argv)
     # `rebase` reports its own state; any other command mentions a rebase in progress.
     hint = command not in (None, "rebase", "init", "demo")
     try:

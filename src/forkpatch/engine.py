@@ -21,7 +21,7 @@ from pathlib import Path
 
 from forkpatch import applier, binarypatch
 from forkpatch.errors import PathSafetyError
-from forkpatch.git import FastImport, FileChange, Git, ObjectReader, commit_date
+from forkpatch.git import FastImport, FileChange, Git, ObjectReader, commit_date, git_env
 from forkpatch.patchfile import FilePatch, PatchFile, check_paths
 from forkpatch.patchheader import description_of
 from forkpatch.series import PatchEntry
@@ -275,6 +275,7 @@ def _merge_file(
                 *paths,
             ],
             capture_output=True,
+            env=git_env(),
         )
         if proc.returncode < 0 or proc.returncode > 127:
             raise RuntimeError(proc.stderr.decode())

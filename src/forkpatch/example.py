@@ -16,7 +16,6 @@ Also a series of example patches against ``v1.2.1`` (:data:`EXAMPLE_PATCHES`).
 
 from __future__ import annotations
 
-import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -217,17 +216,14 @@ def _files_v120() -> dict[str, str]:
 
 
 def _git(repo: Path, *args: str, date: str | None = None) -> str:
-    env = dict(os.environ)
-    for k in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
-        env.pop(k, None)
-    env.update(
+    from forkpatch.git import git_env
+
+    env = git_env(
         {
             "GIT_AUTHOR_NAME": "1Cat maintainers",
             "GIT_AUTHOR_EMAIL": "maintainers@example.invalid",
             "GIT_COMMITTER_NAME": "1Cat maintainers",
             "GIT_COMMITTER_EMAIL": "maintainers@example.invalid",
-            "GIT_CONFIG_NOSYSTEM": "1",
-            "GIT_CONFIG_GLOBAL": os.devnull,
         }
     )
     if date:
@@ -251,7 +247,7 @@ def _write(repo: Path, files: dict[str, str | None]) -> None:
             path.unlink()
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+        path.write_text(text, encoding="utf-8")
 
 
 def _commit(repo: Path, message: str, date: str) -> str:
@@ -303,7 +299,7 @@ def make_fork(path: Path, *, with_v130: bool = True) -> ExampleFork:
     if with_v130:
         _write(path, {"vllm/entrypoints/cli/main.py": CLI_MAIN_FIXED_PY})
         _commit(path, "[Bugfix] Read CLI version from the package", "2026-07-10T10:00:00Z")
-        fp8 = (path / f"{ONLINE}/fp8.py").read_text()
+        fp8 = (path / f"{ONLINE}/fp8.py").read_text(encoding="utf-8")
         fp8 = fp8.replace(
             "        layer.weight_scale = scales\n", "        layer.weight_scale = scales.float()\n"
         )
@@ -397,7 +393,7 @@ def write_example_patches(fork: Path, tag: str, out_dir: Path) -> list[Path]:
             edits: dict[str, str | None] = {}
             for rel, text in files.items():
                 if text.startswith("APPEND:"):
-                    text = (fork / rel).read_text() + text[len("APPEND:") :]
+                    text = (fork / rel).read_text(encoding="utf-8") + text[len("APPEND:") :]
                 edits[rel] = text
             _write(fork, edits)
             _git(fork, "add", "-A")
@@ -441,6 +437,8 @@ def build_release_wheel(fork: Path, tag: str, out_dir: Path) -> Path:
     import hashlib
     import zipfile
 
+    from forkpatch.git import git_env
+
     version = tag.lstrip("v")
     listing = _git(fork, "ls-tree", "-r", "--name-only", "-z", tag)
     members: list[tuple[str, bytes]] = []
@@ -449,6 +447,7 @@ def build_release_wheel(fork: Path, tag: str, out_dir: Path) -> Path:
             data = subprocess.run(
                 ["git", "-C", str(fork), "cat-file", "blob", f"{tag}:{rel}"],
                 check=True,
+                env=git_env(),
                 stdout=subprocess.PIPE,
             ).stdout
             members.append((rel, data))

@@ -56,12 +56,15 @@ def local_git_dir(source: str) -> Path:
         if (candidate / "objects").is_dir() and (candidate / "HEAD").exists():
             return candidate
         if candidate.is_file():  # a worktree or submodule: ".git" is a file
-            text = candidate.read_text().strip()
+            text = candidate.read_text(encoding="utf-8", errors="surrogateescape").strip()
             if text.startswith("gitdir:"):
                 gitdir = (candidate.parent / text.split(":", 1)[1].strip()).resolve()
                 common = gitdir / "commondir"
                 if common.exists():
-                    gitdir = (gitdir / common.read_text().strip()).resolve()
+                    gitdir = (
+                        gitdir
+                        / common.read_text(encoding="utf-8", errors="surrogateescape").strip()
+                    ).resolve()
                 return gitdir
     raise ForkRepoError(
         f"{path} is not a git repository",
@@ -161,24 +164,77 @@ class ForkRepo:
                 mine.unlink()
             else:
                 atomic_write(mine, want_shallow)
-        self._source_git = Git(src)
+        self._source_git = Git(src, user_config=True)
 
     def source_tags(self) -> dict[str, str]:
-        """Tag name -> commit id, as the source has them now."""
-        if self.local:
-            out = self._source_git.run(
-                "for-each-ref",
-                "--format=%(refname:strip=2) %(objectname) %(*objectname)",
-                "refs/tags",
+        """Tag name -> commit id, as the source has them now (tags of commits only)."""
+        return self.source_refs()[0]
+
+    def source_refs(self) -> tuple[dict[str, str], dict[str, str]]:
+        """(tag -> commit, tag -> the type of what it names for a tag of no commit).
+
+        Tags are peeled through any number of tag objects (a tag of a tag of a
+        commit names that commit). A tag of a tree or a blob names no commit: it is
+        no release and no base, whatever its name says.
+        """
+        named = self._local_tags() if self.local else self._remote_tags()
+        types = self.store.object_types(named.values())
+        commits: dict[str, str] = {}
+        others: dict[str, str] = {}
+        for tag, oid in named.items():
+            kind = types.get(oid, "commit")  # not here yet: checked once fetched
+            if kind == "commit":
+                commits[tag] = oid
+            else:
+                others[tag] = kind
+        return commits, others
+
+    def tag_kind(self, tag: str, oid: str) -> str:
+        """The type of what ``tag`` names (``oid``, peeled), fetching the tag first when
+        the store does not hold it yet (a remote fork's new tag)."""
+        kind = self.store.object_types([oid]).get(oid)
+        if kind is None:
+            self.fetch([f"+refs/tags/{tag}:refs/tags/{tag}"])
+            peeled = self.store.rev_parse(f"refs/tags/{tag}^{{}}") or oid
+            kind = self.store.object_types([peeled]).get(peeled)
+        return kind or "commit"
+
+    def _local_tags(self) -> dict[str, str]:
+        """Tag -> the object it names once every tag object is peeled, in a local fork."""
+        out = self._source_git.run(
+            "for-each-ref",
+            "--format=%(refname:strip=2) %(objectname) %(*objecttype) %(*objectname)",
+            "refs/tags",
+        ).stdout.decode()
+        named: dict[str, str] = {}
+        deeper: list[str] = []
+        for line in out.splitlines():
+            parts = line.split()
+            if len(parts) == 2:
+                named[parts[0]] = parts[1]
+            elif len(parts) == 4:
+                named[parts[0]] = parts[3]
+                if parts[2] == "tag":  # %(*objectname) peels one level only
+                    deeper.append(parts[0])
+        if deeper:
+            peeled = self._source_git.run(
+                "cat-file",
+                "--batch-check=%(objectname)",
+                input="".join(f"refs/tags/{t}^{{}}\n" for t in deeper).encode(),
             ).stdout.decode()
-            local: dict[str, str] = {}
-            for line in out.splitlines():
-                parts = line.split()
-                if len(parts) >= 2:
-                    local[parts[0]] = parts[2] if len(parts) == 3 else parts[1]
-            return local
+            for tag, oid in zip(deeper, peeled.splitlines(), strict=True):
+                named[tag] = oid.split()[0]
+        return named
+
+    def _remote_tags(self) -> dict[str, str]:
+        """Tag -> the object it names, peeled by the remote (``^{}``: fully)."""
         proc = self.store.run(
-            "ls-remote", "--tags", self.source, check=False, timeout=FETCH_TIMEOUT
+            "ls-remote",
+            "--tags",
+            self.source,
+            check=False,
+            timeout=FETCH_TIMEOUT,
+            user_config=True,
         )
         if proc.returncode != 0:
             raise self._remote_error("list tags of", proc)
@@ -207,6 +263,7 @@ class ForkRepo:
             *specs,
             check=False,
             timeout=FETCH_TIMEOUT,
+            user_config=True,
         )
         if proc.returncode != 0:
             raise self._remote_error("fetch from", proc)
@@ -234,7 +291,11 @@ class ForkRepo:
         if not refresh:
             commit = self.store.commit_of(f"refs/tags/{tag}")
         if commit is None:
-            tags = self.source_tags()
+            tags, others = self.source_refs()
+            if tag in others:
+                self._refuse_non_commit(
+                    tag, self.store.rev_parse(f"refs/tags/{tag}^{{}}"), others[tag]
+                )
             if tag not in tags:
                 raise ForkRepoError(
                     f"tag '{tag}' is not in the fork ({self.source}); "
@@ -249,6 +310,7 @@ class ForkRepo:
                 self.fetch([f"+refs/tags/{tag}:refs/tags/{tag}"])
             resolved = self.store.commit_of(f"refs/tags/{tag}")
             if resolved is None:
+                self._refuse_non_commit(tag, self.store.rev_parse(f"refs/tags/{tag}^{{}}"))
                 raise ForkRepoError(f"tag '{tag}' could not be read from {self.source}")
             commit = resolved
         return commit
@@ -282,6 +344,9 @@ class ForkRepo:
         for ref, kind in candidates:
             commit = self._source_git.commit_of(ref)
             if commit is None:
+                if kind == "tag":  # a tag of a tree or a blob: named as such
+                    tag = ref[len("refs/tags/") :]
+                    self._refuse_non_commit(tag, self._source_git.rev_parse(f"{ref}^{{}}"))
                 continue
             if kind == "tag":
                 tag = ref[len("refs/tags/") :]
@@ -304,12 +369,19 @@ class ForkRepo:
         return [line for line in out.splitlines() if line and not line.endswith("/HEAD")]
 
     def _resolve_remote_ref(self, name: str) -> ResolvedRef:
-        tags = self.source_tags()
+        tags, others = self.source_refs()
         tag = name[len("refs/tags/") :] if name.startswith("refs/tags/") else name
+        if tag in others:
+            self._refuse_non_commit(tag, None, others[tag])
         if tag in tags:
             return ResolvedRef(tag, self.resolve_tag(tag), "tag", f"refs/tags/{tag}")
         proc = self.store.run(
-            "ls-remote", "--heads", self.source, check=False, timeout=FETCH_TIMEOUT
+            "ls-remote",
+            "--heads",
+            self.source,
+            check=False,
+            timeout=FETCH_TIMEOUT,
+            user_config=True,
         )
         if proc.returncode != 0:
             raise self._remote_error("list branches of", proc)
@@ -353,6 +425,20 @@ class ForkRepo:
             return f"`git -C {self.source} fetch --tags` brings the tags a clone lacks"
         return f"`git ls-remote {self.source}` lists the fork's tags and branches"
 
+    def _refuse_non_commit(self, tag: str, oid: str | None, kind: str | None = None) -> None:
+        """A tag that names a tree or a blob is refused, naming the tag and what it names."""
+        if kind is None and oid is not None:
+            kind = self.store.object_types([oid]).get(oid)
+        if kind is None or kind == "commit":
+            return
+        raise ForkRepoError(
+            f"tag '{tag}' in the fork ({self.source}) names a {kind}"
+            + (f" ({oid[:12]})" if oid else "")
+            + ", not a commit: it is no release and cannot be a base",
+            tip="name a tag of a commit (`git ls-remote --tags <fork>` lists them, "
+            "`git cat-file -t TAG^{}` shows what one names)",
+        )
+
     def _local_base(self, tag: str, recorded: str) -> str:
         """The commit ``tag`` names in a local fork that holds ``recorded``, with the
         store's tag kept equal to the fork's: one git process when all is well (for
@@ -379,7 +465,9 @@ class ForkRepo:
             return self.resolve_tag(tag)  # not there: its error lists the near tags
         oid, commit, _recorded = out
         loose = self.store.git_dir / "refs" / "tags" / tag
-        if not (loose.is_file() and loose.read_text().strip() == oid):
+        if not (
+            loose.is_file() and loose.read_text(encoding="utf-8", errors="replace").strip() == oid
+        ):
             self.store.update_ref(f"refs/tags/{tag}", oid)
         return commit
 
@@ -451,13 +539,19 @@ class ForkRepo:
         dirs = [self.store.git_dir]
         alternates = self.store.git_dir / "objects" / "info" / "alternates"
         if alternates.is_file():
-            for line in alternates.read_text().splitlines():
+            for line in alternates.read_text(
+                encoding="utf-8", errors="surrogateescape"
+            ).splitlines():
                 if line.strip() and not line.startswith("#"):
                     dirs.append(Path(line.strip()).parent)
         found: set[str] = set()
         for d in dirs:
             try:
-                found.update(x for x in (d / "shallow").read_text().split() if len(x) == 40)
+                found.update(
+                    x
+                    for x in (d / "shallow").read_text(encoding="utf-8", errors="replace").split()
+                    if len(x) == 40
+                )
             except OSError:
                 continue
         return found

@@ -38,20 +38,115 @@ DIFF_OPTIONS = (
 )
 
 
-def _base_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    env = dict(os.environ)
-    # A user's ambient GIT_DIR / GIT_INDEX_FILE must never leak into our calls.
-    for key in (
-        "GIT_DIR",
-        "GIT_WORK_TREE",
-        "GIT_INDEX_FILE",
-        "GIT_OBJECT_DIRECTORY",
-        "GIT_ALTERNATE_OBJECT_DIRECTORIES",
-        "GIT_NAMESPACE",
-    ):
-        env.pop(key, None)
+# What forkpatch's git reads of its configuration. Its own calls see no system,
+# global or XDG file and no attributes file outside a tree: the private store and
+# its work trees are forkpatch's, and what git prints there is parsed or becomes
+# patch bytes. The keys below are pinned (to git's defaults, or off) in every call,
+# over any file, a repository's own config included: no hooks, no filters or
+# diff drivers from outside, no line-ending conversion, one output format.
+PINNED_CONFIG: tuple[tuple[str, str], ...] = (
+    ("core.hooksPath", os.devnull),
+    ("core.attributesFile", os.devnull),
+    ("core.excludesFile", os.devnull),
+    ("core.fsmonitor", "false"),
+    ("core.untrackedCache", "false"),
+    ("core.autocrlf", "false"),
+    ("core.safecrlf", "false"),
+    ("core.eol", "lf"),
+    ("core.quotePath", "true"),
+    ("core.bigFileThreshold", "512m"),
+    ("core.pager", "cat"),
+    ("color.ui", "false"),
+    ("color.diff", "false"),
+    ("color.status", "false"),
+    ("diff.context", "3"),
+    ("diff.interHunkContext", "0"),
+    ("diff.suppressBlankEmpty", "false"),
+    ("diff.noprefix", "false"),
+    ("diff.mnemonicPrefix", "false"),
+    ("diff.renames", "true"),
+    ("diff.algorithm", "myers"),
+    ("diff.indentHeuristic", "true"),
+    ("diff.relative", "false"),
+    ("diff.orderFile", os.devnull),
+    ("diff.ignoreSubmodules", "none"),
+    ("diff.submodule", "short"),
+    ("status.renames", "true"),
+    ("status.showUntrackedFiles", "all"),
+    ("i18n.commitEncoding", "UTF-8"),
+    ("i18n.logOutputEncoding", "UTF-8"),
+    ("log.showSignature", "false"),
+    ("log.decorate", "no"),
+    ("log.abbrevCommit", "false"),
+    ("log.follow", "false"),
+    ("log.showRoot", "true"),
+    ("log.mailmap", "false"),
+    ("commit.gpgSign", "false"),
+    ("tag.gpgSign", "false"),
+    ("merge.conflictStyle", "merge"),
+    ("apply.whitespace", "nowarn"),
+    ("submodule.recurse", "false"),
+    ("fetch.recurseSubmodules", "false"),
+    ("gc.auto", "0"),
+    ("maintenance.auto", "false"),
+    ("init.defaultBranch", "main"),
+    ("advice.detachedHead", "false"),
+)
+
+# Of the user's own environment, a call that reaches the network keeps what git needs
+# to get there (ssh, proxies, TLS, askpass, tracing); every other GIT_* variable (an
+# ambient GIT_DIR, GIT_EXTERNAL_DIFF, pathspec modes, `git -c` of a calling alias, a
+# hook's GIT_INDEX_FILE) is dropped from every call.
+_NETWORK_ENV = (
+    "GIT_CONFIG_GLOBAL",
+    "GIT_CONFIG_SYSTEM",
+    "GIT_CONFIG_NOSYSTEM",
+    "GIT_SSH",
+    "GIT_SSL_",
+    "GIT_HTTP_",
+    "GIT_PROXY_",
+    "GIT_CURL_",
+    "GIT_ASKPASS",
+    "GIT_ALLOW_PROTOCOL",
+    "GIT_PROTOCOL_FROM_USER",
+)
+_KEEP_ENV = ("GIT_EXEC_PATH", "GIT_TRACE", "GIT_TERMINAL_PROMPT")
+
+
+def git_env(extra: Mapping[str, str] | None = None, *, user_config: bool = False) -> dict[str, str]:
+    """The environment of a forkpatch git call (see PINNED_CONFIG).
+
+    ``user_config``: for calls that reach the fork's remote or read the user's own
+    clones: the user's global and system files stay (credential helpers, proxies,
+    ``insteadOf`` rules, ``safe.directory``), as do their ``GIT_CONFIG_COUNT``
+    settings (the CI form of an ``insteadOf`` rule) and their network variables;
+    the pinned keys still win over all of them.
+    """
+    keep = _KEEP_ENV + (_NETWORK_ENV if user_config else ())
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") or k.startswith(keep)}
+    pairs: list[tuple[str, str]] = []
+    if user_config:
+        try:
+            count = int(os.environ.get("GIT_CONFIG_COUNT", "0"))
+        except ValueError:
+            count = 0
+        for i in range(max(count, 0)):
+            key = os.environ.get(f"GIT_CONFIG_KEY_{i}")
+            if key is not None:
+                pairs.append((key, os.environ.get(f"GIT_CONFIG_VALUE_{i}", "")))
+    else:
+        env["GIT_CONFIG_GLOBAL"] = os.devnull
+        env["GIT_CONFIG_SYSTEM"] = os.devnull
+        env["GIT_CONFIG_NOSYSTEM"] = "1"
+    env["GIT_ATTR_NOSYSTEM"] = "1"
+    env["GIT_NO_REPLACE_OBJECTS"] = "1"
     env.setdefault("GIT_TERMINAL_PROMPT", "0")
     env["LC_ALL"] = "C"
+    pairs.extend(PINNED_CONFIG)
+    env["GIT_CONFIG_COUNT"] = str(len(pairs))
+    for i, (key, value) in enumerate(pairs):
+        env[f"GIT_CONFIG_KEY_{i}"] = key
+        env[f"GIT_CONFIG_VALUE_{i}"] = value
     if extra:
         env.update(extra)
     return env
@@ -63,6 +158,8 @@ class Git:
 
     git_dir: Path
     work_tree: Path | None = None
+    # The user's own repository (their fork clone, the project's repository): see git_env.
+    user_config: bool = False
 
     def argv(self, args: Sequence[str]) -> list[str]:
         argv = ["git", f"--git-dir={self.git_dir}"]
@@ -79,14 +176,16 @@ class Git:
         check: bool = True,
         cwd: Path | None = None,
         timeout: float | None = None,
+        user_config: bool = False,
     ) -> subprocess.CompletedProcess[bytes]:
+        """``user_config``: this call reaches the fork's remote (see git_env)."""
         argv = self.argv(args)
         try:
             proc = subprocess.run(
                 argv,
                 input=input,
                 capture_output=True,
-                env=_base_env(env),
+                env=git_env(env, user_config=user_config or self.user_config),
                 cwd=cwd or self.work_tree,
                 timeout=timeout,
             )
@@ -146,6 +245,30 @@ class Git:
         """The canonical diff between two trees (see DIFF_OPTIONS)."""
         return self.run("diff-tree", *DIFF_OPTIONS, old, new).stdout
 
+    def stage(self, paths: Iterable[str]) -> None:
+        """Stage ``paths`` of the work tree as they are now (written, changed or gone),
+        whatever the tree's ignore rules say: files forkpatch wrote itself are the
+        patch's files, and ``git add -A`` alone leaves an ignored new file out."""
+        todo = sorted(set(paths))
+        if todo:
+            self.run(
+                "add",
+                "-A",
+                "-f",
+                "--pathspec-from-file=-",
+                "--pathspec-file-nul",
+                input=b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in todo),
+                env={"GIT_LITERAL_PATHSPECS": "1"},
+            )
+
+    def ignored_new_files(self) -> list[str]:
+        """New files of the work tree its ignore rules leave out of ``git add -A``
+        (an ignored directory as one ``dir/`` entry)."""
+        raw = self.run(
+            "ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory"
+        ).stdout
+        return [p.decode("utf-8", "surrogateescape") for p in raw.split(b"\0") if p]
+
     def is_ancestor(self, a: str, b: str) -> bool:
         return self.run("merge-base", "--is-ancestor", a, b, check=False).returncode == 0
 
@@ -170,16 +293,20 @@ class Git:
         self.run("update-ref", "-d", ref, check=False)
 
     def objects_exist(self, oids: Iterable[str]) -> set[str]:
+        return set(self.object_types(oids))
+
+    def object_types(self, oids: Iterable[str]) -> dict[str, str]:
+        """Object id -> its type (commit, tree, blob, tag) for the ids that are here."""
         wanted = [o for o in oids if o]
         if not wanted:
-            return set()
+            return {}
         proc = self.run("cat-file", "--batch-check", input=("\n".join(wanted) + "\n").encode())
-        present = set()
+        types = {}
         for line in proc.stdout.decode().splitlines():
             parts = line.split()
             if len(parts) == 3:
-                present.add(parts[0])
-        return present
+                types[parts[0]] = parts[1]
+        return types
 
     def hash_blob(self, data: bytes, *, write: bool = True) -> str:
         args = ["hash-object", "--stdin", "--no-filters"]
@@ -233,7 +360,7 @@ class ObjectReader:
             git.argv(["cat-file", "--batch"]),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            env=_base_env(),
+            env=git_env(user_config=git.user_config),
         )
         self._cache: dict[str, bytes | None] = {} if cache is None else cache
 
@@ -414,7 +541,7 @@ class FastImport:
                 *limit, "fast-import", "--quiet", "--done", f"--export-marks={marks}", input=stream
             )
             result = {}
-            for line in marks.read_text().splitlines():
+            for line in marks.read_text(encoding="utf-8").splitlines():
                 mark, oid = line.split()
                 result[mark] = oid
         self._git.delete_ref("refs/forkpatch/fast-import")
@@ -456,7 +583,7 @@ def init_bare(path: Path) -> Git:
     subprocess.run(
         ["git", "init", "-q", "--bare", str(path)],
         check=True,
-        env=_base_env(),
+        env=git_env(),
         stdout=subprocess.DEVNULL,
     )
     g = Git(path)

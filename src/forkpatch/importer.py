@@ -45,7 +45,14 @@ from forkpatch.errors import (
     SeriesError,
     UsageError,
 )
-from forkpatch.patchfile import PatchFile, format_patch, parse_patch, upstream_refs
+from forkpatch.patchfile import (
+    PatchFile,
+    crlf_throughout,
+    format_patch,
+    lf_form,
+    parse_patch,
+    upstream_refs,
+)
 from forkpatch.patchheader import HeaderLayout, header_fields
 from forkpatch.patchtext import PatchTexts
 from forkpatch.project import FileRecord, Project
@@ -291,16 +298,9 @@ def _stored_patch(inc: Incoming, patch: PatchFile) -> PatchFile:
     )
 
 
-def _crlf_throughout(data: bytes) -> bool:
-    """Every line of ``data`` ends in CRLF (a patch saved by a Windows tool); the last
-    one may lack its line break."""
-    lines = data.split(b"\n")
-    return len(lines) > 1 and all(x.endswith(b"\r") for x in lines[:-1])
-
-
 def _strip_crlf(inc: Incoming) -> None:
     """``inc`` with LF line endings: its bytes, and the patch parsed from them."""
-    inc.data = inc.data.replace(b"\r\n", b"\n")
+    inc.data = lf_form(inc.data)
     inc.patch = _stored_patch(inc, parse_patch(inc.data, source=inc.source, strip=inc.strip))
 
 
@@ -517,7 +517,7 @@ def import_patches(
         if bad is None:
             break
         inc = by_entry.get(bad.name)
-        if inc is None or bad.name in converted or not _crlf_throughout(inc.data):
+        if inc is None or bad.name in converted or not crlf_throughout(inc.data):
             raise PatchApplyError(
                 bad.describe_failure(f"{series.base.tag} with the patches before it")
                 + "\nnothing was imported",

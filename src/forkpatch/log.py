@@ -23,6 +23,17 @@ def _tty() -> bool:
     return sys.stderr.isatty()
 
 
+def tolerant_streams() -> None:
+    """stdout and stderr show what their encoding cannot hold as backslash escapes
+    (a terminal in ASCII or Latin-1, a non-UTF-8 file name): output degrades, a
+    command never fails on it. --json output is ASCII already."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            with contextlib.suppress(ValueError, OSError):
+                reconfigure(errors="backslashreplace")
+
+
 def info(message: str) -> None:
     """A line for the human, on stderr (credentials in URLs hidden, as everywhere here)."""
     if not _quiet:

@@ -69,15 +69,18 @@ def init_project(
 
 def _ensure_gitignore(root: Path) -> None:
     path = root / ".gitignore"
-    text = path.read_text() if path.exists() else ""
-    have = {line.strip() for line in text.splitlines()}
+    # Bytes: the user's file keeps its own encoding and every byte of it.
+    data = path.read_bytes() if path.exists() else b""
+    have = {line.strip() for line in data.splitlines()}
     missing = [
-        line for line in GITIGNORE_LINES if line not in have and line.rstrip("/") not in have
+        line
+        for line in GITIGNORE_LINES
+        if line.encode() not in have and line.rstrip("/").encode() not in have
     ]
     if missing:
-        if text and not text.endswith("\n"):
-            text += "\n"
-        atomic_write(path, (text + "".join(f"{line}\n" for line in missing)).encode())
+        if data and not data.endswith(b"\n"):
+            data += b"\n"
+        atomic_write(path, data + "".join(f"{line}\n" for line in missing).encode())
 
 
 @dataclass

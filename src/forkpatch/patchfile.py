@@ -233,6 +233,30 @@ def normalise_header(header: str) -> str:
     return header.rstrip()
 
 
+def crlf_throughout(data: bytes) -> bool:
+    """Every line of ``data`` ends in CRLF (a Windows tool saved it, or a checkout with
+    ``core.autocrlf=true`` wrote it); the last one may lack its line break. git never
+    writes a CR at the end of a header line, so such a file is a converted one."""
+    lines = data.split(b"\n")
+    return len(lines) > 1 and all(x.endswith(b"\r") for x in lines[:-1])
+
+
+_LONE_LF = re.compile(rb"(?<!\r)\n")
+
+
+def lf_form(data: bytes) -> bytes:
+    """``data`` with LF line endings when it has CRLF throughout, else as it is."""
+    return data.replace(b"\r\n", b"\n") if crlf_throughout(data) else data
+
+
+def in_line_endings_of(new: bytes, old: bytes | None) -> bytes:
+    """``new`` (LF) as a file that had ``old``'s line endings is written: CRLF throughout
+    where ``old`` had them (the checkout's convention is kept), else as it is."""
+    if old is None or not crlf_throughout(old):
+        return new
+    return _LONE_LF.sub(b"\r\n", new)
+
+
 def format_patch(header: str, diff: bytes) -> bytes:
     """Canonical bytes of a patch file: header, one blank line, the diff.
 

@@ -30,7 +30,14 @@ from forkpatch.fsutil import (
     sweep_temps,
 )
 from forkpatch.git import Git, blob_id
-from forkpatch.patchfile import PatchFile, format_patch, parse_patch
+from forkpatch.patchfile import (
+    PatchFile,
+    crlf_throughout,
+    format_patch,
+    in_line_endings_of,
+    lf_form,
+    parse_patch,
+)
 from forkpatch.series import (
     COMMIT_RE,
     NAME_RE,
@@ -80,6 +87,7 @@ class Project:
     root: Path
     fork_override: str | None = None
     _series: Series | None = field(default=None, repr=False)
+    _crlf_seen: set[str] = field(default_factory=set, repr=False)
     _fork: ForkRepo | None = field(default=None, repr=False)
 
     @property
@@ -149,7 +157,34 @@ class Project:
                 "which does not exist",
                 tip=f"restore the file, or remove the entry with `forkpatch delete {entry.name}`",
             ) from None
-        return parse_patch(data, source=self.rel(path))
+        return parse_patch(self._lf_form(path, data), source=self.rel(path))
+
+    def patch_bytes(self, entry: PatchEntry) -> bytes | None:
+        """A patch file's bytes as forkpatch reads them (LF line endings, see
+        :meth:`_lf_form`); None when it does not exist."""
+        path = self.patch_path(entry)
+        try:
+            return self._lf_form(path, path.read_bytes())
+        except FileNotFoundError:
+            return None
+
+    def _lf_form(self, path: Path, data: bytes) -> bytes:
+        """A patch file with CRLF line endings throughout is read as LF, as import reads
+        one, and said once: a checkout converted it (git never writes a CR at the
+        end of a diff's header lines)."""
+        if not crlf_throughout(data):
+            return data
+        rel = self.rel(path)
+        if rel not in self._crlf_seen:
+            self._crlf_seen.add(rel)
+            log.warn(
+                f"{rel}: every line ends in CRLF, likely a checkout with core.autocrlf=true "
+                "(or an eol=crlf attribute); read with LF line endings, as import reads such "
+                "a file, and written back with CRLF when forkpatch rewrites it. To keep "
+                "patch files byte for byte in every checkout, add `patches/*.patch -text` "
+                "(or `eol=lf`) to the repository's .gitattributes"
+            )
+        return lf_form(data)
 
     def file_blob(self, entry: PatchEntry) -> str | None:
         """The git blob id of an entry's patch file as it is now (None: no file)."""
@@ -206,10 +241,12 @@ class Project:
         changes: dict[Path, bytes | Path | None] = {}
         for entry, content in (patches or {}).items():
             path = self.patch_path(entry)
-            if content is None or isinstance(content, bytes):
-                changes[path] = content
-            else:
-                changes[path] = format_patch(*content)
+            if content is not None and not isinstance(content, bytes):
+                content = format_patch(*content)
+            if content is not None:
+                # A file the checkout keeps in CRLF is written back in CRLF.
+                content = in_line_endings_of(content, _current(path))
+            changes[path] = content
         if series is not None:
             text = dump_series(series)
             parse_series(text, path=str(self.series_path))
@@ -266,7 +303,10 @@ class Project:
                 stale = name.endswith(".lock")
                 if name == "locked" and path.parent.parent.name == "worktrees":
                     with contextlib.suppress(OSError):
-                        stale = path.read_text(errors="replace").strip() == "initializing"
+                        stale = (
+                            path.read_text(encoding="utf-8", errors="replace").strip()
+                            == "initializing"
+                        )
                 if stale and not path.is_symlink():
                     with contextlib.suppress(FileNotFoundError):
                         path.unlink()
@@ -693,6 +733,14 @@ def _load_stack_state(path: Path) -> dict[str, object] | None:
             with contextlib.suppress(StateError):
                 return parse_state(raw, path=path, kind=STACK_KIND, version=older)
         raise
+
+
+def _current(path: Path) -> bytes | None:
+    """A file's bytes now; None when it is not there (or not a regular file)."""
+    try:
+        return path.read_bytes() if path.is_file() and not path.is_symlink() else None
+    except OSError:
+        return None
 
 
 def _owned(rel: str) -> bool:

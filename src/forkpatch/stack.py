@@ -346,7 +346,7 @@ class Stack:
 
     @staticmethod
     def _admin_of(path: Path) -> Path:
-        text = (path / ".git").read_text().strip()
+        text = (path / ".git").read_text(encoding="utf-8", errors="surrogateescape").strip()
         admin = Path(text.split(":", 1)[1].strip())
         return admin if admin.is_absolute() else (path / admin).resolve()
 
@@ -444,7 +444,7 @@ class Stack:
             texts.prefetch((self._parent(wt, a), a.commit) for a in mine)
             for a in mine:
                 path = self.project.patch_path(by_name[a.name])
-                current = path.read_bytes() if path.exists() else b""
+                current = self.project.patch_bytes(by_name[a.name]) or b""
                 rendered = texts.render(
                     current,
                     commit=a.commit,
@@ -854,6 +854,7 @@ class Stack:
         # refuses a symbolic link at any component (a tag or an earlier patch may have
         # turned a patched directory into a link that points outside the tree).
         root = wt.work_tree
+        written = [c.path for c in bad.conflicts if c.merged is not None]
         for c in bad.conflicts:
             if c.merged is not None:
                 write_in_tree(root, c.path, c.merged, mode=_file_mode(root, c.path))
@@ -867,6 +868,7 @@ class Stack:
                     TreeState(self.store, reader, self.head(wt)), Item(entry=entry, patch=partial)
                 )[1]
             for ch in res:
+                written.append(ch.path)
                 if ch.is_delete:
                     remove_in_tree(root, ch.path)
                 else:
@@ -877,7 +879,12 @@ class Stack:
                         mode=0o755 if ch.mode == "100755" else 0o644,
                         symlink=ch.mode == "120000",
                     )
-        self._commit_worktree(wt, parent=self.head(wt), message=commit_message(entry, patch.header))
+        self._commit_worktree(
+            wt,
+            parent=self.head(wt),
+            message=commit_message(entry, patch.header),
+            written=written,
+        )
 
     def pop(self, name: str | None = None, all_: bool = False, force: bool = False) -> list[str]:
         wt = self.wt()
@@ -911,14 +918,35 @@ class Stack:
 
     # ----------------------------------------------------------------- refresh
 
-    def _commit_worktree(self, wt: Git, *, parent: str, message: str) -> str:
+    def _commit_worktree(
+        self, wt: Git, *, parent: str, message: str, written: Iterable[str] = ()
+    ) -> str:
+        """Commit the work tree; ``written``: the files forkpatch wrote there itself,
+        staged whatever the ignore rules say."""
         wt.run("add", "-A")
+        wt.stage(written)
         tree = wt.out("write-tree")
         commit = wt.commit_tree(
             tree, [parent], message, date=commit_date(self.store, self.base_commit())
         )
         wt.run("update-ref", "-m", "forkpatch refresh", "HEAD", commit)
         return commit
+
+    @staticmethod
+    def _say_ignored(wt: Git, name: str) -> None:
+        """New files the fork's ignore rules keep out of the patch are named, never
+        dropped in silence: the user may have meant one for the patch."""
+        left_out = wt.ignored_new_files()
+        if not left_out:
+            return
+        shown = ", ".join(left_out[:5]) + (
+            f" and {len(left_out) - 5} more" if len(left_out) > 5 else ""
+        )
+        log.warn(
+            f"{len(left_out)} new path(s) in {wt.work_tree} are ignored by the fork's ignore "
+            f"rules (.gitignore) and not in patch '{name}': {shown}; to put one in the patch: "
+            f"`git -C {wt.work_tree} add -f PATH`, then `forkpatch refresh`"
+        )
 
     def refresh(self, force: bool = False, offsets: bool = False) -> list[str]:
         """Write the top patch (with work-tree changes folded in) back to its file.
@@ -951,6 +979,7 @@ class Stack:
         if not force:
             self._refuse_markers(wt, top.commit)
         new = self._commit_worktree(wt, parent=parent, message=message)
+        self._say_ignored(wt, top.name)
         _name, summary, header = parse_commit_message(message)
         raw = wt.diff_trees(parent, new)
         diff = canonical_diff(raw)
@@ -1070,8 +1099,7 @@ class Stack:
         ]
 
     def _file_bytes(self, entry: PatchEntry) -> bytes | None:
-        path = self.project.patch_path(entry)
-        return path.read_bytes() if path.exists() else None
+        return self.project.patch_bytes(entry)
 
     def _refuse_markers(self, wt: Git, commit: str) -> None:
         changed = wt.run("diff", "--name-only", "-z", commit).stdout.split(b"\0")

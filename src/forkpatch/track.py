@@ -66,7 +66,7 @@ from forkpatch.errors import (
     UsageError,
 )
 from forkpatch.fsutil import atomic_write, file_sha256
-from forkpatch.git import Git
+from forkpatch.git import Git, git_env
 from forkpatch.project import Project
 from forkpatch.series import PATCHES_DIR, SERIES_FILE
 
@@ -120,6 +120,8 @@ class TrackReport:
     target: TagInfo | None = None
     unparsable: list[str] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
+    # Tags that name no commit (a tree, a blob): never a release -> what they name.
+    not_commits: dict[str, str] = field(default_factory=dict)
     forecast: Forecast | None = None
     bot_branch: str | None = None  # the bot branch for the target
 
@@ -140,6 +142,7 @@ class TrackReport:
             "target": self.target.to_json() if self.target else None,
             "unparsable": self.unparsable,
             "ignored": self.ignored,
+            "not_commits": self.not_commits,
             "forecast": self.forecast.to_json() if self.forecast else None,
             "bot_branch": self.bot_branch,
         }
@@ -185,11 +188,12 @@ def list_releases(project: Project, *, now: float | None = None) -> TrackReport:
             f"track.pattern or is not a PEP 440 version",
             tip="set track.pattern so that its 'version' group captures it",
         )
-    tags = project.fork().source_tags()
+    fork = project.fork()
+    tags, not_commits = fork.source_refs()
     report = TrackReport(base=series.base.tag, base_version=str(base_v))
     dates = _tag_dates(project) if min_age else {}
     candidates: list[tuple[Version, TagInfo]] = []
-    for tag, commit in tags.items():
+    for tag, commit in sorted({**tags, **not_commits}.items()):
         v = parse_tag(tag, pattern)
         if v is None:
             report.ignored.append(tag)
@@ -198,6 +202,9 @@ def list_releases(project: Project, *, now: float | None = None) -> TrackReport:
             report.unparsable.append(tag)
             continue
         if v <= base_v:
+            continue
+        if tag in not_commits:
+            _not_a_release(report, tag, not_commits[tag])
             continue
         info = TagInfo(
             tag=tag,
@@ -215,14 +222,28 @@ def list_releases(project: Project, *, now: float | None = None) -> TrackReport:
             )
         candidates.append((v, info))
     candidates.sort(key=lambda x: x[0])
+    actionable = [info for _, info in candidates if info.held_back is None]
+    # The release to act on must name a commit (a remote fork's new tag is only known
+    # once fetched): a tag of a tree or a blob is passed over, and said so.
+    while actionable:
+        kind = fork.tag_kind(actionable[-1].tag, actionable[-1].commit)
+        if kind == "commit":
+            break
+        gone = actionable.pop()
+        _not_a_release(report, gone.tag, kind)
+        candidates = [c for c in candidates if c[1] is not gone]
     report.newer = [info for _, info in candidates]
-    actionable = [info for info in report.newer if info.held_back is None]
     report.target = actionable[-1] if actionable else None
     if report.target is not None:
         report.bot_branch = bot_branch(project, report.target.tag)
     report.unparsable.sort()
     report.ignored.sort()
     return report
+
+
+def _not_a_release(report: TrackReport, tag: str, kind: str) -> None:
+    report.not_commits[tag] = kind
+    log.warn(f"tag '{tag}' names a {kind}, not a commit: it is not a release")
 
 
 def _tag_dates(project: Project) -> dict[str, float]:
@@ -338,7 +359,7 @@ def fork_branch_head(project: Project) -> tuple[str, str]:
     fork = project.fork()
     wanted = project.series.section("track").get("branch")
     if fork.local:
-        src = Git(local_git_dir(fork.source))
+        src = Git(local_git_dir(fork.source), user_config=True)
         # The fork's remote may have any name (`upstream`, `1cat`), or there may be
         # none (a bare mirror): origin first, then every other remote, then heads.
         remotes = src.run(
@@ -370,7 +391,7 @@ def fork_branch_head(project: Project) -> tuple[str, str]:
     branch: str | None = wanted
     if not branch:
         proc = fork.store.run(
-            "ls-remote", "--symref", fork.source, "HEAD", check=False, timeout=300
+            "ls-remote", "--symref", fork.source, "HEAD", check=False, timeout=300, user_config=True
         )
         m = re.search(r"^ref: refs/heads/(\S+)\tHEAD$", proc.stdout.decode(), re.MULTILINE)
         branch = m.group(1) if m else "main"
@@ -862,7 +883,12 @@ def pick_tag(project: Project, report: TrackReport, tag: str) -> TagInfo:
                     f"{tag} is held back ({info.held_back}); acting on it because --tag names it"
                 )
             return info
-    tags = project.fork().source_tags()
+    tags, not_commits = project.fork().source_refs()
+    if tag in not_commits:
+        raise UsageError(
+            f"tag '{tag}' names a {not_commits[tag]}, not a commit: it is not a release",
+            tip="name a tag of a commit with --tag",
+        )
     if tag not in tags:
         from forkpatch.forkrepo import nearest_tags
 
@@ -979,7 +1005,7 @@ def _stop_reason(stage: str, stages: Stages) -> str:
 
 def _load_json(path: Path) -> dict[str, Any] | None:
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
     except (FileNotFoundError, NotADirectoryError, ValueError):
         return None
     return data if isinstance(data, dict) else None
@@ -1000,6 +1026,8 @@ def runner_class() -> str:
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
+            encoding="utf-8",
+            errors="replace",
             timeout=30,
             check=False,
         ).stdout
@@ -1573,7 +1601,7 @@ def _read_rebase_markdown(work: Path | None, st: RebaseDone) -> str:
     try:
         if work is None:
             raise OSError
-        return (work / st.report_markdown).read_text()
+        return (work / st.report_markdown).read_text(encoding="utf-8")
     except OSError:
         return f"(the report is in {st.report_markdown})\n"
 
@@ -1690,7 +1718,7 @@ def load_run(project: Project, out_dir: Path | None, tag: str | None) -> tuple[P
     root = out_root(project, out_dir)
     if tag is None:
         try:
-            name = (root / LATEST_FILE).read_text().strip()
+            name = (root / LATEST_FILE).read_text(encoding="utf-8").strip()
         except FileNotFoundError:
             raise UsageError(
                 f"no `forkpatch track --run` output in {root}",
@@ -1813,12 +1841,16 @@ def _commit_body(info: RunInfo, rebase: RebaseDone) -> str:
 def _project_repo(repo: Path, project_root: Path) -> tuple[Git, str]:
     """The repository's git dir and the project's path inside its work tree."""
     try:
-        out = subprocess.run(
-            ["git", "-C", str(repo), "rev-parse", "--absolute-git-dir", "--show-toplevel"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.split("\n")
+        out = (
+            subprocess.run(
+                ["git", "-C", str(repo), "rev-parse", "--absolute-git-dir", "--show-toplevel"],
+                capture_output=True,
+                check=True,
+                env=git_env(user_config=True),
+            )
+            .stdout.decode("utf-8", "surrogateescape")
+            .split("\n")
+        )
     except (subprocess.CalledProcessError, OSError):
         raise UsageError(
             f"{repo} is not inside a git repository",
@@ -1832,7 +1864,7 @@ def _project_repo(repo: Path, project_root: Path) -> tuple[Git, str]:
             f"the project {project_root} is not inside the repository {top}",
             tip="pass --repo with the project's repository",
         ) from None
-    return Git(git_dir), "" if prefix == "." else prefix
+    return Git(git_dir, user_config=True), "" if prefix == "." else prefix
 
 
 @dataclass(frozen=True)

@@ -166,7 +166,7 @@ def add_worktree(store: Git, path: Path, branch: str, head: str, layout: Layout)
 
 
 def open_worktree(path: Path) -> Git:
-    text = (path / ".git").read_text().strip()
+    text = (path / ".git").read_text(encoding="utf-8", errors="surrogateescape").strip()
     admin = Path(text.split(":", 1)[1].strip())
     admin = admin if admin.is_absolute() else (path / admin).resolve()
     return Git(admin, work_tree=path)

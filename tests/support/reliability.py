@@ -49,6 +49,7 @@ ORDER = [
     "secrets",
     "publish gate",
     "hostile wheels",
+    "the user's environment",
 ]
 
 INTRO = """\
@@ -92,6 +93,9 @@ counted). What each category proves:
   derived from its check results; the published bytes are the gated bytes; a killed
   directory publish is finished by the next run.
 - **hostile wheels**: zip-slip names and zip bombs in every wheel forkpatch reads.
+- **the user's environment**: the user's git configuration, attributes, excludes and
+  hooks, the locale, a checkout's line endings and the fork's tags: the same bytes
+  and verdicts as on a clean machine, or a clear error naming what was refused.
 """
 
 

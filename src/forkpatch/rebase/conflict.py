@@ -107,7 +107,8 @@ class ConflictTree:
             self.path.unlink()  # a file or a symlink: the link itself, not its target
 
     def bring_in(self, changes: list[FileChange]) -> None:
-        """Write the conflicting patch's files (clean, merged or with markers) into the tree."""
+        """Write the conflicting patch's files (clean, merged or with markers) into the tree,
+        staged (an ignored path included: they are the patch's files)."""
         for ch in changes:
             where = f"{self.path}/{ch.path}"
             try:
@@ -128,6 +129,7 @@ class ConflictTree:
                     "`forkpatch rebase --skip` to drop this patch (then re-create it by hand), "
                     "or `forkpatch rebase --abort`",
                 ) from None
+        self.git().stage(ch.path for ch in changes)
 
     def save_rejects(self, journal_dir: Path, rejects: list[tuple[str, bytes]]) -> list[str]:
         """Hunks with no 3-way result, saved for the human to apply by hand."""

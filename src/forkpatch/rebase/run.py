@@ -34,6 +34,7 @@ from forkpatch import log
 from forkpatch.engine import TreeState, commit_message, diffs_of_commits
 from forkpatch.errors import ConflictError, StateError, UsageError
 from forkpatch.git import FileChange
+from forkpatch.patchfile import in_line_endings_of, lf_form
 from forkpatch.patchtext import PatchTexts
 from forkpatch.project import Project, find_root
 from forkpatch.rebase.conflict import ConflictTree
@@ -365,8 +366,11 @@ def _finish(
             if o.refresh and o.commit:
                 # The file keeps its own form (mail headers, notes, quilt style); a
                 # diffstat is regenerated: see forkpatch.patchtext.
-                new = texts.render(old, commit=o.commit, raw_diff=diffs[o.commit], source=rel)
-                new_texts[o.name] = writes[rel] = new.data
+                new = texts.render(
+                    lf_form(old), commit=o.commit, raw_diff=diffs[o.commit], source=rel
+                )
+                new_texts[o.name] = new.data
+                writes[rel] = in_line_endings_of(new.data, old)
             elif o.status in DROPPED:
                 writes[rel] = None
     text = dump_series(_new_series(journal, state))

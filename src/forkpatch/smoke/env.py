@@ -113,6 +113,7 @@ def _run(
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            encoding="utf-8",
             errors="replace",
             timeout=timeout,
             check=False,
@@ -229,6 +230,8 @@ def python_version(python: str, *, timeout: float = 60) -> tuple[int, int] | Non
             [python, "-c", "import sys; print(*sys.version_info[:2])"],
             capture_output=True,
             text=True,
+            encoding="utf-8",
+            errors="replace",
             timeout=timeout,
             check=True,
         ).stdout.split()
@@ -302,6 +305,8 @@ def _inherit_parent_venv(base_python: str, vpython: Path, cwd: Path, env: dict[s
             check=True,
             capture_output=True,
             text=True,
+            encoding="utf-8",
+            errors="replace",
         ).stdout
     )
     if not parent["paths"]:
@@ -314,9 +319,13 @@ def _inherit_parent_venv(base_python: str, vpython: Path, cwd: Path, env: dict[s
             check=True,
             capture_output=True,
             text=True,
+            encoding="utf-8",
+            errors="replace",
         ).stdout
     )["site"]
-    Path(own, "_forkpatch_parent_venv.pth").write_text("\n".join(parent["paths"]) + "\n")
+    Path(own, "_forkpatch_parent_venv.pth").write_text(
+        "\n".join(parent["paths"]) + "\n", encoding="utf-8", errors="surrogateescape"
+    )
     log.info(f"    {base_python} is a virtual environment: its packages are visible too")
 
 
@@ -345,6 +354,8 @@ def installed_versions(
             env=clean_env(),
             capture_output=True,
             text=True,
+            encoding="utf-8",
+            errors="replace",
             timeout=120,
             check=False,
         )

@@ -358,9 +358,9 @@ def _run_incheck(
     script = workdir / "forkpatch_incheck.py"
     shutil.copyfile(incheck.__file__, script)
     spec_path = workdir / "spec.json"
-    spec_path.write_text(json.dumps(spec, indent=2))
+    spec_path.write_text(json.dumps(spec, indent=2), encoding="utf-8")
     out_path = workdir / "results.jsonl"
-    out_path.write_text("")
+    out_path.write_text("", encoding="utf-8")
     output_path = workdir / "incheck.log"
     cmd = [str(python), "-I", str(script), "--spec", str(spec_path), "--out", str(out_path)]
     log.info("+ " + " ".join(cmd))

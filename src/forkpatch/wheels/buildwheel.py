@@ -349,7 +349,9 @@ def _container(
 
 def _image_id(log_path: Path) -> str | None:
     try:
-        for line in reversed(log_path.read_text(errors="replace").splitlines()[-400:]):
+        for line in reversed(
+            log_path.read_text(encoding="utf-8", errors="replace").splitlines()[-400:]
+        ):
             if "builder image" in line and "sha256:" in line:
                 return "sha256:" + line.split("sha256:", 1)[1].split()[0].rstrip(").,")
     except OSError:

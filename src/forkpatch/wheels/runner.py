@@ -81,6 +81,7 @@ def run(
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 text=True,
+                encoding="utf-8",
                 errors="replace",
                 check=False,
             )
@@ -120,6 +121,7 @@ def _run_streaming(
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        encoding="utf-8",
         errors="replace",
         bufsize=1,
     ) as proc:

@@ -127,14 +127,16 @@ def resolve(requirements: Path, python_version: str, pip: Sequence[str] | None =
         cmd = [*pip, "install", "--dry-run", "--ignore-installed", "--quiet"]
         cmd += ["--report", str(report), "--target", str(Path(tmp) / "t")]
         cmd += [*_pip_target_args(python_version), "-r", str(requirements)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, encoding="utf-8", errors="replace", check=False
+        )
         if proc.returncode != 0:
             raise BuildError(
                 f"pip could not resolve {requirements} for Python {python_version}:\n"
                 + proc.stderr.strip()[-2000:],
                 tip="check the index (PIP_INDEX_URL) and the pins in the .in file",
             )
-        return json.loads(report.read_text())
+        return json.loads(report.read_text(encoding="utf-8"))
 
 
 def write_lock(requirements: Path, lock: Path, pip: Sequence[str] | None = None) -> Path:
@@ -152,7 +154,9 @@ def download(
     dest.mkdir(parents=True, exist_ok=True)
     cmd = [*pip, "download", "--no-deps", "--require-hashes", "--dest", str(dest)]
     cmd += [*_pip_target_args(python_version), "-r", str(lock)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, encoding="utf-8", errors="replace", check=False
+    )
     if proc.returncode != 0:
         raise BuildError(
             f"downloading the wheels of {lock} for Python {python_version} failed:\n"
