@@ -43,11 +43,12 @@ DIFF_OPTIONS = (
 # its work trees are forkpatch's, and what git prints there is parsed or becomes
 # patch bytes. The keys below are pinned (to git's defaults, or off) in every call,
 # over any file, a repository's own config included: no hooks, no filters or
-# diff drivers from outside, no line-ending conversion, one output format.
+# diff drivers from outside, no line-ending conversion, one output format, and one
+# ignore file of editor and tool leftovers (data/worktree-ignore) for every machine.
 PINNED_CONFIG: tuple[tuple[str, str], ...] = (
     ("core.hooksPath", os.devnull),
     ("core.attributesFile", os.devnull),
-    ("core.excludesFile", os.devnull),
+    ("core.excludesFile", str(Path(__file__).with_name("data") / "worktree-ignore")),
     ("core.fsmonitor", "false"),
     ("core.untrackedCache", "false"),
     ("core.autocrlf", "false"),

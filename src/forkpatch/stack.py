@@ -943,8 +943,9 @@ class Stack:
             f" and {len(left_out) - 5} more" if len(left_out) > 5 else ""
         )
         log.warn(
-            f"{len(left_out)} new path(s) in {wt.work_tree} are ignored by the fork's ignore "
-            f"rules (.gitignore) and not in patch '{name}': {shown}; to put one in the patch: "
+            f"{len(left_out)} new path(s) in {wt.work_tree} are ignored (by the fork's "
+            f".gitignore, or as editor files) and not in patch '{name}': {shown}; "
+            "to put one in the patch: "
             f"`git -C {wt.work_tree} add -f PATH`, then `forkpatch refresh`"
         )
 

@@ -124,7 +124,8 @@ def test_refresh_names_a_new_file_the_ignore_rules_leave_out(rule, tmp_path, mon
     (wt / NEW).parent.mkdir(parents=True, exist_ok=True)
     (wt / NEW).write_text("MINE = 1\n")
     err = _ok(project, "refresh")
-    assert "ignored by the fork's ignore rules" in err and "build/" in err, err
+    assert "are ignored (by the fork's .gitignore, or as editor files)" in err, err
+    assert "build/" in err, err
     assert "add -f PATH" in err
     text = (project / "patches" / "mine.patch").read_text()
     assert NEW not in text
@@ -134,7 +135,43 @@ def test_refresh_names_a_new_file_the_ignore_rules_leave_out(rule, tmp_path, mon
     assert f"+++ b/{NEW}" in (project / "patches" / "mine.patch").read_text()
 
 
+@pytest.mark.parametrize("users_excludes", [False, True], ids=["no-excludes", "excludes-nothing"])
+def test_editor_files_in_the_work_tree_are_neither_taken_nor_deleted(
+    tmp_path, monkeypatch, users_excludes
+):
+    """An editor's swap file or an IDE's folder in the editing work tree, on any machine
+    (whatever the user's own core.excludesFile says): refresh leaves them out of the
+    patch (and names them), and pop, which removes the files of popped patches, leaves
+    them where they are."""
+    project = _setup(tmp_path, "the fork's .gitignore", monkeypatch, [])
+    if users_excludes:
+        (tmp_path / "ignore").write_text("nothing-of-this\n")
+        (tmp_path / "gitconfig").write_text(f"[core]\n\texcludesFile = {tmp_path / 'ignore'}\n")
+        monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "gitconfig"))
+    _ok(project, "apply")
+    _ok(project, "new", "mine")
+    wt = project / ".forkpatch" / "worktree"
+    (wt / "a.txt").write_text(A + "mine\n")
+    (wt / ".a.txt.swp").write_bytes(b"\x00vim swap")
+    (wt / ".idea").mkdir()
+    (wt / ".idea" / "workspace.xml").write_text("<project/>\n")
+    err = _ok(project, "refresh")
+    text = (project / "patches" / "mine.patch").read_text()
+    assert ".swp" not in text and ".idea" not in text, text
+    assert ".a.txt.swp" in err and ".idea/" in err
+    _ok(project, "pop")
+    assert (wt / ".a.txt.swp").read_bytes() == b"\x00vim swap"
+    assert (wt / ".idea" / "workspace.xml").is_file()
+
+
 RELIABILITY = [
+    Row(
+        "the user's environment",
+        "an editor's swap file or an IDE folder in the editing work tree, then refresh, pop",
+        "2 user configurations (no excludes file, one that ignores nothing of them)",
+        "never put into a patch, named by refresh, kept by pop: one ignore list of editor "
+        "files on every machine",
+    ),
     Row(
         "the user's environment",
         "a patch's new file under an ignored path (.gitignore, nested, by name, "
