@@ -93,10 +93,12 @@ def register(cli: click.Group) -> None:
     @click.argument("wheels", nargs=-1, type=click.Path(dir_okay=False, path_type=Path))
     @click.option(
         "--tier",
-        type=click.Choice(["static", "gpu", "sm70"]),
+        type=click.Choice(["static", "gpu", "sm70", "gpu-jit"]),
         default="sm70",
         show_default=True,
-        help="Highest tier to run (cumulative). Tiers whose hardware is absent are "
+        help="Highest tier to run (cumulative; gpu-jit, the fork's SM70 kernels as PTX on "
+        "any GPU of capability 7.0+, runs static, gpu and gpu-jit and never counts as "
+        "sm70). Tiers whose hardware is absent are "
         "reported as not run, never as passed.",
     )
     @click.option(
@@ -145,6 +147,13 @@ def register(cli: click.Group) -> None:
         show_default=True,
         help="Seconds the checks may take in all.",
     )
+    @click.option(
+        "--ptx-lib",
+        "ptx_lib",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="For --tier gpu-jit: the fork's SM70 FP8 kernels built as compute_70 PTX "
+        "(ci/sm70-ptx-lib.sh prints its path).",
+    )
     @click.option("--list-checks", is_flag=True, help="List the known checks and exit.")
     @click.option(
         "--bisect",
@@ -178,6 +187,7 @@ def register(cli: click.Group) -> None:
         report_path: Path | None,
         keep_env: bool,
         timeout_s: float,
+        ptx_lib: Path | None,
         list_checks: bool,
         bisect: Path | None,
         base_wheel: Path | None,
@@ -241,6 +251,7 @@ def register(cli: click.Group) -> None:
             timeout_s=timeout_s,
             report_path=report_path,
             junit_path=junit,
+            ptx_lib=ptx_lib,
         )
         outcome = run_smoke(opts, project)
         print_summary(outcome.report)
@@ -274,7 +285,7 @@ def register(cli: click.Group) -> None:
         "--allow-missing-tier",
         "allow_missing",
         multiple=True,
-        type=click.Choice(["static", "gpu", "sm70"]),
+        type=click.Choice(["static", "gpu", "sm70", "gpu-jit"]),
         help="Publish although this required tier did not run (logged, and written "
         "into the published report). Never covers a failed tier.",
     )

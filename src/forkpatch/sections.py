@@ -20,7 +20,12 @@ from typing import Any, ClassVar
 
 from forkpatch.errors import SeriesError
 
-KNOWN_TIERS = ("static", "gpu", "sm70")  # forkpatch.smoke.incheck.TIERS (a test keeps them equal)
+KNOWN_TIERS = (
+    "static",
+    "gpu",
+    "sm70",
+    "gpu-jit",
+)  # forkpatch.smoke.incheck.TIERS (a test keeps them equal)
 BUILD_MODES = ("auto", "overlay", "container")
 CACHE_KINDS = ("ccache", "sccache", "none")
 BOT_BRANCH_FIELDS = ("tag", "version")

@@ -121,3 +121,69 @@ def test_the_warmup_check_fails_on_the_crash_of_issue_17(tmp_path: Path) -> None
     assert result.returncode != 0, result.stdout
     assert "the fork's SM70 warmup fails on the patched layers" in result.stderr
     assert "fp8_gemm_sm70: output cols must match weight output dim." in result.stderr
+
+
+# A cast as a GPU may compute it: the layer quantizes on the device, where CUDA's division
+# by a scalar makes some e4m3 codes round the other way (400-2,500 a layer on an H200).
+# Written into the exported tree's online/fp8.py: every STRIDE-th code moved STEP steps
+# toward zero, the scales times SCALE.
+_DEVICE_CAST = '''
+
+def _device_rounded_cast(x, block_size, use_ue8m0=False):
+    from vllm.utils.deep_gemm import _per_block_cast_to_fp8_eager
+
+    q, s = _per_block_cast_to_fp8_eager(x, block_size, use_ue8m0)
+    flat = q.view(torch.uint8).clone().view(-1)
+    idx = torch.arange(0, flat.numel(), {stride}, device=flat.device)
+    mag = (flat[idx] & 0x7F).to(torch.int16)
+    moved = torch.clamp(mag - {step}, min=0).to(torch.uint8)
+    flat[idx] = (flat[idx] & 0x80) | moved
+    return flat.view(q.shape).view(torch.float8_e4m3fn), s * {scale}
+
+
+per_block_cast_to_fp8 = _device_rounded_cast
+'''
+
+
+def _with_device_cast(tmp_path: Path, *, stride: int, step: int, scale: str) -> Path:
+    tree = _export_patched("v1.2.1", tmp_path / "fork")
+    source = tree / FP8
+    assert "per_block_cast_to_fp8(\n" in source.read_text(), "online/fp8.py changed"
+    with source.open("a") as fh:
+        fh.write(_DEVICE_CAST.format(stride=stride, step=step, scale=scale))
+    return tree
+
+
+def test_the_reference_is_the_layers_own_cast_on_a_device_that_rounds_otherwise(
+    tmp_path: Path,
+) -> None:
+    """The layer quantizes on the device; the reference is computed from the weights it
+    quantized (checked against the CPU cast: one step, 1% of the codes at most), so a
+    device whose cast rounds a few codes the other way passes, bit-exact through the
+    stand-ins. A reference recomputed from the CPU cast fails here."""
+    realfork.modules_or_skip()
+    tree = _with_device_cast(tmp_path, stride=997, step=1, scale="1.0")
+    result = _run_checks(tree, "sm70-linear-odd-width", "sm70-linear-odd-width-bias")
+    assert result.returncode == 0, f"{result.stdout}\n{result.stderr[-6000:]}"
+
+
+@pytest.mark.parametrize(
+    ("stride", "step", "scale", "message"),
+    [
+        (997, 2, "1.0", "by up to 2 steps (at most 1)"),
+        (50, 1, "1.0", "codes differ (at most"),
+        (997, 0, "(1.0 + 1e-4)", "the layer's block scales differ from the CPU cast's"),
+    ],
+    ids=["two-steps", "too-many-codes", "scales"],
+)
+def test_a_cast_further_from_the_cpus_than_rounding_still_fails(
+    tmp_path: Path, stride: int, step: int, scale: str, message: str
+) -> None:
+    """The reference follows the layer's cast only as far as rounding explains: a cast
+    two steps off, one that differs in more than 1% of the codes, or scales that differ
+    beyond their last bits fail, naming the cast."""
+    realfork.modules_or_skip()
+    tree = _with_device_cast(tmp_path, stride=stride, step=step, scale=scale)
+    result = _run_checks(tree, "sm70-linear-odd-width-bias")
+    assert result.returncode != 0, result.stdout
+    assert message in result.stderr, result.stderr[-3000:]

@@ -129,3 +129,42 @@ def test_a_file_that_is_no_wheel_is_named_as_the_user_gave_it(tmp_path, content)
     with pytest.raises(PublishError) as exc:
         publish(PublishOptions(wheels=(wheel,), to=str(tmp_path / "index")))
     assert str(wheel) in exc.value.message and "forkpatch-publish-" not in exc.value.message
+
+
+def _gpu_jit_passed(data: dict) -> None:
+    """The report of a gpu-jit run that passed (the fork's kernels as PTX on an H200):
+    its checks passed, sm70's not run, as its checks say."""
+    from forkpatch.smoke.report import CheckResult, derive_tiers
+
+    data["tiers"]["requested"] = ["static", "gpu", "gpu-jit"]
+    data["checks"] = [c for c in data["checks"] if c["tier"] not in ("sm70", "gpu-jit")]
+    data["checks"] += [
+        {"id": cid, "tier": "gpu-jit", "outcome": "passed", "detail": "on NVIDIA H200"}
+        for cid in ("gpu-jit.library", "gpu-jit.kernel-matrix", "gpu-jit.odd-width-linear")
+    ]
+    checks = [CheckResult(c["id"], c["tier"], c["outcome"]) for c in data["checks"]]
+    derived = derive_tiers(checks, data["tiers"]["requested"])
+    data["tiers"]["status"] = {t: d["status"] for t, d in derived.items()}
+    data["tiers"]["run"] = [t for t, d in derived.items() if d["status"] != "not-run"]
+    data["tiers"]["not_run"] = {
+        t: d["reason"] for t, d in derived.items() if d["status"] == "not-run"
+    }
+    data["tiers"]["detail"] = derived
+    assert data["tiers"]["status"]["gpu-jit"] == "passed"
+    assert data["tiers"]["status"]["sm70"] == "not-run"
+
+
+def test_a_passed_gpu_jit_tier_never_satisfies_sm70(wheel_dir, tmp_path):
+    """gpu-jit runs the fork's kernels on a GPU that is not a V100: a report where it
+    passed still lacks sm70, so publish refuses (and only the logged override passes),
+    and it can be required as a tier of its own."""
+    _edit_report(wheel_dir, _gpu_jit_passed)
+    target = tmp_path / "idx"
+    with pytest.raises(PublishError) as exc:
+        _publish(wheel_dir, target)
+    assert "tier sm70 is required but not-run" in exc.value.message
+    assert _nothing_published(target)
+    with pytest.raises(PublishError, match="tier sm70 is required but not-run"):
+        _publish(wheel_dir, target, required_tiers=("static", "gpu-jit", "sm70"))
+    done = _publish(wheel_dir, target, required_tiers=("static", "gpu-jit"))
+    assert done[0].overrides == {}

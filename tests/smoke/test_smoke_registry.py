@@ -101,6 +101,9 @@ def test_plan_baseline_then_patch_checks_in_tier_order():
     assert plan["sm70.odd-width-linear"] == ["a", "b"]
     assert plan["static.version-metadata"] == []  # baseline
     assert checks.tiers_up_to("gpu") == ("static", "gpu")
+    assert checks.tiers_up_to("sm70") == ("static", "gpu", "sm70")
+    # gpu-jit is a tier of its own beside sm70: it never runs (or passes) sm70's checks
+    assert checks.tiers_up_to("gpu-jit") == ("static", "gpu", "gpu-jit")
     with pytest.raises(SmokeError, match="did you mean 'sm70'"):
         checks.tiers_up_to("sm7")
 
@@ -143,6 +146,46 @@ def test_tier_gate_reasons(device, check_id, reason):
     assert incheck.gate(incheck.REGISTRY[check_id], device) == reason
 
 
+_H200 = {
+    "torch": "2.11",
+    "cuda_available": True,
+    "devices": [{"index": 0, "name": "NVIDIA H200", "capability": [9, 0]}],
+}
+
+
+@pytest.mark.parametrize(
+    "device,ptx_lib,reason",
+    [
+        (_H200, "/x/libforkpatch_sm70_fp8.so", None),
+        ({**_H200, "devices": [{"name": "Tesla V100", "capability": [7, 0]}]}, "/x/l.so", None),
+        (
+            _H200,
+            None,
+            "no PTX library given (forkpatch smoke --ptx-lib, built by ci/sm70-ptx-lib.sh)",
+        ),
+        (
+            {**_H200, "devices": [{"name": "Tesla P100", "capability": [6, 0]}]},
+            "/x/l.so",
+            "device Tesla P100 has capability (6, 0): the driver cannot JIT compute_70 PTX "
+            "below (7, 0)",
+        ),
+        (
+            {"torch": "2.11", "cuda_available": False, "reason": "no CUDA device: x"},
+            "/x",
+            "no CUDA device: x",
+        ),
+    ],
+    ids=["h200", "v100", "no-library", "pascal", "no-gpu"],
+)
+def test_gpu_jit_gate_reasons(monkeypatch, device, ptx_lib, reason):
+    """gpu-jit runs on any GPU of capability 7.0 or newer given the PTX library; each
+    check's not-run reason names what is missing."""
+    monkeypatch.setitem(incheck._SPEC, "ptx_lib", ptx_lib)
+    for cid, defn in incheck.REGISTRY.items():
+        if defn.tier == "gpu-jit":
+            assert incheck.gate(defn, device) == reason, cid
+
+
 def test_gated_check_is_not_run_never_passed():
     res = incheck.run_one(
         incheck.REGISTRY["sm70.odd-width-linear"],
@@ -181,8 +224,16 @@ def test_tier_status():
         requested=("static", "gpu", "sm70"),
     )
     st = r.to_json()["tiers"]
-    assert st["status"] == {"static": "incomplete", "gpu": "not-run", "sm70": "passed"}
-    assert st["not_run"] == {"gpu": "why gpu.cuda-compute"}
+    assert st["status"] == {
+        "static": "incomplete",
+        "gpu": "not-run",
+        "sm70": "passed",
+        "gpu-jit": "not-run",
+    }
+    assert st["not_run"] == {
+        "gpu": "why gpu.cuda-compute",
+        "gpu-jit": "not requested (--tier sm70)",
+    }
     assert st["run"] == ["static", "sm70"]
     assert r.passed
     assert r.per_patch() == [

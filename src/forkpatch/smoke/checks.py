@@ -38,12 +38,13 @@ def registry() -> dict[str, CheckSpec]:
 
 
 def tiers_up_to(tier: str) -> tuple[str, ...]:
-    """Tiers are cumulative: ``gpu`` runs static and gpu; ``sm70`` runs all three."""
+    """Tiers are cumulative: ``gpu`` runs static and gpu; ``sm70`` static, gpu and sm70;
+    ``gpu-jit`` (its own tier, never a stand-in for sm70) static, gpu and gpu-jit."""
     if tier not in TIERS:
         raise SmokeError(
             f"unknown tier {tier!r}{_suggest(tier, TIERS)}", tip=f"tiers: {', '.join(TIERS)}"
         )
-    return TIERS[: TIERS.index(tier) + 1]
+    return incheck.TIER_RUNS[tier]
 
 
 def _suggest(word: str, candidates: Iterable[str]) -> str:

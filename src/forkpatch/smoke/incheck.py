@@ -55,7 +55,17 @@ ODD_WIDTH = 4120
 SM70 = (7, 0)
 PROVENANCE_FILENAME = "forkpatch-provenance.json"
 
-TIERS = ("static", "gpu", "sm70")
+TIERS = ("static", "gpu", "sm70", "gpu-jit")
+# What each --tier runs: cumulative up to sm70; gpu-jit is its own tier beside sm70 (the
+# fork's kernels as PTX on any GPU of capability 7.0 or newer), never a stand-in for it.
+TIER_RUNS = {
+    "static": ("static",),
+    "gpu": ("static", "gpu"),
+    "sm70": ("static", "gpu", "sm70"),
+    "gpu-jit": ("static", "gpu", "gpu-jit"),
+}
+# The lowest capability whose driver can JIT-compile the library's compute_70 PTX.
+JIT_MIN_CAPABILITY = (7, 0)
 
 # Outcomes. "not-run" is never a pass: it always carries the reason.
 PASSED, FAILED, NOT_RUN, ERROR = "passed", "failed", "not-run", "error"
@@ -70,7 +80,7 @@ class CheckDef:
     id: str
     tier: str
     func: Callable[[Ctx], str | None]
-    needs: tuple[str, ...] = ()  # "torch", "cuda", "sm70"
+    needs: tuple[str, ...] = ()  # "torch", "cuda", "sm70", "jit"
     baseline: bool = False
     summary: str = ""
 
@@ -85,10 +95,12 @@ def check(
     tier, _, name = check_id.partition(".")
     if tier not in TIERS or not name:
         raise ValueError(f"check id {check_id!r} must be '<tier>.<name>' with tier in {TIERS}")
-    if tier in ("gpu", "sm70") and "cuda" not in needs:
+    if tier in ("gpu", "sm70", "gpu-jit") and "cuda" not in needs:
         needs = (*needs, "cuda")
     if tier == "sm70" and "sm70" not in needs:
         needs = (*needs, "sm70")
+    if tier == "gpu-jit" and "jit" not in needs:
+        needs = (*needs, "jit")
 
     def deco(func: Callable[[Ctx], str | None]) -> Callable[[Ctx], str | None]:
         if check_id in REGISTRY:
@@ -521,7 +533,187 @@ class RealSm70Ops:
         pass
 
 
-Ops = Any  # ReferenceSm70Ops | RealSm70Ops (kept loose: this file runs on 3.8+)
+# The C interface of the PTX library (forkpatch/smoke/sm70ptx/fp8_capi.cu).
+PTX_SYMBOLS = ("fpsm70_prepare", "fpsm70_gemm", "fpsm70_capability", "fpsm70_last_error")
+PTX_MANIFEST = "manifest.json"
+
+
+class PtxLibraryError(RuntimeError):
+    """The PTX library given to the gpu-jit tier cannot be used (the message says why)."""
+
+
+def load_ptx_library(path: str) -> tuple[Any, dict[str, Any]]:
+    """The PTX library at ``path`` (ctypes, argument types set) and its build manifest."""
+    import ctypes
+
+    rebuild = "build it with ci/sm70-ptx-lib.sh (python -m forkpatch.smoke.ptxbuild)"
+    if not os.path.isfile(path):
+        raise PtxLibraryError(f"PTX library {path}: no such file; {rebuild}")
+    manifest_path = os.path.join(os.path.dirname(path), PTX_MANIFEST)
+    try:
+        with open(manifest_path, encoding="utf-8") as fh:
+            manifest = json.load(fh)
+    except OSError:
+        raise PtxLibraryError(
+            f"PTX library {path}: no {PTX_MANIFEST} beside it (fork commit, compiler, "
+            f"flags): not a forkpatch build; {rebuild}"
+        ) from None
+    except ValueError as exc:
+        raise PtxLibraryError(f"PTX library {path}: {manifest_path} is not JSON ({exc})") from None
+    if not isinstance(manifest, dict) or "fork_commit" not in manifest:
+        raise PtxLibraryError(f"PTX library {path}: {manifest_path} has no fork_commit")
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as exc:
+        raise PtxLibraryError(f"PTX library {path} does not load: {exc}; {rebuild}") from None
+    missing = [name for name in PTX_SYMBOLS if not hasattr(lib, name)]
+    if missing:
+        raise PtxLibraryError(
+            f"PTX library {path} is not forkpatch's SM70 FP8 library: it has no "
+            f"{', '.join(missing)}; {rebuild}"
+        )
+    i64, ptr, c_int = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
+    lib.fpsm70_last_error.restype = ctypes.c_char_p
+    lib.fpsm70_last_error.argtypes = []
+    lib.fpsm70_capability.argtypes = [c_int, ctypes.POINTER(c_int), ctypes.POINTER(c_int)]
+    lib.fpsm70_prepare.argtypes = [ptr, ptr, i64, i64, i64, ptr, ptr, ctypes.POINTER(i64)]
+    lib.fpsm70_prepare.argtypes += [c_int, ptr]
+    lib.fpsm70_gemm.argtypes = [ptr, i64, i64, i64, i64, ptr, i64, i64, i64, ptr, i64, i64]
+    lib.fpsm70_gemm.argtypes += [ptr, i64, i64, i64, i64, i64, c_int, c_int, ptr]
+    for fn in (lib.fpsm70_capability, lib.fpsm70_prepare, lib.fpsm70_gemm):
+        fn.restype = c_int
+    return lib, manifest
+
+
+class PtxSm70Ops:
+    """The fork's own SM70 FP8 kernels, built as compute_70 PTX (forkpatch.smoke.ptxbuild)
+    and JIT-compiled by the driver for the GPU at hand (capability 7.0 or newer), in
+    place of the fork's _C ops: registered under the fork's schemas through
+    torch.library. vLLM is shown a (7, 0) device, as TurboMind is (the library's
+    link-time wrap of cudaGetDeviceProperties_v2). Never an SM70 result."""
+
+    name = "ptx"
+    device = "cuda"
+    exact = False
+    can_toggle = False
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.lib: Any = None
+        self.manifest: dict[str, Any] = {}
+        self._libs: list[Any] = []
+
+    def install(self) -> None:
+        if self.lib is not None:
+            return
+        import torch
+
+        if _REFERENCE is not None:  # the static tier's CPU stand-ins, same process
+            _REFERENCE.uninstall()
+        present = [op for op, _, _ in _SM70_OPS if hasattr(torch.ops._C, op)]
+        if present:
+            raise NotRun(
+                f"this build's own _C defines {', '.join(present)}: the gpu-jit tier stands "
+                "in for a build without the SM70 ops (on a V100 run the sm70 tier)"
+            )
+        lib, manifest = load_ptx_library(self.path)
+        impls: dict[str, Callable[..., Any]] = {
+            "fp8_sm70_prepare": self._prepare,
+            "fp8_gemm_sm70_out": self._gemm,
+            "fp8_gemm_sm70_out_meta": self._gemm_meta,
+            "fp8_gemm_sm70_out_auto": self._gemm_auto,
+            "awq_gemm_sm70_out": _awq_gemm_sm70_out_gate,
+        }
+        define = torch.library.Library("_C", "FRAGMENT")
+        for op, schema, _ in _SM70_OPS:
+            define.define(schema)
+            define.impl(op, impls[op], "CUDA")
+        self.lib, self.manifest, self._libs = lib, manifest, [define]
+
+    def uninstall(self) -> None:
+        pass
+
+    def _call(self, rc: int) -> None:
+        if rc != 0:
+            raise RuntimeError(self.lib.fpsm70_last_error().decode("utf-8", "replace"))
+
+    @staticmethod
+    def _stream(t: Any) -> Any:
+        import torch
+
+        return torch.cuda.current_stream(t.device).cuda_stream
+
+    def _prepare(self, qweight: Any, scales: Any, group_size: int, interleave: bool) -> list[Any]:
+        """fp8_sm70_prepare: the torch work of the fork's glue here, TurboMind's there."""
+        import ctypes
+
+        import torch
+
+        op = "fp8_sm70_prepare"
+        _tm_check(qweight.is_cuda, f"{op}: qweight must be CUDA.")
+        _tm_check(scales.is_cuda, f"{op}: scales must be CUDA.")
+        _tm_check(qweight.dtype == torch.float8_e4m3fn, f"{op}: qweight must be float8_e4m3fn.")
+        _tm_check(scales.dtype == torch.float32, f"{op}: scales must be float32.")
+        _tm_check(qweight.dim() == 2, f"{op}: qweight must be 2D.")
+        _tm_check(scales.dim() == 2, f"{op}: scales must be 2D.")
+        _tm_check(group_size == SM70_GROUP, f"{op}: only group_size=128 is supported.")
+        n, k = qweight.shape
+        _tm_check(k % 8 == 0 and n % 8 == 0, f"{op}: K and N must be multiples of 8.")
+        _tm_check(scales.size(0) == _cdiv(n, group_size), f"{op}: output scale block mismatch.")
+        _tm_check(scales.size(1) == _cdiv(k, group_size), f"{op}: input scale block mismatch.")
+        if interleave:
+            raise NotImplementedError(f"{op}: the PTX library covers the plain layout only")
+        with torch.cuda.device(qweight.device):
+            q_kn = qweight.contiguous().view(torch.uint8).t().contiguous()
+            group_scales = scales.t().contiguous().to(torch.float16)
+            group_scales = group_scales.repeat_interleave(group_size, 1)[:, :n].contiguous()
+            tm_weight = torch.empty((k, n), dtype=torch.uint8, device=qweight.device)
+            tm_scales = torch.empty_like(group_scales)
+            lds = (ctypes.c_int64 * 2)()
+            self._call(
+                self.lib.fpsm70_prepare(
+                    q_kn.data_ptr(), group_scales.data_ptr(), n, k, group_size,
+                    tm_weight.data_ptr(), tm_scales.data_ptr(), lds,
+                    qweight.device.index or 0, self._stream(qweight),
+                )
+            )  # fmt: skip
+        return [tm_weight, tm_scales, torch.tensor([lds[0], lds[1]], dtype=torch.int64)]
+
+    def _gemm(
+        self, out: Any, x: Any, weight: Any, scales: Any, group_size: int,
+        k_ld: int, q_ld: int, gated_silu: bool,
+    ) -> None:  # fmt: skip
+        import torch
+
+        op = "fp8_gemm_sm70"
+        for what, t in (("input", x), ("weight", weight), ("scales", scales), ("output", out)):
+            _tm_check(t.is_cuda, f"{op}: {what} must be CUDA.")
+        _tm_check(x.dtype == torch.float16, f"{op}: input must be float16.")
+        _tm_check(weight.dtype == torch.uint8, f"{op}: weight must be uint8.")
+        _tm_check(scales.dtype == torch.float16, f"{op}: scales must be float16.")
+        _tm_check(out.dtype == torch.float16, f"{op}: output must be float16.")
+        with torch.cuda.device(x.device):
+            self._call(
+                self.lib.fpsm70_gemm(
+                    out.data_ptr(), out.size(0), out.size(1), out.stride(0), out.stride(1),
+                    x.data_ptr(), x.size(0), x.size(1), x.stride(0),
+                    weight.data_ptr(), weight.size(0), weight.size(1),
+                    scales.data_ptr(), scales.size(0), scales.size(1), group_size,
+                    k_ld, q_ld, int(gated_silu), x.device.index or 0, self._stream(x),
+                )
+            )  # fmt: skip
+
+    def _gemm_meta(
+        self, out: Any, x: Any, weight: Any, scales: Any, meta: Any, gated_silu: bool
+    ) -> None:
+        lds = meta.to("cpu").contiguous()
+        self._gemm(out, x, weight, scales, SM70_GROUP, int(lds[0]), int(lds[1]), gated_silu)
+
+    def _gemm_auto(self, out: Any, x: Any, weight: Any, scales: Any) -> None:
+        raise NotImplementedError("fp8_gemm_sm70_out_auto: not covered by the PTX library")
+
+
+Ops = Any  # ReferenceSm70Ops | RealSm70Ops | PtxSm70Ops (kept loose: this file runs on 3.8+)
 
 _REFERENCE: ReferenceSm70Ops | None = None
 
@@ -595,6 +787,9 @@ def sm70_worker_device(ops: Ops) -> Iterator[Any]:
     no_sync = lambda device=None: None  # noqa: E731
     with contextlib.ExitStack() as stack:
         stack.enter_context(patched(torch.cuda, "get_device_capability", lambda device=None: SM70))
+        if isinstance(ops, PtxSm70Ops):  # a real device that reads (7, 0)
+            yield torch.device("cuda", torch.cuda.current_device())
+            return
         stack.enter_context(patched(torch.cuda, "synchronize", no_sync))
         accelerator = getattr(torch, "accelerator", None)  # v1.3.0's warmup syncs through it
         if accelerator is not None and hasattr(accelerator, "synchronize"):
@@ -619,18 +814,65 @@ def _online_config(scheme: str) -> Any:
 SMALL_AMPLITUDE = 3e-5
 
 
-def _reference_linear(weight: Any, x: Any) -> Any:
-    """x @ dequant(block-cast weight).T from the original fp16 weight, dequantized
-    as the kernel does (fp16 scales, each product rounded to fp16), in float64."""
+def _dequant_reference(q: Any, s: Any, x: Any) -> Any:
+    """x @ dequant(q, s).T for an e4m3 weight [n, k] and its fp32 block scales,
+    dequantized as the kernel does (fp16 scales, each product rounded to fp16),
+    in float64; on the CPU."""
     import torch
-    from vllm.utils.deep_gemm import _per_block_cast_to_fp8_eager
 
-    q, s = _per_block_cast_to_fp8_eager(weight, [BLOCK, BLOCK], False)
     n, k = q.shape
     s_full = s.to(torch.float16).repeat_interleave(BLOCK, 0)[:n]
     s_full = s_full.repeat_interleave(BLOCK, 1)[:, :k]
     w = (q.to(torch.float16).float() * s_full.float()).to(torch.float16)
     return (x.double() @ w.t().contiguous().double()).to(x.dtype)
+
+
+# How far the layer's own (device-side) block cast may be from the CPU's: CUDA divides
+# by a scalar through its reciprocal, so a few e4m3 codes round the other way (by one
+# step) and a scale can differ in its last bits. More than that is a wrong cast.
+CAST_MAX_STEP = 1
+CAST_MAX_DIFFERING = 0.01  # of the codes
+CAST_SCALE_RTOL = 1e-6
+
+
+def _check_cast(w: Any, cast: tuple[Any, Any]) -> int:
+    """The e4m3 weight and scales the layer handed to fp8_sm70_prepare against the
+    CPU's block cast of its fp16 weight ``w`` [n, k]: rows past n (the padding) +0.0,
+    scales equal to CAST_SCALE_RTOL, codes at most CAST_MAX_STEP apart with the same
+    sign, at most CAST_MAX_DIFFERING of them different. Returns how many differ."""
+    import torch
+    from vllm.utils.deep_gemm import _per_block_cast_to_fp8_eager
+
+    n, k = w.shape
+    q, s = cast
+    padded = _round_up(n, BLOCK)
+    assert q.dtype == torch.float8_e4m3fn and tuple(q.shape) == (padded, k), (
+        f"the layer packed an {q.dtype} weight {tuple(q.shape)}, want e4m3 {(padded, k)}"
+    )
+    assert not q[n:].view(torch.uint8).any(), (
+        f"rows {n}..{padded} of the packed weight are not +0.0"
+    )
+    q_ref, s_ref = _per_block_cast_to_fp8_eager(w.cpu(), [BLOCK, BLOCK], False)
+    assert tuple(s.shape) == tuple(s_ref.shape), (
+        f"the layer's block scales are {tuple(s.shape)}, want {tuple(s_ref.shape)}"
+    )
+    scale_err = float(((s.double() - s_ref.double()).abs() / s_ref.double().abs()).max())
+    assert scale_err <= CAST_SCALE_RTOL, (
+        f"N={n} K={k}: the layer's block scales differ from the CPU cast's by {scale_err:.3g} "
+        f"(relative; at most {CAST_SCALE_RTOL:g} allowed)"
+    )
+    got = q[:n].view(torch.uint8).to(torch.int16)
+    want = q_ref.view(torch.uint8).to(torch.int16)
+    step = ((got & 0x7F) - (want & 0x7F)).abs()
+    sign = ((got ^ want) & 0x80).bool() & (((got & 0x7F) + (want & 0x7F)) > 0)
+    differing = int((got != want).sum())
+    limit = int(CAST_MAX_DIFFERING * got.numel())
+    assert int(step.max()) <= CAST_MAX_STEP and not bool(sign.any()) and differing <= limit, (
+        f"N={n} K={k}: the layer's e4m3 weight is not the block cast of its fp16 weight: "
+        f"{differing} of {got.numel()} codes differ (at most {limit}), by up to "
+        f"{int(step.max())} steps (at most {CAST_MAX_STEP}), {int(sign.sum())} in sign"
+    )
+    return differing
 
 
 def _make_layer(method: Any, n: int, k: int, device: str, bias: bool) -> Any:
@@ -767,7 +1009,7 @@ def eager_block_cast_check(ops: Ops) -> str:
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         compiled_calls.append(1)
-        if isinstance(ops, RealSm70Ops):
+        if not isinstance(ops, ReferenceSm70Ops):
             raise AssertionError("compiled block cast called on SM70")
         return dg._per_block_cast_to_fp8_eager(*args, **kwargs)
 
@@ -816,18 +1058,31 @@ def _sm70_online_fp8(ops: Ops) -> Iterator[Any]:
         yield f
 
 
-def _packed_layer(f: Any, ops: Ops, n: int, k: int, bias: bool) -> tuple[Any, Any, Any, Any]:
+def _packed_layer(
+    f: Any, ops: Ops, n: int, k: int, bias: bool
+) -> tuple[Any, Any, Any, Any, tuple[Any, Any]]:
     """A patched online fp8_per_block layer [n, k], loaded and processed (packed
-    for the SM70 GEMM): (method, layer, its fp16 weight, its bias or None)."""
+    for the SM70 GEMM): (method, layer, its fp16 weight, its bias or None, the
+    e4m3 weight and fp32 scales it handed to fp8_sm70_prepare, on the CPU)."""
     import torch
 
+    sm70_ops = _import_vllm_module("vllm._sm70_ops")
     method = f.Fp8PerBlockOnlineLinearMethod()
     assert method.use_sm70_fp8, "SM70 path not selected"
     layer = _make_layer(method, n, k, ops.device, bias)
     assert not hasattr(method, "fp8_linear"), "a generic FP8 kernel was set up on SM70"
     w = layer.weight.data.clone()
     b = None if layer.bias is None else layer.bias.data.clone()
-    method.process_weights_after_loading(layer)
+    casts: list[tuple[Any, Any]] = []
+    real_prepare = sm70_ops.fp8_sm70_prepare
+
+    def prepare_spy(qweight: Any, scales: Any, *args: Any) -> Any:
+        casts.append((qweight.detach().cpu().clone(), scales.detach().cpu().clone()))
+        return real_prepare(qweight, scales, *args)
+
+    with patched(sm70_ops, "fp8_sm70_prepare", prepare_spy):
+        method.process_weights_after_loading(layer)
+    assert len(casts) == 1, f"fp8_sm70_prepare called {len(casts)} times for one layer"
     padded = _round_up(n, BLOCK)
     assert layer.sm70_fp8_turbomind and layer.fp8_true_n == n, (
         f"sm70_fp8_turbomind={getattr(layer, 'sm70_fp8_turbomind', None)}, "
@@ -846,12 +1101,17 @@ def _packed_layer(f: Any, ops: Ops, n: int, k: int, bias: bool) -> tuple[Any, An
         assert tuple(layer.weight_scale_inv.shape) == want, (
             f"packed scales {tuple(layer.weight_scale_inv.shape)}, want {want}"
         )
-    return method, layer, w, b
+    return method, layer, w, b, casts[0]
 
 
-def _check_against_reference(ops: Ops, out: Any, w: Any, b: Any, x: Any) -> float:
-    """``out`` (of a [n, k] layer on ``x``) against the float reference: bit for bit
-    with the stand-ins, within FP8/fp16-accumulation tolerance on the GPU."""
+def _check_against_reference(
+    ops: Ops, out: Any, w: Any, b: Any, x: Any, cast: tuple[Any, Any]
+) -> tuple[float, int]:
+    """``out`` (of a [n, k] layer on ``x``) against the float reference computed from
+    the e4m3 weight and scales the layer itself quantized (``cast``, which may be a
+    device's), after checking that cast against the CPU's: bit for bit with the
+    stand-ins, within FP8/fp16-accumulation tolerance on a GPU. Returns the max abs
+    error and how many e4m3 codes the layer's cast has other than the CPU's."""
     import torch
 
     n, k = w.shape
@@ -859,7 +1119,9 @@ def _check_against_reference(ops: Ops, out: Any, w: Any, b: Any, x: Any) -> floa
     assert tuple(out.shape) == (*lead, n) and out.dtype == torch.float16, (
         f"output {out.dtype} {tuple(out.shape)}, want float16 {(*lead, n)}"
     )
-    ref = _reference_linear(w.cpu(), x.reshape(-1, k).cpu()).reshape(*lead, n)
+    differing = _check_cast(w, cast)
+    q, s = cast
+    ref = _dequant_reference(q[:n], s, x.reshape(-1, k).cpu()).reshape(*lead, n)
     if b is not None:
         ref = ref + b.cpu()
     got = out.cpu()
@@ -868,7 +1130,7 @@ def _check_against_reference(ops: Ops, out: Any, w: Any, b: Any, x: Any) -> floa
         assert torch.equal(got, ref), f"N={n} K={k}: not bit-exact against the reference ({err})"
     else:  # fp32 accumulation in a different order on the GPU
         torch.testing.assert_close(got.float(), ref.float(), rtol=2e-2, atol=2e-2)
-    return err
+    return err, differing
 
 
 def _input(ops: Ops, k: int, m: int) -> Any:
@@ -892,7 +1154,7 @@ def sm70_linear_check(ops: Ops, n: int, k: int, m: int, bias: bool) -> str:
 
     padded = _round_up(n, BLOCK)
     with _sm70_online_fp8(ops) as f, patched(sm70_ops, "fp8_gemm_sm70_out", gemm_spy):
-        method, layer, w, b = _packed_layer(f, ops, n, k, bias)
+        method, layer, w, b, cast = _packed_layer(f, ops, n, k, bias)
         assert layer.output_size_per_partition == padded, (
             f"output_size_per_partition is {layer.output_size_per_partition}, want the "
             f"packed width {padded}: the fork's SM70 warmup sizes its GEMM output with it"
@@ -900,8 +1162,11 @@ def sm70_linear_check(ops: Ops, n: int, k: int, m: int, bias: bool) -> str:
         x = _input(ops, k, m)
         out = method.apply(layer, x, layer.bias)
     assert gemm_calls == [(2 * m, padded)], f"SM70 GEMM calls {gemm_calls}"
-    err = _check_against_reference(ops, out, w, b, x)
-    return f"N={n} (packed {padded}) K={k}: max abs error {err:.3g} vs float reference"
+    err, differing = _check_against_reference(ops, out, w, b, x, cast)
+    return (
+        f"N={n} (packed {padded}) K={k}: max abs error {err:.3g} vs the float reference of "
+        f"the layer's own cast ({differing} e4m3 codes other than the CPU cast's)"
+    )
 
 
 # K values the SM70 GEMM cannot take: K % 16 == 8 (fp8_sm70_prepare would take it,
@@ -987,7 +1252,7 @@ def sm70_warmup_check(ops: Ops) -> str:
         fallback_layer = _make_layer(fallback, 256, UNSUPPORTED_K[0], ops.device, bias=False)
         fallback_w = fallback_layer.weight.data.clone()
         fallback.process_weights_after_loading(fallback_layer)
-        model = torch.nn.ModuleList([layer for _, layer, _, _ in built] + [fallback_layer])
+        model = torch.nn.ModuleList([layer for _, layer, _, _, _ in built] + [fallback_layer])
         config = SimpleNamespace(
             speculative_config=None,
             compilation_config=SimpleNamespace(cudagraph_capture_sizes=None),
@@ -1018,9 +1283,9 @@ def sm70_warmup_check(ops: Ops) -> str:
         assert sorted(calls) == want, (
             f"the fork's SM70 warmup made the FP8 GEMM calls {sorted(calls)}, want {want}"
         )
-        for (method, layer, w, b), (_, k, _) in zip(built, WARMUP_LAYERS, strict=True):
+        for (method, layer, w, b, cast), (_, k, _) in zip(built, WARMUP_LAYERS, strict=True):
             x = _input(ops, k, 3)
-            _check_against_reference(ops, method.apply(layer, x, layer.bias), w, b, x)
+            _check_against_reference(ops, method.apply(layer, x, layer.bias), w, b, x, cast)
         x = _input(ops, UNSUPPORTED_K[0], 3)
         out = fallback.apply(fallback_layer, x, None)
         assert torch.equal(out, torch.nn.functional.linear(x, fallback_w)), "fallback layer"
@@ -1371,6 +1636,314 @@ def sm70_tiny_model_generates(ctx: Ctx) -> str:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+# --------------------------------------------------------------------------- gpu-jit tier
+# The fork's own SM70 FP8 kernels as compute_70 PTX, JIT-compiled by the driver of any GPU
+# of capability 7.0 or newer, in place of the fork's _C ops. What it cannot show, on a
+# GPU other than a V100: sm_70 machine code (the V100's own compile of the PTX), V100
+# timing, and the V100's kernel choice (for M <= 16 the fork picks a kernel by measuring
+# on the GPU at hand). Its own tier: never counted as sm70.
+
+JIT_NOT_COVERED = (
+    "not covered: sm_70 SASS (the driver compiled the PTX for this GPU), V100 timing, "
+    "the V100's kernel choice (M <= 16 is tuned by measuring on this GPU)"
+)
+# The kernel-level matrix: widths (4,120 padded to 4,224 as the patch pads it) x M.
+JIT_WIDTHS = (ODD_WIDTH, 4096, 1024, 384)
+JIT_M = (1, 3, 16, 64, 257)
+JIT_K = 512
+JIT_TOLERANCE = 2e-2  # abs and rel, as for the linear checks on a GPU
+
+_PTX: PtxSm70Ops | None = None
+
+
+def _ptx_ops() -> PtxSm70Ops:
+    global _PTX
+    if _PTX is None:
+        _PTX = PtxSm70Ops(str(_SPEC["ptx_lib"]))
+    _PTX.install()
+    return _PTX
+
+
+def _fp8_weight(n: int, k: int, padded: int, seed: int) -> tuple[Any, Any]:
+    """A random e4m3 weight [padded, k] whose rows past n are +0.0, and fp32 block
+    scales [padded/128, k/128], on the CPU."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.zeros(padded, k, dtype=torch.float8_e4m3fn)
+    q[:n] = (torch.randn(n, k, generator=gen) * 100).clamp(-448, 448).to(torch.float8_e4m3fn)
+    s = torch.rand(_cdiv(padded, BLOCK), _cdiv(k, BLOCK), generator=gen) * 2e-3 + 1e-4
+    return q, s
+
+
+def _gemm(ops: Ops, x: Any, packed: list[Any], n: int) -> Any:
+    import torch
+
+    out = torch.full((x.size(0), n), float("nan"), dtype=torch.float16, device=x.device)
+    weight, scales, meta = packed
+    torch.ops._C.fp8_gemm_sm70_out(
+        out, x, weight, scales, SM70_GROUP, int(meta[0]), int(meta[1]), False
+    )
+    return out
+
+
+def _first_gemm_seconds(ops: Ops) -> float:
+    import torch
+
+    q, s = _fp8_weight(128, 128, 128, 1)
+    packed = torch.ops._C.fp8_sm70_prepare(q.cuda(), s.cuda(), SM70_GROUP, False)
+    x = torch.ones(1, 128, dtype=torch.float16, device="cuda")
+    start = time.monotonic()
+    _gemm(ops, x, packed, 128)
+    torch.cuda.synchronize()
+    return time.monotonic() - start
+
+
+@check("gpu-jit.library", baseline=True)
+def jit_library(ctx: Ctx) -> str:
+    """The PTX library loads in place of the fork's _C ops: compute_70 PTX only (no
+    machine code for any GPU), TurboMind shown 7.0 on this device, and the first GEMM
+    (the driver's JIT compile of the PTX) completes."""
+    import ctypes
+
+    import torch
+
+    ops = _ptx_ops()
+    m = ops.manifest
+    gencode = m.get("gencode") or []
+    assert gencode == ["-gencode", "arch=compute_70,code=compute_70"], (
+        f"the library was built for {gencode}, not compute_70 PTX alone"
+    )
+    cuobjdump = shutil.which("cuobjdump")
+    sass = "not listed (no cuobjdump)"
+    if cuobjdump:
+        elf = subprocess.run(
+            [cuobjdump, "--list-elf", ops.path], capture_output=True, text=True, check=False
+        )
+        ptx = subprocess.run(
+            [cuobjdump, "--list-ptx", ops.path], capture_output=True, text=True, check=False
+        )
+        assert "sm_" not in elf.stdout, f"the library holds machine code: {elf.stdout.strip()}"
+        assert "sm_70" in ptx.stdout, f"no sm_70 PTX in the library: {ptx.stdout.strip()}"
+        sass = f"{len(ptx.stdout.splitlines())} PTX file(s), no machine code"
+    seen, real = ctypes.c_int(), ctypes.c_int()
+    ops._call(ops.lib.fpsm70_capability(torch.cuda.current_device(), seen, real))
+    assert seen.value == 70, f"TurboMind sees capability {seen.value}, want 70 (the wrap)"
+    first = _first_gemm_seconds(ops)
+    again = _first_gemm_seconds(ops)
+    name = torch.cuda.get_device_name()
+    return (
+        f"fork {str(m['fork_commit'])[:12]}, {m.get('compiler')}: {sass}; on {name} "
+        f"(sm_{real.value}) TurboMind sees 7.0; first GEMM {first:.1f} s (JIT), next "
+        f"{again:.3f} s; {JIT_NOT_COVERED}"
+    )
+
+
+@check("gpu-jit.capability-floor")
+def jit_capability_floor(ctx: Ctx) -> str:
+    """capability-floor through the PTX library, vLLM shown a (7, 0) device."""
+    return capability_floor_check(_ptx_ops())
+
+
+@check("gpu-jit.padding-helpers")
+def jit_padding_helpers(ctx: Ctx) -> str:
+    """odd-width-padding's helpers on the GPU."""
+    return padding_helpers_check(_ptx_ops())
+
+
+@check("gpu-jit.eager-block-cast")
+def jit_eager_block_cast(ctx: Ctx) -> str:
+    """eager-block-cast on the GPU, shown as (7, 0): the eager cast, never Triton's."""
+    return eager_block_cast_check(_ptx_ops())
+
+
+@check("gpu-jit.odd-width-linear")
+def jit_odd_width_linear(ctx: Ctx) -> str:
+    """A 4,120-row online fp8_per_block layer through the fork's kernels (as PTX):
+    packed at load, one GEMM, sliced back, against the reference of its own cast."""
+    return sm70_linear_check(_ptx_ops(), ODD_WIDTH, 256, 3, bias=False)
+
+
+@check("gpu-jit.packed-repack")
+def jit_packed_repack(ctx: Ctx) -> str:
+    """packed-repack through the fork's kernels (as PTX): a 128-multiple layer with a
+    bias, an odd one with a bias, and the K the GEMM cannot take kept fp16."""
+    ops = _ptx_ops()
+    a = sm70_linear_check(ops, 512, 384, 5, bias=True)
+    b = sm70_linear_check(ops, 264, 128, 4, bias=True)
+    return f"{a}; {b}; {sm70_unsupported_k_check(ops)}"
+
+
+@check("gpu-jit.warmup")
+def jit_warmup(ctx: Ctx) -> str:
+    """The fork's own SM70 warmup over odd and 128-multiple layers, through the fork's
+    kernels (as PTX); M <= 16 tuned by measuring on this GPU, not a V100."""
+    return sm70_warmup_check(_ptx_ops())
+
+
+@check("gpu-jit.kernel-matrix")
+def jit_kernel_matrix(ctx: Ctx) -> str:
+    """fp8_sm70_prepare + fp8_gemm_sm70_out over N in {4,120 padded to 4,224, 4,096,
+    1,024, 384} x M in {1, 3, 16, 64, 257}: within FP8 tolerance of a float64
+    reference of the same e4m3 weights, padded columns exactly 0, a repeated call
+    bit-identical."""
+    import torch
+
+    ops = _ptx_ops()
+    rows = []
+    worst = 0.0
+    for n in JIT_WIDTHS:
+        padded = _round_up(n, BLOCK)
+        q, s = _fp8_weight(n, JIT_K, padded, seed=n)
+        packed = torch.ops._C.fp8_sm70_prepare(q.cuda(), s.cuda(), SM70_GROUP, False)
+        errs = []
+        for m in JIT_M:
+            gen = torch.Generator().manual_seed(m * 7 + n)
+            x = (torch.randn(m, JIT_K, generator=gen) * 0.5).to(torch.float16)
+            out = _gemm(ops, x.cuda(), packed, padded)
+            again = _gemm(ops, x.cuda(), packed, padded)
+            assert torch.equal(out, again), f"N={n} M={m}: a repeated call is not bit-identical"
+            got = out.cpu()
+            assert not got[:, n:].any(), f"N={n} M={m}: padded columns {n}..{padded} are not 0"
+            ref = _dequant_reference(q[:n], s, x)
+            err = float((got[:, :n].float() - ref.float()).abs().max())
+            torch.testing.assert_close(
+                got[:, :n].float(), ref.float(), rtol=JIT_TOLERANCE, atol=JIT_TOLERANCE,
+                msg=lambda text, n=n, m=m: f"N={n} M={m}: {text}",
+            )  # fmt: skip
+            errs.append(f"M={m}: {err:.3g}")
+            worst = max(worst, err)
+        label = f"N={n}" + (f" (padded {padded})" if padded != n else "")
+        rows.append(f"{label} {', '.join(errs)}")
+    return f"K={JIT_K}, max abs error {worst:.3g}; " + "; ".join(rows)
+
+
+@check("gpu-jit.refusals")
+def jit_refusals(ctx: Ctx) -> str:
+    """The ops refuse what the fork's glue refuses, with its messages; K % 16 == 8 (which
+    prepare takes) finds no SM70 kernel, as the CPU stand-in says it does not."""
+    import torch
+
+    _ptx_ops()
+    c = torch.ops._C
+    q, s = _fp8_weight(4224, 256, 4224, 3)
+    q, s = q.cuda(), s.cuda()
+    packed = c.fp8_sm70_prepare(q, s, SM70_GROUP, False)
+    x = torch.ones(3, 256, dtype=torch.float16, device="cuda")
+    q264, s264 = _fp8_weight(256, 264, 256, 4)
+    packed264 = c.fp8_sm70_prepare(q264.cuda(), s264.cuda(), SM70_GROUP, False)
+    q260, s260 = _fp8_weight(256, 260, 256, 6)
+
+    def gemm(out: Any, xx: Any, p: list[Any]) -> None:
+        c.fp8_gemm_sm70_out(out, xx, p[0], p[1], SM70_GROUP, int(p[2][0]), int(p[2][1]), False)
+
+    half = dict(dtype=torch.float16, device="cuda")
+    cases: list[tuple[str, Callable[[], Any]]] = [
+        (
+            "fp8_sm70_prepare: K and N must be multiples of 8.",
+            lambda: c.fp8_sm70_prepare(q260.cuda(), s260.cuda(), SM70_GROUP, False),
+        ),
+        (
+            "fp8_sm70_prepare: qweight must be float8_e4m3fn.",
+            lambda: c.fp8_sm70_prepare(q.to(torch.float16), s, SM70_GROUP, False),
+        ),
+        (
+            "fp8_sm70_prepare: output scale block mismatch.",
+            lambda: c.fp8_sm70_prepare(q, s[:-1], SM70_GROUP, False),
+        ),
+        (
+            "fp8_gemm_sm70: output cols must match weight output dim.",
+            lambda: gemm(torch.empty(3, ODD_WIDTH, **half), x, packed),
+        ),
+        ("fp8_gemm_sm70: input must be float16.", lambda: gemm(torch.empty(3, 4224, **half), x.float(), packed)),
+        (
+            "fp8_gemm_sm70: TurboMind GEMM failed.",
+            lambda: gemm(torch.empty(3, 256, **half), torch.ones(3, 264, **half), packed264),
+        ),
+    ]  # fmt: skip
+    for message, call in cases:
+        try:
+            call()
+            torch.cuda.synchronize()
+        except RuntimeError as exc:
+            assert message in str(exc), f"want {message!r}, got {exc}"
+        else:
+            raise AssertionError(f"accepted a call the fork's glue refuses with {message!r}")
+    return f"{len(cases)} refusals with the glue's messages, K=264 among them"
+
+
+_UNPADDED_PROBE = """
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("incheck_probe", sys.argv[1])
+mod = importlib.util.module_from_spec(spec)
+sys.modules["incheck_probe"] = mod
+spec.loader.exec_module(mod)
+mod._SPEC["ptx_lib"] = sys.argv[2]
+print("UNPADDED " + json.dumps(mod.unpadded_probe()), flush=True)
+"""
+
+
+def unpadded_probe() -> dict[str, Any]:
+    """The 4,120-wide weight packed without padding (what the patch prevents): which of
+    its output columns come out wrong. Runs in a process of its own (it writes past a
+    buffer)."""
+    import torch
+
+    ops = _ptx_ops()
+    q, s = _fp8_weight(ODD_WIDTH, 256, ODD_WIDTH, 5)
+    packed = torch.ops._C.fp8_sm70_prepare(q.cuda(), s.cuda(), SM70_GROUP, False)
+    gen = torch.Generator().manual_seed(11)
+    x = (torch.randn(3, 256, generator=gen) * 0.5).to(torch.float16)
+    out = _gemm(ops, x.cuda(), packed, ODD_WIDTH).cpu().float()
+    ref = _dequant_reference(q, s, x).float()
+    bad = ((out - ref).abs() > JIT_TOLERANCE * (1 + ref.abs())) | out.isnan()
+    cols = [int(i) for i in bad.any(0).nonzero().flatten()]
+    return {"wrong_columns": len(cols), "first": cols[:5], "last": cols[-3:]}
+
+
+def _run_probe(argv: list[str], timeout: float) -> tuple[int, str]:
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return -1, f"timed out after {timeout:.0f} s"
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+@check("gpu-jit.unpadded-width")
+def jit_unpadded_width(ctx: Ctx) -> str:
+    """The negative case: a 4,120-wide weight packed unpadded (N % 32 != 0) makes
+    fp8_sm70_prepare write past its buffer (compute-sanitizer, where it runs) and the
+    GEMM's output wrong, so the patch's padding is needed."""
+    lib = str(_SPEC["ptx_lib"])
+    argv = [sys.executable, "-c", _UNPADDED_PROBE, os.path.abspath(__file__), lib]
+    rc, text = _run_probe(argv, 300)
+    line = next((ln for ln in text.splitlines() if ln.startswith("UNPADDED ")), None)
+    assert line is not None, f"the unpadded probe did not report (exit {rc}): {text[-1500:]}"
+    probe = json.loads(line[len("UNPADDED ") :])
+    assert probe["wrong_columns"] > 0, (
+        f"an unpadded {ODD_WIDTH}-wide weight computed every column right: the reason "
+        "for the patch's padding does not hold on this build"
+    )
+    detail = (
+        f"unpadded N={ODD_WIDTH}: {probe['wrong_columns']} of {ODD_WIDTH} columns wrong "
+        f"(first {probe['first']}, last {probe['last']})"
+    )
+    sanitizer = shutil.which("compute-sanitizer")
+    if sanitizer is None:
+        return detail + "; compute-sanitizer not on PATH: the out-of-bounds write not shown"
+    rc, text = _run_probe([sanitizer, "--tool", "memcheck", *argv], 590)
+    summary = re.search(r"ERROR SUMMARY: (\d+) error", text)
+    if summary is None:
+        return detail + f"; compute-sanitizer did not run here (exit {rc}): {text.strip()[-300:]}"
+    writes = re.findall(r"Invalid __global__ write of size \d+ bytes\s*\n\s*at (\S+)", text)
+    kernels = sorted({w.split("(")[0].split("<")[0] for w in writes})
+    assert int(summary.group(1)) > 0, "compute-sanitizer found no error in the unpadded prepare"
+    return detail + (
+        f"; compute-sanitizer: {summary.group(1)} errors, {len(writes)} invalid global "
+        f"writes in {', '.join(kernels) or '?'}"
+    )
+
+
 # --------------------------------------------------------------------------- device + runner
 
 
@@ -1433,10 +2006,19 @@ def probe_device() -> dict[str, Any]:
 def gate(defn: CheckDef, device: dict[str, Any]) -> str | None:
     """Why ``defn`` cannot run with this ``device`` (None: it can)."""
     needs = set(defn.needs)
-    if needs & {"torch", "cuda", "sm70"} and device.get("torch") is None:
+    if needs & {"torch", "cuda", "sm70", "jit"} and device.get("torch") is None:
         return device.get("reason") or "torch is not importable"
-    if needs & {"cuda", "sm70"} and not device.get("cuda_available"):
+    if needs & {"cuda", "sm70", "jit"} and not device.get("cuda_available"):
         return device.get("reason") or "no CUDA device"
+    if "jit" in needs:
+        for d in device.get("devices", []):
+            if tuple(d["capability"]) < JIT_MIN_CAPABILITY:
+                return (
+                    f"device {d['name']} has capability {tuple(d['capability'])}: the "
+                    f"driver cannot JIT compute_70 PTX below {JIT_MIN_CAPABILITY}"
+                )
+        if not _SPEC.get("ptx_lib"):
+            return "no PTX library given (forkpatch smoke --ptx-lib, built by ci/sm70-ptx-lib.sh)"
     if "sm70" in needs:
         for d in device.get("devices", []):
             cap = tuple(d["capability"])

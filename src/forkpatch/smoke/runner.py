@@ -50,7 +50,7 @@ class SmokeOptions:
     """What ``forkpatch smoke`` was asked to do."""
 
     wheels: tuple[Path, ...]
-    tier: str = "sm70"  # cumulative: static < gpu < sm70
+    tier: str = "sm70"  # static < gpu < sm70 cumulative; gpu-jit: static, gpu, gpu-jit
     deps: str = "system"
     python: str | None = None
     index_url: str | None = None
@@ -61,6 +61,8 @@ class SmokeOptions:
     #: Run only these checks, whether or not the wheel's patches ask for them
     #: (``smoke --bisect`` re-runs just the failing ones). Empty: the full plan.
     checks: tuple[str, ...] = ()
+    #: The fork's SM70 FP8 kernels as compute_70 PTX (ci/sm70-ptx-lib.sh), for gpu-jit.
+    ptx_lib: Path | None = None
 
 
 @dataclass
@@ -154,6 +156,11 @@ def run_smoke(opts: SmokeOptions, project: Any = None) -> SmokeOutcome:
     """
     started, t0 = now_iso(), time.monotonic()
     tiers = registry.tiers_up_to(opts.tier)
+    if opts.ptx_lib is not None and not opts.ptx_lib.is_file():
+        raise SmokeError(
+            f"--ptx-lib {opts.ptx_lib}: no such file",
+            tip="build the library with ci/sm70-ptx-lib.sh (it prints the path)",
+        )
     if not opts.wheels:
         raise SmokeError("no wheel given", tip="forkpatch smoke dist/1cat_vllm-*.whl")
     distribution = project.series.fork.distribution if project is not None else DEFAULT_DISTRIBUTION
@@ -227,6 +234,7 @@ def run_smoke(opts: SmokeOptions, project: Any = None) -> SmokeOutcome:
             # python whose packages a --deps system environment sees.
             "own_modules": sorted({m for w in infos for m in w.top_level} | {"vllm"}),
             "base_python": senv.base_python,
+            "ptx_lib": str(opts.ptx_lib.resolve()) if opts.ptx_lib else None,
         }
         with log.step(
             f"run {len(to_run)} check(s) in the smoke environment (tiers {', '.join(tiers)})"
