@@ -127,7 +127,7 @@ def test_the_warmup_check_fails_on_the_crash_of_issue_17(tmp_path: Path) -> None
 # by a scalar makes some e4m3 codes round the other way (400-2,500 a layer on an H200).
 # Written into the exported tree's online/fp8.py: every STRIDE-th code moved STEP steps
 # toward zero, the scales times SCALE.
-_DEVICE_CAST = '''
+_DEVICE_CAST = """
 
 def _device_rounded_cast(x, block_size, use_ue8m0=False):
     from vllm.utils.deep_gemm import _per_block_cast_to_fp8_eager
@@ -142,7 +142,7 @@ def _device_rounded_cast(x, block_size, use_ue8m0=False):
 
 
 per_block_cast_to_fp8 = _device_rounded_cast
-'''
+"""
 
 
 def _with_device_cast(tmp_path: Path, *, stride: int, step: int, scale: str) -> Path:

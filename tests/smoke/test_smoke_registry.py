@@ -166,8 +166,10 @@ _H200 = {
         (
             {**_H200, "devices": [{"name": "Tesla P100", "capability": [6, 0]}]},
             "/x/l.so",
-            "device Tesla P100 has capability (6, 0): the driver cannot JIT compute_70 PTX "
-            "below (7, 0)",
+            (
+                "device Tesla P100 has capability (6, 0): the driver cannot JIT compute_70 PTX "
+                "below (7, 0)"
+            ),
         ),
         (
             {"torch": "2.11", "cuda_available": False, "reason": "no CUDA device: x"},
@@ -180,7 +182,7 @@ _H200 = {
 def test_gpu_jit_gate_reasons(monkeypatch, device, ptx_lib, reason):
     """gpu-jit runs on any GPU of capability 7.0 or newer given the PTX library; each
     check's not-run reason names what is missing."""
-    monkeypatch.setitem(incheck._SPEC, "ptx_lib", ptx_lib)
+    monkeypatch.setitem(incheck.run_spec(), "ptx_lib", ptx_lib)
     for cid, defn in incheck.REGISTRY.items():
         if defn.tier == "gpu-jit":
             assert incheck.gate(defn, device) == reason, cid

@@ -218,6 +218,11 @@ def _import_vllm_module(name: str) -> Any:
 _SPEC: dict[str, Any] = {}
 
 
+def run_spec() -> dict[str, Any]:
+    """The spec of this run (what main() read), which the checks and gates consult."""
+    return _SPEC
+
+
 def _deps_mode() -> str:
     return str(_SPEC.get("deps", "?"))
 
