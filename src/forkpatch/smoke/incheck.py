@@ -240,8 +240,10 @@ SM70_GROUP = 128
 # along N (SmemCopy_MMA_884_B::M = 32). fp8_sm70_prepare's converter writes ceil(N/32)
 # whole packs into the [K, N] buffer it allocates, and the GEMM's B iterator counts
 # N/32 whole packs per tile (PackingImpl<HMMA_884, OPERAND_B>): for N % 32 != 0 the
-# packer writes past its buffer and the last N % 32 output columns are never loaded.
-# The op itself checks only N % 8. (Read from the fork's sources, not run on a V100.)
+# packer writes past its buffer and the GEMM's output is wrong in hundreds of columns,
+# the first among them (the fork's kernels as compute_70 PTX on an H200: 268 of 4,120
+# columns, 32 out-of-bounds writes in convert_kernel; not run on a V100). The op
+# itself checks only N % 8.
 SM70_PACK_N = 32
 # Every SM70 E4M3 GEMM kernel the fork registers (gemm/kernel/sm70_884_*.cu) has a
 # CTA_K of 16, 32 or 64, and Kernel::is_feasible wants K % CTA_K == 0: with K % 16 != 0
@@ -328,7 +330,7 @@ def _fp8_sm70_prepare_ref(
         n % SM70_PACK_N == 0,
         f"{op}: N={n} is not a multiple of {SM70_PACK_N} [stand-in: the compiled op checks "
         f"N % 8 only, but packs N in {SM70_PACK_N}-row packs: it would write past its [K, N] "
-        f"buffer, and its GEMM would never compute the last {n % SM70_PACK_N} columns]",
+        f"buffer, and its GEMM output would be wrong in hundreds of columns]",
     )
     flipped = qweight.contiguous().view(torch.uint8).t() ^ _SIGN_BIT  # [K, N]
     tm_weight = _permute_packs(flipped, _PERM_N, _PERM_K)
