@@ -157,3 +157,25 @@ def test_refusals_before_any_environment_is_made(example_build, tmp_path, capsys
     )
     _, _, err = Runner(tmp_path, capsys)("smoke", expect=2)
     assert "no wheel given" in err
+
+
+def test_gpu_jit_tier_runs_beside_sm70_never_as_it(example_build, tmp_path, capsys):
+    """--tier gpu-jit runs static, gpu and gpu-jit (sm70 not requested); without a GPU
+    or the PTX library its checks are not run, each with the reason; a --ptx-lib that
+    does not exist is refused before any environment is made."""
+    project = smoke.copy_project(example_build, tmp_path / "project")
+    run = Runner(project, capsys)
+    missing = tmp_path / "libforkpatch_sm70_fp8.so"
+    _, _, err = run(
+        "smoke", str(example_build.wheel), "--tier", "gpu-jit", "--ptx-lib", str(missing), expect=1
+    )
+    assert f"--ptx-lib {missing}: no such file" in err and "ci/sm70-ptx-lib.sh" in err
+    _code, out, _err = run("smoke", str(example_build.wheel), "--tier", "gpu-jit", "--json")
+    data = json.loads(out)
+    assert data["tiers"]["requested"] == ["static", "gpu", "gpu-jit"]
+    assert data["tiers"]["status"]["sm70"] == "not-run"
+    assert data["tiers"]["not_run"]["sm70"] == "not requested (--tier gpu-jit)"
+    jit = [c for c in data["checks"] if c["tier"] == "gpu-jit"]
+    assert jit and all(c["outcome"] == "not-run" and c["detail"] for c in jit)
+    if not _cuda()[0]:
+        assert data["tiers"]["status"]["gpu-jit"] == "not-run"
