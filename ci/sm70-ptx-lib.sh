@@ -34,7 +34,7 @@ while [ $# -gt 0 ]; do
 done
 py=${PYTHON:-python3}
 if [ -n "$list" ]; then
-    exec "$py" -m forkpatch.smoke.ptxbuild --list-sources --fork-repo "$fork" --commit "$commit" --nvcc none
+    exec "$py" -m forkpatch.smoke.ptxbuild --list-sources --fork-repo "$fork" --commit "$commit"
 fi
 nvcc=${FORKPATCH_NVCC:-}
 if [ -z "$nvcc" ]; then

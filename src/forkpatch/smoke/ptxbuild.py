@@ -193,6 +193,18 @@ def _object_name(source: str) -> str:
     return source.removeprefix(SOURCES_ROOT + "/").replace("/", "__") + ".o"
 
 
+def _extract(archive: Path, dest: Path) -> None:
+    """Unpack ``git archive``'s tar of the fork: plain files and folders inside ``dest``."""
+    with tarfile.open(archive) as tar:
+        members = []
+        for m in tar.getmembers():
+            if m.name.startswith("/") or ".." in Path(m.name).parts:
+                raise BuildError(f"the fork's archive holds {m.name!r}, outside its tree")
+            if m.isfile() or m.isdir():  # the SM70 units include no linked file
+                members.append(m)
+        tar.extractall(dest, members=members)
+
+
 def build_library(
     fork_repo: Path,
     rev: str,
@@ -226,8 +238,7 @@ def build_library(
         tree = Path(tmp)
         archive = tree / "src.tar"
         archive.write_bytes(git.run("archive", "--format=tar", commit, ARCHIVE_ROOT).stdout)
-        with tarfile.open(archive) as tar:
-            tar.extractall(tree, filter="data")
+        _extract(archive, tree)
         (tree / CAPI_SOURCE).write_bytes(capi)
         units = [(tree / s, objects / _object_name(s)) for s in sources]
         units.append((tree / CAPI_SOURCE, out / "fp8_capi.o"))
@@ -271,7 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m forkpatch.smoke.ptxbuild")
     parser.add_argument("--fork-repo", type=Path, required=True, help="the fork's git directory")
     parser.add_argument("--commit", default="v1.2.1", help="fork commit or tag (the series' base)")
-    parser.add_argument("--nvcc", type=Path, required=True, help="a CUDA 12.x nvcc")
+    parser.add_argument("--nvcc", type=Path, help="a CUDA 12.x nvcc (not for --list-sources)")
     parser.add_argument("--cache", type=Path, default=None)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument(
@@ -285,6 +296,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             for source in turbomind_sources(cmake, f"{args.commit}:CMakeLists.txt"):
                 print(source)
             return 0
+        if args.nvcc is None:
+            parser.error("--nvcc is required to build (ci/sm70-ptx-lib.sh finds one)")
         print(
             build_library(args.fork_repo, args.commit, args.nvcc, cache=args.cache, jobs=args.jobs)
         )
