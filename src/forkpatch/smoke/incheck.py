@@ -303,6 +303,42 @@ def _on_standin_device(t: Any) -> bool:
     return bool(t.device.type == "cpu")
 
 
+def _prepare_checks(
+    qweight: Any, scales: Any, group_size: int, on_device: Callable[[Any], bool]
+) -> tuple[int, int]:
+    """fp8_sm70_prepare's checks, in its order and with its messages; (N, K)."""
+    import torch
+
+    op = "fp8_sm70_prepare"
+    _tm_check(on_device(qweight), f"{op}: qweight must be CUDA.")
+    _tm_check(on_device(scales), f"{op}: scales must be CUDA.")
+    _tm_check(qweight.dtype == torch.float8_e4m3fn, f"{op}: qweight must be float8_e4m3fn.")
+    _tm_check(scales.dtype == torch.float32, f"{op}: scales must be float32.")
+    _tm_check(qweight.dim() == 2, f"{op}: qweight must be 2D.")
+    _tm_check(scales.dim() == 2, f"{op}: scales must be 2D.")
+    _tm_check(group_size == SM70_GROUP, f"{op}: only group_size=128 is supported.")
+    n, k = (int(d) for d in qweight.shape)
+    _tm_check(k % 8 == 0 and n % 8 == 0, f"{op}: K and N must be multiples of 8.")
+    _tm_check(scales.size(0) == _cdiv(n, group_size), f"{op}: output scale block mismatch.")
+    _tm_check(scales.size(1) == _cdiv(k, group_size), f"{op}: input scale block mismatch.")
+    return n, k
+
+
+def _gemm_type_checks(
+    out: Any, x: Any, weight: Any, scales: Any, on_device: Callable[[Any], bool]
+) -> None:
+    """fp8_gemm_sm70_out's device and dtype checks, with its messages."""
+    import torch
+
+    op = "fp8_gemm_sm70"
+    for what, t in (("input", x), ("weight", weight), ("scales", scales), ("output", out)):
+        _tm_check(on_device(t), f"{op}: {what} must be CUDA.")
+    _tm_check(x.dtype == torch.float16, f"{op}: input must be float16.")
+    _tm_check(weight.dtype == torch.uint8, f"{op}: weight must be uint8.")
+    _tm_check(scales.dtype == torch.float16, f"{op}: scales must be float16.")
+    _tm_check(out.dtype == torch.float16, f"{op}: output must be float16.")
+
+
 def _fp8_sm70_prepare_ref(
     qweight: Any, scales: Any, group_size: int, interleave_gated_silu: bool
 ) -> list[Any]:
@@ -313,17 +349,7 @@ def _fp8_sm70_prepare_ref(
     import torch
 
     op = "fp8_sm70_prepare"
-    _tm_check(_on_standin_device(qweight), f"{op}: qweight must be CUDA.")
-    _tm_check(_on_standin_device(scales), f"{op}: scales must be CUDA.")
-    _tm_check(qweight.dtype == torch.float8_e4m3fn, f"{op}: qweight must be float8_e4m3fn.")
-    _tm_check(scales.dtype == torch.float32, f"{op}: scales must be float32.")
-    _tm_check(qweight.dim() == 2, f"{op}: qweight must be 2D.")
-    _tm_check(scales.dim() == 2, f"{op}: scales must be 2D.")
-    _tm_check(group_size == SM70_GROUP, f"{op}: only group_size=128 is supported.")
-    n, k = qweight.shape
-    _tm_check(k % 8 == 0 and n % 8 == 0, f"{op}: K and N must be multiples of 8.")
-    _tm_check(scales.size(0) == _cdiv(n, group_size), f"{op}: output scale block mismatch.")
-    _tm_check(scales.size(1) == _cdiv(k, group_size), f"{op}: input scale block mismatch.")
+    n, k = _prepare_checks(qweight, scales, group_size, _on_standin_device)
     if interleave_gated_silu:
         raise NotImplementedError(f"{op}: the stand-in covers the plain layout only")
     _tm_check(
@@ -356,12 +382,7 @@ def _fp8_gemm_sm70_out_ref(
     import torch
 
     op = "fp8_gemm_sm70"
-    for what, t in (("input", x), ("weight", weight), ("scales", scales), ("output", out)):
-        _tm_check(_on_standin_device(t), f"{op}: {what} must be CUDA.")
-    _tm_check(x.dtype == torch.float16, f"{op}: input must be float16.")
-    _tm_check(weight.dtype == torch.uint8, f"{op}: weight must be uint8.")
-    _tm_check(scales.dtype == torch.float16, f"{op}: scales must be float16.")
-    _tm_check(out.dtype == torch.float16, f"{op}: output must be float16.")
+    _gemm_type_checks(out, x, weight, scales, _on_standin_device)
     _tm_check(group_size == SM70_GROUP, f"{op}: only group_size=128 is supported.")
     _tm_check(
         all(t.dim() == 2 for t in (x, weight, scales, out)),
@@ -658,20 +679,11 @@ class PtxSm70Ops:
 
         import torch
 
-        op = "fp8_sm70_prepare"
-        _tm_check(qweight.is_cuda, f"{op}: qweight must be CUDA.")
-        _tm_check(scales.is_cuda, f"{op}: scales must be CUDA.")
-        _tm_check(qweight.dtype == torch.float8_e4m3fn, f"{op}: qweight must be float8_e4m3fn.")
-        _tm_check(scales.dtype == torch.float32, f"{op}: scales must be float32.")
-        _tm_check(qweight.dim() == 2, f"{op}: qweight must be 2D.")
-        _tm_check(scales.dim() == 2, f"{op}: scales must be 2D.")
-        _tm_check(group_size == SM70_GROUP, f"{op}: only group_size=128 is supported.")
-        n, k = qweight.shape
-        _tm_check(k % 8 == 0 and n % 8 == 0, f"{op}: K and N must be multiples of 8.")
-        _tm_check(scales.size(0) == _cdiv(n, group_size), f"{op}: output scale block mismatch.")
-        _tm_check(scales.size(1) == _cdiv(k, group_size), f"{op}: input scale block mismatch.")
+        n, k = _prepare_checks(qweight, scales, group_size, lambda t: bool(t.is_cuda))
         if interleave:
-            raise NotImplementedError(f"{op}: the PTX library covers the plain layout only")
+            raise NotImplementedError(
+                "fp8_sm70_prepare: the PTX library covers the plain layout only"
+            )
         with torch.cuda.device(qweight.device):
             q_kn = qweight.contiguous().view(torch.uint8).t().contiguous()
             group_scales = scales.t().contiguous().to(torch.float16)
@@ -694,13 +706,7 @@ class PtxSm70Ops:
     ) -> None:  # fmt: skip
         import torch
 
-        op = "fp8_gemm_sm70"
-        for what, t in (("input", x), ("weight", weight), ("scales", scales), ("output", out)):
-            _tm_check(t.is_cuda, f"{op}: {what} must be CUDA.")
-        _tm_check(x.dtype == torch.float16, f"{op}: input must be float16.")
-        _tm_check(weight.dtype == torch.uint8, f"{op}: weight must be uint8.")
-        _tm_check(scales.dtype == torch.float16, f"{op}: scales must be float16.")
-        _tm_check(out.dtype == torch.float16, f"{op}: output must be float16.")
+        _gemm_type_checks(out, x, weight, scales, lambda t: bool(t.is_cuda))
         with torch.cuda.device(x.device):
             self._call(
                 self.lib.fpsm70_gemm(
