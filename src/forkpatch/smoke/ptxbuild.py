@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forkpatch.errors import BuildError, ForkpatchError
-from forkpatch.fsutil import atomic_write_text
+from forkpatch.fsutil import atomic_write
 from forkpatch.git import Git
 
 SOURCES_VAR = "VLLM_SM70_TURBOMIND_SRCS"
@@ -274,7 +274,7 @@ def build_library(
         "interface": CAPI_SOURCE,
         "sha256": hashlib.sha256(library.read_bytes()).hexdigest(),
     }
-    atomic_write_text(out / MANIFEST_NAME, json.dumps(manifest, indent=2) + "\n")
+    atomic_write(out / MANIFEST_NAME, (json.dumps(manifest, indent=2) + "\n").encode())
     return library
 
 
