@@ -12,6 +12,7 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -194,7 +195,11 @@ def test_a_cuda_13_compiler_or_an_unknown_commit_is_refused_before_compiling(
 def test_the_ci_script_resolves_the_sources_without_a_compiler():
     fork = _fork()
     script = Path(__file__).resolve().parents[2] / "ci" / "sm70-ptx-lib.sh"
-    env = {**os.environ, "PYTHONPATH": str(Path(ptxbuild.__file__).resolve().parents[2])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(Path(ptxbuild.__file__).resolve().parents[2]),
+        "PYTHON": sys.executable,
+    }
     out = subprocess.run(
         ["bash", str(script), "--list-sources", "--fork-repo", str(fork)],
         capture_output=True,

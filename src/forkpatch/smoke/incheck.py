@@ -792,8 +792,9 @@ _SM70_SWITCHES_DEFAULT: dict[str, str | None] = {
 @contextlib.contextmanager
 def sm70_worker_device(ops: Ops) -> Iterator[Any]:
     """The device the fork's SM70 warmup is handed (``worker.device``): the real
-    one with real ops; with the stand-ins a ``cuda:0`` that reads (7, 0) and whose
-    synchronisation is a no-op (the stand-ins compute on the CPU, synchronously)."""
+    one with real ops; with the PTX ops the real one, read as (7, 0); with the
+    stand-ins a ``cuda:0`` that reads (7, 0) and whose synchronisation is a no-op
+    (the stand-ins compute on the CPU, synchronously)."""
     import torch
 
     if isinstance(ops, RealSm70Ops):
