@@ -1734,10 +1734,20 @@ def jit_library(ctx: Ctx) -> str:
     sass = "not listed (no cuobjdump)"
     if cuobjdump:
         elf = subprocess.run(
-            [cuobjdump, "--list-elf", ops.path], capture_output=True, text=True, check=False
+            [cuobjdump, "--list-elf", ops.path],
+            capture_output=True,
+            text=True,
+            encoding="utf-8",
+            errors="replace",
+            check=False,
         )
         ptx = subprocess.run(
-            [cuobjdump, "--list-ptx", ops.path], capture_output=True, text=True, check=False
+            [cuobjdump, "--list-ptx", ops.path],
+            capture_output=True,
+            text=True,
+            encoding="utf-8",
+            errors="replace",
+            check=False,
         )
         assert "sm_" not in elf.stdout, f"the library holds machine code: {elf.stdout.strip()}"
         assert "sm_70" in ptx.stdout, f"no sm_70 PTX in the library: {ptx.stdout.strip()}"
@@ -1947,6 +1957,8 @@ def _run_probe(
             argv,
             capture_output=True,
             text=True,
+            encoding="utf-8",
+            errors="replace",
             timeout=timeout,
             check=False,
             env={**os.environ, **(env or {})},
