@@ -357,7 +357,7 @@ def export(c: Ctx, offsets: bool, force: bool, skip_changed: bool) -> None:
 
 
 @cli.command(name="import")
-@click.argument("files", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("files", nargs=-1, type=click.Path(exists=True, path_type=Path))
 @click.option(
     "--quilt",
     "quilt_dir",
@@ -370,6 +370,12 @@ def export(c: Ctx, offsets: bool, force: bool, skip_changed: bool) -> None:
     type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
     help="With --quilt: the order from this list instead of DIR/series "
     "(one patch per line, paths relative to DIR; '-' reads stdin).",
+)
+@click.option(
+    "--name-order",
+    is_flag=True,
+    help="With --quilt, for a directory without a series file: every *.patch and "
+    "*.diff file of DIR in the byte order of their names.",
 )
 @click.option("--name", help="Name for the patch (a single patch only).")
 @click.option("--after", metavar="OTHER", help="Insert after OTHER (default: at the end).")
@@ -390,6 +396,7 @@ def import_(
     files: tuple[Path, ...],
     quilt_dir: Path | None,
     series_list: Path | None,
+    name_order: bool,
     name: str | None,
     after: str | None,
     rename: bool,
@@ -404,6 +411,13 @@ def import_(
 
     if not files and quilt_dir is None:
         raise UsageError("nothing to import", tip="give FILES... or --quilt DIR")
+    for f in files:
+        if f.is_dir():
+            raise UsageError(
+                f"{f} is a directory",
+                tip=f"import a quilt series with `forkpatch import --quilt {f}` (the order "
+                "of its series file; `--name-order` or `--series LIST` without one)",
+            )
     project = c.project()
     with project.locked("import"):
         entries = import_patches(
@@ -411,6 +425,7 @@ def import_(
             files=list(files),
             quilt_dir=quilt_dir,
             series_list=series_list,
+            name_order=name_order,
             name=name,
             after=after,
             rename=rename,

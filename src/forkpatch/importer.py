@@ -318,27 +318,66 @@ def _canonical_header(description: str, layout: HeaderLayout) -> str:
     return f"{description}\n\n{extra}".strip() if extra else description
 
 
-def _series_lines(listing: Path | None, directory: Path) -> tuple[str, list[str]]:
-    """(name for messages, lines) of a quilt series file, ``listing`` ('-': stdin)."""
+_PATCH_SUFFIXES = (".patch", ".diff")
+
+
+def _name_order_lines(directory: Path) -> list[str]:
+    """The ``*.patch``/``*.diff`` files directly in ``directory``, in the byte order of
+    their names (``LC_ALL=C ls``): the order some build systems apply a patches/
+    directory without a series file."""
+    names = sorted(
+        (p.name for p in directory.iterdir() if not p.name.startswith(".") and p.is_file()),
+        key=lambda n: n.encode("utf-8", "surrogateescape"),
+    )
+    picked = [n for n in names if n.lower().endswith(_PATCH_SUFFIXES)]
+    skipped = [n for n in names if n not in picked]
+    if not picked:
+        raise UsageError(
+            f"{directory} holds no *.patch or *.diff file",
+            tip="name the files in order: `forkpatch import FILE...`",
+        )
+    if skipped:
+        log.warn(f"{directory}: not a *.patch or *.diff file, skipped: {', '.join(skipped)}")
+    return picked
+
+
+def _series_lines(
+    listing: Path | None, directory: Path, *, name_order: bool = False
+) -> tuple[str, list[str]]:
+    """(name for messages, lines) of a quilt series file, ``listing`` ('-': stdin), or
+    with ``name_order`` the directory's patch files in name order."""
+    if name_order:
+        if listing is not None:
+            raise UsageError(
+                "--name-order and --series both give the order", tip="pass one of them"
+            )
+        return str(directory), _name_order_lines(directory)
     if listing is not None and str(listing) == "-":
         return "<stdin>", sys.stdin.read().splitlines()
     series = listing if listing is not None else directory / "series"
     if not series.is_file():
         raise UsageError(
             f"{directory} has no 'series' file",
-            tip="give the order another way: `--series LIST` (one patch per line, as in "
-            "quilt's series file; '-' reads stdin), or name the files in order: "
+            tip="give the order another way: `--name-order` (every *.patch and *.diff file "
+            "of DIR in the byte order of their names, as build systems without a series "
+            "file apply them), `--series LIST` (one patch per line, as in quilt's series "
+            "file; '-' reads stdin), or name the files in order: "
             "`forkpatch import DIR/first.patch DIR/second.patch ...` (names are kept)",
         )
     return str(series), series.read_text(encoding="utf-8", errors="surrogateescape").splitlines()
 
 
 def read_series_dir(
-    directory: Path, *, listing: Path | None = None, canonical: bool = False
+    directory: Path,
+    *,
+    listing: Path | None = None,
+    canonical: bool = False,
+    name_order: bool = False,
 ) -> list[Incoming]:
-    """The patches of a quilt directory in the order its ``series`` file (or ``listing``)
-    gives; each keeps its path relative to ``directory`` as its file name."""
-    where, lines = _series_lines(listing, directory)
+    """The patches of a quilt directory in the order its ``series`` file (or ``listing``,
+    or with ``name_order`` the names of its patch files) gives; each keeps its path
+    relative to ``directory`` as its file name."""
+    where, lines = _series_lines(listing, directory, name_order=name_order)
     out = []
     for lineno, raw in enumerate(lines, 1):
         line = raw.split("#", 1)[0].strip()
@@ -479,6 +518,7 @@ def import_patches(
     files: list[Path],
     quilt_dir: Path | None,
     series_list: Path | None = None,
+    name_order: bool = False,
     name: str | None = None,
     after: str | None = None,
     rename: bool = False,
@@ -488,9 +528,17 @@ def import_patches(
     and then ``files``, in order, after ``after`` (default: at the end)."""
     incoming: list[Incoming] = []
     if quilt_dir is not None:
-        incoming.extend(read_series_dir(quilt_dir, listing=series_list, canonical=canonical))
-    elif series_list is not None:
-        raise UsageError("--series goes with --quilt DIR", tip="--quilt DIR --series LIST")
+        incoming.extend(
+            read_series_dir(
+                quilt_dir, listing=series_list, canonical=canonical, name_order=name_order
+            )
+        )
+    elif series_list is not None or name_order:
+        option = "--series" if series_list is not None else "--name-order"
+        raise UsageError(
+            f"{option} goes with --quilt DIR",
+            tip=f"--quilt DIR {option}" + (" LIST" if series_list is not None else ""),
+        )
     for f in files:
         incoming.extend(read_patch_file(f, file=f.name, canonical=canonical))
     if name is not None:

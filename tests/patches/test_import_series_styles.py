@@ -757,3 +757,50 @@ def test_export_sees_a_file_taken_out_of_a_patch_by_hand(tmp_path, capsys, first
     text = (project / "patches" / "two.patch").read_text()
     assert "README" not in text and "-O2" in text
     assert text.startswith("Two files.\n\n") and text.endswith("-- \n2.39.5\n\n")
+
+
+def test_a_directory_without_series_file_imports_in_name_order_on_request(tmp_path, capsys):
+    fork = _fork(tmp_path)
+    m, made = _mixed_series(fork, tmp_path / "make")
+    (m.out / "NOTES").write_text("how we make these patches\n")
+    project, run = _project(tmp_path, capsys, fork)
+    before = snapshot(project)
+    # Without a series file: refused, and the tip names the option.
+    _, _, err = run("import", "--quilt", str(m.out), expect=2)
+    assert "no 'series' file" in err and "--name-order" in err
+    # A directory given as a file: the tip is --quilt.
+    _, _, err = run("import", str(m.out), expect=2)
+    assert "is a directory" in err and f"forkpatch import --quilt {m.out}" in err
+    _, _, err = run("import", "--name-order", str(made[0][1]), expect=2)
+    assert "--name-order goes with --quilt DIR" in err
+    _, _, err = run("import", "--quilt", str(m.out), "--name-order", "--series", "x", expect=2)
+    assert "--name-order and --series" in err
+    assert snapshot(project) == before
+    _, _, err = run("import", "--quilt", str(m.out), "--name-order")
+    assert "skipped: NOTES" in err
+    # Every *.patch / *.diff file directly in DIR, in the byte order of the names
+    # (digits, then upper case, then lower case); extra/ is a directory.
+    top = sorted(rel for rel, _ in made if "/" not in rel)
+    assert top[3:] == ["CVE-2024-0002.patch", "Fix_Build.DIFF", "fail_on_no_media.patch"]
+    series = load(project)
+    assert [p.file for p in series.patches] == top
+    files = snapshot(project)
+    for rel in top:
+        assert files[f"patches/{rel}"] == (m.out / rel).read_bytes()
+    reference = quilt_push(fork.path, "v1", [(rel, m.out / rel) for rel in top], tmp_path / "q")
+    run("apply")
+    assert tree_files(project / ".forkpatch" / "worktree") == reference
+
+
+def test_name_order_is_the_byte_order_of_the_names(tmp_path, capsys):
+    fork = _fork(tmp_path)
+    m = SeriesMaker(fork, tmp_path / "make", "v1")
+    # 10- sorts before 9- (as `LC_ALL=C ls` and the build systems that apply patches/
+    # without a series file have it); the second patch edits the first one's line.
+    m.format_patch("10-first.patch", "first", {"README": _sub(m.read("README"), "Line 4 ", "L4 ")})
+    m.format_patch("9-second.patch", "second", {"README": _sub(m.read("README"), "L4 ", "LL4 ")})
+    project, run = _project(tmp_path, capsys, fork)
+    run("import", "--quilt", str(m.out), "--name-order")
+    assert [p.file for p in load(project).patches] == ["10-first.patch", "9-second.patch"]
+    run("apply")
+    assert "LL4 of the readme." in (project / ".forkpatch/worktree/README").read_text()
