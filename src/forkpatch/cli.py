@@ -390,6 +390,12 @@ def export(c: Ctx, offsets: bool, force: bool, skip_changed: bool) -> None:
     help="Store forkpatch's own form: the description and the canonical git diff "
     "(drops mail headers, diffstat, signature, quilt Index: lines; implies --rename).",
 )
+@click.option(
+    "--merge",
+    is_flag=True,
+    help="A patch that applies to the base but not on top of the series: merge it in "
+    "3-way; where conflicts remain, import it as it is for `push --merge` (exit 3).",
+)
 @pass_ctx
 def import_(
     c: Ctx,
@@ -401,6 +407,7 @@ def import_(
     after: str | None,
     rename: bool,
     canonical: bool,
+    merge: bool,
 ) -> None:
     """Import git format-patch files, mbox, plain diffs, or a quilt series.
 
@@ -430,6 +437,7 @@ def import_(
             after=after,
             rename=rename,
             canonical=canonical,
+            merge=merge,
         )
     for e in entries:
         log.info(f"imported {e.name} -> patches/{e.file}")

@@ -37,10 +37,11 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from forkpatch import log
-from forkpatch.engine import Item, SeriesApplier, canonical_diff, diffs_of_commits
+from forkpatch.engine import Item, PatchResult, SeriesApplier, canonical_diff, diffs_of_commits
 from forkpatch.errors import (
     PatchApplyError,
     PatchEncodingError,
+    PatchesConflict,
     PatchParseError,
     SeriesError,
     UsageError,
@@ -523,9 +524,16 @@ def import_patches(
     after: str | None = None,
     rename: bool = False,
     canonical: bool = False,
+    merge: bool = False,
 ) -> list[PatchEntry]:
     """Import ``quilt_dir``'s series (in the order of its series file or ``series_list``)
-    and then ``files``, in order, after ``after`` (default: at the end)."""
+    and then ``files``, in order, after ``after`` (default: at the end).
+
+    ``merge``: a single patch that applies to the base but not on top of the patches
+    below it is merged in 3-way (the base as the merge base); if that leaves conflicts,
+    it is imported as it is with its images on the base saved, so that ``forkpatch
+    push --merge`` brings it into the work tree with conflict markers (then
+    :class:`PatchesConflict` is raised, after the import)."""
     incoming: list[Incoming] = []
     if quilt_dir is not None:
         incoming.extend(
@@ -558,18 +566,33 @@ def import_patches(
     fork = project.fork()
     base = fork.verify_base(series.base.tag, series.base.commit)
     by_entry = {e.name: inc for e, inc in zip(new_entries, incoming, strict=True)}
+    items_of = {e.name for e in series.patches}  # the series as it was before the import
     converted: set[str] = set()  # CRLF stripped once; a second failure is the patch's own
+    if merge and len(incoming) != 1:
+        raise UsageError(
+            "--merge imports a single patch", tip="import the others first, then this one"
+        )
+    applier = SeriesApplier(fork.store, base)
+    pending: dict[str, dict[str, tuple[bytes | None, bytes | None]]] = {}
     while True:
-        result = SeriesApplier(fork.store, base).run(items, write=True)
+        result = applier.run(items, write=True)
         bad = result.first_conflict()
-        if bad is None:
+        if bad is None or bad.name in pending:
             break
         inc = by_entry.get(bad.name)
         if inc is None or bad.name in converted or not crlf_throughout(inc.data):
+            images = _images_on_base(applier, _entry_named(new_entries, bad.name), inc)
+            if merge and images is not None:
+                # It applies to the base: merge it 3-way onto the patches below it.
+                pending[bad.name] = images
+                applier = SeriesApplier(fork.store, base, three_way=True, merge_bases=pending)
+                continue
             raise PatchApplyError(
                 bad.describe_failure(f"{series.base.tag} with the patches before it")
                 + "\nnothing was imported",
-                tip="import it against the right base, or fix it and import again",
+                tip=_overlap_tip(bad.name, items, series.base.tag, images is not None)
+                if inc is not None
+                else _above_tip(bad.name, applier, [i for i in items if i.entry.name in items_of]),
             )
         # Saved with Windows line endings throughout (a mail client, an editor): what
         # `git am` does by default, strip the CRs, and try again.
@@ -580,6 +603,15 @@ def import_patches(
             f"imported with LF line endings (as `git am` does)"
         )
         items = [Item(i.entry, inc.patch) if i.entry.name == bad.name else i for i in items]
+    if bad is not None and not any(c.merged is not None for c in bad.conflicts):
+        raise PatchApplyError(
+            bad.describe_failure(f"{series.base.tag} with the patches before it")
+            + "\nnothing was imported",
+            tip="a 3-way merge cannot bring it in (a file it changes is missing or binary): "
+            "change it to apply on top of the patches below it",
+        )
+    if bad is not None:
+        _import_with_conflicts(project, bad, by_entry[bad.name], items, pending[bad.name])
     diffs = diffs_of_commits(fork.store, [r.commit for r in result.results if r.commit])
     by_name = {r.name: r for r in result.results}
     writes: dict[PatchEntry, bytes] = {}
@@ -603,3 +635,101 @@ def import_patches(
         {e.name: FileRecord(e.file, project.file_blob(e), None) for e in new_entries}
     )
     return new_entries
+
+
+def _entry_named(entries: list[PatchEntry], name: str) -> PatchEntry | None:
+    return next((e for e in entries if e.name == name), None)
+
+
+def _images_on_base(
+    applier: SeriesApplier, entry: PatchEntry | None, inc: Incoming | None
+) -> dict[str, tuple[bytes | None, bytes | None]] | None:
+    """The files an incoming patch touches before and after it, applied to the base
+    alone; None when it does not apply there either (or is no incoming patch)."""
+    if entry is None or inc is None:
+        return None
+    alone = SeriesApplier(applier.git, applier.base_commit).run([Item(entry, inc.patch)])
+    only = alone.results[0]
+    return only.images if only.status != "conflict" else None
+
+
+def _below(name: str, items: list[Item], paths: set[str]) -> list[str]:
+    """The patches before ``name`` that touch one of ``paths``."""
+    out = []
+    for item in items:
+        if item.entry.name == name:
+            break
+        if item.patch is not None and paths & {
+            p for fp in item.patch.files for p in (fp.old_path, fp.new_path) if p
+        }:
+            out.append(item.entry.name)
+    return out
+
+
+def _above_tip(name: str, applier: SeriesApplier, series_items: list[Item]) -> str:
+    """The tip for a patch of the series that fails once the import is below it."""
+    before = SeriesApplier(applier.git, applier.base_commit).run(series_items).first_conflict()
+    if before is not None and before.name == name:
+        return (
+            f"patch '{name}' conflicts in the series before this import: resolve it first "
+            "(`forkpatch apply`, `forkpatch push --merge`, `forkpatch refresh`)"
+        )
+    return (
+        f"the patches imported below '{name}' change what it needs: import them above "
+        f"it (`--after {name}`, or at the end)"
+    )
+
+
+def _overlap_tip(name: str, items: list[Item], tag: str, on_base: bool) -> str:
+    if not on_base:
+        return (
+            f"it does not apply to {tag} alone either: make it against {tag} (or fix its "
+            "hunks) and import it again"
+        )
+    patch = next(i.patch for i in items if i.entry.name == name)
+    assert patch is not None
+    below = _below(name, items, {fp.path for fp in patch.files})
+    return (
+        f"it applies to {tag} alone"
+        + (f"; {', '.join(repr(n) for n in below)} below it change its files" if below else "")
+        + ": `--merge` imports it with a 3-way merge onto the patches below it, and where "
+        "that leaves conflicts, as it is, for `forkpatch push --merge` to bring into "
+        "the work tree with conflict markers; or change it to apply on top of them "
+        "(`--after OTHER` imports it lower)"
+    )
+
+
+def _import_with_conflicts(
+    project: Project,
+    bad: PatchResult,
+    inc: Incoming,
+    items: list[Item],
+    images: dict[str, tuple[bytes | None, bytes | None]],
+) -> None:
+    """Write ``inc`` as it is (it applies to the base) and its images on the base as the
+    merge base `push --merge` takes, then raise :class:`PatchesConflict`."""
+    series = project.series
+    entries = [i.entry for i in items]
+    entry = next(e for e in entries if e.name == bad.name)
+    store = project.fork().store
+    state = project.read_state() or {}
+    saved = state.setdefault("merge_bases", {})
+    saved[entry.name] = {
+        path: [None if data is None else store.hash_blob(data) for data in pair]
+        for path, pair in images.items()
+    }
+    data = format_patch(inc.canonical_header, inc.patch.diff) if inc.canonical else inc.data
+    writes: dict[PatchEntry, bytes] = {entry: data}
+    project.commit(writes, series.with_patches(entries))
+    project.write_state(state)
+    project.remember_files({entry.name: FileRecord(entry.file, project.file_blob(entry), None)})
+    files = ", ".join(c.path for c in bad.conflicts)
+    log.info(
+        f"imported {entry.name} -> patches/{entry.file} (as it is: it applies to {series.base.tag})"
+    )
+    log.warn(
+        f"patch '{entry.name}' conflicts with the patches below it in: {files}; "
+        "`forkpatch push --merge` (after `forkpatch apply` where there is no work tree) "
+        "brings it in with conflict markers; resolve them, then `forkpatch refresh`"
+    )
+    raise PatchesConflict(f"patch '{entry.name}' conflicts")

@@ -382,8 +382,17 @@ class Stack:
         result = SeriesApplier(self.store, base, step_commits=True).run(
             self.project.items(entries), write=True
         )
+        saved_bases = self.state.get("merge_bases") or {}
         path = self._checkout(result.head or base, where, sparse, self._touched(result))
         self.remember(self.project.linked_worktree(path))  # every file was read just now
+        # A patch this did not apply keeps the merge base `push --merge` needs for it
+        # (saved by `refresh --force` or `import --merge`).
+        applied = {r.name for r in result.results if r.status not in ("conflict", "blocked")}
+        kept = {n: v for n, v in saved_bases.items() if n not in applied}
+        if kept:
+            state = self.state
+            state["merge_bases"] = kept
+            self.project.write_state(state)
         bad = result.first_conflict()
         if bad is not None:
             raise PatchApplyError(
