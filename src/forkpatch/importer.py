@@ -80,6 +80,9 @@ class Incoming:
     canonical_header: str = ""
     strip: int | None = None  # the -p level its quilt series line gave (None: from the names)
     keep_file: bool = False  # stored in forkpatch's form, yet under its own file name
+    # With ``keep_file``: the file's bytes before its diff (description, mail headers,
+    # notes), kept above the diff in git's form.
+    lead: bytes = b""
 
 
 _TRAILER = re.compile(r"(?m)^Forkpatch-Patch: *([a-z0-9][a-z0-9._-]{0,79}) *$")
@@ -406,15 +409,18 @@ def read_series_dir(
             )
         # quilt's -p level (1 unless the line says -p0). forkpatch's files carry no
         # level: where the names read differently without it (a -p0 file, or -p1 names
-        # with one top directory such as dir/x.orig and dir/x), the file is stored in
-        # git's form, which `git apply` and `quilt push` read at -p1.
+        # with one top directory such as dir/x.orig and dir/x), the diff is stored in
+        # git's form, which `git apply` and `quilt push` read at -p1, below the file's
+        # own header bytes.
         level = 0 if opts in (["-p0"], ["-p", "0"]) else 1
-        if level == 0 or _names(got[0].patch) != _names(
-            parse_patch(got[0].data, source=got[0].source, strip=level)
-        ):
+        at_level = parse_patch(got[0].data, source=got[0].source, strip=level)
+        if level == 0 or _names(got[0].patch) != _names(at_level):
+            own = got[0]
             got = read_patch_file(path, file=kept, canonical=True, strip=level)
             for inc in got:
                 inc.keep_file = True  # its name, subdirectory included, stays
+                if not own.canonical:  # its bytes are text: its header stays as it is
+                    inc.lead = own.data[: len(own.data) - len(at_level.diff)]
             log.warn(
                 f"{where}:{lineno}: {rel} is a -p{level} patch; stored in git's form "
                 "(a/ and b/ names) so that `git apply` and `quilt push` read it as it is meant"
@@ -620,7 +626,9 @@ def import_patches(
             r = by_name[entry.name]
             if inc.canonical:
                 diff = canonical_diff(diffs[r.commit]) if r.commit else b""
-                writes[entry] = format_patch(inc.canonical_header, diff)
+                writes[entry] = (
+                    inc.lead + diff if inc.lead else format_patch(inc.canonical_header, diff)
+                )
             elif r.commit is None or r.status == "clean":
                 writes[entry] = inc.data  # it is exactly the commit: byte for byte
             else:

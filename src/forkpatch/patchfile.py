@@ -1040,14 +1040,18 @@ def _counts(hunks: Iterable[Hunk]) -> tuple[int, int]:
 
 
 def _should_strip(a: str, b: str) -> bool:
-    """Strip one leading component (-p1) when both names have one and they differ.
+    """Strip one leading component (-p1) when both names have one and they differ, or
+    when both carry the same one of git's prefixes.
 
-    ``a/x b/x`` and quilt's ``linux.orig/x linux/x`` are -p1; ``vllm/x vllm/x``
-    (``-p0`` or ``git diff --no-prefix``) is kept whole.
+    ``a/x b/x`` and quilt's ``linux.orig/x linux/x`` are -p1, and so are hand-made
+    diffs with both headers on one side (``a/x a/x``, ``b/x b/x``), which ``git
+    apply`` and ``patch -p1`` read as ``x``; ``vllm/x vllm/x`` (``-p0`` or ``git diff
+    --no-prefix``) is kept whole.
     """
     if "/" not in a or "/" not in b:
         return False
-    return a.split("/", 1)[0] != b.split("/", 1)[0]
+    top_a, top_b = a.split("/", 1)[0], b.split("/", 1)[0]
+    return top_a != top_b or top_a in ("a", "b")
 
 
 def _strip(name: str, strip: bool) -> str:
