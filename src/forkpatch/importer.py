@@ -46,12 +46,14 @@ from forkpatch.errors import (
     SeriesError,
     UsageError,
 )
+from forkpatch.patchfile import MBOX_SEPARATOR as _MBOX_SEPARATOR
 from forkpatch.patchfile import (
     PatchFile,
     crlf_throughout,
     format_patch,
     lf_form,
     parse_patch,
+    split_mails,
     upstream_refs,
 )
 from forkpatch.patchheader import HeaderLayout, header_fields
@@ -86,13 +88,6 @@ class Incoming:
 
 
 _TRAILER = re.compile(r"(?m)^Forkpatch-Patch: *([a-z0-9][a-z0-9._-]{0,79}) *$")
-# An mbox separator, strictly: "From <who> <asctime>" (format-patch: the commit id
-# and "Mon Sep 17 00:00:00 2001").
-_MBOX_SEPARATOR = re.compile(
-    rb"^From \S+ +(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep"
-    rb"|Oct|Nov|Dec) +\d{1,2} \d\d:\d\d:\d\d(?: [+-]\d{4})? \d{4}\r?$",
-    re.MULTILINE,
-)
 # DEP-3 / OE fields that say where the patch stands upstream, in the order they
 # are written into series.yaml's `upstream`.
 _UPSTREAM_FIELDS = ("upstream-status", "applied-upstream", "forwarded", "bug")
@@ -117,16 +112,6 @@ def _file_slug(file_name: str) -> str:
 
 
 # --------------------------------------------------------------------------- reading
-
-
-def _split_mbox(data: bytes) -> list[bytes]:
-    """The messages of an mbox, byte for byte; one item when it is not several mails."""
-    if not _MBOX_SEPARATOR.match(data):
-        return [data]
-    starts = [m.start() for m in _MBOX_SEPARATOR.finditer(data)]
-    if len(starts) < 2:
-        return [data]
-    return [data[a:b] for a, b in zip(starts, [*starts[1:], len(data)], strict=True)]
 
 
 def _encoded_mail(data: bytes) -> email.message.Message | None:
@@ -181,15 +166,34 @@ def _recoded_mail(data: bytes) -> bytes | None:
 
 
 def read_patch_file(
-    path: Path, *, file: str | None, canonical: bool = False, strip: int | None = None
+    path: Path,
+    *,
+    file: str | None,
+    canonical: bool = False,
+    strip: int | None = None,
+    one_patch: bool = False,
 ) -> list[Incoming]:
     """The patches in one file: one, or one per message of an mbox holding several.
 
     ``file`` is the name to keep in patches/ (None: ``<name>.patch``); an mbox of
     several mails has no name per patch, so its patches get ``<name>.patch``.
+    ``one_patch``: the file is one patch whatever it holds (as quilt and ``patch``
+    apply it): several mails are one patch under the file's name, its summary the
+    first mail's, its upstream commits those every mail names.
     """
     data = path.read_bytes()
-    messages = _split_mbox(data)
+    messages = split_mails(data)
+    if one_patch and len(messages) > 1:
+        inc = _read(
+            data, source=str(path), file=file, stem=path.name, canonical=canonical, strip=strip
+        )
+        refs = dict.fromkeys(inc.upstream_commits)
+        for msg in messages[1:]:
+            m = _DIFF_START.search(msg)
+            lead = msg[: m.start() if m else len(msg)].decode("utf-8", "surrogateescape")
+            refs.update(dict.fromkeys(upstream_refs(lead)))
+        inc.upstream_commits = tuple(refs)
+        return [inc]
     if len(messages) > 1:
         return [
             _read(
@@ -399,14 +403,8 @@ def read_series_dir(
         if not path.is_file():
             raise UsageError(f"{where}:{lineno}: {path} does not exist")
         kept = "/".join(p for p in pure.parts if p != ".")
-        got = read_patch_file(path, file=kept, canonical=canonical)
-        if len(got) != 1:
-            raise UsageError(
-                f"{where}:{lineno}: {path} holds {len(got)} mails; quilt applies a file "
-                "as one patch",
-                tip="split it into one file per patch (`git mailsplit`), or import the mbox "
-                "on its own",
-            )
+        # quilt applies a file as one patch, several format-patch mails in it too.
+        got = read_patch_file(path, file=kept, canonical=canonical, one_patch=True)
         # quilt's -p level (1 unless the line says -p0). forkpatch's files carry no
         # level: where the names read differently without it (a -p0 file, or -p1 names
         # with one top directory such as dir/x.orig and dir/x), the diff is stored in
@@ -416,7 +414,7 @@ def read_series_dir(
         at_level = parse_patch(got[0].data, source=got[0].source, strip=level)
         if level == 0 or _names(got[0].patch) != _names(at_level):
             own = got[0]
-            got = read_patch_file(path, file=kept, canonical=True, strip=level)
+            got = read_patch_file(path, file=kept, canonical=True, strip=level, one_patch=True)
             for inc in got:
                 inc.keep_file = True  # its name, subdirectory included, stays
                 if not own.canonical:  # its bytes are text: its header stays as it is

@@ -68,6 +68,7 @@ __all__ = [
     "quote_path",
     "render_file_patch",
     "split_lines",
+    "split_mails",
     "upstream_refs",
 ]
 
@@ -86,6 +87,25 @@ _MODE_PROBLEMS = {
 #: Limits of common file systems (NAME_MAX and PATH_MAX - 1 on Linux), in UTF-8 bytes.
 MAX_NAME_BYTES = 255
 MAX_PATH_BYTES = 4095
+#: An mbox separator, strictly: "From <who> <asctime>" (format-patch: the commit id
+#: and "Mon Sep 17 00:00:00 2001").
+MBOX_SEPARATOR = re.compile(
+    rb"^From \S+ +(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep"
+    rb"|Oct|Nov|Dec) +\d{1,2} \d\d:\d\d:\d\d(?: [+-]\d{4})? \d{4}\r?$",
+    re.MULTILINE,
+)
+
+
+def split_mails(data: bytes) -> list[bytes]:
+    """The messages of an mbox, byte for byte; one item when it is not several mails."""
+    if not MBOX_SEPARATOR.match(data):
+        return [data]
+    starts = [m.start() for m in MBOX_SEPARATOR.finditer(data)]
+    if len(starts) < 2:
+        return [data]
+    return [data[a:b] for a, b in zip(starts, [*starts[1:], len(data)], strict=True)]
+
+
 # Lines a plain (non-git) diff tool prints before a file's ---/+++ pair.
 _PLAIN_PREFIX = re.compile(rb"\A(?:Index: |={10,}\Z|diff |Only in |Binary files )")
 
@@ -769,11 +789,27 @@ class _Parser:
         """format-patch's ``-- `` signature line: everything after it is not diff."""
         return _bare(self.line(i)) == b"-- "
 
+    def next_mail(self, i: int) -> int | None:
+        """The first file section of a next mail, when the text from ``i`` on (after a
+        ``-- `` signature, or in place of one) holds an mbox ``From`` line and a mail
+        with a diff: several ``git format-patch`` mails in one file, which ``patch``
+        and quilt apply as one patch. None when there is none."""
+        n = len(self.lines)
+        k = next((k for k in range(i, n) if MBOX_SEPARATOR.match(self.lines[k])), None)
+        if k is None:
+            return None
+        for m in range(k + 1, n):
+            if self.lines[m].startswith(b"diff --git "):
+                return m
+            if self.is_plain_start(m):
+                return self.plain_prefix_start(m, k + 1)
+        return None
+
     def skip_junk(self, i: int) -> int:
         """Skip text between sections up to the next section (or the end)."""
         n = len(self.lines)
         if self.is_trailer(i):
-            return n
+            return self.next_mail(i) or n
         first = i
         while i < n:
             ln = self.lines[i]
@@ -781,8 +817,8 @@ class _Parser:
                 return i
             if self.is_plain_start(i):
                 return self.plain_prefix_start(i, first)
-            if self.is_trailer(i):
-                return n
+            if self.is_trailer(i) or MBOX_SEPARATOR.match(ln):
+                return self.next_mail(i) or n
             if ln[:1] in (b" ", b"+", b"-", b"@"):
                 raise self.error(i, f"unexpected diff line between file sections: {_show(ln)}")
             i += 1

@@ -34,11 +34,19 @@ from dataclasses import dataclass, replace
 from types import TracebackType
 
 from forkpatch.applier import HunkFailed, apply_file_patch
-from forkpatch.engine import canonical_diff
-from forkpatch.errors import GitError, PatchParseError
+from forkpatch.engine import Item, SeriesApplier, canonical_diff
+from forkpatch.errors import GitError, PatchApplyError, PatchParseError
 from forkpatch.git import Git, ObjectReader
-from forkpatch.patchfile import FilePatch, PatchFile, format_patch, parse_patch, split_lines
+from forkpatch.patchfile import (
+    FilePatch,
+    PatchFile,
+    format_patch,
+    parse_patch,
+    split_lines,
+    split_mails,
+)
 from forkpatch.patchheader import HeaderLayout
+from forkpatch.series import PatchEntry
 
 __all__ = ["PatchTexts", "Rendered", "split_tail"]
 
@@ -348,6 +356,16 @@ class PatchTexts:
         elif keep_offsets and self._same_effect(patch.files, parent, commit, allow_offset=True):
             diff, offsets_kept = body + tail, True
         else:
+            mails = split_mails(old)
+            if len(mails) > 1:
+                return self._render_mails(
+                    mails,
+                    commit=commit,
+                    parent=parent,
+                    description=description,
+                    summary=summary,
+                    source=source,
+                )
             diff = self._rewrite(sections, raw_diff, parent, commit) + tail
             diff_changed = True
 
@@ -361,6 +379,54 @@ class PatchTexts:
             changed_by=(parent, commit) if diff_changed else None,
         )
         return replace(rendered, offsets_kept=offsets_kept) if offsets_kept else rendered
+
+    def _render_mails(
+        self,
+        mails: list[bytes],
+        *,
+        commit: str,
+        parent: str,
+        description: str | None,
+        summary: str | None,
+        source: str,
+    ) -> Rendered:
+        """A file of several format-patch mails (applied as one patch) whose diff no
+        longer describes ``commit``: every mail but the last is applied in turn (and
+        rewritten, in its own style, where it applies only at an offset); the last one
+        takes the rest of the change. The first mail carries the description and
+        summary; each keeps its headers, and its diffstat follows its own diff."""
+        parts: list[bytes] = []
+        tip = parent
+        changed = header_changed = False
+        for k, mail in enumerate(mails):
+            where = f"{source} (mail {k + 1} of {len(mails)})"
+            target = commit
+            if k < len(mails) - 1:
+                patch = parse_patch(mail, source=where)
+                entry = PatchEntry(name="mail", summary="mail", file="mail.patch")
+                got = SeriesApplier(self.git, tip).run([Item(entry, patch)], write=True)
+                if got.results[0].status == "conflict" or got.head is None:
+                    raise PatchApplyError(
+                        f"{where} does not apply on its own any more, so the change cannot "
+                        "be written into it",
+                        tip="split the file into one patch per mail (`forkpatch import` of "
+                        "the file outside --quilt does that), then refresh",
+                    )
+                target = got.head
+            first = k == 0
+            part = self.render(
+                mail,
+                commit=target,
+                parent=tip,
+                description=description if first else None,
+                summary=summary if first else None,
+                source=where,
+            )
+            parts.append(part.data)
+            changed |= part.diff_changed
+            header_changed |= part.header_changed
+            tip = target
+        return Rendered(b"".join(parts), changed, header_changed)
 
     def _finish(
         self,

@@ -804,3 +804,82 @@ def test_name_order_is_the_byte_order_of_the_names(tmp_path, capsys):
     assert [p.file for p in load(project).patches] == ["10-first.patch", "9-second.patch"]
     run("apply")
     assert "LL4 of the readme." in (project / ".forkpatch/worktree/README").read_text()
+
+
+def _backport_file(m: SeriesMaker) -> tuple[object, list[str]]:
+    """An upstream series of three commits as one file of `git format-patch --stdout`
+    mails (a team's backport, applied by quilt as one patch); the first and the last
+    change the same file."""
+    commits = []
+    text = {rel: m.read(rel) for rel in ("tools/depmod.c", "README")}
+    for subject, rel, old, new in (
+        ("depmod: skip .debug", "tools/depmod.c", "x + 1;", "x + 1; /* .debug */"),
+        ("readme: line four", "README", "Line 4 of", "Line four of"),
+        ("depmod: check y", "tools/depmod.c", "x + 5;", "x + 5;\n\tif (!y)\n\t\treturn 0;"),
+    ):
+        text[rel] = _sub(text[rel], old, new)
+        commits.append((f"{subject}\n\nUpstream change {subject}.", {rel: text[rel]}))
+    return m.format_patch_series("0001-backport-depmod-fixes.patch", commits)
+
+
+def test_one_file_of_several_mails_is_one_patch_in_a_quilt_series(tmp_path, capsys):
+    fork = _fork(tmp_path)
+    m = SeriesMaker(fork, tmp_path / "make", "v1")
+    backport, ids = _backport_file(m)
+    media = m.quilt(
+        "media.patch",
+        "Media check.\n",
+        {"lib/media.c": _sub(m.read("lib/media.c"), "x + 3;", "x + 3; /* m */")},
+    )
+    made = [(backport.name, backport), ("media.patch", media)]
+    (m.out / "series").write_text("".join(f"{rel}\n" for rel, _ in made))
+    project, run = _project(tmp_path, capsys, fork)
+    run("import", "--quilt", str(m.out))
+    series = load(project)
+    assert series.names() == ["backport-depmod-fixes", "media"]
+    entry = series.get("backport-depmod-fixes")
+    assert entry.file == backport.name and entry.summary == "depmod: skip .debug"
+    # Its upstream evidence: the commit every mail names.
+    assert list(entry.upstream_commits) == ids
+    before = snapshot(project)
+    assert before[f"patches/{backport.name}"] == backport.read_bytes()
+    # Applied as quilt applies it: every mail's diff, in order.
+    reference = quilt_push(fork.path, "v1", made, tmp_path / "quilt")
+    run("apply")
+    wt = project / ".forkpatch" / "worktree"
+    assert tree_files(wt) == reference
+    m1 = mtimes(project)
+    run("export")
+    assert snapshot(project) == before and mtimes(project) == m1
+
+    # An edit goes into the last mail (in its style, its diffstat following); the
+    # mails before it stay byte for byte.
+    run("edit", "backport-depmod-fixes")
+    depmod = wt / "tools/depmod.c"
+    depmod.write_text(depmod.read_text().replace("x + 4;", "x + 4; /* four */"))
+    run("refresh")
+    old, new = backport.read_bytes(), (project / "patches" / backport.name).read_bytes()
+    last = old.rindex(b"\nFrom ") + 1
+    assert new[:last] == old[:last]
+    assert b"/* four */" in new[last:] and b"Subject: [PATCH 3/3] depmod: check y" in new[last:]
+    assert (
+        b" tools/depmod.c | 4 +++-\n 1 file changed, 3 insertions(+), 1 deletion(-)\n"
+        in (new[last:])
+    )
+    files = _patch_files(project)
+    assert quilt_push(fork.path, "v1", files, tmp_path / "quilt2") == tree_files(wt)
+    assert git_apply(fork.path, "v1", [p for _, p in files], tmp_path / "git2") == tree_files(wt)
+    after = snapshot(project)
+    run("export")
+    assert snapshot(project) == after
+
+
+def test_the_same_file_named_on_the_command_line_is_split_as_git_am_does(tmp_path, capsys):
+    fork = _fork(tmp_path)
+    m = SeriesMaker(fork, tmp_path / "make", "v1")
+    backport, ids = _backport_file(m)
+    project, run = _project(tmp_path, capsys, fork)
+    run("import", str(backport))
+    series = load(project)
+    assert series.names() == ["depmod-skip-debug", "readme-line-four", "depmod-check-y"]
+    assert [p.upstream_commits[-1] for p in series.patches] == ids

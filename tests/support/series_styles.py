@@ -98,6 +98,18 @@ class SeriesMaker:
             text = "\n".join(ln for ln in lines[1:] if not ln.startswith("Date: "))
         return self._save(name, text.encode("utf-8", "surrogateescape"))
 
+    def format_patch_series(
+        self, name: str, commits: Sequence[tuple[str, Mapping[str, str | bytes | None]]]
+    ) -> tuple[Path, list[str]]:
+        """``git format-patch --stdout`` of several commits (message, files) into one
+        file, mail after mail, and the commit ids its ``From`` lines name."""
+        ids = []
+        for message, files in commits:
+            self.edit(files)
+            ids.append(self._commit(message))
+        data = run(self.tree, "git", "format-patch", f"-{len(commits)}", "--stdout")
+        return self._save(name, data), ids
+
     def quilt(
         self,
         name: str,
