@@ -93,11 +93,14 @@ def test_an_adapted_backport_whose_commit_is_in_the_tag_is_upstreamed(scenario, 
 
 
 def test_without_the_reference_git_and_forkpatch_both_conflict(scenario):
-    """The same backport with no reference: no evidence, a conflict (as in git)."""
+    """The same backport with no reference: no evidence, a conflict (as in git); the
+    upstream commit with exactly its lines (under another subject) is only probable,
+    and the conflict names it."""
     up = Upstream()
     s = _series(scenario, up, lambda sha: "Backported by hand.")
     st = {p["name"]: p for p in s.check("v2", expect=3)["patches"]}
-    assert st["p1"]["status"] == "conflict" and "replaced_by" not in st["p1"]
+    assert st["p1"]["status"] == "conflict"
+    assert st["p1"]["replaced_by"].startswith(f"{up.fix[:12]} 'Fix line 20' (exactly")
 
 
 def test_a_named_commit_with_another_change_is_named_in_the_conflict(scenario):
@@ -126,10 +129,14 @@ class SideBranch(Upstream):
 
 
 def test_a_named_commit_outside_the_tag_is_no_evidence(scenario):
-    """A reference to a commit that is not in v2's history proves nothing."""
-    s = _series(scenario, SideBranch(), REFERENCES["Upstream-Status"])
+    """A reference to a commit that is not in v2's history proves nothing (the conflict
+    names v2's own commit with the patch's lines, not the side commit)."""
+    side = SideBranch()
+    s = _series(scenario, side, REFERENCES["Upstream-Status"])
     st = {p["name"]: p for p in s.check("v2", expect=3)["patches"]}
-    assert st["p1"]["status"] == "conflict" and "replaced_by" not in st["p1"]
+    assert st["p1"]["status"] == "conflict"
+    assert side.fix[:12] not in st["p1"]["replaced_by"]
+    assert "'Fix line 20' (exactly the patch's added and removed lines" in st["p1"]["replaced_by"]
 
 
 def test_the_commit_named_in_series_yaml_counts_too(scenario):

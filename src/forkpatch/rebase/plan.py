@@ -660,7 +660,7 @@ class Classifier:
         result, changes, moved = self.classify(state, item)
         outcome = Outcome.of(result, moved)
         if outcome.status == "conflict":
-            replaced = self.references.probable(item)
+            replaced = self.references.probable(item) or self.upstream.probable(item.entry.name)
             if replaced is not None:
                 outcome = replace(outcome, replaced_by=replaced)
         return outcome, changes

@@ -112,7 +112,7 @@ def rebase(project: Project, options: RebaseOptions) -> RebaseResult:
         date=classifier.date,
         conflict=walk.outcomes[walk.conflict].name if walk.conflict is not None else None,
         stack=stack,
-        upstream=tuple((n, c, s) for n, (c, s) in classifier.upstream.matches().items()),
+        upstream=tuple((n, c, e) for n, (c, e) in classifier.upstream.matches().items()),
         renames=classifier.known_renames(),
     )
     if walk.conflict is not None:

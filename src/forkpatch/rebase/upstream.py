@@ -4,7 +4,14 @@ Two kinds, both cheap and both reported with the upstream commit they name:
 
 * :class:`UpstreamIndex`: an upstream commit in base..onto with the patch's own
   ``git patch-id`` (``git rebase`` skips such cherry-picks the same way), not
-  reverted since.
+  reverted since; or the same change under another id, found from the added and
+  removed lines (whitespace at their ends aside) of the commits in base..onto that
+  touch only the patch's files: one with the patch's subject (a squashed pull
+  request's `` (#123)`` aside) and author (when the patch is a mail) and exactly its
+  lines (a rebased or squashed pull request, restyled later or not), or several
+  whose lines together are exactly the patch's (a change merged as several
+  commits). A commit with exactly its lines under another subject, or with its
+  subject and author but other lines, is only probable: the conflict names it.
 * :class:`ReferenceChecker`: the patch says which upstream commit it came from
   (``Upstream-Status: Backport [...id=<sha>]``, DEP-3 ``Origin: upstream, <sha>``,
   ``(cherry picked from commit <sha>)``, a mail's ``From <sha>`` line, series.yaml's
@@ -28,6 +35,7 @@ from typing import TYPE_CHECKING
 
 from forkpatch.applier import HunkFailed, apply_file_patch, reverse
 from forkpatch.engine import Item
+from forkpatch.errors import PatchParseError
 from forkpatch.git import DIFF_OPTIONS, Git
 from forkpatch.patchfile import PatchFile, parse_patch, upstream_refs
 from forkpatch.series import PatchEntry
@@ -52,18 +60,27 @@ class UpstreamIndex:
         self._subjects: dict[str, str] = {}
         self._series: dict[str, tuple[str, str | None]] = {}  # name -> (pid, reverse pid)
         self._known: dict[str, tuple[str, str] | None] | None = None
+        # name -> (commit, evidence) of a change found under another id; and of the
+        # probable ones, (commit, why) for a conflict to name.
+        self._alike: dict[str, tuple[str, str]] = {}
+        self._probable: dict[str, tuple[str, str]] = {}
 
     def preload(self, matches: dict[str, tuple[str, str] | None]) -> None:
-        """Answers computed earlier for every patch (a resumed rebase): nothing is loaded."""
+        """Answers computed earlier for every patch (a resumed rebase): nothing is loaded.
+        Each is (commit, evidence) as :meth:`matches` gave it."""
         self._known = dict(matches)
 
     def matches(self) -> dict[str, tuple[str, str]]:
-        """Every patch with a match: name -> (commit, subject); loads the index."""
+        """Every patch with a match: name -> (commit, evidence); loads the index."""
         out = {}
         for item in self.items:
-            found = self.match(item.entry.name)
-            if found is not None:
-                out[item.entry.name] = found
+            name = item.entry.name
+            evidence = self.evidence(name)
+            found = self.match(name)
+            if found is None and name in self._alike:
+                found = self._alike[name]
+            if found is not None and evidence is not None:
+                out[name] = (found[0], evidence)
         return out
 
     def _touched(self) -> list[tuple[str, frozenset[str]]]:
@@ -127,16 +144,20 @@ class UpstreamIndex:
             "log",
             "--no-walk=unsorted",
             "--no-merges",
-            "--format=commit %H%nsubject %s",
+            "--format=commit %H%nsubject %s%nauthor %ae",
             *DIFF_OPTIONS,
             *sorted(wanted, key=age_of.__getitem__),
         ).stdout
         current = ""
+        authors: dict[str, str] = {}
         for line in log_p.split(b"\n"):
             if line.startswith(b"commit ") and len(line) == 47:
                 current = line[7:].decode()
             elif line.startswith(b"subject ") and current:
                 self._subjects.setdefault(current, line[8:].decode("utf-8", "replace"))
+            elif line.startswith(b"author ") and current:
+                authors.setdefault(current, line[7:].decode("utf-8", "replace").lower())
+        self._find_alike(log_p, authors, age_of)
         # The newest commit (smallest age) wins for a patch-id seen more than once.
         for pid, commit in self._patch_ids(log_p):
             age = age_of.get(commit, len(age_of))
@@ -175,11 +196,133 @@ class UpstreamIndex:
         return commit, self._subjects.get(commit, "")
 
     def evidence(self, name: str) -> str | None:
+        if self._known is not None:
+            known = self._known.get(name)
+            if known is None:
+                return None
+            commit, text = known
+            # A journal of an older forkpatch saved the subject of a patch-id match.
+            return text if "upstream commit" in text else _by_patch_id(commit, text)
         found = self.match(name)
-        if found is None:
-            return None
-        commit, subject = found
-        return f"patch-id matches upstream commit {commit[:12]} '{subject}'"
+        if found is not None:
+            return _by_patch_id(*found)
+        return self._alike[name][1] if name in self._alike else None
+
+    def probable(self, name: str) -> str | None:
+        """The upstream commit that probably carries the patch's change (the same
+        subject and author with other lines, or its lines under another subject)."""
+        if self._known is None:
+            self._load()
+        got = self._probable.get(name)
+        return None if got is None else f"{got[0][:12]} {got[1]}"
+
+    def _find_alike(self, log_p: bytes, authors: dict[str, str], age: dict[str, int]) -> None:
+        """The patches whose change upstream made under another id (see the module doc):
+        one parse of the candidates' diffs, compared line for line with each patch's."""
+        lines: dict[str, dict[str, Counter[tuple[str, bytes]]]] = {}
+        for commit, diff in _commit_diffs(log_p):
+            try:
+                upstream = parse_patch(diff, source=f"upstream commit {commit[:12]}")
+            except PatchParseError:
+                continue
+            lines[commit] = _nonempty(_lines_of_patch(upstream))
+        by_age = sorted(lines, key=lambda c: age.get(c, len(age)), reverse=True)  # oldest first
+        for item in self.items:
+            if item.patch is None or not item.patch.files:
+                continue
+            mine = _nonempty(_lines_of_patch(item.patch))
+            if not mine:
+                continue
+            name = item.entry.name
+            subject = _subject_key(item.entry.summary)
+            author = _mail_author(item.patch.header)
+            subsets = []
+            for commit in by_age:
+                theirs = lines[commit]
+                said = self._subjects.get(commit, "")
+                same_subject = _subject_key(said) == subject and (
+                    author is None or authors.get(commit) == author
+                )
+                who = " and author" if author is not None else ""
+                if theirs == mine and same_subject:
+                    sure = (
+                        f"upstream commit {commit[:12]} '{said}' has the patch's subject{who} "
+                        "and exactly its added and removed lines (the same change under "
+                        "another id)"
+                    )
+                    self._alike[name] = (commit, sure)
+                    break
+                if theirs == mine:
+                    why = f"'{said}' (exactly the patch's added and removed lines, another subject)"
+                    self._probable.setdefault(name, (commit, why))
+                elif same_subject:
+                    self._probable.setdefault(
+                        name, (commit, f"'{said}' (the patch's subject{who}, other lines)")
+                    )
+                if theirs and all(not (n - mine.get(p, Counter())) for p, n in theirs.items()):
+                    subsets.append(commit)
+            if name in self._alike:
+                undo = {
+                    p: Counter({(_UNDO[k], t): c for (k, t), c in n.items()})
+                    for p, n in mine.items()
+                }
+                took = by_age.index(self._alike[name][0])
+                if any(lines[c] == undo for c in by_age[took + 1 :]):
+                    del self._alike[name]  # upstream took it, then reverted it
+                continue
+            if len(subsets) < 2:
+                continue
+            total: dict[str, Counter[tuple[str, bytes]]] = {}
+            for commit in subsets:
+                for path, n in lines[commit].items():
+                    total.setdefault(path, Counter()).update(n)
+            if total == mine:
+                named = ", ".join(f"{c[:12]} '{self._subjects.get(c, '')}'" for c in subsets)
+                sure = (
+                    f"upstream commits {named} together make exactly its added and removed "
+                    "lines (the change merged as several commits)"
+                )
+                self._alike[name] = (subsets[-1], sure)
+
+
+def _by_patch_id(commit: str, subject: str) -> str:
+    return f"patch-id matches upstream commit {commit[:12]} '{subject}'"
+
+
+_COMMIT_LINE = re.compile(rb"^commit ([0-9a-f]{40})$", re.MULTILINE)
+
+
+def _commit_diffs(log_p: bytes) -> Iterator[tuple[str, bytes]]:
+    """(commit, its header and diff) of each commit of a ``git log -p`` stream."""
+    marks = list(_COMMIT_LINE.finditer(log_p))
+    for m, nxt in zip(marks, [*marks[1:], None], strict=True):
+        yield m.group(1).decode(), log_p[m.end() + 1 : nxt.start() if nxt else len(log_p)]
+
+
+def _nonempty(
+    lines: dict[str, Counter[tuple[str, bytes]]],
+) -> dict[str, Counter[tuple[str, bytes]]]:
+    return {path: n for path, n in lines.items() if n}
+
+
+_UNDO = {"+": "-", "-": "+"}
+_PR_NUMBER = re.compile(r"\s*\(#\d+\)$")
+
+
+def _subject_key(subject: str) -> str:
+    """A subject compared with another: spacing and case aside, without the ``(#123)``
+    a squashed pull request's title gets."""
+    return " ".join(_PR_NUMBER.sub("", subject.strip()).split()).casefold()
+
+
+_MAIL_FROM = re.compile(r"^From:[^\n]*<([^>\n]+)>", re.MULTILINE)
+
+
+def _mail_author(header: str) -> str | None:
+    """The address of a mail's ``From:`` header, lower case; None for a patch that is
+    no mail."""
+    m = _MAIL_FROM.search(header)
+    return m.group(1).strip().lower() if m else None
 
 
 def _reverse_diff(patch: PatchFile) -> bytes | None:

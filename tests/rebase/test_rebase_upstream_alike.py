@@ -1,0 +1,154 @@
+"""The same change upstream under another id: found from the lines, with evidence.
+
+A team carries a pull request as a ``git format-patch`` mail made on v1. Upstream
+merged it otherwise: squashed under its title with ``(#42)`` (its context moved,
+so the patch-id differs) and restyled right after, or as two commits, so that
+the patch neither applies nor reverse-applies to v2 and names no commit: git
+stops on a conflict. The check names the upstream commit(s) and what matched;
+where the match is only probable, the conflict names the likely commit.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from support.cli import Runner
+from support.git import ScratchRepo, git_env, replace_once
+from support.projects import LINES
+
+FIXED = replace_once(
+    replace_once(LINES, "line 20\n", "line 20 fixed\n"), "line 25\n", "line 25 fixed\n"
+)
+OTHER = {"GIT_AUTHOR_NAME": "Someone Else", "GIT_AUTHOR_EMAIL": "else@example.invalid"}
+
+
+def _commit(fork: ScratchRepo, text: str, message: str, **env: str) -> str:
+    fork.add_file("a.py", text)
+    fork.git("add", "-A")
+    subprocess.run(
+        ["git", "-C", str(fork.path), "commit", "-q", "-m", message],
+        env=git_env(**env),
+        check=True,
+    )
+    return fork.git("rev-parse", "HEAD")
+
+
+def _setup(tmp_path, capsys, upstream):
+    """v1; the pull request made on it, as a mail in the project; ``upstream(fork,
+    tidy)`` makes v2 on top of a commit that moves the context (line 18)."""
+    fork = ScratchRepo(tmp_path / "fork")
+    fork.add_file("a.py", LINES)
+    fork.add_file("b.py", LINES)
+    fork.commit("initial")
+    fork.tag("v1")
+    fork.git("checkout", "-q", "-b", "pr")
+    _commit(fork, FIXED, "Fix lines 20 and 25\n\nThey were wrong.")
+    out = tmp_path / "mail"
+    fork.git("format-patch", "-q", "-o", str(out), "v1..pr")
+    fork.git("checkout", "-q", "main")
+    tidy = replace_once(LINES, "line 18\n", "line 18 tidy\n")
+    _commit(fork, tidy, "Tidy line 18")
+    made = upstream(fork, tidy)
+    fork.tag("v2")
+    project = tmp_path / "project"
+    project.mkdir()
+    run = Runner(project, capsys)
+    run("init", "--fork-url", str(fork.path), "--base", "v1")
+    run("import", *map(str, sorted(out.glob("*.patch"))))
+    return run, made
+
+
+def _check(run, expect=0):
+    _, out, _ = run("check", "--onto", "v2", "--json", expect=expect)
+    return json.loads(out)["patches"][0]
+
+
+def _restyle(fork, text: str) -> None:
+    _commit(fork, text.replace("line 20 fixed\n", "line 20 fixed  # restyled\n"), "Restyle")
+
+
+def test_a_squashed_pull_request_restyled_after_is_upstreamed(tmp_path, capsys):
+    def upstream(fork, tidy):
+        text = replace_once(
+            replace_once(tidy, "line 20\n", "line 20 fixed\n"), "line 25\n", "line 25 fixed\n"
+        )
+        merged = _commit(fork, text, "Fix lines 20 and 25 (#42)\n\nSquashed.")
+        _restyle(fork, text)
+        return merged
+
+    run, merged = _setup(tmp_path, capsys, upstream)
+    p = _check(run)
+    assert p["status"] == "upstreamed", p
+    assert merged[:12] in p["evidence"] and "'Fix lines 20 and 25 (#42)'" in p["evidence"]
+    assert "subject and author and exactly its added and removed lines" in p["evidence"]
+    _, out, _ = run("rebase", "--onto", "v2", "--json")
+    dropped = json.loads(out)["dropped"]
+    assert [d["name"] for d in dropped] == ["fix-lines-20-and-25"]
+    assert merged[:12] in dropped[0]["reason"]
+
+
+def test_a_change_merged_as_two_commits_is_upstreamed_naming_both(tmp_path, capsys):
+    def upstream(fork, tidy):
+        one = replace_once(tidy, "line 20\n", "line 20 fixed\n")
+        first = _commit(fork, one, "Fix line 20")
+        two = replace_once(one, "line 25\n", "line 25 fixed\n")
+        second = _commit(fork, two, "Fix line 25", **OTHER)
+        _restyle(fork, two)
+        return first, second
+
+    run, (first, second) = _setup(tmp_path, capsys, upstream)
+    p = _check(run)
+    assert p["status"] == "upstreamed", p
+    assert first[:12] in p["evidence"] and second[:12] in p["evidence"]
+    assert "together make exactly its added and removed lines" in p["evidence"]
+
+
+def test_only_probable_matches_are_named_in_the_conflict(tmp_path, capsys):
+    """Its lines under another subject; its subject from another author: a conflict
+    naming the likely commit, never a drop."""
+
+    def upstream(fork, tidy):
+        text = replace_once(
+            replace_once(tidy, "line 20\n", "line 20 fixed\n"), "line 25\n", "line 25 fixed\n"
+        )
+        merged = _commit(fork, text, "Parser: correct two lines")
+        _restyle(fork, text)
+        return merged
+
+    run, merged = _setup(tmp_path, capsys, upstream)
+    p = _check(run, expect=3)
+    assert p["status"] == "conflict"
+    assert p["replaced_by"].startswith(merged[:12]) and "another subject" in p["replaced_by"]
+    _, _, err = run("rebase", "--onto", "v2", expect=3)
+    assert f"upstream commit {merged[:12]} 'Parser: correct two lines'" in err
+    assert "probably replaces this patch" in err
+    run("rebase", "--abort")
+
+
+def test_the_subject_of_another_author_is_only_probable(tmp_path, capsys):
+    def upstream(fork, tidy):
+        text = replace_once(
+            replace_once(tidy, "line 20\n", "line 20 fixed\n"), "line 25\n", "line 25 fixed\n"
+        )
+        merged = _commit(fork, text, "Fix lines 20 and 25", **OTHER)
+        _restyle(fork, text)
+        return merged
+
+    run, merged = _setup(tmp_path, capsys, upstream)
+    p = _check(run, expect=3)
+    assert p["status"] == "conflict" and p["replaced_by"].startswith(merged[:12])
+
+
+def test_taken_then_reverted_upstream_is_no_evidence(tmp_path, capsys):
+    def upstream(fork, tidy):
+        text = replace_once(
+            replace_once(tidy, "line 20\n", "line 20 fixed\n"), "line 25\n", "line 25 fixed\n"
+        )
+        merged = _commit(fork, text, "Fix lines 20 and 25 (#42)")
+        _commit(fork, tidy, 'Revert "Fix lines 20 and 25 (#42)"')
+        return merged
+
+    run, _merged = _setup(tmp_path, capsys, upstream)
+    p = _check(run)
+    assert p["status"] in ("clean", "offset", "merged") and "evidence" not in p, p
