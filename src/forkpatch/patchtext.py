@@ -36,7 +36,7 @@ from types import TracebackType
 from forkpatch.applier import HunkFailed, apply_file_patch
 from forkpatch.engine import Item, SeriesApplier, canonical_diff
 from forkpatch.errors import GitError, PatchApplyError, PatchParseError
-from forkpatch.git import Git, ObjectReader
+from forkpatch.git import DIFF_OPTIONS, Git, ObjectReader
 from forkpatch.patchfile import (
     FilePatch,
     PatchFile,
@@ -614,7 +614,11 @@ class PatchTexts:
     def _rewrite(
         self, sections: list[_Section], raw_diff: bytes, parent: str, commit: str
     ) -> bytes:
-        """The diff for ``commit``, each file in its old section's style where it had one."""
+        """The diff for ``commit``, each file in its old section's style where it had one,
+        and in the file's style (context width, plain headers) where it had none."""
+        width = _context_width(sections)
+        if width != 3:  # hunks as wide as the file's (a hand-made -U1, quilt's -U5)
+            raw_diff = self.git.run("diff-tree", *DIFF_OPTIONS, f"-U{width}", parent, commit).stdout
         canon_new = parse_patch(canonical_diff(raw_diff), source=commit)
         full_index = _index_lines(raw_diff)
         if len(full_index) != len(canon_new.files):  # not git's own diff: parse it
@@ -631,7 +635,7 @@ class PatchTexts:
         for n, (index_line, cfp) in enumerate(zip(full_index, canon_new.files, strict=True)):
             i = by_key.get((cfp.old_path, cfp.new_path))
             if i is None:
-                out.append((len(sections) + n, cfp.raw))
+                out.append((len(sections) + n, _new_section(sections, cfp)))
                 continue
             matched += 1
             old = sections[i]
@@ -682,11 +686,16 @@ def _restyle(old: _Section, full: bytes | None, cfp: FilePatch) -> bytes:
     if cfp.is_binary or not cfp.hunks:
         return cfp.raw + old.junk
     hunks = new.hunks
-    if not old.is_git and not any(h.section for h in old.fp.hunks):
-        # diff -u without -p: no function names after the @@ either.
-        hunks = b"".join(
-            _drop_section_text(ln) if ln.startswith(b"@@") else ln for ln in split_lines(hunks)
-        )
+    if not old.is_git:
+        names = [h.section for h in old.fp.hunks if h.section]
+        # diff -u without -p: no function names after the @@ either; with -p, GNU diff
+        # (quilt's refresh) cuts them at 40 characters where git goes to 80.
+        keep = None if not names else _GNU_FUNC_WIDTH if max(map(len, names)) <= 40 else -1
+        if keep != -1:
+            hunks = b"".join(
+                _cut_section_text(ln, keep) if ln.startswith(b"@@") else ln
+                for ln in split_lines(hunks)
+            )
     if not old.is_git:
         plain_ok = (
             not cfp.is_rename
@@ -726,11 +735,76 @@ def _stat_counts(stat: str) -> tuple[list[tuple[str, str]], list[tuple[str, ...]
     return _STAT_COUNT.findall(stat), _STAT_TOTALS.findall(stat)
 
 
-def _drop_section_text(line: bytes) -> bytes:
+_GNU_FUNC_WIDTH = 40  # GNU diff -p's function names are cut at 40 characters
+
+
+def _cut_section_text(line: bytes, keep: int | None) -> bytes:
+    """A hunk's ``@@`` line with its function name cut at ``keep`` characters (None:
+    dropped)."""
     end = line.find(b" @@", 2)
     if end == -1:
         return line
-    return line[: end + 3] + (b"\r\n" if line.endswith(b"\r\n") else b"\n")
+    eol = b"\r\n" if line.endswith(b"\r\n") else b"\n"
+    text = line[end + 3 :].rstrip(b"\r\n")
+    if keep is None or not text.startswith(b" "):
+        return line[: end + 3] + eol
+    name = text[1:].decode("utf-8", "surrogateescape")[:keep].encode("utf-8", "surrogateescape")
+    return line[: end + 3] + b" " + name + eol
+
+
+def _context_width(sections: Sequence[_Section]) -> int:
+    """The context lines the file's hunks have before their first change, where the
+    start of the file does not cut them (git's and diff's 3 when no hunk shows it)."""
+    widest = 0
+    for sec in sections:
+        for hunk in sec.fp.hunks:
+            lead = next((i for i, ln in enumerate(hunk.lines) if ln.kind != " "), 0)
+            if hunk.old_start > lead + 1:
+                widest = max(widest, lead)
+    return widest or 3
+
+
+def _new_section(sections: Sequence[_Section], cfp: FilePatch) -> bytes:
+    """git's section for a file the old patch did not touch, in the file's own header
+    form when every section it has is plain (quilt's ``Index:``/``====`` lines, its
+    ``---``/``+++`` prefixes and timestamps, from its first section): a file changed
+    in place; a created, deleted, renamed or binary file, or a mode change, stays in
+    git's form, which says what plain headers cannot."""
+    plain = [s for s in sections if not s.is_git and s.fp.old_path and s.fp.new_path]
+    if (
+        not plain
+        or any(s.is_git for s in sections)
+        or cfp.is_binary
+        or cfp.is_rename
+        or cfp.is_copy
+        or cfp.old_path is None
+        or cfp.new_path is None
+        or (cfp.old_mode and cfp.new_mode and cfp.old_mode != cfp.new_mode)
+        or not cfp.hunks
+    ):
+        return cfp.raw
+    model = plain[0]
+    old_name = model.fp.path.encode("utf-8", "surrogateescape")
+    new_name = cfp.path.encode("utf-8", "surrogateescape")
+    head = b""
+    for ln in split_lines(model.head):
+        if old_name not in ln:
+            head += ln
+            continue
+        # The model's name where it stands (after a prefix such as pkg.orig/ or a/),
+        # its timestamp and the rest of the line kept.
+        at = ln.rfind(old_name)
+        head += ln[:at] + new_name + ln[at + len(old_name) :]
+    names = [_bare(ln) for ln in split_lines(head) if ln.startswith((b"--- ", b"+++ "))]
+    if len(names) != 2:
+        return cfp.raw
+    section = _split_section(cfp)
+    hunks = section.hunks
+    if not any(h.section for h in model.fp.hunks):
+        hunks = b"".join(
+            _cut_section_text(ln, None) if ln.startswith(b"@@") else ln for ln in split_lines(hunks)
+        )
+    return head + hunks
 
 
 def _insert_index(head: bytes, index_line: bytes) -> bytes:

@@ -883,3 +883,85 @@ def test_the_same_file_named_on_the_command_line_is_split_as_git_am_does(tmp_pat
     series = load(project)
     assert series.names() == ["depmod-skip-debug", "readme-line-four", "depmod-check-y"]
     assert [p.upstream_commits[-1] for p in series.patches] == ids
+
+
+def _long_names(functions: int) -> str:
+    """C with function names longer than GNU diff's 40-character cut."""
+    out = ["/* long */", "#include <stdio.h>", ""]
+    for i in range(functions):
+        out += [
+            f"static int media_layer_negotiate_the_buffer_geometry_{i}(int x)",
+            "{",
+            f"\tint y = x + {i};",
+            "\tif (y > 100)",
+            "\t\treturn -1;",
+            "\treturn y;",
+            "}",
+            "",
+        ]
+    return "\n".join(out) + "\n"
+
+
+QUILT_STYLES = {
+    # quilt refresh options, QUILT_DIFF_OPTS
+    "defaults -p": ((), "-p"),
+    "no-timestamps no-index -p ab, -p": (("--no-timestamps", "--no-index", "-p", "ab"), "-p"),
+    "-U 1 no-timestamps": (("-U", "1", "--no-timestamps"), ""),
+    "-U 5 -p ab, -p": (("-U", "5", "-p", "ab", "--no-timestamps"), "-p"),
+}
+
+
+def _sections(data: bytes) -> set[bytes]:
+    """The file sections of a quilt patch (header aside), each as bytes."""
+    body = re.split(rb"(?m)^(?=Index: |--- )", data)
+    return {s for s in body[1:]}
+
+
+@pytest.mark.parametrize("style", sorted(QUILT_STYLES))
+def test_a_refresh_writes_what_quilt_refresh_writes(tmp_path, capsys, style):
+    """The rewritten hunks and a newly touched file follow the file's quilt style:
+    function names cut at 40 characters, its context width, its header lines. The
+    reference is `quilt refresh` with the same options on the same change."""
+    refresh, diff_opts = QUILT_STYLES[style]
+    fork = ScratchRepo(tmp_path / "fork")
+    for rel, text in {**FILES, "lib/long.c": _long_names(6)}.items():
+        fork.add_file(rel, text)
+    fork.commit("base")
+    fork.tag("v1")
+    first = _sub(_long_names(6), "x + 1;", "x + 1; /* one */")
+    both = _sub(first, "x + 4;", "x + 4; /* four */")
+    readme = _sub(FILES["README"], "Line 9 of", "Line nine of")
+    header = "Negotiate the geometry.\n"
+    m = SeriesMaker(fork, tmp_path / "make", "v1")
+    made = m.quilt(
+        "geometry.patch", header, {"lib/long.c": first}, refresh=refresh, diff_opts=diff_opts
+    )
+    # What quilt itself writes for the patch once it has the second hunk and README.
+    ref = SeriesMaker(fork, tmp_path / "ref", "v1")
+    wanted = ref.quilt(
+        "geometry.patch",
+        header,
+        {"lib/long.c": both, "README": readme},
+        refresh=refresh,
+        diff_opts=diff_opts,
+    ).read_bytes()
+    texts = re.findall(rb"(?m)^@@ [^@]+ @@ (.+)$", wanted)
+    assert (diff_opts == "-p") == any(len(t) == 40 for t in texts)  # GNU diff's cut
+    (m.out / "series").write_text("geometry.patch\n")
+    project, run = _project(tmp_path, capsys, fork)
+    run("import", "--quilt", str(m.out))
+    assert (project / "patches/geometry.patch").read_bytes() == made.read_bytes()
+    run("apply")
+    wt = project / ".forkpatch" / "worktree"
+    run("edit", "geometry")
+    (wt / "lib/long.c").write_text(both)
+    (wt / "README").write_text(readme)
+    run("refresh")
+    got = (project / "patches/geometry.patch").read_bytes()
+    assert got.startswith(header.encode())
+    if "--no-timestamps" in refresh:
+        assert _sections(got) == _sections(wanted)
+    else:  # timestamps differ from quilt's run: compare without them
+        stamp = re.compile(rb"(?m)^((?:---|\+\+\+) \S+)\t.*$")
+        assert _sections(stamp.sub(rb"\1", got)) == _sections(stamp.sub(rb"\1", wanted))
+    assert b"diff --git" not in got
