@@ -965,3 +965,60 @@ def test_a_refresh_writes_what_quilt_refresh_writes(tmp_path, capsys, style):
         stamp = re.compile(rb"(?m)^((?:---|\+\+\+) \S+)\t.*$")
         assert _sections(stamp.sub(rb"\1", got)) == _sections(stamp.sub(rb"\1", wanted))
     assert b"diff --git" not in got
+
+
+def test_a_rebase_past_an_upstream_rename_keeps_the_quilt_headers(tmp_path, capsys):
+    fork = _fork(tmp_path)
+    m = SeriesMaker(fork, tmp_path / "make", "v1")
+    made = m.quilt(
+        "media.patch",
+        "Media fixes.\n",
+        {
+            "lib/media.c": _sub(m.read("lib/media.c"), "x + 3;", "x + 3; /* m */"),
+            "README": _sub(m.read("README"), "Line 2 of", "Line two of"),
+        },
+        refresh=("--no-timestamps",),
+    )
+    (m.out / "series").write_text("media.patch\n")
+    # Upstream moves lib/media.c to lib/core.c (and changes nothing in it).
+    fork.git("mv", "lib/media.c", "lib/core.c")
+    fork.commit("upstream: rename media.c")
+    fork.tag("v2")
+    project, run = _project(tmp_path, capsys, fork)
+    run("import", "--quilt", str(m.out))
+    run("rebase", "--onto", "v2")
+    text = (project / "patches/media.patch").read_text()
+    assert "diff --git" not in text, text
+    assert "Index: busybox-1.36/lib/core.c\n" + "=" * 67 + "\n" in text
+    assert "--- busybox-1.36.orig/lib/core.c\n+++ busybox-1.36/lib/core.c\n" in text
+    # The README section stayed as quilt wrote it.
+    readme = made.read_text().split("Index: ")
+    assert any(part.startswith("busybox-1.36/README") and part in text for part in readme)
+    run("apply")
+    assert "/* m */" in (project / ".forkpatch/worktree/lib/core.c").read_text()
+
+
+def test_a_file_of_several_mails_rebases_mail_by_mail(tmp_path, capsys):
+    fork = _fork(tmp_path)
+    m = SeriesMaker(fork, tmp_path / "make", "v1")
+    backport, _ids = _backport_file(m)
+    (m.out / "series").write_text(f"{backport.name}\n")
+    # Upstream v2 adds lines at the top of every file: each mail applies at an offset.
+    for rel, text in FILES.items():
+        fork.add_file(rel, ("/* v2 */\n" if rel.endswith(".c") else "# v2\n") * 3 + text)
+    fork.commit("upstream: headers")
+    fork.tag("v2")
+    project, run = _project(tmp_path, capsys, fork)
+    run("import", "--quilt", str(m.out))
+    run("rebase", "--onto", "v2")
+    old, new = backport.read_bytes(), (project / "patches" / backport.name).read_bytes()
+    # Three mails still, each with its headers; only hunk headers (and index ids) moved.
+    keep = (b"@@", b"index ")
+    assert [ln for ln in old.splitlines() if not ln.startswith(keep)] == [
+        ln for ln in new.splitlines() if not ln.startswith(keep)
+    ]
+    assert old != new
+    files = [(backport.name, project / "patches" / backport.name)]
+    reference = quilt_push(fork.path, "v2", files, tmp_path / "quilt")
+    run("apply")
+    assert tree_files(project / ".forkpatch" / "worktree") == reference
