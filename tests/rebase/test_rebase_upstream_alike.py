@@ -34,19 +34,26 @@ def _commit(fork: ScratchRepo, text: str, message: str, **env: str) -> str:
     return fork.git("rev-parse", "HEAD")
 
 
-def _setup(tmp_path, capsys, upstream):
+def _setup(tmp_path, capsys, upstream, *, conflict_first: bool = False):
     """v1; the pull request made on it, as a mail in the project; ``upstream(fork,
-    tidy)`` makes v2 on top of a commit that moves the context (line 18)."""
+    tidy)`` makes v2 on top of a commit that moves the context (line 18).
+    ``conflict_first``: a patch of b.py below it that conflicts with v2."""
     fork = ScratchRepo(tmp_path / "fork")
     fork.add_file("a.py", LINES)
     fork.add_file("b.py", LINES)
     fork.commit("initial")
     fork.tag("v1")
     fork.git("checkout", "-q", "-b", "pr")
+    if conflict_first:
+        fork.add_file("b.py", replace_once(LINES, "line 3\n", "line 3 ours\n"))
+        fork.commit("Ours on b")
     _commit(fork, FIXED, "Fix lines 20 and 25\n\nThey were wrong.")
     out = tmp_path / "mail"
     fork.git("format-patch", "-q", "-o", str(out), "v1..pr")
     fork.git("checkout", "-q", "main")
+    if conflict_first:
+        fork.add_file("b.py", replace_once(LINES, "line 3\n", "line 3 upstream\n"))
+        fork.commit("Upstream on b")
     tidy = replace_once(LINES, "line 18\n", "line 18 tidy\n")
     _commit(fork, tidy, "Tidy line 18")
     made = upstream(fork, tidy)
@@ -61,7 +68,7 @@ def _setup(tmp_path, capsys, upstream):
 
 def _check(run, expect=0):
     _, out, _ = run("check", "--onto", "v2", "--json", expect=expect)
-    return json.loads(out)["patches"][0]
+    return json.loads(out)["patches"][-1]
 
 
 def _restyle(fork, text: str) -> None:
@@ -152,3 +159,23 @@ def test_taken_then_reverted_upstream_is_no_evidence(tmp_path, capsys):
     run, _merged = _setup(tmp_path, capsys, upstream)
     p = _check(run)
     assert p["status"] in ("clean", "offset", "merged") and "evidence" not in p, p
+
+
+def test_the_evidence_survives_a_stop_and_a_resumed_rebase(tmp_path, capsys):
+    """Found when the rebase starts, kept in its journal for the walk after a stop."""
+
+    def upstream(fork, tidy):
+        text = replace_once(
+            replace_once(tidy, "line 20\n", "line 20 fixed\n"), "line 25\n", "line 25 fixed\n"
+        )
+        merged = _commit(fork, text, "Fix lines 20 and 25 (#42)")
+        _restyle(fork, text)
+        return merged
+
+    run, merged = _setup(tmp_path, capsys, upstream, conflict_first=True)
+    _, _, err = run("rebase", "--onto", "v2", expect=3)
+    assert "patch 'ours-on-b' does not apply" in err
+    _, out, _ = run("rebase", "--skip", "--json")
+    dropped = {d["name"]: d["reason"] for d in json.loads(out)["dropped"]}
+    assert merged[:12] in dropped["fix-lines-20-and-25"]
+    assert "subject and author" in dropped["fix-lines-20-and-25"]
