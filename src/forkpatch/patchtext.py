@@ -451,8 +451,9 @@ class PatchTexts:
             again = HeaderLayout.parse(text)
             if again.stat_span is not None:
                 stat = self._diffstat(*changed_by)
-                if _stat_counts(again.text[slice(*again.stat_span)]) != _stat_counts(stat):
-                    text = again.with_stat(stat)
+                block = again.text[slice(*again.stat_span)]
+                if _stat_counts(block) != _stat_counts(stat):
+                    text = again.with_stat(_as_diffstat(stat) if _by_diffstat(block) else stat)
         header = text.encode("utf-8", "surrogateescape")
         header_changed = header != header_bytes
         if not has_diff:
@@ -727,6 +728,31 @@ _STAT_COUNT = re.compile(r"^ (.*?) +\| +(\d+|Bin)", re.M)
 _STAT_TOTALS = re.compile(
     r"^ (\d+) files? changed(?:, (\d+) insertions?)?(?:, (\d+) deletions?)?", re.M
 )
+
+
+_STAT_FILE = re.compile(r"^ (.*?) +\| +(\d+) ([-+]*)$")
+_DIFFSTAT_FILE = re.compile(r"^ .*? \|[ \d]{4}\d [-+]*$")
+
+
+def _by_diffstat(block: str) -> bool:
+    """A stat block the ``diffstat`` tool wrote (quilt's ``refresh --diffstat``): its
+    counts in a field five wide (git's is as wide as the largest count)."""
+    files = [ln for ln in block.splitlines() if " | " in ln or "|" in ln]
+    return bool(files) and all(_DIFFSTAT_FILE.match(ln) for ln in files)
+
+
+def _as_diffstat(stat: str) -> str:
+    """git's ``--stat`` text as ``diffstat`` writes it: counts in a field five wide, no
+    ``--summary`` lines (mode changes, creations); git's own when it shows a binary
+    file, which diffstat writes otherwise."""
+    lines = stat.splitlines()
+    files = [_STAT_FILE.match(ln) for ln in lines if "|" in ln]
+    if any(m is None for m in files):
+        return stat
+    width = max((len(m.group(1)) for m in files if m), default=0)
+    out = [f" {m.group(1):<{width}} |{int(m.group(2)):5d} {m.group(3)}" for m in files if m]
+    out += [ln for ln in lines if _STAT_TOTALS.match(ln)]
+    return "\n".join(out) + "\n"
 
 
 def _stat_counts(stat: str) -> tuple[list[tuple[str, str]], list[tuple[str, ...]]]:

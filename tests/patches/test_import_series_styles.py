@@ -908,6 +908,7 @@ QUILT_STYLES = {
     "no-timestamps no-index -p ab, -p": (("--no-timestamps", "--no-index", "-p", "ab"), "-p"),
     "-U 1 no-timestamps": (("-U", "1", "--no-timestamps"), ""),
     "-U 5 -p ab, -p": (("-U", "5", "-p", "ab", "--no-timestamps"), "-p"),
+    "diffstat no-timestamps": (("--diffstat", "--no-timestamps"), ""),
 }
 
 
@@ -959,6 +960,9 @@ def test_a_refresh_writes_what_quilt_refresh_writes(tmp_path, capsys, style):
     run("refresh")
     got = (project / "patches/geometry.patch").read_bytes()
     assert got.startswith(header.encode())
+    # The text above the diff too (quilt's diffstat block, when it writes one).
+    first = re.compile(rb"(?m)^(?:Index: |--- )")
+    assert got[: first.search(got).start()] == wanted[: first.search(wanted).start()]
     if "--no-timestamps" in refresh:
         assert _sections(got) == _sections(wanted)
     else:  # timestamps differ from quilt's run: compare without them
