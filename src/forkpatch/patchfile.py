@@ -719,10 +719,11 @@ class _Parser:
             raise self.error(i, f"missing file name in {_show(bare)}")
         return _decode(rest)
 
-    def header_name(self, i: int, strip: bool | None) -> str | None:
+    def header_name(self, i: int, strip: bool | None, otherwise: bool | None = None) -> str | None:
         """The name on a ``---``/``+++`` line; None for /dev/null.
 
-        ``strip`` None means: decide per side (a/ on ---, b/ on +++).
+        ``strip`` None means: decide per side (a/ on ---, b/ on +++), else
+        ``otherwise``.
         """
         bare = _bare(self.lines[i])
         rest = bare[4:]
@@ -739,8 +740,24 @@ class _Parser:
         if text == DEV_NULL:
             return None
         if strip is None:
-            strip = text.startswith("a/" if bare.startswith(b"---") else "b/")
+            strip = text.startswith("a/" if bare.startswith(b"---") else "b/") or bool(otherwise)
         return _strip(text, strip)
+
+    @cached_property
+    def file_strip(self) -> bool | None:
+        """For a plain section with /dev/null on one side (a file created or deleted):
+        the level the file's sections with two names have (quilt's ``pkg.orig/x``
+        ``pkg/x`` is -p1, so is its ``--- /dev/null`` ``+++ pkg/new``), as a tool that
+        applies the whole file at one level reads it; None when none has two names."""
+        for i, ln in enumerate(self.lines[:-1]):
+            if ln.startswith(b"--- ") and self.lines[i + 1].startswith(b"+++ "):
+                try:
+                    a, b = self.header_name(i, False), self.header_name(i + 1, False)
+                except PatchParseError:
+                    continue  # hunk lines that look like names ("-- x" removed)
+                if a is not None and b is not None:
+                    return _should_strip(a, b)
+        return None
 
     def epoch_stamp(self, i: int) -> bool:
         """Whether a ``---``/``+++`` line carries the 1970 timestamp of a missing file."""
@@ -838,8 +855,10 @@ class _Parser:
             if a_raw is None or b_raw is None
             else _should_strip(a_raw, b_raw)
         )
-        old_path = self.header_name(i, strip)
-        new_path = self.header_name(i + 1, strip)
+        # A created or deleted file: git's a/ or b/ on its side, else the file's level.
+        level = self.file_strip if strip is None else None
+        old_path = self.header_name(i, strip, level)
+        new_path = self.header_name(i + 1, strip, level)
         hunks, end = self.parse_hunks(i + 2, new_path or old_path or "?")
         # `diff -N` (quilt) names a missing file with an epoch timestamp, not /dev/null.
         # An empty side alone is no proof: a -U0 hunk "-0,0" inserts at the top.

@@ -794,8 +794,10 @@ def _new_section(sections: Sequence[_Section], cfp: FilePatch) -> bytes:
     """git's section for a file the old patch did not touch, in the file's own header
     form when every section it has is plain (quilt's ``Index:``/``====`` lines, its
     ``---``/``+++`` prefixes and timestamps, from its first section): a file changed
-    in place; a created, deleted, renamed or binary file, or a mode change, stays in
-    git's form, which says what plain headers cannot."""
+    in place, created or deleted (``/dev/null`` on its side, with the epoch where
+    the file has timestamps, as quilt writes it); a renamed or binary file, or a
+    mode other than 100644, stays in git's form, which says what plain headers
+    cannot."""
     plain = [s for s in sections if not s.is_git and s.fp.old_path and s.fp.new_path]
     if (
         not plain
@@ -803,9 +805,9 @@ def _new_section(sections: Sequence[_Section], cfp: FilePatch) -> bytes:
         or cfp.is_binary
         or cfp.is_rename
         or cfp.is_copy
-        or cfp.old_path is None
-        or cfp.new_path is None
         or (cfp.old_mode and cfp.new_mode and cfp.old_mode != cfp.new_mode)
+        or (cfp.old_path is None and cfp.new_mode not in (None, "100644"))
+        or (cfp.new_path is None and cfp.old_mode not in (None, "100644"))
         or not cfp.hunks
     ):
         return cfp.raw
@@ -814,6 +816,11 @@ def _new_section(sections: Sequence[_Section], cfp: FilePatch) -> bytes:
     new_name = cfp.path.encode("utf-8", "surrogateescape")
     head = b""
     for ln in split_lines(model.head):
+        side = ln[:4]
+        if (side == b"--- " and cfp.old_path is None) or (side == b"+++ " and cfp.new_path is None):
+            stamp = b"\t1970-01-01 00:00:00.000000000 +0000" if b"\t" in ln else b""
+            head += side + b"/dev/null" + stamp + (b"\r\n" if ln.endswith(b"\r\n") else b"\n")
+            continue
         if old_name not in ln:
             head += ln
             continue

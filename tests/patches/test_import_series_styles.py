@@ -937,12 +937,13 @@ def test_a_refresh_writes_what_quilt_refresh_writes(tmp_path, capsys, style):
     made = m.quilt(
         "geometry.patch", header, {"lib/long.c": first}, refresh=refresh, diff_opts=diff_opts
     )
-    # What quilt itself writes for the patch once it has the second hunk and README.
+    # What quilt itself writes for the patch once it has the second hunk, README, a new
+    # file and a deleted one.
     ref = SeriesMaker(fork, tmp_path / "ref", "v1")
     wanted = ref.quilt(
         "geometry.patch",
         header,
-        {"lib/long.c": both, "README": readme},
+        {"lib/long.c": both, "README": readme, "lib/new.h": "#define NEW 1\n", "Makefile": None},
         refresh=refresh,
         diff_opts=diff_opts,
     ).read_bytes()
@@ -957,6 +958,8 @@ def test_a_refresh_writes_what_quilt_refresh_writes(tmp_path, capsys, style):
     run("edit", "geometry")
     (wt / "lib/long.c").write_text(both)
     (wt / "README").write_text(readme)
+    (wt / "lib/new.h").write_text("#define NEW 1\n")
+    (wt / "Makefile").unlink()
     run("refresh")
     got = (project / "patches/geometry.patch").read_bytes()
     assert got.startswith(header.encode())
@@ -969,6 +972,12 @@ def test_a_refresh_writes_what_quilt_refresh_writes(tmp_path, capsys, style):
         stamp = re.compile(rb"(?m)^((?:---|\+\+\+) \S+)\t.*$")
         assert _sections(stamp.sub(rb"\1", got)) == _sections(stamp.sub(rb"\1", wanted))
     assert b"diff --git" not in got
+    # quilt and forkpatch apply the rewritten file to the tree that was refreshed.
+    path = project / "patches/geometry.patch"
+    tree = tree_files(wt)
+    assert quilt_push(fork.path, "v1", [("geometry.patch", path)], tmp_path / "q") == tree
+    run("apply", "--force")
+    assert tree_files(wt) == tree
 
 
 def test_a_rebase_past_an_upstream_rename_keeps_the_quilt_headers(tmp_path, capsys):

@@ -560,3 +560,23 @@ def test_a_damaged_binary_block_is_an_error_of_the_file_at_its_line(case):
     with pytest.raises(PatchParseError) as exc:
         parse_patch(_binary_patch(kind_size, lines), source="x.patch")
     assert "x.patch line 4" in exc.value.message, exc.value.message
+
+
+def test_quilt_created_and_deleted_files_are_read_at_the_file_level() -> None:
+    """quilt (-p1, pkg.orig/ and pkg/) names a created file ``--- /dev/null`` ``+++
+    pkg/new`` and a deleted one ``--- pkg.orig/old`` ``+++ /dev/null``: read at the
+    level of the file's sections with two names, as quilt push applies them."""
+    stamp = b"\t1970-01-01 00:00:00.000000000 +0000"
+    text = (
+        b"Index: pkg/Makefile\n" + b"=" * 67 + b"\n"
+        b"--- pkg.orig/Makefile" + stamp + b"\n+++ /dev/null" + stamp + b"\n"
+        b"@@ -1 +0,0 @@\n-all:\n"
+        b"Index: pkg/src/x.c\n" + b"=" * 67 + b"\n"
+        b"--- pkg.orig/src/x.c\n+++ pkg/src/x.c\n@@ -1 +1 @@\n-a\n+b\n"
+        b"Index: pkg/src/new.h\n" + b"=" * 67 + b"\n"
+        b"--- /dev/null" + stamp + b"\n+++ pkg/src/new.h\n@@ -0,0 +1 @@\n+n\n"
+    )
+    gone, x, new = parse_patch(text, source=SRC).files
+    assert gone.old_path == "Makefile" and gone.new_path is None
+    assert x.path == "src/x.c"
+    assert new.old_path is None and new.new_path == "src/new.h"
