@@ -75,6 +75,11 @@ class ConflictError(ForkpatchError):
     exit_code = 3
 
 
+class InputFileError(ForkpatchError):
+    """A file forkpatch reads is not a regular file (a device, a FIFO, a directory, a
+    link where none may be) or is larger than forkpatch reads."""
+
+
 class GitError(ForkpatchError):
     """A git command failed unexpectedly."""
 

@@ -45,6 +45,7 @@ from forkpatch.errors import (
     SeriesError,
     UsageError,
 )
+from forkpatch.fsutil import read_regular
 from forkpatch.patchfile import (
     PatchFile,
     crlf_throughout,
@@ -184,7 +185,7 @@ def read_patch_file(
     ``file`` is the name to keep in patches/ (None: ``<name>.patch``); an mbox of
     several mails has no name per patch, so its patches get ``<name>.patch``.
     """
-    data = path.read_bytes()
+    data = read_regular(path)
     messages = _split_mbox(data)
     if len(messages) > 1:
         return [

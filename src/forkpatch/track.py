@@ -65,7 +65,8 @@ from forkpatch.errors import (
     SmokeError,
     UsageError,
 )
-from forkpatch.fsutil import atomic_write, file_sha256
+from forkpatch.escape import md_cell, md_code
+from forkpatch.fsutil import atomic_write, file_sha256, read_regular
 from forkpatch.git import Git, git_env
 from forkpatch.project import Project
 from forkpatch.series import PATCHES_DIR, SERIES_FILE
@@ -847,7 +848,7 @@ def series_digest(project: Project) -> str:
         files += sorted(p for p in project.patches_dir.rglob("*") if p.is_file())
     for path in files:
         rel = path.relative_to(project.root).as_posix()
-        data = path.read_bytes()
+        data = read_regular(path)
         h.update(f"{rel}\0{len(data)}\0".encode())
         h.update(data)
     return h.hexdigest()
@@ -1005,7 +1006,7 @@ def _stop_reason(stage: str, stages: Stages) -> str:
 
 def _load_json(path: Path) -> dict[str, Any] | None:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_regular(path, follow=False).decode("utf-8"))
     except (FileNotFoundError, NotADirectoryError, ValueError):
         return None
     return data if isinstance(data, dict) else None
@@ -1471,13 +1472,13 @@ def _conflict_stage(plan: Mapping[str, Any], fc: Forecast | None) -> RebaseConfl
 
 
 def _code(text: Any) -> str:
-    return f"`{text}`"
+    return md_code(str(text))
 
 
 def _not_done(result: Skipped | Failed) -> list[str]:
     text = result.reason if isinstance(result, Skipped) else result.error
     tip = result.tip if isinstance(result, Failed) else None
-    return [f"- {result.status}: {text}", *([f"- tip: {tip}"] if tip else []), ""]
+    return [f"- {result.status}: {md_cell(text)}", *([f"- tip: {md_cell(tip)}"] if tip else []), ""]
 
 
 def summary_markdown(state: RunState, work: Path | None = None) -> str:
@@ -1510,7 +1511,7 @@ def summary_markdown(state: RunState, work: Path | None = None) -> str:
     fc = stages.rebase.forecast if isinstance(stages.rebase, (RebaseDone, RebaseConflict)) else None
     if fc:
         out += ["## Forecast: the fork's default branch", ""]
-        head = f"`{fc.branch}` at `{fc.commit[:12]}`"
+        head = f"{_code(fc.branch)} at `{fc.commit[:12]}`"
         if fc.ok:
             out.append(f"- the series applies to {head} without conflicts")
         for c in fc.conflicts:
@@ -1541,7 +1542,7 @@ def _rebase_section(info: RunInfo, st: RebaseResult | None, work: Path | None) -
     counts = ", ".join(f"{n} {s}" for s, n in st.summary.items())
     out.append(f"- {len(st.patches)} patch(es): {counts}")
     if st.note:
-        out.append(f"- **note:** {st.note}")
+        out.append(f"- **note:** {md_cell(st.note)}")
     out.append("")
     out.append("<details><summary>Rebase report</summary>")
     out.append("")
@@ -1566,7 +1567,7 @@ def _conflict_section(info: RunInfo, st: RebaseConflict) -> list[str]:
     for x in c.conflicts:
         out.append(
             f"| {_code(x.path)} | {', '.join(map(str, x.hunks)) or '-'} | "
-            f"{x.line or '-'} | {x.reason.replace('|', '/')} |"
+            f"{x.line or '-'} | {md_cell(x.reason)} |"
         )
     if st.blocked:
         out += [

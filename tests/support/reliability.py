@@ -40,6 +40,7 @@ class Row:
 ORDER = [
     "bad input: patch files",
     "bad input: series.yaml",
+    "bad input: not a regular file",
     "path safety",
     "writes outside the project",
     "interruptions",
@@ -50,6 +51,7 @@ ORDER = [
     "publish gate",
     "hostile wheels",
     "the user's environment",
+    "untrusted text",
 ]
 
 INTRO = """\
@@ -96,6 +98,11 @@ counted). What each category proves:
 - **the user's environment**: the user's git configuration, attributes, excludes and
   hooks, the locale, a checkout's line endings and the fork's tags: the same bytes
   and verdicts as on a clean machine, or a clear error naming what was refused.
+- **bad input: not a regular file**: a patch file, series.yaml, a state file, a report
+  or a wheel that is a device, a FIFO, a directory or too large is refused naming it
+  (`fsutil.read_regular`: fstat after open, bounded reads), never read.
+- **untrusted text**: control characters and escape sequences from outside are escaped
+  at each boundary (terminal, JUnit XML, Markdown); `--json` stays valid JSON.
 """
 
 

@@ -39,6 +39,7 @@ from forkpatch.fsutil import (
     commit_files,
     dump_state,
     parse_state,
+    read_regular,
 )
 from forkpatch.patchfile import PatchFile, parse_patch
 from forkpatch.project import COMMIT_JOURNAL, REBASE_JOURNAL, Project
@@ -388,7 +389,7 @@ class Journal:
         if path.is_symlink() or self.dir.is_symlink():
             raise _Reader(path).fail("file", "is a symbolic link")
         try:
-            raw = path.read_bytes()
+            raw = read_regular(path, follow=False)
         except FileNotFoundError:
             raise StateError(
                 f"{path} is missing: the rebase journal is incomplete",

@@ -29,7 +29,7 @@ from forkpatch.engine import SeriesApplier
 from forkpatch.errors import BuildError, PatchApplyError
 from forkpatch.fsutil import file_sha256, sweep_temps
 from forkpatch.project import Project
-from forkpatch.series import Series
+from forkpatch.series import PatchEntry, Series
 from forkpatch.wheels.dist import commit_dist, dist_changes, recover_dist
 from forkpatch.wheels.identity import (
     BuilderInfo,
@@ -86,11 +86,18 @@ def fork_version(tag: str) -> str:
         ) from None
 
 
+def _patch_bytes(project: Project, entry: PatchEntry) -> bytes:
+    data = project.raw_patch_bytes(entry)
+    if data is None:
+        project.load_patch(entry)  # raises the error naming the missing file
+    return data or b""
+
+
 def patch_items(project: Project, series: Series) -> list[tuple[str, bytes]]:
     items = []
     for e in series.patches:
         if e.file is not None:
-            items.append((e.name, project.patch_path(e).read_bytes()))
+            items.append((e.name, _patch_bytes(project, e)))
         else:
             items.append((e.name, f"build-step:{e.build_step}".encode()))
     return items
@@ -101,9 +108,7 @@ def expected_provenance(project: Project, builder: BuilderInfo) -> Provenance:
     records = []
     for e in series.patches:
         if e.file is not None:
-            records.append(
-                PatchRecord(e.name, sha256=sha256_hex(project.patch_path(e).read_bytes()))
-            )
+            records.append(PatchRecord(e.name, sha256=sha256_hex(_patch_bytes(project, e))))
         else:
             records.append(PatchRecord(e.name, build_step=e.build_step))
     return Provenance(

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forkpatch.errors import BuildError
-from forkpatch.fsutil import TMP_SUFFIX, relpath_problem, write_event
+from forkpatch.fsutil import TMP_SUFFIX, open_regular, relpath_problem, write_event
 
 __all__ = [
     "CopyMember",
@@ -263,7 +263,7 @@ class WheelZip:
         self.path = Path(path)
         try:
             # Held for the reader's life and closed by close() / __exit__.
-            self._fh = open(self.path, "rb")  # noqa: SIM115
+            self._fh = os.fdopen(open_regular(self.path), "rb")
         except OSError as exc:
             raise BuildError(
                 f"cannot open wheel {self.path}: {exc.strerror}",
