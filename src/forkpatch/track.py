@@ -56,6 +56,7 @@ from forkpatch import __version__, log
 from forkpatch.errors import (
     BuildError,
     ConflictError,
+    FetchError,
     ForkpatchError,
     ForkRepoError,
     GitError,
@@ -66,9 +67,11 @@ from forkpatch.errors import (
     UsageError,
 )
 from forkpatch.escape import md_cell, md_code
+from forkpatch.fetch import Fetcher
 from forkpatch.fsutil import atomic_write, file_sha256, read_regular
 from forkpatch.git import Git, git_env
 from forkpatch.project import Project
+from forkpatch.redact import strip_url_credentials
 from forkpatch.series import PATCHES_DIR, SERIES_FILE
 
 DEFAULT_PATTERN = r"^v(?P<version>.+)$"
@@ -1430,6 +1433,11 @@ def _files_match(directory: Path, wheels: Mapping[str, str]) -> bool:
     )
 
 
+# The base wheel: at most this large, downloaded within this time.
+BASE_WHEEL_LIMIT = 8 << 30
+BASE_WHEEL_DEADLINE_S = 1800.0
+
+
 def _download(url: str, dest_dir: Path) -> Path:
     name = urllib.parse.unquote(urllib.parse.urlsplit(url).path.rsplit("/", 1)[-1])
     if not name.endswith(".whl"):
@@ -1441,17 +1449,17 @@ def _download(url: str, dest_dir: Path) -> Path:
     if dest.is_file():
         return dest
     dest_dir.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_suffix(".part")
-    with log.step(f"download the base wheel {url}"):
+    fetcher = Fetcher.for_command(
+        "the download", request_s=BASE_WHEEL_DEADLINE_S, command_s=BASE_WHEEL_DEADLINE_S
+    )
+    with log.step(f"download the base wheel {strip_url_credentials(url)}"):
         try:
-            with urllib.request.urlopen(url, timeout=600) as resp, open(tmp, "wb") as fh:
-                shutil.copyfileobj(resp, fh)
-        except OSError as exc:
+            fetcher.download(url, dest, limit=BASE_WHEEL_LIMIT)
+        except FetchError as exc:
             raise BuildError(
-                f"cannot download the base wheel {url}: {exc}",
+                f"cannot download the base wheel: {exc.message}",
                 tip="check the URL (build.base-wheel / --base-wheel) and the network",
             ) from None
-    os.replace(tmp, dest)
     return dest
 
 

@@ -131,6 +131,42 @@ def build_steps(series: Series) -> list[Any]:
     return steps
 
 
+def apply_in_memory(project: Project, base: str) -> tuple[str, list[str]]:
+    """The series applied to ``base`` in memory: (the result's commit, files it touched)."""
+    series = project.series
+    with log.step(f"apply {len(series.patches)} patch(es) to {series.base.tag} in memory"):
+        result = SeriesApplier(project.fork().store, base).run(project.items(), write=True)
+        bad = result.first_conflict()
+        if bad is not None:
+            raise PatchApplyError(
+                bad.describe_failure(series.base.tag),
+                tip="fix the series first (`forkpatch status`)",
+            )
+    return result.head or base, sorted({f for r in result.results for f in r.files})
+
+
+def wheel_replacements(store: Any, head: str, touched: list[str]) -> dict[str, bytes | None]:
+    """In-wheel path -> the bytes the series gives it at ``head`` (None: deleted)."""
+    replacements: dict[str, bytes | None] = {}
+    with store.reader() as reader:
+        for path in touched:
+            wheel_path = tree_path_to_wheel_path(path)
+            if wheel_path is None:
+                continue
+            got = reader.read(f"{head}:{path}")
+            replacements[wheel_path] = got[1] if got and got[0] == "blob" else None
+    return replacements
+
+
+def series_wheel_files(project: Project) -> dict[str, bytes | None]:
+    """What an overlay build puts into a wheel for the series: the series re-applied in
+    memory on its base commit, as :func:`build_wheel` does."""
+    series = project.series
+    base = project.fork().verify_base(series.base.tag, series.base.commit)
+    head, touched = apply_in_memory(project, base)
+    return wheel_replacements(project.fork().store, head, touched)
+
+
 def build_wheel(project: Project, opts: BuildOptions) -> BuildResult:
     started = time.monotonic()
     series = project.series
@@ -143,16 +179,7 @@ def build_wheel(project: Project, opts: BuildOptions) -> BuildResult:
     if not out_dir.is_relative_to(project.root):
         sweep_temps(out_dir)
 
-    with log.step(f"apply {len(series.patches)} patch(es) to {series.base.tag} in memory"):
-        result = SeriesApplier(fork.store, base).run(project.items(), write=True)
-        bad = result.first_conflict()
-        if bad is not None:
-            raise PatchApplyError(
-                bad.describe_failure(series.base.tag),
-                tip="fix the series first (`forkpatch status`)",
-            )
-    head = result.head or base
-    touched = sorted({f for r in result.results for f in r.files})
+    head, touched = apply_in_memory(project, base)
     version = build_version(
         fork_version(series.base.tag), patchset_label(base, patch_items(project, series))
     )
@@ -244,14 +271,7 @@ def _overlay(
             f"base wheel {base_wheel} does not exist",
             tip="download the fork's release wheel for the base tag",
         )
-    replacements: dict[str, bytes | None] = {}
-    with store.reader() as reader:
-        for path in touched:
-            wheel_path = tree_path_to_wheel_path(path)
-            if wheel_path is None:
-                continue
-            got = reader.read(f"{head}:{path}")
-            replacements[wheel_path] = got[1] if got and got[0] == "blob" else None
+    replacements = wheel_replacements(store, head, touched)
     builder = BuilderInfo(mode="overlay", base_wheel_sha256=file_sha256(base_wheel))
     prov = expected_provenance(project, builder)
     with log.step(f"overlay {len(replacements)} file(s) onto {base_wheel.name}"):
