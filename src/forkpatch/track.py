@@ -1610,7 +1610,7 @@ def _read_rebase_markdown(work: Path | None, st: RebaseDone) -> str:
     try:
         if work is None:
             raise OSError
-        return (work / st.report_markdown).read_text(encoding="utf-8")
+        return read_regular(work / st.report_markdown).decode("utf-8", errors="replace")
     except OSError:
         return f"(the report is in {st.report_markdown})\n"
 
