@@ -145,7 +145,8 @@ def register(cli: click.Group) -> None:
             differences = matches_series(report, expected)
             if report.provenance.builder.mode == "overlay" and not differences:
                 # The bytes, not only the metadata: the series re-applied in memory.
-                differences = content_differences(report, series_wheel_files(project))
+                changed, tree = series_wheel_files(project)
+                differences = content_differences(report, changed, tree)
         elif project is not None:
             # In a project the question is "is this the series' wheel?": a wheel
             # without provenance (the fork's base wheel, another project's) is not.

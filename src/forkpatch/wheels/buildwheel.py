@@ -158,13 +158,21 @@ def wheel_replacements(store: Any, head: str, touched: list[str]) -> dict[str, b
     return replacements
 
 
-def series_wheel_files(project: Project) -> dict[str, bytes | None]:
-    """What an overlay build puts into a wheel for the series: the series re-applied in
-    memory on its base commit, as :func:`build_wheel` does."""
+def series_wheel_files(project: Project) -> tuple[dict[str, bytes | None], dict[str, str]]:
+    """What an overlay build puts into a wheel for the series, from the series re-applied
+    in memory on its base commit as :func:`build_wheel` does: (the bytes of every file
+    the series changed, None for deleted; the blob id of every file of the result's
+    tree), both by in-wheel path."""
     series = project.series
+    store = project.fork().store
     base = project.fork().verify_base(series.base.tag, series.base.commit)
     head, touched = apply_in_memory(project, base)
-    return wheel_replacements(project.fork().store, head, touched)
+    tree: dict[str, str] = {}
+    for path, (mode, oid) in store.ls_tree(head).items():
+        wheel_path = tree_path_to_wheel_path(path)
+        if wheel_path is not None and mode in ("100644", "100755"):
+            tree[wheel_path] = oid
+    return wheel_replacements(store, head, touched), tree
 
 
 def build_wheel(project: Project, opts: BuildOptions) -> BuildResult:
