@@ -212,7 +212,7 @@ class Project:
             return None
         try:
             data = self.raw_patch_bytes(entry)
-        except (InputFileError, NotADirectoryError):
+        except NotADirectoryError:
             return None
         return None if data is None else blob_id(data)
 
@@ -744,7 +744,7 @@ def _load_stack_state(path: Path) -> dict[str, object] | None:
     """state.json's data, of this version or of an older one this forkpatch upgrades
     (None: absent). See :func:`forkpatch.fsutil.parse_state`."""
     try:
-        raw = path.read_bytes()
+        raw = read_regular(path, follow=False)
     except FileNotFoundError:
         return None
     try:
@@ -759,8 +759,8 @@ def _load_stack_state(path: Path) -> dict[str, object] | None:
 def _current(path: Path) -> bytes | None:
     """A file's bytes now; None when it is not there (or not a regular file)."""
     try:
-        return path.read_bytes() if path.is_file() and not path.is_symlink() else None
-    except OSError:
+        return read_regular(path, follow=False)
+    except (OSError, InputFileError):
         return None
 
 
