@@ -222,7 +222,7 @@ def top(c: Ctx) -> None:
     name = c.stack().top()
     if name is None:
         raise UsageError("no patch is applied")
-    click.echo(name)
+    click.echo(log.shown(name))
 
 
 @cli.command()
@@ -507,7 +507,7 @@ def main(argv: list[str] | None = None) -> int:
             _print_traceback()
         log.error(exc.message)
         if exc.tip:
-            print(f"  tip: {exc.tip}", file=sys.stderr)
+            log.detail(f"  tip: {exc.tip}")
         if hint:
             _hint_pending_operation(directory)
         return exc.exit_code
@@ -540,7 +540,7 @@ def main(argv: list[str] | None = None) -> int:
             _print_traceback()
         where = exc.filename if exc.filename is not None else "a file"
         log.error(f"{where}: {exc.strerror or exc}")
-        print(f"  tip: {known}", file=sys.stderr)
+        log.detail(f"  tip: {known}")
         if hint:
             _hint_pending_operation(directory)
         return ForkpatchError.exit_code
@@ -586,7 +586,7 @@ def _hint_pending_operation(directory: Path | None = None) -> bool:
     except Exception:
         return False
     if hint:
-        print(f"  note: {hint}", file=sys.stderr)
+        log.detail(f"  note: {hint}")
     return bool(hint)
 
 

@@ -131,8 +131,8 @@ def register(cli: click.Group) -> None:
         In a project, a wheel without forkpatch provenance (the fork's own, another
         project's) is a mismatch (exit 1); outside one only the RECORD is checked.
         """
-        from forkpatch.wheels.buildwheel import expected_provenance
-        from forkpatch.wheels.verify import matches_series, verify_wheel
+        from forkpatch.wheels.buildwheel import expected_provenance, series_wheel_files
+        from forkpatch.wheels.verify import content_differences, matches_series, verify_wheel
 
         report = verify_wheel(wheel)
         differences: list[str] | None = None
@@ -143,6 +143,10 @@ def register(cli: click.Group) -> None:
         if project is not None and report.provenance is not None:
             expected = expected_provenance(project, report.provenance.builder)
             differences = matches_series(report, expected)
+            if report.provenance.builder.mode == "overlay" and not differences:
+                # The bytes, not only the metadata: the series re-applied in memory.
+                changed, tree = series_wheel_files(project)
+                differences = content_differences(report, changed, tree)
         elif project is not None:
             # In a project the question is "is this the series' wheel?": a wheel
             # without provenance (the fork's base wheel, another project's) is not.
@@ -162,6 +166,7 @@ def register(cli: click.Group) -> None:
                     "provenance": report.provenance.to_dict() if report.provenance else None,
                     "matches_series": None if differences is None else not differences,
                     "differences": differences or [],
+                    "notes": report.notes,
                 }
             )
         else:
@@ -169,6 +174,8 @@ def register(cli: click.Group) -> None:
             log.info("RECORD: ok" if report.ok else "RECORD: FAILED")
             for p in report.problems():
                 log.info(f"  - {p}")
+            for n in report.notes:
+                log.info(f"note: {n}")
             if report.provenance is None:
                 log.info(
                     "provenance: none (not built by forkpatch)"

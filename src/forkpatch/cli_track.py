@@ -10,6 +10,7 @@ import click
 
 from forkpatch import log
 from forkpatch.errors import NewRelease, UsageError
+from forkpatch.fsutil import read_regular
 
 HELP = """Compare the series' base with the fork's release tags; act on the newest.
 
@@ -259,7 +260,7 @@ def _read_optional(path: Path | None) -> str | None:
     if path is None:
         return None
     try:
-        return path.read_text(encoding="utf-8", errors="replace")
+        return read_regular(path).decode("utf-8", errors="replace")
     except FileNotFoundError:
         return None
 

@@ -75,6 +75,20 @@ class ConflictError(ForkpatchError):
     exit_code = 3
 
 
+class InputFileError(ForkpatchError):
+    """A file forkpatch reads is not a regular file (a device, a FIFO, a directory, a
+    link where none may be) or is larger than forkpatch reads."""
+
+
+class FetchError(ForkpatchError):
+    """An HTTP request failed, ran out of time or answered more than it may; ``status``
+    is the HTTP status when the server answered with one."""
+
+    def __init__(self, message: str, *, tip: str | None = None, status: int | None = None):
+        super().__init__(message, tip=tip)
+        self.status = status
+
+
 class GitError(ForkpatchError):
     """A git command failed unexpectedly."""
 

@@ -22,7 +22,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
-from forkpatch.errors import LockError, StateError
+from forkpatch.errors import InputFileError, LockError, StateError
 
 # Temporary files forkpatch leaves only when it is killed mid-write; swept by
 # :func:`sweep_temps` under the project lock.
@@ -74,9 +74,14 @@ def write_temp(
     (:func:`fsync_files` for a batch).
     """
     try:
-        if path.read_bytes() == data:
+        st = path.stat()
+        current = st.st_mode & 0o7777
+        # Compared only when it is a regular file of the same size: a FIFO or a device
+        # at the target is replaced, never read.
+        if stat.S_ISREG(st.st_mode) and st.st_size == len(data) and path.read_bytes() == data:
             return None
-        current = path.stat().st_mode & 0o7777
+        if not stat.S_ISREG(st.st_mode):
+            current = 0o644
     except FileNotFoundError:
         current = 0o644
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -314,12 +319,85 @@ def sweep_temps(directory: Path, *, recursive: bool = False) -> list[Path]:
     return found
 
 
+# --------------------------------------------------------------------------- reading inputs
+
+#: The most forkpatch reads of one input file (a patch, series.yaml, a state file, a report).
+READ_LIMIT = 256 << 20
+
+_NOT_REGULAR = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _not_regular(path: Path | str, what: str, tip: str | None) -> InputFileError:
+    return InputFileError(
+        f"{path} is {what}, not a regular file: forkpatch reads only regular files there",
+        tip=tip or f"replace {path} by the file it should be (or remove it), then run again",
+    )
+
+
+def open_regular(path: Path | str, *, follow: bool = True, tip: str | None = None) -> int:
+    """Open ``path`` for reading and return the descriptor, only if it is a regular file.
+
+    Never blocks on a FIFO (opened non-blocking, then refused) and never reads a
+    device: the kind is checked with ``fstat`` on the open descriptor, so a link
+    swapped in between cannot change what is read. ``follow=False`` (paths that must
+    be files inside a tree forkpatch owns) refuses a symbolic link at the last
+    component too. Raises FileNotFoundError for a missing file, InputFileError for
+    the rest, naming ``path``.
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _not_regular(path, "a symbolic link", tip) from None
+        if exc.errno == errno.ENXIO:  # a socket
+            raise _not_regular(path, "a socket", tip) from None
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            what = next((w for test, w in _NOT_REGULAR if test(mode)), "not a regular file")
+            raise _not_regular(path, what, tip)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_regular(
+    path: Path | str, *, limit: int = READ_LIMIT, follow: bool = True, tip: str | None = None
+) -> bytes:
+    """The bytes of the regular file ``path`` (see :func:`open_regular`), at most ``limit``.
+
+    A larger file is refused before it is read (and one that grows while it is read
+    is refused too), naming the path and both sizes.
+    """
+    fd = open_regular(path, follow=follow, tip=tip)
+    with os.fdopen(fd, "rb") as fh:
+        size = os.fstat(fd).st_size
+        data = fh.read(limit + 1) if size <= limit else b""
+        if size > limit or len(data) > limit:
+            raise InputFileError(
+                f"{path} is {max(size, len(data))} bytes, more than forkpatch reads from one "
+                f"file ({limit} bytes)",
+                tip=tip or f"check that {path} is the file you meant",
+            )
+    return data
+
+
 def file_sha256(path: Path) -> str:
     """sha256 of a file's bytes, read in 1 MiB blocks (wheels can be large)."""
     import hashlib
 
     digest = hashlib.sha256()
-    with open(path, "rb") as fh:
+    with os.fdopen(open_regular(path), "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
@@ -334,7 +412,7 @@ def read_sums(directory: Path) -> dict[str, str]:
     if not path.is_file():
         return {}
     found: dict[str, str] = {}
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+    for line in read_regular(path).decode("utf-8", errors="replace").splitlines():
         sha, _, name = line.partition("  ")
         if name and re.fullmatch(r"[0-9a-f]{64}", sha):
             found[name] = sha
@@ -698,7 +776,7 @@ def parse_state(raw: bytes, *, path: Path, kind: str, version: int) -> dict[str,
 def load_state(path: Path, *, kind: str, version: int) -> dict[str, object] | None:
     """Read and check a state file; None when it does not exist (see :func:`parse_state`)."""
     try:
-        raw = path.read_bytes()
+        raw = read_regular(path, follow=False)
     except FileNotFoundError:
         return None
     return parse_state(raw, path=path, kind=kind, version=version)

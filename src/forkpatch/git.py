@@ -332,11 +332,15 @@ class Git:
         return True
 
 
-def blob_id(data: bytes) -> str:
-    """The id git gives ``data`` as a blob (``git hash-object``), without running git."""
+def blob_id(data: bytes, length: int = 40) -> str:
+    """The id git gives ``data`` as a blob (``git hash-object``), without running git:
+    sha1, or sha256 for a 64-digit ``length`` (a sha256 repository's ids)."""
     import hashlib  # only where a blob id is needed: keeps start-up light
 
-    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+    h = hashlib.sha256() if length == 64 else hashlib.sha1()
+    h.update(b"blob %d\0" % len(data))
+    h.update(data)
+    return h.hexdigest()
 
 
 def identity_env(date: str | None = None) -> dict[str, str]:

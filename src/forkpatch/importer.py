@@ -46,6 +46,7 @@ from forkpatch.errors import (
     SeriesError,
     UsageError,
 )
+from forkpatch.fsutil import read_regular
 from forkpatch.patchfile import MBOX_SEPARATOR as _MBOX_SEPARATOR
 from forkpatch.patchfile import (
     PatchFile,
@@ -181,7 +182,7 @@ def read_patch_file(
     apply it): several mails are one patch under the file's name, its summary the
     first mail's, its upstream commits those every mail names.
     """
-    data = path.read_bytes()
+    data = read_regular(path)
     messages = split_mails(data)
     if one_patch and len(messages) > 1:
         inc = _read(

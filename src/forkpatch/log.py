@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from forkpatch.escape import terminal
 from forkpatch.redact import hide_url_secrets, scrub
 
 _quiet = False
@@ -34,20 +35,31 @@ def tolerant_streams() -> None:
                 reconfigure(errors="backslashreplace")
 
 
+def shown(message: str) -> str:
+    """``message`` as it may reach a terminal: credentials in URLs hidden, control
+    characters and escape sequences from untrusted text written visibly."""
+    return terminal(hide_url_secrets(message))
+
+
 def info(message: str) -> None:
-    """A line for the human, on stderr (credentials in URLs hidden, as everywhere here)."""
+    """A line for the human, on stderr (see :func:`shown`)."""
     if not _quiet:
-        print(hide_url_secrets(message), file=sys.stderr, flush=True)
+        print(shown(message), file=sys.stderr, flush=True)
 
 
 def warn(message: str) -> None:
     prefix = "\033[33mwarning:\033[0m " if _tty() else "warning: "
-    print(prefix + hide_url_secrets(message), file=sys.stderr, flush=True)
+    print(prefix + shown(message), file=sys.stderr, flush=True)
 
 
 def error(message: str) -> None:
     prefix = "\033[31merror:\033[0m " if _tty() else "error: "
-    print(prefix + hide_url_secrets(message), file=sys.stderr, flush=True)
+    print(prefix + shown(message), file=sys.stderr, flush=True)
+
+
+def detail(message: str) -> None:
+    """An indented line under an error (a tip, a note): always shown, on stderr."""
+    print(shown(message), file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager

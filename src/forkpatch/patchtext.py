@@ -36,7 +36,7 @@ from types import TracebackType
 from forkpatch.applier import HunkFailed, apply_file_patch
 from forkpatch.engine import Item, SeriesApplier, canonical_diff
 from forkpatch.errors import GitError, PatchApplyError, PatchParseError
-from forkpatch.git import DIFF_OPTIONS, Git, ObjectReader
+from forkpatch.git import DIFF_OPTIONS, Git, ObjectReader, blob_id
 from forkpatch.patchfile import (
     FilePatch,
     PatchFile,
@@ -161,15 +161,6 @@ def _quick_split(old: bytes, canonical: bytes) -> tuple[bytes, bytes] | None:
         if body == canonical or canonical_diff(body) == canonical:
             return old[:start], old[start:]
     return None
-
-
-def _blob_id(data: bytes, length: int) -> str:
-    import hashlib  # only for an index line's full-length ids: keeps start-up light
-
-    h = hashlib.sha256() if length == 64 else hashlib.sha1()
-    h.update(b"blob %d\0" % len(data))
-    h.update(data)
-    return h.hexdigest()
 
 
 class PatchTexts:
@@ -553,7 +544,7 @@ class PatchTexts:
                 continue
             if got is None or want is None:
                 return False
-            if got[0] != want[0] or _blob_id(got[1], len(want[1])) != want[1]:
+            if got[0] != want[0] or blob_id(got[1], len(want[1])) != want[1]:
                 return False
         return True
 

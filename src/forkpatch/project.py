@@ -15,7 +15,14 @@ from typing import Any
 
 from forkpatch import log
 from forkpatch.engine import Item
-from forkpatch.errors import LockError, NoProjectError, PathSafetyError, SeriesError, StateError
+from forkpatch.errors import (
+    InputFileError,
+    LockError,
+    NoProjectError,
+    PathSafetyError,
+    SeriesError,
+    StateError,
+)
 from forkpatch.forkrepo import STORE_DIR, ForkRepo
 from forkpatch.fsutil import (
     TMP_NAME,
@@ -26,6 +33,7 @@ from forkpatch.fsutil import (
     dump_state,
     parse_state,
     project_lock,
+    read_regular,
     recover_files,
     sweep_temps,
 )
@@ -74,7 +82,8 @@ def find_root(start: Path) -> Path:
             tip="pass -C the project's directory (the one holding series.yaml)",
         )
     for d in (start, *start.parents):
-        if (d / SERIES_FILE).is_file():
+        # Anything there (a device, a FIFO, a dangling link): load_series says what it is.
+        if os.path.lexists(d / SERIES_FILE):
             return d
     raise NoProjectError(
         f"no {SERIES_FILE} in {start} or any parent directory",
@@ -145,28 +154,39 @@ class Project:
         except ValueError:
             return str(path)
 
+    def raw_patch_bytes(self, entry: PatchEntry) -> bytes | None:
+        """The bytes of an entry's patch file as they are on disk; None when it does not
+        exist. Only a regular file is read (a link to one is followed, never one to a
+        device, a FIFO or a directory), within the size limit
+        (:func:`forkpatch.fsutil.read_regular`)."""
+        path = self.patch_path(entry)
+        try:
+            return read_regular(
+                path,
+                tip=f"patches/ holds patch files: replace {self.rel(path)} by the patch "
+                f"file itself, or remove the entry with `forkpatch delete {entry.name}`",
+            )
+        except FileNotFoundError:
+            return None
+
     def load_patch(self, entry: PatchEntry) -> PatchFile | None:
         if entry.file is None:
             return None
         path = self.patch_path(entry)
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
+        data = self.raw_patch_bytes(entry)
+        if data is None:
             raise SeriesError(
                 f"{SERIES_FILE}:{entry.line}: patch '{entry.name}' names {self.rel(path)}, "
                 "which does not exist",
                 tip=f"restore the file, or remove the entry with `forkpatch delete {entry.name}`",
-            ) from None
+            )
         return parse_patch(self._lf_form(path, data), source=self.rel(path))
 
     def patch_bytes(self, entry: PatchEntry) -> bytes | None:
         """A patch file's bytes as forkpatch reads them (LF line endings, see
         :meth:`_lf_form`); None when it does not exist."""
-        path = self.patch_path(entry)
-        try:
-            return self._lf_form(path, path.read_bytes())
-        except FileNotFoundError:
-            return None
+        data = self.raw_patch_bytes(entry)
+        return None if data is None else self._lf_form(self.patch_path(entry), data)
 
     def _lf_form(self, path: Path, data: bytes) -> bytes:
         """A patch file with CRLF line endings throughout is read as LF, as import reads
@@ -191,9 +211,10 @@ class Project:
         if entry.file is None:
             return None
         try:
-            return blob_id(self.patch_path(entry).read_bytes())
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            data = self.raw_patch_bytes(entry)
+        except NotADirectoryError:
             return None
+        return None if data is None else blob_id(data)
 
     def items(self, entries: list[PatchEntry] | tuple[PatchEntry, ...] | None = None) -> list[Item]:
         chosen = self.series.patches if entries is None else entries
@@ -723,7 +744,7 @@ def _load_stack_state(path: Path) -> dict[str, object] | None:
     """state.json's data, of this version or of an older one this forkpatch upgrades
     (None: absent). See :func:`forkpatch.fsutil.parse_state`."""
     try:
-        raw = path.read_bytes()
+        raw = read_regular(path, follow=False)
     except FileNotFoundError:
         return None
     try:
@@ -738,8 +759,8 @@ def _load_stack_state(path: Path) -> dict[str, object] | None:
 def _current(path: Path) -> bytes | None:
     """A file's bytes now; None when it is not there (or not a regular file)."""
     try:
-        return path.read_bytes() if path.is_file() and not path.is_symlink() else None
-    except OSError:
+        return read_regular(path, follow=False)
+    except (OSError, InputFileError):
         return None
 
 

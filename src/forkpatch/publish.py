@@ -38,8 +38,6 @@ import os
 import re
 import shutil
 import tempfile
-import urllib.error
-import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from html.parser import HTMLParser
@@ -50,7 +48,8 @@ from urllib.parse import quote, unquote, urljoin, urlsplit
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from forkpatch import fsutil, log
-from forkpatch.errors import PublishError, SmokeError
+from forkpatch.errors import FetchError, PublishError, SmokeError
+from forkpatch.fetch import Auth, Fetcher
 from forkpatch.fsutil import (
     TMP_SUFFIX,
     atomic_write,
@@ -76,6 +75,11 @@ from forkpatch.wheels.runner import run as run_tool
 from forkpatch.wheels.runner import tail
 
 DEFAULT_REQUIRED_TIERS = ("static", "sm70")
+# What one answer of an index may be: a PEP 503 page, a linked file (hashed as it streams).
+PAGE_LIMIT = 16 << 20
+FILE_LIMIT = 8 << 30
+# All of a publish's requests to the index share one deadline: this many request timeouts.
+COMMAND_DEADLINE_FACTOR = 5
 
 
 @dataclass(frozen=True)
@@ -518,6 +522,14 @@ class IndexTarget:
         self.simple_url = simple_url if simple_url.endswith("/") else simple_url + "/"
         self.creds = credentials_for(self.upload_url)
         self.timeout_s = timeout_s
+        auth = None
+        if self.creds.username is not None and self.creds.password is not None:
+            token = base64.b64encode(f"{self.creds.username}:{self.creds.password}".encode())
+            auth = Auth("Basic " + token.decode("ascii"), for_url=self.upload_url)
+        # One deadline per request (timeout_s) and one for all of this command's requests.
+        self.fetcher = Fetcher.for_command(
+            "publish", request_s=timeout_s, command_s=COMMAND_DEADLINE_FACTOR * timeout_s, auth=auth
+        )
 
     def describe(self) -> str:
         return f"{self.upload_url} (simple: {self.simple_url})"
@@ -525,33 +537,33 @@ class IndexTarget:
     def _redact(self, text: str) -> str:
         return redact(text, self.creds.secrets)
 
-    def _open(self, url: str) -> bytes | None:
-        req = urllib.request.Request(url, headers={"Accept": "text/html"})
-        if self.creds.username is not None and self.creds.password is not None:
-            token = base64.b64encode(f"{self.creds.username}:{self.creds.password}".encode())
-            req.add_header("Authorization", "Basic " + token.decode("ascii"))
+    def _open(self, url: str, *, sha256: bool = False) -> bytes | None:
+        """A page of the index (or, with ``sha256``, the hex digest of a linked file,
+        streamed); None for 404. Bounded by :data:`PAGE_LIMIT` / :data:`FILE_LIMIT` and
+        by the request's and the command's deadlines."""
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                return bytes(resp.read())
-        except urllib.error.HTTPError as exc:
-            if exc.code == 404:
+            if sha256:
+                return self.fetcher.sha256(url, limit=FILE_LIMIT).encode("ascii")
+            return self.fetcher.get(url, limit=PAGE_LIMIT, headers={"Accept": "text/html"})
+        except FetchError as exc:
+            if exc.status == 404:
                 return None
-            if exc.code in (401, 403):
+            if exc.status in (401, 403):
                 who = f"user '{self.creds.username}'" if self.creds.username else "no credentials"
                 raise PublishError(
-                    f"the index at {self.simple_url} refused access (HTTP {exc.code}) with {who}",
+                    f"the index at {self.simple_url} refused access (HTTP {exc.status}) with {who}",
                     tip="check TWINE_USERNAME / TWINE_PASSWORD (or the keyring entry for "
                     f"{self.upload_url}); nothing was uploaded",
                 ) from None
+            if exc.status is not None:
+                raise PublishError(
+                    f"the index at {self.simple_url} answered HTTP {exc.status} for "
+                    f"{self._redact(url)}",
+                    tip="nothing was uploaded; check the index's logs",
+                ) from None
             raise PublishError(
-                f"the index at {self.simple_url} answered HTTP {exc.code} for {self._redact(url)}",
-                tip="nothing was uploaded; check the index's logs",
-            ) from None
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise PublishError(
-                f"cannot reach the index at {self.simple_url}: {self._redact(str(reason))}",
-                tip="is the index up and the URL right? nothing was uploaded",
+                f"cannot reach the index at {self.simple_url}: {self._redact(exc.message)}",
+                tip=f"nothing was uploaded; {exc.tip or 'is the index up and the URL right?'}",
             ) from None
 
     def existing(self, project_name: str) -> dict[str, str]:
@@ -573,8 +585,8 @@ class IndexTarget:
             if m:
                 out[name] = m.group(1)
             else:
-                data = self._open(urljoin(page_url, url))
-                out[name] = hashlib.sha256(data or b"").hexdigest()
+                digest = self._open(urljoin(page_url, url), sha256=True)
+                out[name] = digest.decode("ascii") if digest else hashlib.sha256(b"").hexdigest()
         return out
 
     def publish(self, gate: Gate, report: dict[str, Any]) -> None:

@@ -571,8 +571,10 @@ def _header_comment(text: str) -> str:
 
 
 def load_series(path: Path) -> Series:
+    from forkpatch.fsutil import read_regular
+
     try:
-        data = path.read_bytes()
+        data = read_regular(path)
     except FileNotFoundError:
         raise SeriesError(
             f"{path}: not found",

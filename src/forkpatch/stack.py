@@ -1271,7 +1271,10 @@ class Stack:
         if entry.file and new_file != entry.file:
             # The bytes move as they are: the file is renamed, not re-rendered.
             src = self.project.patch_path(entry)
-            files = {self.project.patch_path(renamed): src.read_bytes(), src: None}
+            files = {
+                self.project.patch_path(renamed): self.project.raw_patch_bytes(entry) or b"",
+                src: None,
+            }
         self.project.commit(
             series=series.with_patches(
                 renamed if p.name == entry.name else p for p in series.patches

@@ -44,7 +44,6 @@ import shutil
 import subprocess
 import time
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -56,6 +55,7 @@ from forkpatch import __version__, log
 from forkpatch.errors import (
     BuildError,
     ConflictError,
+    FetchError,
     ForkpatchError,
     ForkRepoError,
     GitError,
@@ -65,9 +65,12 @@ from forkpatch.errors import (
     SmokeError,
     UsageError,
 )
-from forkpatch.fsutil import atomic_write, file_sha256
+from forkpatch.escape import md_cell, md_code
+from forkpatch.fetch import Fetcher
+from forkpatch.fsutil import atomic_write, file_sha256, read_regular
 from forkpatch.git import Git, git_env
 from forkpatch.project import Project
+from forkpatch.redact import strip_url_credentials
 from forkpatch.series import PATCHES_DIR, SERIES_FILE
 
 DEFAULT_PATTERN = r"^v(?P<version>.+)$"
@@ -847,7 +850,7 @@ def series_digest(project: Project) -> str:
         files += sorted(p for p in project.patches_dir.rglob("*") if p.is_file())
     for path in files:
         rel = path.relative_to(project.root).as_posix()
-        data = path.read_bytes()
+        data = read_regular(path)
         h.update(f"{rel}\0{len(data)}\0".encode())
         h.update(data)
     return h.hexdigest()
@@ -1005,7 +1008,7 @@ def _stop_reason(stage: str, stages: Stages) -> str:
 
 def _load_json(path: Path) -> dict[str, Any] | None:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_regular(path, follow=False).decode("utf-8"))
     except (FileNotFoundError, NotADirectoryError, ValueError):
         return None
     return data if isinstance(data, dict) else None
@@ -1429,6 +1432,11 @@ def _files_match(directory: Path, wheels: Mapping[str, str]) -> bool:
     )
 
 
+# The base wheel: at most this large, downloaded within this time.
+BASE_WHEEL_LIMIT = 8 << 30
+BASE_WHEEL_DEADLINE_S = 1800.0
+
+
 def _download(url: str, dest_dir: Path) -> Path:
     name = urllib.parse.unquote(urllib.parse.urlsplit(url).path.rsplit("/", 1)[-1])
     if not name.endswith(".whl"):
@@ -1440,17 +1448,17 @@ def _download(url: str, dest_dir: Path) -> Path:
     if dest.is_file():
         return dest
     dest_dir.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_suffix(".part")
-    with log.step(f"download the base wheel {url}"):
+    fetcher = Fetcher.for_command(
+        "the download", request_s=BASE_WHEEL_DEADLINE_S, command_s=BASE_WHEEL_DEADLINE_S
+    )
+    with log.step(f"download the base wheel {strip_url_credentials(url)}"):
         try:
-            with urllib.request.urlopen(url, timeout=600) as resp, open(tmp, "wb") as fh:
-                shutil.copyfileobj(resp, fh)
-        except OSError as exc:
+            fetcher.download(url, dest, limit=BASE_WHEEL_LIMIT)
+        except FetchError as exc:
             raise BuildError(
-                f"cannot download the base wheel {url}: {exc}",
+                f"cannot download the base wheel: {exc.message}",
                 tip="check the URL (build.base-wheel / --base-wheel) and the network",
             ) from None
-    os.replace(tmp, dest)
     return dest
 
 
@@ -1471,13 +1479,13 @@ def _conflict_stage(plan: Mapping[str, Any], fc: Forecast | None) -> RebaseConfl
 
 
 def _code(text: Any) -> str:
-    return f"`{text}`"
+    return md_code(str(text))
 
 
 def _not_done(result: Skipped | Failed) -> list[str]:
     text = result.reason if isinstance(result, Skipped) else result.error
     tip = result.tip if isinstance(result, Failed) else None
-    return [f"- {result.status}: {text}", *([f"- tip: {tip}"] if tip else []), ""]
+    return [f"- {result.status}: {md_cell(text)}", *([f"- tip: {md_cell(tip)}"] if tip else []), ""]
 
 
 def summary_markdown(state: RunState, work: Path | None = None) -> str:
@@ -1510,7 +1518,7 @@ def summary_markdown(state: RunState, work: Path | None = None) -> str:
     fc = stages.rebase.forecast if isinstance(stages.rebase, (RebaseDone, RebaseConflict)) else None
     if fc:
         out += ["## Forecast: the fork's default branch", ""]
-        head = f"`{fc.branch}` at `{fc.commit[:12]}`"
+        head = f"{_code(fc.branch)} at `{fc.commit[:12]}`"
         if fc.ok:
             out.append(f"- the series applies to {head} without conflicts")
         for c in fc.conflicts:
@@ -1541,7 +1549,7 @@ def _rebase_section(info: RunInfo, st: RebaseResult | None, work: Path | None) -
     counts = ", ".join(f"{n} {s}" for s, n in st.summary.items())
     out.append(f"- {len(st.patches)} patch(es): {counts}")
     if st.note:
-        out.append(f"- **note:** {st.note}")
+        out.append(f"- **note:** {md_cell(st.note)}")
     out.append("")
     out.append("<details><summary>Rebase report</summary>")
     out.append("")
@@ -1566,7 +1574,7 @@ def _conflict_section(info: RunInfo, st: RebaseConflict) -> list[str]:
     for x in c.conflicts:
         out.append(
             f"| {_code(x.path)} | {', '.join(map(str, x.hunks)) or '-'} | "
-            f"{x.line or '-'} | {x.reason.replace('|', '/')} |"
+            f"{x.line or '-'} | {md_cell(x.reason)} |"
         )
     if st.blocked:
         out += [
@@ -1601,7 +1609,7 @@ def _read_rebase_markdown(work: Path | None, st: RebaseDone) -> str:
     try:
         if work is None:
             raise OSError
-        return (work / st.report_markdown).read_text(encoding="utf-8")
+        return read_regular(work / st.report_markdown).decode("utf-8", errors="replace")
     except OSError:
         return f"(the report is in {st.report_markdown})\n"
 

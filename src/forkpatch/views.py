@@ -6,12 +6,15 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from forkpatch import log
+from forkpatch.escape import terminal
 
 if TYPE_CHECKING:
     from forkpatch.engine import PatchResult
 
 
 def table(rows: list[list[str]], headers: list[str]) -> str:
+    # Escaped before the widths are measured: a cell is as wide as what is shown.
+    rows = [[terminal(str(c)) for c in row] for row in rows]
     widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows, strict=False)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
     for row in rows:

@@ -22,7 +22,7 @@ import pytest
 from forkpatch.example import build_release_wheel, make_fork
 from support.cli import fp
 from support.reliability import Row
-from support.servers import free_port
+from support.servers import HostileIndex, free_port, serve_hostile
 from support.smoke import passing_report
 
 CANARY = "canary-Zq8v3-NEVER-PRINT-ME"
@@ -284,12 +284,48 @@ def test_redact_hides_positions_and_long_values() -> None:
     assert redact("tok=s3cr3t, x: s3cr3t; s3cr3ts", ["s3cr3t"]) == "tok=****, x: ****; s3cr3ts"
 
 
+def test_canary_does_not_follow_a_redirect_to_another_host(dist: Path, tmp_path: Path) -> None:
+    """The index redirects its pages to another host (port): that host never receives the
+    canary, and it shows nowhere."""
+    work = tmp_path / "dist"
+    import shutil
+
+    shutil.copytree(dist, work)
+    wheel = next(work.glob("*.whl"))
+    with (
+        serve_hostile(HostileIndex()) as elsewhere,
+        serve_hostile(HostileIndex(mode="redirect", where="/simple/")) as index,
+    ):
+        index.redirect_to = elsewhere.url
+        got = fp(
+            tmp_path,
+            "publish",
+            str(wheel),
+            "--to",
+            index.url,
+            extra_env={"TWINE_USERNAME": USER, "TWINE_PASSWORD": CANARY},
+        )
+    assert elsewhere.seen, got.stderr  # the redirect was followed
+    assert elsewhere.authorizations() == [None] * len(elsewhere.seen)
+    assert all(index.authorizations()[: len(elsewhere.seen)])
+    text = got.stdout + got.stderr
+    assert not any(form in text for form in FORMS), text[-3000:]
+    assert not _files_with_canary(tmp_path), _files_with_canary(tmp_path)
+
+
 RELIABILITY = [
     Row(
         "secrets",
         "a canary TWINE_PASSWORD; the index unreachable, refusing, failing, echoing",
         "4 answers x (plain, --debug)",
         "the canary and its base64 forms in no output and no file written",
+    ),
+    Row(
+        "secrets",
+        "a canary TWINE_PASSWORD; the index redirects its pages to another host",
+        "1 case",
+        "the other host never receives the credentials (asserted on its side); the canary "
+        "in no output and no file written",
     ),
     Row(
         "secrets",

@@ -40,6 +40,7 @@ class Row:
 ORDER = [
     "bad input: patch files",
     "bad input: series.yaml",
+    "bad input: not a regular file",
     "path safety",
     "writes outside the project",
     "interruptions",
@@ -50,6 +51,9 @@ ORDER = [
     "publish gate",
     "hostile wheels",
     "the user's environment",
+    "wheel integrity",
+    "package index",
+    "untrusted text",
 ]
 
 INTRO = """\
@@ -96,6 +100,16 @@ counted). What each category proves:
 - **the user's environment**: the user's git configuration, attributes, excludes and
   hooks, the locale, a checkout's line endings and the fork's tags: the same bytes
   and verdicts as on a clean machine, or a clear error naming what was refused.
+- **wheel integrity**: a base wheel's RECORD is checked before an overlay build uses it;
+  provenance records the hash of every file the series changed and of the members, and
+  `verify` checks the bytes against them and against the series re-applied in memory.
+- **package index**: credentials go only to the host they were given for; every answer
+  is bounded in bytes and in time (one deadline per request and one per command).
+- **bad input: not a regular file**: a patch file, series.yaml, a state file, a report
+  or a wheel that is a device, a FIFO, a directory or too large is refused naming it
+  (`fsutil.read_regular`: fstat after open, bounded reads), never read.
+- **untrusted text**: control characters and escape sequences from outside are escaped
+  at each boundary (terminal, JUnit XML, Markdown); `--json` stays valid JSON.
 """
 
 

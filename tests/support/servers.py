@@ -180,3 +180,103 @@ def serve_forge(forge: Forge) -> Iterator[Forge]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+# =========================================================================== hostile index
+
+
+@dataclass
+class HostileIndex:
+    """A PEP 503 index on 127.0.0.1 that misbehaves under ``where`` (a path prefix).
+
+    ``mode``: "page" (behaves), "redirect" (302 to ``redirect_to`` + the path),
+    "endless" (a body with no length, up to 64 MiB), "trickle" (one byte per 0.5 s, up
+    to 100 bytes), "huge-length" (announces 10**15 bytes, sends 1 KiB). Every loop ends
+    by itself, and sooner when the client hangs up. ``seen`` records each request's path
+    and Authorization header, for assertions on the server's side. A path under
+    ``/landed`` is served as if the prefix were not there (a redirect's target).
+    """
+
+    mode: str = "page"
+    where: str = "/"
+    redirect_to: str = ""
+    project: str = "1cat-vllm"
+    seen: list[tuple[str, str | None]] = field(default_factory=list)
+    url: str = ""
+
+    def authorizations(self) -> list[str | None]:
+        return [auth for _path, auth in self.seen]
+
+
+def _hostile_answer(h: HostileIndex, handler: http.server.BaseHTTPRequestHandler) -> None:
+    path = handler.path
+    h.seen.append((path, handler.headers.get("Authorization")))
+    if path.startswith("/landed"):
+        path = path[len("/landed") :] or "/"
+    elif path.startswith(h.where) and h.mode != "page":
+        _misbehave(h, handler, path)
+        return
+    if path.rstrip("/").endswith("/simple"):
+        body = f'<a href="{h.project}/">{h.project}</a>'.encode()
+    elif path.rstrip("/").endswith(f"/simple/{h.project}"):
+        body = b'<a href="../../files/x-1-py3-none-any.whl">x-1-py3-none-any.whl</a>'
+    elif path.startswith("/files/"):
+        body = b"wheel bytes"
+    else:
+        handler.send_error(404)
+        return
+    handler.send_response(200)
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
+def _misbehave(h: HostileIndex, handler: http.server.BaseHTTPRequestHandler, path: str) -> None:
+    with contextlib.suppress(OSError):
+        if h.mode == "redirect":
+            handler.send_response(302)
+            handler.send_header("Location", h.redirect_to.rstrip("/") + path)
+            handler.send_header("Content-Length", "0")
+            handler.end_headers()
+            return
+        handler.send_response(200)
+        if h.mode == "endless":
+            handler.send_header("Connection", "close")
+            handler.end_headers()
+            for _ in range(1024):  # 64 MiB at most
+                handler.wfile.write(b"x" * (64 << 10))
+        elif h.mode == "trickle":
+            handler.send_header("Content-Length", "100")
+            handler.end_headers()
+            for _ in range(100):
+                handler.wfile.write(b"<")
+                handler.wfile.flush()
+                time.sleep(0.5)
+        elif h.mode == "huge-length":
+            handler.send_header("Content-Length", str(10**15))
+            handler.end_headers()
+            handler.wfile.write(b"x" * 1024)
+        handler.close_connection = True
+
+
+@contextlib.contextmanager
+def serve_hostile(h: HostileIndex) -> Iterator[HostileIndex]:
+    """Serve ``h`` on 127.0.0.1 (a free port); ``h.url`` is its root URL."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            _hostile_answer(h, self)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    h.url = f"http://127.0.0.1:{server.server_port}/"
+    try:
+        yield h
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from forkpatch.escape import md_cell, md_code, md_fence, md_text
 from forkpatch.fsutil import atomic_write
 from forkpatch.rebase.plan import DROPPED, Plan
 from forkpatch.series import PATCHES_DIR, Series
@@ -101,22 +102,16 @@ def build(
     }
 
 
-def _fence(text: str) -> str:
-    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
-    return "`" * max(3, longest + 1)
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
 def markdown(report: Mapping[str, Any]) -> str:
     """The report as Markdown, suitable as a pull request body."""
     f, t = report["from"], report["to"]
-    out = [f"# Rebase of the patch series: {f['tag']} → {t['tag']}", ""]
-    out.append(f"- from `{f['tag']}` (`{f['commit'][:12]}`) to `{t['tag']}` (`{t['commit'][:12]}`)")
+    out = [f"# Rebase of the patch series: {md_cell(f['tag'])} → {md_cell(t['tag'])}", ""]
+    out.append(
+        f"- from {md_code(f['tag'])} (`{f['commit'][:12]}`) "
+        f"to {md_code(t['tag'])} (`{t['commit'][:12]}`)"
+    )
     if report.get("note"):
-        out.append(f"- **note:** {report['note']}")
+        out.append(f"- **note:** {md_cell(report['note'])}")
     summary = ", ".join(f"{n} {s}" for s, n in report["summary"].items())
     out.append(f"- {len(report['patches'])} patch(es): {summary or 'none'}")
     opts = report.get("options", {})
@@ -129,28 +124,28 @@ def markdown(report: Mapping[str, Any]) -> str:
         why = p.get("evidence") or "; ".join(p.get("detail", [])[:2])
         if p.get("conflicts"):
             why = "; ".join(c["reason"] for c in p["conflicts"])
-        files = ", ".join(f"`{x}`" for x in p.get("files", [])[:4])
+        files = ", ".join(md_code(x) for x in p.get("files", [])[:4])
         if len(p.get("files", [])) > 4:
             files += f" (+{len(p['files']) - 4})"
         out.append(
-            f"| {i} | `{p['name']}` | {p['status']} | {_cell(files) or '-'} | {_cell(why) or '-'} |"
+            f"| {i} | {md_code(p['name'])} | {p['status']} | {files or '-'} | {md_cell(why) or '-'} |"
         )
     if report["dropped"]:
         out += ["", "## Dropped from the series", ""]
         for d in report["dropped"]:
-            out.append(f"- `{d['name']}` ({d['status']}): {d['reason']}")
+            out.append(f"- {md_code(d['name'])} ({d['status']}): {md_cell(d['reason'])}")
     out += ["", "## Files changed in the project", ""]
     if report["changed_files"]:
-        out += [f"- `{x}`" for x in report["changed_files"]]
+        out += [f"- {md_code(x)}" for x in report["changed_files"]]
     else:
         out.append("- none: the series already applies exactly")
     rewritten = [p for p in report["patches"] if p.get("range_diff")]
     if rewritten:
         out += ["", "## Range-diff of the patches that changed", ""]
         for p in rewritten:
-            fence = _fence(p["range_diff"])
-            out += [f"### `{p['name']}` ({p['status']})", ""]
-            out += [f"{fence}diff", p["range_diff"].rstrip("\n"), fence, ""]
+            fence = md_fence(p["range_diff"])
+            out += [f"### {md_code(p['name'])} ({p['status']})", ""]
+            out += [f"{fence}diff", md_text(p["range_diff"].rstrip("\n")), fence, ""]
     return "\n".join(out).rstrip("\n") + "\n"
 
 

@@ -39,6 +39,7 @@ from forkpatch.fsutil import (
     commit_files,
     dump_state,
     parse_state,
+    read_regular,
 )
 from forkpatch.patchfile import PatchFile, parse_patch
 from forkpatch.project import COMMIT_JOURNAL, REBASE_JOURNAL, Project
@@ -388,7 +389,7 @@ class Journal:
         if path.is_symlink() or self.dir.is_symlink():
             raise _Reader(path).fail("file", "is a symbolic link")
         try:
-            raw = path.read_bytes()
+            raw = read_regular(path, follow=False)
         except FileNotFoundError:
             raise StateError(
                 f"{path} is missing: the rebase journal is incomplete",
@@ -423,7 +424,10 @@ class Journal:
 
     def _load_bundle(self, state: RebaseState) -> dict[str, str]:
         if self._files is None:
-            raw = self.bundle_path.read_bytes() if self.bundle_path.is_file() else b""
+            try:
+                raw = read_regular(self.bundle_path, follow=False)
+            except FileNotFoundError:
+                raw = b""
             if hashlib.sha256(raw).hexdigest() != state.original_sha256:
                 raise _Reader(self.path).fail(
                     "original_sha256", f"does not match {self.bundle_path} (another rebase's copy?)"
@@ -472,7 +476,7 @@ class Journal:
             files += sorted(
                 p for p in self.project.patches_dir.rglob("*") if p.is_file() and not p.is_symlink()
             )
-        bundle = {p.relative_to(root).as_posix(): p.read_bytes() for p in files}
+        bundle = {p.relative_to(root).as_posix(): read_regular(p) for p in files}
         self._files = {k: base64.b64encode(v).decode("ascii") for k, v in bundle.items()}
         raw = dump_state(ORIGINAL_KIND, VERSION, {"files": self._files})
         atomic_write(self.bundle_path, raw)

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forkpatch.errors import BuildError, ForkpatchError
+from forkpatch.escape import terminal
 from forkpatch.fsutil import atomic_write
 from forkpatch.git import Git
 
@@ -302,7 +303,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             build_library(args.fork_repo, args.commit, args.nvcc, cache=args.cache, jobs=args.jobs)
         )
     except ForkpatchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(terminal(f"error: {exc}"), file=sys.stderr)
         return exc.exit_code
     return 0
 

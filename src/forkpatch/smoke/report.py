@@ -23,7 +23,8 @@ from typing import Any
 
 from forkpatch import __version__
 from forkpatch.errors import SmokeError
-from forkpatch.fsutil import atomic_write
+from forkpatch.escape import xml_text
+from forkpatch.fsutil import atomic_write, read_regular
 from forkpatch.redact import scrub
 from forkpatch.smoke.incheck import ERROR, FAILED, NOT_RUN, PASSED, TIERS
 
@@ -223,7 +224,7 @@ class CheckedReport:
 def read_report(path: Path) -> CheckedReport:
     """Read and validate a smoke report file; SmokeError naming the file and field."""
     try:
-        raw = Path(path).read_bytes()
+        raw = read_regular(path)
     except FileNotFoundError:
         raise SmokeError(f"{path}: no such smoke report") from None
     try:
@@ -460,6 +461,12 @@ def junit_xml(data: Mapping[str, Any]) -> bytes:
                 ET.SubElement(case, "system-out").text = "patches: " + ", ".join(c["patches"])
     for k, v in total.items():
         suites.set(k, str(v))
+    # Check details carry what the wheel under test printed: nothing XML 1.0 forbids.
+    for element in suites.iter():
+        if element.text:
+            element.text = xml_text(element.text)
+        for key, value in element.attrib.items():
+            element.set(key, xml_text(value))
     ET.indent(suites)
     body: bytes = ET.tostring(suites, encoding="utf-8")
     return b'<?xml version="1.0" encoding="UTF-8"?>\n' + body + b"\n"

@@ -29,7 +29,7 @@ from forkpatch.engine import SeriesApplier
 from forkpatch.errors import BuildError, PatchApplyError
 from forkpatch.fsutil import file_sha256, sweep_temps
 from forkpatch.project import Project
-from forkpatch.series import Series
+from forkpatch.series import PatchEntry, Series
 from forkpatch.wheels.dist import commit_dist, dist_changes, recover_dist
 from forkpatch.wheels.identity import (
     BuilderInfo,
@@ -86,11 +86,18 @@ def fork_version(tag: str) -> str:
         ) from None
 
 
+def _patch_bytes(project: Project, entry: PatchEntry) -> bytes:
+    data = project.raw_patch_bytes(entry)
+    if data is None:
+        project.load_patch(entry)  # raises the error naming the missing file
+    return data or b""
+
+
 def patch_items(project: Project, series: Series) -> list[tuple[str, bytes]]:
     items = []
     for e in series.patches:
         if e.file is not None:
-            items.append((e.name, project.patch_path(e).read_bytes()))
+            items.append((e.name, _patch_bytes(project, e)))
         else:
             items.append((e.name, f"build-step:{e.build_step}".encode()))
     return items
@@ -101,9 +108,7 @@ def expected_provenance(project: Project, builder: BuilderInfo) -> Provenance:
     records = []
     for e in series.patches:
         if e.file is not None:
-            records.append(
-                PatchRecord(e.name, sha256=sha256_hex(project.patch_path(e).read_bytes()))
-            )
+            records.append(PatchRecord(e.name, sha256=sha256_hex(_patch_bytes(project, e))))
         else:
             records.append(PatchRecord(e.name, build_step=e.build_step))
     return Provenance(
@@ -126,6 +131,50 @@ def build_steps(series: Series) -> list[Any]:
     return steps
 
 
+def apply_in_memory(project: Project, base: str) -> tuple[str, list[str]]:
+    """The series applied to ``base`` in memory: (the result's commit, files it touched)."""
+    series = project.series
+    with log.step(f"apply {len(series.patches)} patch(es) to {series.base.tag} in memory"):
+        result = SeriesApplier(project.fork().store, base).run(project.items(), write=True)
+        bad = result.first_conflict()
+        if bad is not None:
+            raise PatchApplyError(
+                bad.describe_failure(series.base.tag),
+                tip="fix the series first (`forkpatch status`)",
+            )
+    return result.head or base, sorted({f for r in result.results for f in r.files})
+
+
+def wheel_replacements(store: Any, head: str, touched: list[str]) -> dict[str, bytes | None]:
+    """In-wheel path -> the bytes the series gives it at ``head`` (None: deleted)."""
+    replacements: dict[str, bytes | None] = {}
+    with store.reader() as reader:
+        for path in touched:
+            wheel_path = tree_path_to_wheel_path(path)
+            if wheel_path is None:
+                continue
+            got = reader.read(f"{head}:{path}")
+            replacements[wheel_path] = got[1] if got and got[0] == "blob" else None
+    return replacements
+
+
+def series_wheel_files(project: Project) -> tuple[dict[str, bytes | None], dict[str, str]]:
+    """What an overlay build puts into a wheel for the series, from the series re-applied
+    in memory on its base commit as :func:`build_wheel` does: (the bytes of every file
+    the series changed, None for deleted; the blob id of every file of the result's
+    tree), both by in-wheel path."""
+    series = project.series
+    store = project.fork().store
+    base = project.fork().verify_base(series.base.tag, series.base.commit)
+    head, touched = apply_in_memory(project, base)
+    tree: dict[str, str] = {}
+    for path, (mode, oid) in store.ls_tree(head).items():
+        wheel_path = tree_path_to_wheel_path(path)
+        if wheel_path is not None and mode in ("100644", "100755"):
+            tree[wheel_path] = oid
+    return wheel_replacements(store, head, touched), tree
+
+
 def build_wheel(project: Project, opts: BuildOptions) -> BuildResult:
     started = time.monotonic()
     series = project.series
@@ -138,16 +187,7 @@ def build_wheel(project: Project, opts: BuildOptions) -> BuildResult:
     if not out_dir.is_relative_to(project.root):
         sweep_temps(out_dir)
 
-    with log.step(f"apply {len(series.patches)} patch(es) to {series.base.tag} in memory"):
-        result = SeriesApplier(fork.store, base).run(project.items(), write=True)
-        bad = result.first_conflict()
-        if bad is not None:
-            raise PatchApplyError(
-                bad.describe_failure(series.base.tag),
-                tip="fix the series first (`forkpatch status`)",
-            )
-    head = result.head or base
-    touched = sorted({f for r in result.results for f in r.files})
+    head, touched = apply_in_memory(project, base)
     version = build_version(
         fork_version(series.base.tag), patchset_label(base, patch_items(project, series))
     )
@@ -239,14 +279,7 @@ def _overlay(
             f"base wheel {base_wheel} does not exist",
             tip="download the fork's release wheel for the base tag",
         )
-    replacements: dict[str, bytes | None] = {}
-    with store.reader() as reader:
-        for path in touched:
-            wheel_path = tree_path_to_wheel_path(path)
-            if wheel_path is None:
-                continue
-            got = reader.read(f"{head}:{path}")
-            replacements[wheel_path] = got[1] if got and got[0] == "blob" else None
+    replacements = wheel_replacements(store, head, touched)
     builder = BuilderInfo(mode="overlay", base_wheel_sha256=file_sha256(base_wheel))
     prov = expected_provenance(project, builder)
     with log.step(f"overlay {len(replacements)} file(s) onto {base_wheel.name}"):

@@ -43,6 +43,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from forkpatch import log
 from forkpatch.errors import BuildError
+from forkpatch.escape import terminal
 from forkpatch.wheels.dist import commit_dist
 from forkpatch.wheels.options import (
     DEFAULT_BASE_IMAGE,
@@ -462,6 +463,7 @@ class _LogStreamer:
         if not self.echo:
             return
         now = time.monotonic()
+        line = terminal(line)
         if self.tty:
             sys.stderr.write(f"\r\033[K{line}\n\033[2m[build] {self.status(now)}\033[0m")
             sys.stderr.flush()

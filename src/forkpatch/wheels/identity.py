@@ -167,9 +167,19 @@ class Provenance:
     patches: tuple[PatchRecord, ...]
     forkpatch_version: str
     builder: BuilderInfo
+    #: sha256 (hex) of the bytes in the wheel of every file the series changed (None:
+    #: the series deleted it); None for provenance written before forkpatch recorded them.
+    files: Mapping[str, str | None] | None = None
+    #: :func:`~forkpatch.wheels.wheelzip.record_digest` of the wheel's other members
+    #: (None: written before forkpatch recorded it)
+    members_sha256: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "patches", tuple(self.patches))
+        if self.files is not None:
+            object.__setattr__(
+                self, "files", MappingProxyType({k: self.files[k] for k in sorted(self.files)})
+            )
         # A wheel never records a password or token (older builds might have: drop it).
         if isinstance(self.fork_url, str):
             object.__setattr__(self, "fork_url", strip_url_credentials(self.fork_url))
@@ -183,6 +193,8 @@ class Provenance:
             "patches": [p.to_dict() for p in self.patches],
             "forkpatch_version": self.forkpatch_version,
             "builder": self.builder.to_dict(),
+            **({} if self.files is None else {"files": dict(self.files)}),
+            **({} if self.members_sha256 is None else {"members_sha256": self.members_sha256}),
         }
 
     def to_json(self) -> str:
@@ -197,8 +209,27 @@ class Provenance:
         try:
             _check_keys(
                 d,
-                {"schema", "fork_url", "tag", "commit", "patches", "forkpatch_version", "builder"},
+                {
+                    "schema",
+                    "fork_url",
+                    "tag",
+                    "commit",
+                    "patches",
+                    "forkpatch_version",
+                    "builder",
+                    "files",
+                    "members_sha256",
+                },
                 source,
+                required={
+                    "schema",
+                    "fork_url",
+                    "tag",
+                    "commit",
+                    "patches",
+                    "forkpatch_version",
+                    "builder",
+                },
             )
             if d["schema"] != _SCHEMA:
                 raise BuildError(
@@ -227,7 +258,21 @@ class Provenance:
                 base_wheel_sha256=b.get("base_wheel_sha256"),
                 build_args=dict(b.get("build_args") or {}),
             )
+            files = d.get("files")
+            if files is not None and not (
+                isinstance(files, dict)
+                and all(
+                    isinstance(k, str) and (v is None or (isinstance(v, str) and len(v) == 64))
+                    for k, v in files.items()
+                )
+            ):
+                raise BuildError(f"{source}: files must map paths to sha256 hex digests or null")
+            members = d.get("members_sha256")
+            if members is not None and not (isinstance(members, str) and len(members) == 64):
+                raise BuildError(f"{source}: members_sha256 must be a sha256 hex digest")
             return cls(
+                files=files,
+                members_sha256=members,
                 fork_url=d["fork_url"],
                 tag=d["tag"],
                 commit=d["commit"],

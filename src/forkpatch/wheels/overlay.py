@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 import base64
 import csv
+import dataclasses
 import hashlib
 import io
 import re
@@ -37,6 +38,8 @@ from forkpatch.wheels.wheelzip import (
     OutMember,
     WheelZip,
     ZipEntry,
+    check_record,
+    record_digest,
     write_zip,
 )
 
@@ -522,6 +525,17 @@ def overlay_wheel(
                 tip="pass version_file=None if this wheel keeps its version elsewhere",
             )
         base_record = _record_lines(src.read(record_name), f"{base_wheel.name}:{record_name}")
+        # Its RECORD lines are reused for the members copied as they are: they must hold.
+        problems = check_record(src, record_name).problems()
+        if problems:
+            more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+            raise BuildError(
+                f"base wheel {base_wheel}: its {record_name} does not hold: "
+                + "; ".join(problems[:3])
+                + more,
+                tip="the base wheel is damaged or was changed after it was built: download "
+                "the fork's release wheel again (`forkpatch verify` on it lists every problem)",
+            )
 
         new_di = dist_info_dirname(name, new_version)
         members = WheelMembers(src, dist_name=str(name), version=new_version, dist_info=new_di)
@@ -562,6 +576,21 @@ def overlay_wheel(
             members.put(path, added)
         for step in extra_steps:
             step(members)
+        if provenance.builder.mode == "overlay":
+            # The bytes of every file the series changed, as they are in this wheel (a
+            # container build compiled them from the series' tree instead).
+            files = {
+                path: hashlib.sha256(members.read(path)).hexdigest() if path in members else None
+                for path in replacements
+            }
+            manifest = _build_record(src, members.ordered(), base_record, old_di, new_di)
+            provenance = dataclasses.replace(
+                provenance,
+                files=files,
+                members_sha256=record_digest(
+                    _record_lines(manifest, "RECORD"), skip=[f"{new_di}/RECORD"]
+                ),
+            )
         members.put(f"{new_di}/{PROVENANCE_FILENAME}", provenance.to_json().encode("utf-8"))
 
         ordered = members.ordered()

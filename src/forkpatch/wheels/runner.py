@@ -19,6 +19,7 @@ from typing import IO
 
 from forkpatch import log
 from forkpatch.errors import BuildError
+from forkpatch.escape import terminal
 from forkpatch.redact import REDACTED, redact, redact_argv
 
 __all__ = ["REDACTED", "format_command", "redact", "run", "tail"]
@@ -98,7 +99,7 @@ def run(
         last = tail(output)
         if capture and stream is None and last:
             # Shown only on failure: the full output, then the error with its tail.
-            print(output.rstrip("\n"), file=sys.stderr, flush=True)
+            print(terminal(output.rstrip("\n")), file=sys.stderr, flush=True)
         message = f"cannot {what}: `{shown}` exited with code {result.returncode}"
         if last:
             message += f"; last lines of its output:\n{_indent(last)}"

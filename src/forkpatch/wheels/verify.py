@@ -1,28 +1,33 @@
 """Check a built wheel against its RECORD and against the series it claims to be.
 
 :func:`verify_wheel` reads every member (CRC-checked), recomputes each RECORD
-hash and size, and reports members missing from the zip or from RECORD, plus
-the provenance and version consistency. :func:`matches_series` compares the
-wheel's provenance to what a series says it should be.
+hash and size, and reports members missing from the zip or from RECORD, the
+provenance and version consistency, and the bytes of every file the series
+changed against the hashes the build recorded. :func:`matches_series` compares
+the wheel's provenance to what a series says it should be, and
+:func:`content_differences` those files' bytes to the series re-applied.
 """
 
 from __future__ import annotations
 
-import base64
-import csv
 import hashlib
-import io
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from forkpatch.errors import BuildError, ForkpatchError
+from forkpatch.git import blob_id
 from forkpatch.wheels.identity import PROVENANCE_FILENAME, Provenance
-from forkpatch.wheels.overlay import metadata_field
-from forkpatch.wheels.wheelzip import WheelZip, member_name_problem
+from forkpatch.wheels.overlay import (
+    DEFAULT_VERSION_FILE,
+    metadata_field,
+    rewrite_version_file,
+)
+from forkpatch.wheels.wheelzip import RecordCheck, WheelZip, check_record, record_digest
 
-__all__ = ["VerifyReport", "matches_series", "verify_wheel"]
+__all__ = ["VerifyReport", "content_differences", "matches_series", "verify_wheel"]
 
 
 @dataclass
@@ -43,18 +48,15 @@ class VerifyReport:
     #: anything else (unreadable member, version disagreement, bad provenance)
     errors: list[str] = field(default_factory=list)
     provenance: Provenance | None = None
+    #: what the check could not prove (an older provenance without file hashes)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return not (self.mismatches or self.missing or self.extra or self.errors)
 
     def problems(self) -> list[str]:
-        return (
-            [f"hash/size mismatch: {m}" for m in self.mismatches]
-            + [f"in RECORD but not in the wheel: {m}" for m in self.missing]
-            + [f"in the wheel but not in RECORD: {m}" for m in self.extra]
-            + self.errors
-        )
+        return RecordCheck(self.mismatches, self.missing, self.extra, self.errors).problems()
 
 
 def verify_wheel(path: Path) -> VerifyReport:
@@ -82,60 +84,11 @@ def verify_wheel(path: Path) -> VerifyReport:
         if record_name not in wz.by_name:
             report.errors.append(f"no {record_name}")
             return report
-        try:
-            record_text = wz.read(record_name).decode("utf-8")
-            rows = [r for r in csv.reader(io.StringIO(record_text)) if r]
-        except (ForkpatchError, UnicodeDecodeError, csv.Error) as exc:
-            report.errors.append(f"{record_name} unreadable: {exc}")
+        check = check_record(wz, record_name)
+        report.mismatches, report.missing = check.mismatches, check.missing
+        report.extra, report.errors = check.extra, check.errors
+        if check.unreadable:
             return report
-        listed: dict[str, tuple[str, str]] = {}
-        for row in rows:
-            if len(row) != 3:
-                report.errors.append(f"{record_name}: malformed line {row!r}")
-                continue
-            problem = member_name_problem(row[0])
-            if problem is not None:
-                # An installer would write this path outside the environment (zip slip).
-                report.errors.append(f"{record_name}: {row[0]!r} is unsafe ({problem})")
-                continue
-            if row[0] in listed:
-                report.errors.append(f"{record_name}: {row[0]} listed twice")
-            listed[row[0]] = (row[1], row[2])
-        for e in wz.entries:
-            if e.is_dir:
-                continue
-            if e.name not in listed:
-                report.extra.append(e.name)
-                continue
-            want_hash, want_size = listed[e.name]
-            if e.name == record_name:
-                if want_hash or want_size:
-                    report.errors.append(f"{record_name} lists a hash for itself")
-                continue
-            algo = want_hash.partition("=")[0] or "sha256"
-            try:
-                # RECORD may use any hashlib algorithm >= sha256; recompute with it.
-                hasher = hashlib.new(algo)
-            except ValueError:
-                report.errors.append(f"{e.name}: unknown hash algorithm {algo!r} in RECORD")
-                continue
-            size = 0
-            try:
-                for chunk in wz.chunks(e):  # streamed: bounded memory whatever the member
-                    hasher.update(chunk)
-                    size += len(chunk)
-            except ForkpatchError as exc:
-                report.errors.append(exc.message)
-                continue
-            digest = base64.urlsafe_b64encode(hasher.digest()).rstrip(b"=").decode()
-            got_hash, got_size = f"{algo}={digest}", str(size)
-            if (want_hash, want_size) != (got_hash, got_size):
-                report.mismatches.append(
-                    f"{e.name}: RECORD says {want_hash or '-'} / {want_size or '-'} bytes, "
-                    f"member has {got_hash} / {got_size} bytes"
-                )
-        in_zip = set(wz.by_name)
-        report.missing = [n for n in listed if n not in in_zip]
 
         metadata_name = f"{di}/METADATA"
         if metadata_name in wz.by_name:
@@ -165,7 +118,110 @@ def verify_wheel(path: Path) -> VerifyReport:
                 report.provenance = Provenance.from_json(wz.read(prov_name), source=prov_name)
             except BuildError as exc:
                 report.errors.append(exc.message)
+        if report.provenance is not None:
+            _check_recorded_files(wz, report, report.provenance)
+            members = report.provenance.members_sha256
+            if members is not None and report.ok:
+                skip = [record_name, prov_name]
+                if record_digest(check.listed, skip=skip) != members:
+                    report.errors.append(
+                        "its members are not the ones the build wrote (a member was added, "
+                        "removed or changed after the build, and RECORD rewritten to match)"
+                    )
     return report
+
+
+def _member_sha256(wz: WheelZip, name: str) -> str | None:
+    entry = wz.by_name.get(name)
+    if entry is None or entry.is_dir:
+        return None
+    digest = hashlib.sha256()
+    for chunk in wz.chunks(entry):
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _check_recorded_files(wz: WheelZip, report: VerifyReport, prov: Provenance) -> None:
+    """The bytes of every file the series changed against the hashes the build recorded."""
+    if prov.files is None or prov.members_sha256 is None:
+        if prov.builder.mode == "overlay":
+            report.notes.append(
+                f"its {PROVENANCE_FILENAME} (an older forkpatch) records no hashes of its "
+                "members: a change made after the build with RECORD rewritten to match "
+                "shows only where the series is re-applied (run verify in the project)"
+            )
+        if prov.files is None:
+            return
+    for path, want in prov.files.items():
+        try:
+            got = _member_sha256(wz, path)
+        except ForkpatchError as exc:
+            report.errors.append(exc.message)
+            continue
+        if got == want:
+            continue
+        if want is None:
+            report.errors.append(f"{path}: the series deletes it, but the wheel has it")
+        elif got is None:
+            report.errors.append(f"{path}: changed by the series, but missing from the wheel")
+        else:
+            report.errors.append(
+                f"{path}: the build recorded sha256 {want}, the wheel holds {got} "
+                "(changed after the build)"
+            )
+
+
+def content_differences(
+    report: VerifyReport,
+    expected: Mapping[str, bytes | None],
+    tree: Mapping[str, str],
+    *,
+    version_file: str | None = DEFAULT_VERSION_FILE,
+) -> list[str]:
+    """Files whose bytes in the wheel are not what the series gives them (``expected``:
+    in-wheel path -> bytes, None for deleted; ``tree``: in-wheel path -> blob id of
+    every file of the series' result; both from the series re-applied in memory).
+
+    The version file is compared after the version rewrite an overlay build makes; a
+    member the tree does not hold (generated by the fork's build) is not compared.
+    """
+    diffs: list[str] = []
+    with WheelZip(report.path) as wz:
+        for entry in wz.entries:
+            oid = tree.get(entry.name)
+            if entry.is_dir or oid is None or entry.name in expected:
+                continue
+            if entry.name == version_file:
+                continue
+            try:
+                same = blob_id(wz.read(entry), len(oid)) == oid
+            except ForkpatchError as exc:
+                diffs.append(exc.message)
+                continue
+            if not same:
+                diffs.append(
+                    f"{entry.name}: its bytes are not the fork's file at the series' base "
+                    "commit (changed after the build)"
+                )
+        for path, want in sorted(expected.items()):
+            member = wz.by_name.get(path)
+            if want is None:
+                if member is not None:
+                    diffs.append(f"{path}: the series deletes it, but the wheel has it")
+                continue
+            if member is None:
+                diffs.append(f"{path}: changed by the series, but missing from the wheel")
+                continue
+            if path == version_file and report.version is not None:
+                want = rewrite_version_file(want, report.version, path=path)
+            try:
+                same = wz.read(member) == want
+            except ForkpatchError as exc:
+                diffs.append(exc.message)
+                continue
+            if not same:
+                diffs.append(f"{path}: its bytes are not what the series gives it")
+    return diffs
 
 
 def matches_series(report: VerifyReport, expected: Provenance) -> list[str]:

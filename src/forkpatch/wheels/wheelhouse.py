@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from forkpatch.errors import BuildError
-from forkpatch.fsutil import atomic_write
+from forkpatch.fsutil import atomic_write, read_regular
 
 #: Pythons the lock covers: the stand-in's (Debian bookworm) and the fork's target.
 LOCK_PYTHONS = ("3.11", "3.12")
@@ -136,7 +136,7 @@ def resolve(requirements: Path, python_version: str, pip: Sequence[str] | None =
                 + proc.stderr.strip()[-2000:],
                 tip="check the index (PIP_INDEX_URL) and the pins in the .in file",
             )
-        return json.loads(report.read_text(encoding="utf-8"))
+        return json.loads(read_regular(report).decode("utf-8"))
 
 
 def write_lock(requirements: Path, lock: Path, pip: Sequence[str] | None = None) -> Path:

@@ -19,27 +19,34 @@ renamed, so a reader never sees half a wheel.
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import csv
+import hashlib
+import io
 import itertools
 import os
 import struct
 import tempfile
 import time
 import zlib
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from forkpatch.errors import BuildError
-from forkpatch.fsutil import TMP_SUFFIX, relpath_problem, write_event
+from forkpatch.errors import BuildError, ForkpatchError
+from forkpatch.fsutil import TMP_SUFFIX, open_regular, relpath_problem, write_event
 
 __all__ = [
     "CopyMember",
     "NewMember",
     "OutMember",
+    "RecordCheck",
     "WheelZip",
     "ZipEntry",
+    "check_record",
     "fixed_date_time",
+    "record_digest",
     "write_zip",
 ]
 
@@ -263,7 +270,7 @@ class WheelZip:
         self.path = Path(path)
         try:
             # Held for the reader's life and closed by close() / __exit__.
-            self._fh = open(self.path, "rb")  # noqa: SIM115
+            self._fh = os.fdopen(open_regular(self.path), "rb")
         except OSError as exc:
             raise BuildError(
                 f"cannot open wheel {self.path}: {exc.strerror}",
@@ -727,3 +734,104 @@ def write_zip(dest: Path, source: WheelZip, members: Sequence[OutMember]) -> Non
 def iter_names(members: Sequence[OutMember]) -> Iterator[str]:
     for m in members:
         yield m.out_name
+
+
+# --------------------------------------------------------------------------- RECORD
+
+
+@dataclass
+class RecordCheck:
+    """What :func:`check_record` found; empty lists: RECORD holds for every member."""
+
+    #: "path: RECORD says sha256=… / 123 bytes, member has sha256=… / 124 bytes"
+    mismatches: list[str] = field(default_factory=list)
+    #: listed in RECORD, absent from the zip
+    missing: list[str] = field(default_factory=list)
+    #: in the zip, absent from RECORD
+    extra: list[str] = field(default_factory=list)
+    #: anything else (an unreadable RECORD or member, an unsafe or doubled line)
+    errors: list[str] = field(default_factory=list)
+    unreadable: bool = False  # RECORD itself could not be read: nothing was compared
+    #: RECORD's lines: member -> (hash, size)
+    listed: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    def problems(self) -> list[str]:
+        return (
+            [f"hash/size mismatch: {m}" for m in self.mismatches]
+            + [f"in RECORD but not in the wheel: {m}" for m in self.missing]
+            + [f"in the wheel but not in RECORD: {m}" for m in self.extra]
+            + self.errors
+        )
+
+
+def check_record(wz: WheelZip, record_name: str) -> RecordCheck:
+    """Recompute every member's RECORD hash and size (streamed, CRC-checked)."""
+    out = RecordCheck()
+    try:
+        record_text = wz.read(record_name).decode("utf-8")
+        rows = [r for r in csv.reader(io.StringIO(record_text)) if r]
+    except (ForkpatchError, UnicodeDecodeError, csv.Error) as exc:
+        out.errors.append(f"{record_name} unreadable: {exc}")
+        out.unreadable = True
+        return out
+    listed = out.listed
+    for row in rows:
+        if len(row) != 3:
+            out.errors.append(f"{record_name}: malformed line {row!r}")
+            continue
+        problem = member_name_problem(row[0])
+        if problem is not None:
+            # An installer would write this path outside the environment (zip slip).
+            out.errors.append(f"{record_name}: {row[0]!r} is unsafe ({problem})")
+            continue
+        if row[0] in listed:
+            out.errors.append(f"{record_name}: {row[0]} listed twice")
+        listed[row[0]] = (row[1], row[2])
+    for e in wz.entries:
+        if e.is_dir:
+            continue
+        if e.name not in listed:
+            out.extra.append(e.name)
+            continue
+        want_hash, want_size = listed[e.name]
+        if e.name == record_name:
+            if want_hash or want_size:
+                out.errors.append(f"{record_name} lists a hash for itself")
+            continue
+        algo = want_hash.partition("=")[0] or "sha256"
+        try:
+            # RECORD may use any hashlib algorithm >= sha256; recompute with it.
+            hasher = hashlib.new(algo)
+        except ValueError:
+            out.errors.append(f"{e.name}: unknown hash algorithm {algo!r} in RECORD")
+            continue
+        size = 0
+        try:
+            for chunk in wz.chunks(e):  # streamed: bounded memory whatever the member
+                hasher.update(chunk)
+                size += len(chunk)
+        except ForkpatchError as exc:
+            out.errors.append(exc.message)
+            continue
+        digest = base64.urlsafe_b64encode(hasher.digest()).rstrip(b"=").decode()
+        got_hash, got_size = f"{algo}={digest}", str(size)
+        if (want_hash, want_size) != (got_hash, got_size):
+            out.mismatches.append(
+                f"{e.name}: RECORD says {want_hash or '-'} / {want_size or '-'} bytes, "
+                f"member has {got_hash} / {got_size} bytes"
+            )
+    in_zip = set(wz.by_name)
+    out.missing = [n for n in listed if n not in in_zip]
+    return out
+
+
+def record_digest(rows: Mapping[str, tuple[str, str]], *, skip: Iterable[str]) -> str:
+    """sha256 over the RECORD lines of every member but ``skip`` (sorted by name): what
+    a build records of its members, and verify recomputes from the wheel's RECORD."""
+    skipped = set(skip)
+    digest = hashlib.sha256()
+    for name in sorted(n for n in rows if n not in skipped):
+        digest.update(
+            f"{name}\0{rows[name][0]}\0{rows[name][1]}\n".encode("utf-8", "surrogatepass")
+        )
+    return digest.hexdigest()
