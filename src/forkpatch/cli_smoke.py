@@ -121,6 +121,15 @@ def register(cli: click.Group) -> None:
         metavar="URL",
         help="Index for --deps index (default: series smoke.index-url, else pip's configuration).",
     )
+    @click.option(
+        "--allow-missing-tier",
+        "allow_missing",
+        multiple=True,
+        type=click.Choice(["static", "gpu", "sm70"]),
+        help="Exit 0 although this tier (asked for by --tier or smoke.required-tiers) "
+        "did not run or ran incomplete; the report still says it did not run. "
+        "Without it such a run exits 5. Repeatable.",
+    )
     @click.option("--json", "as_json", is_flag=True, help="The report on stdout.")
     @click.option(
         "--junit",
@@ -182,6 +191,7 @@ def register(cli: click.Group) -> None:
         deps: str | None,
         python: str | None,
         index_url: str | None,
+        allow_missing: tuple[str, ...],
         as_json: bool,
         junit: Path | None,
         report_path: Path | None,
@@ -196,7 +206,9 @@ def register(cli: click.Group) -> None:
 
         The report is stored by the wheel's sha256 (.forkpatch/smoke/<sha256>.json in
         the project, else <wheel>.smoke.json); `forkpatch publish` requires it.
-        Exit code 1 when a check failed.
+        Exit code 1 when a check failed; 5 when no check failed but a tier asked for
+        (--tier and the tiers below it, smoke.required-tiers) did not run or ran
+        incomplete (--allow-missing-tier accepts that).
         """
         from forkpatch.smoke import checks
 
@@ -210,9 +222,10 @@ def register(cli: click.Group) -> None:
             click.echo(table(rows, ["check", "tier", "baseline", "needs", "what it proves"]))
             return
         if bisect is not None:
-            if junit is not None or report_path is not None:
+            if junit is not None or report_path is not None or allow_missing:
                 raise UsageError(
-                    "--junit and --report describe one smoke run, not a bisect",
+                    "--junit, --report and --allow-missing-tier are about one smoke run, "
+                    "not a bisect",
                     tip="use --json for the bisect's result",
                 )
             _bisect(
@@ -252,6 +265,7 @@ def register(cli: click.Group) -> None:
             report_path=report_path,
             junit_path=junit,
             ptx_lib=ptx_lib,
+            allow_missing_tiers=allow_missing,
         )
         outcome = run_smoke(opts, project)
         print_summary(outcome.report)
@@ -269,6 +283,10 @@ def register(cli: click.Group) -> None:
                 f"{len(failed)} smoke check(s) failed: {', '.join(failed)}",
                 tip=failure_tip(outcome.report),
             )
+        for tier, why in outcome.allowed_missing.items():
+            log.warn(f"tier {tier} {why} [accepted: --allow-missing-tier {tier}]")
+        if outcome.missing:
+            raise outcome.not_run_error()
 
     @cli.command()
     @click.argument(

@@ -13,6 +13,7 @@ the process exit code it maps to, and README.md lists them.
     2   usage error                  UsageError
     3   a patch conflicts            PatchApplyError, ConflictError; PatchesConflict
     4   internal error (a bug)       InternalError
+    5   a smoke tier did not run     TierNotRun (``smoke``: asked for or required, not run)
     10  a newer fork release         NewRelease (``forkpatch track``)
     130 interrupted                  Interrupted (Ctrl-C)
 """
@@ -111,6 +112,13 @@ class BuildError(ForkpatchError):
 
 class SmokeError(ForkpatchError):
     """The smoke suite could not run or failed."""
+
+
+class TierNotRun(SmokeError):
+    """``smoke``: a tier it was asked for (``--tier``, ``smoke.required-tiers``) did not
+    run, or ran incomplete; no check failed (a failed check is exit 1)."""
+
+    exit_code = 5
 
 
 class PublishError(ForkpatchError):

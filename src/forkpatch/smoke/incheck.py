@@ -154,7 +154,7 @@ def _torch() -> Any:
 
 
 # Import name -> distribution name, where they differ (for the install command).
-_DISTRIBUTIONS = {
+DISTRIBUTIONS = {
     "yaml": "pyyaml",
     "cv2": "opencv-python-headless",
     "PIL": "pillow",
@@ -176,23 +176,19 @@ def is_third_party(module: str) -> bool:
     return bool(top) and top not in own
 
 
+_MISSING = "needs the module '{}', which is not installed in the smoke environment"
+_MISSING_RE = re.compile(re.escape(_MISSING).replace(r"\{\}", "([A-Za-z0-9_]+)"))
+
+
 def missing_module_reason(module: str) -> str:
-    """Why a check cannot run without ``module``, and the command that installs it."""
-    top = module.split(".")[0]
-    dist = _DISTRIBUTIONS.get(top, top)
-    deps = _deps_mode()
-    python = _SPEC.get("base_python") or "python3"
-    install = f"`{python} -m pip install {dist}`"
-    if deps == "none":
-        how = (
-            f"--deps none installs nothing but the wheels: use --deps system with a python "
-            f"that has it ({install}), or --deps index"
-        )
-    elif deps == "index":
-        how = f"the index did not install it; {install} and use --deps system"
-    else:
-        how = f"install it for the python the smoke environment is made from: {install}"
-    return f"needs the module '{top}', which is not installed in the smoke environment; {how}"
+    """Why a check cannot run without ``module``. How to install it is said once for
+    the whole report, by the host (:func:`missing_modules` finds the module again)."""
+    return _MISSING.format(module.split(".")[0])
+
+
+def missing_modules(detail: str) -> list[str]:
+    """The modules a not-run check's detail says it needs (see missing_module_reason)."""
+    return list(dict.fromkeys(_MISSING_RE.findall(detail)))
 
 
 @contextlib.contextmanager
@@ -221,10 +217,6 @@ _SPEC: dict[str, Any] = {}
 def run_spec() -> dict[str, Any]:
     """The spec of this run (what main() read), which the checks and gates consult."""
     return _SPEC
-
-
-def _deps_mode() -> str:
-    return str(_SPEC.get("deps", "?"))
 
 
 # --------------------------------------------------------------------------- SM70 ops

@@ -24,12 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from forkpatch import log
-from forkpatch.errors import SmokeError
+from forkpatch.errors import SmokeError, TierNotRun
 from forkpatch.series import PatchEntry
 from forkpatch.smoke import checks as registry
 from forkpatch.smoke import incheck
 from forkpatch.smoke.env import clean_env, smoke_env
 from forkpatch.smoke.report import (
+    INCOMPLETE,
     CheckResult,
     SmokeReport,
     beside_wheel,
@@ -63,16 +64,76 @@ class SmokeOptions:
     checks: tuple[str, ...] = ()
     #: The fork's SM70 FP8 kernels as compute_70 PTX (ci/sm70-ptx-lib.sh), for gpu-jit.
     ptx_lib: Path | None = None
+    #: Tiers that may be missing from the result without :attr:`SmokeOutcome.missing`
+    #: naming them (``--allow-missing-tier``): the report still says they did not run.
+    allow_missing_tiers: tuple[str, ...] = ()
 
 
 @dataclass
 class SmokeOutcome:
     report: dict[str, Any]
     written: list[Path] = field(default_factory=list)
+    #: tier -> why, for each tier that was asked for (``--tier`` and the tiers below it,
+    #: ``smoke.required-tiers``) and did not run or ran incomplete, unless allowed.
+    missing: dict[str, str] = field(default_factory=dict)
+    #: the same for the tiers that were allowed to be missing.
+    allowed_missing: dict[str, str] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
+        """No check failed or errored (a tier that did not run is :attr:`missing`)."""
         return bool(self.report["passed"])
+
+    def not_run_error(self, *, option: str = "--allow-missing-tier") -> TierNotRun:
+        """The error for :attr:`missing`: each tier with why, and the two ways on."""
+        lines = [f"tier {tier} {why}" for tier, why in self.missing.items()]
+        accept = " ".join(f"{option} {t}" for t in self.missing)
+        where = "; ".join(f"{t} needs {_WHERE[t]}" for t in self.missing if t in _WHERE)
+        return TierNotRun(
+            "\n".join(lines),
+            tip=f"smoke it again where it can run ({where}), or pass {accept} to accept "
+            "the result without it (the report still says it did not run)",
+        )
+
+
+# What each tier needs, for the tip when it did not run.
+_WHERE = {
+    "static": "the wheel's dependencies (torch included) in the smoke environment",
+    "gpu": "a working CUDA device and a CUDA build of torch",
+    "sm70": "a Tesla V100 (compute capability 7.0) and the fork's CUDA torch",
+}
+
+
+def required_tiers(tier: str, project: Any) -> dict[str, str]:
+    """The tiers a smoke run up to ``tier`` must run, each with who asks for it: the
+    tiers up to ``tier`` (cumulative) and series.yaml's ``smoke.required-tiers``."""
+    out = {t: f"--tier {tier}" for t in registry.tiers_up_to(tier)}
+    if project is not None:
+        for t in project.series.smoke.required_tiers or ():
+            out.setdefault(t, f"{project.rel(project.series_path)} smoke.required-tiers")
+    return {t: out[t] for t in registry.TIERS if t in out}
+
+
+def missing_tiers(data: dict[str, Any], required: dict[str, str]) -> dict[str, str]:
+    """Of ``required`` (tier -> who asks), those the report did not run fully, with why."""
+    out = {}
+    for tier, asked in required.items():
+        status = data["tiers"]["status"].get(tier)
+        if status in (incheck.PASSED, "failed"):
+            continue
+        mine = [c for c in data["checks"] if c["tier"] == tier]
+        skipped = [c for c in mine if c["outcome"] == incheck.NOT_RUN]
+        reasons = list(dict.fromkeys(c["detail"] for c in skipped if c["detail"]))
+        if status == INCOMPLETE:
+            what = (
+                f"ran incomplete (asked for by {asked}): {len(skipped)} of {len(mine)} "
+                f"check(s) did not run ({', '.join(c['id'] for c in skipped)})"
+            )
+        else:
+            what = f"did not run (asked for by {asked})"
+        why = "; ".join(reasons) or data["tiers"]["detail"].get(tier, {}).get("reason", "")
+        out[tier] = f"{what}: {why or 'no reason recorded'}"
+    return out
 
 
 def _pick_primary(infos: Sequence[WheelInfo], distribution: str) -> WheelInfo:
@@ -279,6 +340,7 @@ def run_smoke(opts: SmokeOptions, project: Any = None) -> SmokeOutcome:
     if not device.get("devices"):
         device.setdefault("devices", [])
     ordered = [results[cid] for cid in plan]
+    notes += _install_notes(ordered, env_info, project)
     report = SmokeReport(
         wheels=[w.to_json() for w in infos],
         primary_sha256=primary.sha256,
@@ -296,7 +358,29 @@ def run_smoke(opts: SmokeOptions, project: Any = None) -> SmokeOutcome:
     )
     data = report.to_json()
     written = _store(data, primary, infos, project, opts)
-    return SmokeOutcome(report=data, written=written)
+    missing = missing_tiers(data, required_tiers(opts.tier, project))
+    return SmokeOutcome(
+        report=data,
+        written=written,
+        missing={t: w for t, w in missing.items() if t not in opts.allow_missing_tiers},
+        allowed_missing={t: w for t, w in missing.items() if t in opts.allow_missing_tiers},
+    )
+
+
+def _install_notes(
+    results: Sequence[CheckResult], env_info: dict[str, Any], project: Any
+) -> list[str]:
+    from forkpatch.smoke.install import fork_pins, install_notes
+
+    checks = [c.to_json() for c in results]
+    if not any(incheck.missing_modules(c["detail"]) for c in checks):
+        return []
+    return install_notes(
+        checks,
+        python=str(env_info.get("base_python") or "python3"),
+        deps=str(env_info.get("deps") or "system"),
+        pins=fork_pins(project),
+    )
 
 
 def _store(

@@ -1,0 +1,83 @@
+"""How to install what a smoke environment lacked, said once per module for a report.
+
+A check that needs a module the environment does not have (torch on a CPU box) is
+not run, and its detail names the module; :func:`install_notes` turns those into
+one note per module with the command that installs it. torch is named with the
+fork's own pin, read from the fork at the series' base (``requirements/cuda.txt``
+for the version, the index the fork's ``setup.py`` takes that version from), so
+that a V100 box gets the CUDA build the fork was made for, not the newest torch.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from forkpatch.errors import ForkpatchError
+from forkpatch.smoke.incheck import DISTRIBUTIONS, NOT_RUN, missing_modules
+
+REQUIREMENTS = "requirements/cuda.txt"
+SETUP = "setup.py"
+_PIN = re.compile(rb"^\s*torch\s*==\s*([0-9][0-9A-Za-z.+]*)\s*(?:#.*)?$", re.M)
+
+
+def fork_pins(project: Any) -> dict[str, str]:
+    """Module -> what ``pip install`` takes for it, from the fork at the series' base
+    (``{"torch": "torch==2.10.0 --index-url https://download.pytorch.org/whl/cu128"}``);
+    empty when the fork or the files are not there (no network is asked)."""
+    if project is None:
+        return {}
+    try:
+        base = project.series.base.commit
+        with project.fork().store.reader() as reader:
+            reqs = reader.read(f"{base}:{REQUIREMENTS}")
+            setup = reader.read(f"{base}:{SETUP}")
+    except (ForkpatchError, OSError):
+        return {}
+    if reqs is None or reqs[0] != "blob":
+        return {}
+    pin = _PIN.search(reqs[1])
+    if pin is None:
+        return {}
+    version = pin.group(1).decode("ascii")
+    spec = f"torch=={version}"
+    if setup is not None and setup[0] == "blob":
+        index = re.search(
+            # the URL may be split over adjacent string literals: "...cu128/" "torch-..."
+            rb"(https://download\.pytorch\.org/whl/[A-Za-z0-9_.-]+)/(?:[\"']\s*[\"'])?torch-"
+            + re.escape(version.encode()),
+            setup[1],
+        )
+        if index is not None:
+            spec += f" --index-url {index.group(1).decode('ascii')}"
+    return {"torch": spec}
+
+
+def install_notes(
+    checks: list[dict[str, Any]], *, python: str, deps: str, pins: Mapping[str, str]
+) -> list[str]:
+    """One note per module that kept checks from running, with its install command."""
+    needed: dict[str, list[str]] = {}
+    for c in checks:
+        if c["outcome"] == NOT_RUN:
+            for module in missing_modules(c["detail"]):
+                needed.setdefault(module, []).append(c["id"])
+    notes = []
+    for module, ids in needed.items():
+        what = pins.get(module) or DISTRIBUTIONS.get(module, module)
+        install = f"`{python} -m pip install {what}`"
+        if deps == "none":
+            how = (
+                "--deps none installs nothing but the wheels: use --deps system with a "
+                f"python that has it ({install}), or --deps index"
+            )
+        elif deps == "index":
+            how = f"the index did not install it; {install} and use --deps system"
+        else:
+            how = f"install it for the python the smoke environment is made from: {install}"
+        pinned = " (the fork's pin at the series' base)" if module in pins else ""
+        notes.append(
+            f"{len(ids)} check(s) did not run for want of the module '{module}': {how}{pinned}"
+        )
+    return notes
