@@ -22,7 +22,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from forkpatch.patchfile import FilePatch, Hunk, HunkLine, render_file_patch, split_lines
+from forkpatch.patchfile import (
+    FilePatch,
+    Hunk,
+    HunkLine,
+    render_file_patch,
+    show_line,
+    split_lines,
+)
 
 __all__ = ["FileApplyResult", "HunkFailed", "HunkResult", "apply_file_patch", "reverse"]
 
@@ -265,11 +272,11 @@ def _why(lines: list[bytes], hunk: Hunk, floor: int, expected: int, max_fuzz: in
     for k, want in enumerate(old):
         have = lines[start + k] if start + k < len(lines) else None
         if have != want:
-            got = "end of file" if have is None else repr(have)
+            got = "end of file" if have is None else show_line(have)
             fuzz = f" (even with fuzz {max_fuzz})" if max_fuzz else ""
             return (
                 f"no match anywhere in the file{fuzz}; at line {start + k + 1} "
-                f"expected {want!r}, found {got}"
+                f"expected {show_line(want)}, found {got}"
             )
     return "its lines match but it is anchored to the start or end of the file"
 

@@ -27,7 +27,7 @@ a release tag, or not newer than the base).
 
 \b
 With --run: for that release (or --tag), in OUT/<tag>/ (never in the project
-itself): check + rebase, build, smoke (the tiers this machine has) and, when a
+itself): check + rebase, build, smoke (up to --smoke-tier) and, when a
 target is configured (publish.to or --publish-to), publish. Writes result.json
 and summary.md (a pull request body) there. A stage already done for the same
 tag commit and the same series is not done again. --proposed FILE: the body
@@ -37,6 +37,8 @@ final outcome for the same inputs, nothing runs (`status` unchanged).
   exit 0   done (or up to date); result.json `status` says how far it got
   exit 3   the rebase conflicts: summary.md names the patch, files and hunks
   exit 1   a stage failed (build, smoke, publish refused): see summary.md
+  exit 5   a smoke tier asked for (--smoke-tier, smoke.required-tiers) did not
+           run here (--allow-missing-tier accepts it); publish waits for it
 
 \b
 With --make-branch: commit the rebased series of the last run on the bot
@@ -104,7 +106,8 @@ def register(cli: click.Group) -> None:
         "allow_missing",
         multiple=True,
         type=click.Choice(["static", "gpu", "sm70"]),
-        help="Publish although this required tier did not run (recorded).",
+        help="Smoke and publish although this tier (asked for by --smoke-tier or "
+        "required) did not run (recorded).",
     )
     @click.option(
         "--base-wheel",
@@ -124,7 +127,8 @@ def register(cli: click.Group) -> None:
         type=click.Choice(["static", "gpu", "sm70"]),
         default="sm70",
         show_default=True,
-        help="Highest smoke tier; tiers this machine lacks are reported as not run.",
+        help="Highest smoke tier; a tier this machine lacks is reported as not run and "
+        "the run exits 5 (publish waits) unless --allow-missing-tier accepts it.",
     )
     @click.option(
         "--smoke-deps",

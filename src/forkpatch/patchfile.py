@@ -548,7 +548,7 @@ class _Parser:
                 if self.line(i + 1).startswith(b"+++ "):
                     return self.plain_prefix_start(i, 0)
                 if self.line(i + 1).startswith(b"@@ -"):
-                    raise self.error(i + 1, f"expected a '+++' line after {_show(ln)}")
+                    raise self.error(i + 1, f"expected a '+++' line after {show_line(ln)}")
         return len(self.lines)
 
     def decode_header(self, header: bytes) -> str:
@@ -567,7 +567,7 @@ class _Parser:
         diff_line = i
         names = _parse_git_names(_bare(self.lines[i])[len(b"diff --git ") :])
         if names is None:
-            raise self.error(i, f"cannot read the file names in {_show(self.lines[i])}")
+            raise self.error(i, f"cannot read the file names in {show_line(self.lines[i])}")
         a_raw, b_raw = names
         strip = _should_strip(a_raw, b_raw) if self.strip is None else self.strip
         a_name = _strip(a_raw, strip)
@@ -604,7 +604,7 @@ class _Parser:
             elif bare.startswith((b"similarity index ", b"dissimilarity index ")):
                 pct = bare.split(b" ")[-1]
                 if not (pct.endswith(b"%") and pct[:-1].isdigit()):
-                    raise self.error(i, f"bad similarity in {_show(ln)}")
+                    raise self.error(i, f"bad similarity in {show_line(ln)}")
                 if bare.startswith(b"similarity"):
                     f.similarity = int(pct[:-1])
             elif bare.startswith((b"rename from ", b"copy from ")):
@@ -618,7 +618,7 @@ class _Parser:
             elif bare.startswith(b"index "):
                 m = _INDEX_LINE.match(bare)
                 if m is None:
-                    raise self.error(i, f"cannot read {_show(ln)}")
+                    raise self.error(i, f"cannot read {show_line(ln)}")
                 f.old_oid = _oid(m.group(1))
                 f.new_oid = _oid(m.group(2))
                 if m.group(3):
@@ -636,7 +636,7 @@ class _Parser:
                 break
             elif ln.startswith(b"--- "):
                 if not self.line(i + 1).startswith(b"+++ "):
-                    raise self.error(i + 1, f"expected a '+++' line after {_show(ln)}")
+                    raise self.error(i + 1, f"expected a '+++' line after {show_line(ln)}")
                 minus = self.header_name(i, strip)
                 plus = self.header_name(i + 1, strip)
                 have_names = True
@@ -651,8 +651,10 @@ class _Parser:
                 i = self.skip_junk(i)
                 break
             else:
-                section = _show(self.lines[diff_line])
-                raise self.error(i, f"unexpected line in the git header of {section}: {_show(ln)}")
+                section = show_line(self.lines[diff_line])
+                raise self.error(
+                    i, f"unexpected line in the git header of {section}: {show_line(ln)}"
+                )
             i += 1
 
         old_path: str | None = from_name or (minus if have_names else a_name)
@@ -672,7 +674,7 @@ class _Parser:
 
     def mode(self, i: int, text: bytes) -> str:
         if not _MODE.match(text):
-            raise self.error(i, f"bad file mode {_show(text)}")
+            raise self.error(i, f"bad file mode {show_line(text)}")
         mode = text.decode("ascii")
         if mode not in FILE_MODES:
             raise self.error(
@@ -694,7 +696,7 @@ class _Parser:
             if len(raw) > MAX_PATH_BYTES:
                 raise self.error(
                     start,
-                    f"the path {_show(raw, 60)} is {len(raw)} bytes long; file systems "
+                    f"the path {show_line(raw, 60)} is {len(raw)} bytes long; file systems "
                     f"take at most {MAX_PATH_BYTES}",
                     tip="shorten the file name in the patch",
                 )
@@ -702,7 +704,7 @@ class _Parser:
                 if len(part) > MAX_NAME_BYTES:
                     raise self.error(
                         start,
-                        f"the file name {_show(part, 60)} in {_show(raw, 60)} is "
+                        f"the file name {show_line(part, 60)} in {show_line(raw, 60)} is "
                         f"{len(part)} bytes long; file systems take at most {MAX_NAME_BYTES}",
                         tip="shorten the file name in the patch",
                     )
@@ -713,10 +715,10 @@ class _Parser:
         if rest.startswith(b'"'):
             got = _unquote(rest, 0)
             if got is None or got[1] != len(rest):
-                raise self.error(i, f"badly quoted name in {_show(bare)}")
+                raise self.error(i, f"badly quoted name in {show_line(bare)}")
             rest = got[0]
         if not rest:
-            raise self.error(i, f"missing file name in {_show(bare)}")
+            raise self.error(i, f"missing file name in {show_line(bare)}")
         return _decode(rest)
 
     def header_name(self, i: int, strip: bool | None, otherwise: bool | None = None) -> str | None:
@@ -730,12 +732,12 @@ class _Parser:
         if rest.startswith(b'"'):
             got = _unquote(rest, 0)
             if got is None:
-                raise self.error(i, f"badly quoted name in {_show(bare)}")
+                raise self.error(i, f"badly quoted name in {show_line(bare)}")
             name = got[0]
         else:
             name = rest.split(b"\t", 1)[0]
         if not name:
-            raise self.error(i, f"missing file name in {_show(bare)}")
+            raise self.error(i, f"missing file name in {show_line(bare)}")
         text = _decode(name)
         if text == DEV_NULL:
             return None
@@ -785,7 +787,9 @@ class _Parser:
             kind, _, size = head.partition(b" ")
             if kind not in (b"literal", b"delta") or not size.isdigit():
                 if i == start:
-                    raise self.error(i, f"expected 'literal N' or 'delta N', found {_show(head)}")
+                    raise self.error(
+                        i, f"expected 'literal N' or 'delta N', found {show_line(head)}"
+                    )
                 return  # text after the blocks (a diffstat-less trailer, junk): not ours
             j = i + 1
             while j < end and _bare(self.lines[j]):
@@ -837,7 +841,7 @@ class _Parser:
             if self.is_trailer(i) or MBOX_SEPARATOR.match(ln):
                 return self.next_mail(i) or n
             if ln[:1] in (b" ", b"+", b"-", b"@"):
-                raise self.error(i, f"unexpected diff line between file sections: {_show(ln)}")
+                raise self.error(i, f"unexpected diff line between file sections: {show_line(ln)}")
             i += 1
         return i
 
@@ -886,15 +890,15 @@ class _Parser:
             if self.is_section_start(i):
                 break
             if ln.startswith(b"--- "):
-                raise self.error(i + 1, f"expected a '+++' line after {_show(ln)}")
+                raise self.error(i + 1, f"expected a '+++' line after {show_line(ln)}")
             if not hunks and ln[:1] in (b" ", b"+", b"-"):
-                raise self.error(i, f"diff line before any @@ hunk header: {_show(ln)}")
+                raise self.error(i, f"diff line before any @@ hunk header: {show_line(ln)}")
             if hunks and ln[:1] in (b" ", b"+", b"-") and not self.is_trailer(i):
                 last = hunks[-1]
                 raise self.error(
                     i,
                     f"hunk {last.header} of {path} has more lines than its header counts "
-                    f"({last.old_len} old, {last.new_len} new): {_show(ln)}",
+                    f"({last.old_len} old, {last.new_len} new): {show_line(ln)}",
                 )
             i = self.skip_junk(i)
             break
@@ -904,7 +908,7 @@ class _Parser:
         """One hunk at line ``i``: our validation of its extent, then unidiff's parse of it."""
         m = _HUNK_HEADER.match(_bare(self.lines[i]))
         if m is None:
-            raise self.error(i, f"bad hunk header {_show(self.lines[i])} in {path}")
+            raise self.error(i, f"bad hunk header {show_line(self.lines[i])} in {path}")
         old_start = int(m.group(1))
         old_len = int(m.group(2)) if m.group(2) is not None else 1
         new_start = int(m.group(3))
@@ -978,7 +982,7 @@ class _Parser:
             else:
                 raise self.error(
                     i,
-                    f"unexpected line {_show(ln)} in hunk {header} of {path}: every hunk line "
+                    f"unexpected line {show_line(ln)} in hunk {header} of {path}: every hunk line "
                     f"must start with ' ', '-' or '+' ({old_seen} of {old_len} old and "
                     f"{new_seen} of {new_len} new lines read so far)",
                 )
@@ -1015,11 +1019,11 @@ class _Parser:
         except Exception as exc:
             problem = f"{type(exc).__name__}: {exc}"
         raise self.error(
-            i, f"unidiff cannot parse hunk {header} of {path}: {_show(problem.encode())}"
+            i, f"unidiff cannot parse hunk {header} of {path}: {show_line(problem.encode())}"
         )
 
     def misplaced(self, i: int, header: str, path: str) -> PatchParseError:
-        return self.error(i, f"misplaced {_show(self.lines[i])} in hunk {header} of {path}")
+        return self.error(i, f"misplaced {show_line(self.lines[i])} in hunk {header} of {path}")
 
     def truncated(
         self,
@@ -1043,12 +1047,13 @@ class _Parser:
         return self.error(
             i,
             f"hunk {header} of {path} has more lines than its header counts "
-            f"({old_len} old, {new_len} new): {_show(ln)}",
+            f"({old_len} old, {new_len} new): {show_line(ln)}",
         )
 
 
-def _show(line: bytes, limit: int = 80) -> str:
-    """A line for an error message: quoted, undecodable bytes escaped, shortened."""
+def show_line(line: bytes, limit: int = 80) -> str:
+    """A line of a file for a message: text in quotes (never a bytes repr), its line
+    ending dropped, undecodable bytes and control characters escaped, shortened."""
     text = _bare(line).decode("utf-8", "backslashreplace")
     if len(text) > limit:
         text = text[: limit - 3] + "..."

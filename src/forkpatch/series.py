@@ -46,6 +46,27 @@ NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,79}$")
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 
 BUILD_STEPS = ("vllm-dist-info",)
+# The smoke checks a patch may name (``smoke:``), validated on load; the checks are
+# forkpatch.smoke.incheck's registry (a test keeps the two equal).
+SMOKE_CHECKS = (
+    "static.installed-from-wheel",
+    "static.version-metadata",
+    "static.cli-version",
+    "static.import-patched-modules",
+    "static.provenance",
+    "static.capability-floor-cpu",
+    "static.odd-width-padding-cpu",
+    "static.eager-block-cast-cpu",
+    "static.packed-repack-cpu",
+    "static.sm70-warmup-cpu",
+    "gpu.cuda-compute",
+    "sm70.capability",
+    "sm70.ops-registered",
+    "sm70.fp8-per-block-config",
+    "sm70.odd-width-linear",
+    "sm70.warmup",
+    "sm70.tiny-model-generates",
+)
 
 # libyaml's loader when PyYAML was built with it (5-10x faster on large series).
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -503,6 +524,13 @@ def _parse_entry(item: yaml.Node, loc: _Loc) -> PatchEntry:
         if not isinstance(node, yaml.SequenceNode):
             raise loc.err(node, f"{what}: smoke must be a list of check ids")
         smoke = tuple(_scalar(n, loc, f"{what}: smoke check") for n in node.value)
+        for n, cid in zip(node.value, smoke, strict=True):
+            if cid not in SMOKE_CHECKS:
+                raise loc.err(
+                    n,
+                    f"{what}: unknown smoke check '{cid}'{_suggest(cid, SMOKE_CHECKS)}",
+                    tip="`forkpatch smoke --list-checks` lists the known checks",
+                )
     upstream_commits: tuple[str, ...] = ()
     if "upstream-commits" in m:
         node = m["upstream-commits"]

@@ -609,10 +609,15 @@ class SmokeRun:
     not_run: dict[str, str]
     checks: dict[str, str]
     failed: tuple[str, ...]
+    #: tier -> why, for the tiers asked for that did not run or ran incomplete (and
+    #: were not accepted by --allow-missing-tier): the smoke is not done yet.
+    missing: dict[str, str] = field(default_factory=dict)
 
     @property
     def status(self) -> str:
-        return "done" if self.passed else "failed"
+        if not self.passed:
+            return "failed"
+        return "not-run" if self.missing else "done"
 
 
 @dataclass(frozen=True)
@@ -637,7 +642,7 @@ _NESTED: dict[str, Callable[[Any], Any]] = {
 _BY_STATUS: dict[str, dict[str, type]] = {
     "rebase": {"done": RebaseDone, "conflict": RebaseConflict},
     "build": {"done": BuildDone},
-    "smoke": {"done": SmokeRun, "failed": SmokeRun},
+    "smoke": {"done": SmokeRun, "failed": SmokeRun, "not-run": SmokeRun},
     "publish": {"done": PublishDone},
 }
 
@@ -1286,7 +1291,7 @@ class _RunCtx:
         done = stages.smoke
         if (
             isinstance(done, SmokeRun)
-            and done.passed
+            and done.status == "done"
             and done.wheels == build.wheels
             and done.tier == self.opts.smoke_tier
             and done.runner == runner
@@ -1313,6 +1318,7 @@ class _RunCtx:
                     index_url=section.get("index-url"),
                     report_path=report_path,
                     junit_path=smoke_dir / "junit.xml",
+                    allow_missing_tiers=self.opts.allow_missing_tiers,
                 ),
                 copy,
             )
@@ -1330,7 +1336,12 @@ class _RunCtx:
             not_run=dict(rep["tiers"]["not_run"]),
             checks={c["id"]: c["outcome"] for c in rep["checks"]},
             failed=failed,
+            missing=dict(outcome.missing),
         )
+        if outcome.passed and outcome.missing:
+            return StageOutcome(
+                result, stop=True, error=outcome.not_run_error(option="--allow-missing-tier")
+            )
         if outcome.passed:
             return StageOutcome(result)
         return StageOutcome(
@@ -1361,6 +1372,9 @@ class _RunCtx:
                     tip="run the smoke step first and pass its output directory along (--out)",
                 )
             )
+        if isinstance(smoke, SmokeRun) and smoke.status == "not-run":
+            why = f"smoke tier(s) {', '.join(smoke.missing)} did not run"
+            return StageOutcome(Skipped(why), stop=True)
         if not (isinstance(smoke, SmokeRun) and smoke.passed and isinstance(build, BuildDone)):
             return StageOutcome(Skipped("the smoke suite did not pass"), stop=True)
         target_text = _public_target(str(target))
@@ -1658,10 +1672,10 @@ def _smoke_section(stages: Stages) -> list[str]:
         return [*out, "- not run yet (runs on the SM70 runner)", ""]
     if not isinstance(st, SmokeRun):
         return out + _not_done(st)
-    out.append(
-        f"- {'passed' if st.passed else '**FAILED**'} (requested up to tier "
-        f"{st.tier}, runner {st.runner})"
-    )
+    verdict = {"done": "passed", "failed": "**FAILED**", "not-run": "**NOT RUN**"}[st.status]
+    out.append(f"- {verdict} (requested up to tier {st.tier}, runner {st.runner})")
+    for tier, missing in st.missing.items():
+        out.append(f"- **tier {tier} {missing}**: do not merge before it has run")
     for tier, s in st.tiers.items():
         why = st.not_run.get(tier)
         out.append(f"- tier {tier}: {s}" + (f" ({why})" if why else ""))
@@ -1793,7 +1807,10 @@ def prepare_change(
     title = f"forkpatch: rebase the series onto {tag}"
     if status == "failed":
         title += " (a stage failed: see the summary)"
-    elif state.stages.smoke is None and isinstance(state.stages.build, BuildDone):
+    elif isinstance(state.stages.build, BuildDone) and (
+        state.stages.smoke is None
+        or (isinstance(state.stages.smoke, SmokeRun) and state.stages.smoke.status == "not-run")
+    ):
         title += " (smoke not run yet)"
     git, prefix = _project_repo(project.root if repo is None else repo, project.root)
     head = git.commit_of("HEAD")

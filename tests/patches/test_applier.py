@@ -401,3 +401,23 @@ def test_split_lines_splits_on_newline_only(data: bytes) -> None:
     want = [p + b"\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
     assert split_lines(data) == want
     assert split_lines(data.replace(b"\r", b"\x0b")) == [x.replace(b"\r", b"\x0b") for x in want]
+
+
+@pytest.mark.parametrize(
+    ("theirs", "expected", "found"),
+    [
+        (b"import os\nimport sys\n", "'import importlib.metadata'", "'import os'"),
+        (b"x = 1\n\xff\xfe\n", "'import importlib.metadata'", "'x = 1'"),
+        (b"\x1b[31mred\r\n", "'import importlib.metadata'", "'\\x1b[31mred'"),
+        (b"", "'import importlib.metadata'", "end of file"),
+    ],
+    ids=["text", "not-utf8", "escape-and-crlf", "empty-file"],
+)
+def test_a_failed_hunk_shows_the_lines_as_text(tmp_path: Path, theirs, expected, found) -> None:
+    ours = b"import importlib.metadata\nimport sys\n"
+    fp = single(git_diff(tmp_path, {"f.py": ours}, {"f.py": ours + b"print(sys.argv)\n"}))
+    with pytest.raises(HunkFailed) as exc:
+        apply_file_patch(theirs, fp)
+    reason = exc.value.reason
+    assert "b'" not in reason and 'b"' not in reason, reason
+    assert f"expected {expected}, found {found}" in reason or reason.startswith("the file has")

@@ -11,13 +11,13 @@ from forkpatch.smoke.incheck import missing_module_reason
 from forkpatch.smoke.install import fork_pins, install_notes
 from support.projects import scratch_project
 
-SETUP = '''URLS = {
+SETUP = """URLS = {
     "torch==2.10.0": (
         "torch @ https://download.pytorch.org/whl/cu128/"
         "torch-2.10.0%2Bcu128-cp312-cp312-manylinux_2_28_x86_64.whl"
     ),
 }
-'''
+"""
 CUDA = "-r common.txt\n\n# Dependencies for NVIDIA GPUs\ntorch==2.10.0\ntorchaudio==2.10.0\n"
 
 
@@ -66,12 +66,16 @@ def test_one_note_per_module_whatever_the_number_of_checks():
     pins = {"torch": "torch==2.10.0 --index-url https://download.pytorch.org/whl/cu128"}
     notes = install_notes(CHECKS, python="/usr/bin/python3", deps="system", pins=pins)
     assert notes == [
-        "3 check(s) did not run for want of the module 'torch': install it for the python "
-        "the smoke environment is made from: `/usr/bin/python3 -m pip install torch==2.10.0 "
-        "--index-url https://download.pytorch.org/whl/cu128` (the fork's pin at the "
-        "series' base)",
-        "1 check(s) did not run for want of the module 'yaml': install it for the python "
-        "the smoke environment is made from: `/usr/bin/python3 -m pip install pyyaml`",
+        (
+            "3 check(s) did not run for want of the module 'torch': install it for the python "
+            "the smoke environment is made from: `/usr/bin/python3 -m pip install torch==2.10.0 "
+            "--index-url https://download.pytorch.org/whl/cu128` (the fork's pin at the "
+            "series' base)"
+        ),
+        (
+            "1 check(s) did not run for want of the module 'yaml': install it for the python "
+            "the smoke environment is made from: `/usr/bin/python3 -m pip install pyyaml`"
+        ),
     ]
     for c in CHECKS:
         assert "pip install" not in c["detail"]

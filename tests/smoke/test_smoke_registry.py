@@ -86,6 +86,45 @@ def test_unknown_check_id_is_refused_with_a_suggestion():
         checks.get("sm70.nope")
 
 
+def test_series_knows_every_check_of_the_suite():
+    from forkpatch.series import SMOKE_CHECKS
+
+    assert tuple(incheck.REGISTRY) == SMOKE_CHECKS
+
+
+SERIES_HEAD = (
+    "version: 1\nfork:\n  name: f\n  url: /nowhere\nbase:\n  tag: v1\n"
+    f"  commit: {'a' * 40}\npatches:\n  - name: p\n    file: p.patch\n    summary: s\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("smoke", "line", "says"),
+    [
+        ("    smoke: [static.cli-verison]\n", 12, "did you mean 'static.cli-version'"),
+        (
+            "    smoke:\n      - sm70.capability\n      - sm70.warmpu\n",
+            14,
+            "did you mean 'sm70.warmup'",
+        ),
+        ("    smoke: [gpu.nothing-like-it-at-all]\n", 12, "'gpu.nothing-like-it-at-all'\n"),
+        ("    smoke: [sm70.odd-width-linear, static.Provenance]\n", 12, "'static.provenance'"),
+    ],
+    ids=["flow-list", "block-list-second-item", "no-close-match", "case"],
+)
+def test_a_check_id_typo_is_refused_on_load(tmp_path, smoke, line, says):
+    """Not only by `smoke`: every command that reads series.yaml refuses it."""
+    from forkpatch.series import parse_series
+
+    path = tmp_path / "series.yaml"
+    path.write_text(SERIES_HEAD + smoke)
+    with pytest.raises(SeriesError) as exc:
+        parse_series(path.read_text(), path=str(path))
+    text = str(exc.value) + "\n"
+    assert f"series.yaml:{line}: patch 'p': unknown smoke check" in text, text
+    assert says in text and "--list-checks" in text
+
+
 def test_plan_baseline_then_patch_checks_in_tier_order():
     a = PatchEntry(
         name="a",

@@ -147,7 +147,9 @@ def test_edited_patch_fails_the_provenance_check(example_build, tmp_path, capsys
 
 def test_refusals_before_any_environment_is_made(example_build, tmp_path, capsys):
     project = smoke.copy_project(example_build, tmp_path / "project")
-    smoke.set_smoke(project, {"cli-version": ["static.cli-verison"]})
+    smoke.set_smoke(project, {"cli-version": ["static.cli-version"]})
+    series = project / "series.yaml"
+    series.write_text(series.read_text().replace("static.cli-version", "static.cli-verison"))
     run = Runner(project, capsys)
     _, _, err = run("smoke", str(example_build.wheel), expect=1)
     assert "unknown smoke check 'static.cli-verison'" in err

@@ -158,8 +158,10 @@ def _rebased() -> RebaseDone:
     )
 
 
-def _smoked(passed: bool) -> SmokeRun:
-    return SmokeRun(passed, "static", "cpu", {"w.whl": "1"}, "smoke/report.json", {}, {}, {}, ())
+def _smoked(passed: bool, missing: dict[str, str] | None = None) -> SmokeRun:
+    return SmokeRun(
+        passed, "static", "cpu", {"w.whl": "1"}, "smoke/report.json", {}, {}, {}, (), missing or {}
+    )
 
 
 def test_overall_status_finality_and_body_bound():
@@ -176,6 +178,12 @@ def test_overall_status_finality_and_body_bound():
         Stages(rebase=_rebased(), build=built, smoke=_smoked(True), publish=Skipped("x"))
     )
     assert not is_final(Stages(rebase=_rebased(), build=built))
+    # Nothing failed but a tier asked for did not run (an SM70 runner without its GPU):
+    # not smoked, not failed, not final: the next scheduled run smokes it again.
+    not_run = _smoked(True, {"sm70": "did not run (asked for by --tier sm70): no CUDA device"})
+    assert not_run.status == "not-run"
+    unsmoked = Stages(rebase=_rebased(), build=built, smoke=not_run, publish=Skipped("x"))
+    assert overall_status(unsmoked) == "built" and not is_final(unsmoked)
     text = "line\n" * (MAX_BODY // 4)
     marker = "<!-- forkpatch-state: {} -->"
     cut = _bounded(text, marker)
@@ -196,6 +204,7 @@ def test_stage_results_round_trip_and_bad_files_are_not_trusted():
             ),
         ),
         ("smoke", _smoked(False)),
+        ("smoke", _smoked(True, {"sm70": "did not run: no CUDA device"})),
         ("publish", Failed("boom", "tip", "http://index/")),
         ("build", Skipped("nothing")),
     ):
