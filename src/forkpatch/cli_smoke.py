@@ -277,7 +277,9 @@ def register(cli: click.Group) -> None:
             from forkpatch.smoke.runner import failure_tip
 
             failed = [
-                ch["id"] for ch in outcome.report["checks"] if ch["outcome"] in ("failed", "error")
+                ch["id"] + (f" (declared by {', '.join(ch['patches'])})" if ch["patches"] else "")
+                for ch in outcome.report["checks"]
+                if ch["outcome"] in ("failed", "error")
             ]
             raise SmokeError(
                 f"{len(failed)} smoke check(s) failed: {', '.join(failed)}",

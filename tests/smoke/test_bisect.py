@@ -111,6 +111,60 @@ def test_bisect_a_wheel_and_refuse_one_from_another_series(example_build, tmp_pa
     assert data["status"] == "found"
     assert [c["patch"] for c in data["first_bad"]] == ["break-cli"]
     assert data["smokes"] == data["builds"] + 1  # the wheel itself was smoked, not rebuilt
+    assert data["reused_report"] is None
+
+
+def test_bisect_reuses_the_stored_report_of_the_wheel(example_build, tmp_path, capsys):
+    from forkpatch.project import Project
+    from forkpatch.smoke.wheelinfo import sha256_file
+    from forkpatch.wheels.buildwheel import BuildOptions, build_wheel
+
+    project = _broken_project(example_build, tmp_path / "project")
+    wheel = build_wheel(
+        Project(project),
+        BuildOptions(
+            mode="overlay", base_wheel=example_build.base_wheel, out_dir=tmp_path / "dist"
+        ),
+    ).wheels[0]
+    run = Runner(project, capsys)
+    run("smoke", str(wheel), "--tier", "static", "--deps", "none", expect=1)
+    stored = project / ".forkpatch" / "smoke" / f"{sha256_file(wheel)}.json"
+    assert stored.is_file()
+    data, err = _bisect(run, example_build, str(wheel))
+    assert data["reused_report"] == str(stored) and f"taken from {stored}" in err
+    assert data["smokes"] == data["builds"]  # only the prefixes were smoked
+    assert [c["patch"] for c in data["first_bad"]] == ["break-cli"]
+    # A report of other dependencies is not this bisect's evidence: the wheel is smoked.
+    _, out, err = run(
+        "smoke",
+        "--bisect",
+        str(wheel),
+        "--base-wheel",
+        str(example_build.base_wheel),
+        "--tier",
+        "static",
+        "--deps",
+        "system",
+        "--json",
+    )
+    data = json.loads(out)
+    assert data["reused_report"] is None and data["smokes"] == data["builds"] + 1
+    # Nor one that ran fewer tiers than asked (static only, sm70 asked).
+    stored.unlink()
+    for extra in stored.parent.glob("*.json"):
+        extra.unlink()
+    run("smoke", str(wheel), "--tier", "static", "--deps", "none", expect=1)
+    _, out, _ = run(
+        "smoke",
+        "--bisect",
+        str(wheel),
+        "--base-wheel",
+        str(example_build.base_wheel),
+        "--deps",
+        "none",
+        "--json",
+    )
+    assert json.loads(out)["reused_report"] is None
 
 
 def test_nothing_to_bisect_when_no_check_fails(example_build, tmp_path, capsys):

@@ -130,8 +130,15 @@ def test_failing_check_exits_1_and_names_the_patch(example_build, tmp_path, caps
     _code, out, err = run("smoke", str(example_build.wheel), "--tier", "static", "--json", expect=1)
     data = json.loads(out)
     assert data["passed"] is False and data["tiers"]["status"]["static"] == "failed"
-    assert {p["name"]: p["status"] for p in data["patches"]}["capability-floor"] == "failed"
-    assert "1 smoke check(s) failed: static.capability-floor-cpu" in err
+    # The patch declares the check; whether it broke it is for --bisect to say.
+    patches = {p["name"]: p["status"] for p in data["patches"]}
+    assert patches["capability-floor"] == "declared-check-failed"
+    assert "failed" not in {s for n, s in patches.items() if n != "capability-floor"}
+    assert (
+        "1 smoke check(s) failed: static.capability-floor-cpu (declared by capability-floor)" in err
+    )
+    assert "patch capability-floor: declares static.capability-floor-cpu (failed)" in err
+    assert "patch cli-version: no checks" in err
 
 
 def test_edited_patch_fails_the_provenance_check(example_build, tmp_path, capsys):

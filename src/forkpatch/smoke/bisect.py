@@ -31,7 +31,9 @@ from forkpatch import log
 from forkpatch.errors import SmokeError, UsageError
 from forkpatch.project import Project
 from forkpatch.series import SERIES_FILE, PatchEntry, Series
+from forkpatch.smoke.checks import tiers_up_to
 from forkpatch.smoke.incheck import ERROR, FAILED, NOT_RUN
+from forkpatch.smoke.report import CheckedReport
 from forkpatch.smoke.runner import SmokeOptions, run_smoke
 from forkpatch.smoke.wheelinfo import read_wheel
 
@@ -110,6 +112,8 @@ class BisectResult:
     builds: int = 0
     smokes: int = 0
     seconds: float = 0.0
+    #: the stored smoke report of the wheel whose failing checks were used (None: smoked)
+    reused_report: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -123,6 +127,7 @@ class BisectResult:
             "not_reproduced": self.not_reproduced,
             "builds": self.builds,
             "smokes": self.smokes,
+            "reused_report": self.reused_report,
             "probes": [p.to_json() for p in self.probes],
             "seconds": round(self.seconds, 3),
         }
@@ -130,6 +135,36 @@ class BisectResult:
 
 def _failed(report: dict[str, Any]) -> dict[str, str]:
     return {c["id"]: c["detail"] for c in report["checks"] if c["outcome"] in (FAILED, ERROR)}
+
+
+def _stored_report(project: Project, wheel: Path, opts: BisectOptions) -> CheckedReport | None:
+    """The smoke report already written for this wheel's exact sha256 (the project's
+    store, its ``.latest.json``, then beside the wheel) that ran at least the tiers
+    asked for, with the same kind of dependencies: its failing checks are the ones to
+    bisect, and the wheel need not be smoked again."""
+    from forkpatch.smoke.report import beside_wheel, read_report, store_path
+
+    sha = read_wheel(wheel).sha256
+    main = store_path(project.root, sha)
+    want = set(tiers_up_to(opts.tier))
+    for path in (main.with_name(f"{sha}.latest.json"), main, beside_wheel(wheel)):
+        if not path.is_file():
+            continue
+        try:
+            report = read_report(path)
+        except SmokeError as exc:
+            log.warn(f"bisect: not using {path}: {exc.message}")
+            continue
+        deps = report.data.get("environment", {}).get("deps")
+        if sha not in report.sha256s or not want <= set(report.requested) or deps != opts.deps:
+            continue
+        log.info(
+            f"bisect: {wheel.name} (sha256 {sha[:16]}…) was smoked on "
+            f"{report.data.get('started') or '?'} (tiers {', '.join(report.requested)}, deps "
+            f"{deps}): its failing checks are taken from {path}, no smoke run needed"
+        )
+        return report
+    return None
 
 
 def _wheel_vs_series(prov: dict[str, Any], project: Project) -> list[str]:
@@ -358,7 +393,12 @@ def bisect(
         px = _Prefixes(project, base_wheel, opts, Path(tmp), result)
         n = px.n
         # ---- 1. the failing checks on the full series
-        if wheel is not None:
+        stored = _stored_report(project, wheel, opts) if wheel is not None else None
+        if stored is not None:
+            result.reused_report = str(stored.path)
+            result.failing = _failed(stored.data)
+            full_checked = False
+        elif wheel is not None:
             log.info(f"bisect: smoking {wheel.name} to find the failing checks")
             outcome = run_smoke(
                 SmokeOptions(

@@ -31,6 +31,7 @@ from forkpatch.smoke.incheck import ERROR, FAILED, NOT_RUN, PASSED, TIERS
 SCHEMA = 1
 OUTCOMES = (PASSED, FAILED, NOT_RUN, ERROR)
 INCOMPLETE = "incomplete"
+DECLARED_CHECK_FAILED = "declared-check-failed"
 TIER_STATUSES = (PASSED, "failed", INCOMPLETE, NOT_RUN)
 _SHA256 = re.compile(r"\A[0-9a-f]{64}\Z")
 REPORT_SUFFIX = ".smoke.json"
@@ -84,6 +85,9 @@ class SmokeReport:
         return derived_passed(self.checks)
 
     def per_patch(self) -> list[dict[str, Any]]:
+        """Each patch with the checks it declares (``smoke:``) and how they went. A patch
+        whose declared check failed is ``declared-check-failed``, not "failed": a check
+        is broken by whichever patch broke it, and only ``--bisect`` says which."""
         out = []
         for name in self.patches:
             mine = [c for c in self.checks if name in c.patches]
@@ -91,7 +95,7 @@ class SmokeReport:
             if not mine:
                 status = "no-checks"
             elif outcomes & {FAILED, ERROR}:
-                status = "failed"
+                status = DECLARED_CHECK_FAILED
             elif outcomes == {PASSED}:
                 status = PASSED
             elif PASSED in outcomes:

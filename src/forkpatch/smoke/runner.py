@@ -30,6 +30,7 @@ from forkpatch.smoke import checks as registry
 from forkpatch.smoke import incheck
 from forkpatch.smoke.env import clean_env, smoke_env
 from forkpatch.smoke.report import (
+    DECLARED_CHECK_FAILED,
     INCOMPLETE,
     CheckResult,
     SmokeReport,
@@ -579,6 +580,12 @@ def print_summary(data: dict[str, Any]) -> None:
         reason = data["tiers"]["not_run"].get(tier, "")
         log.info(f"  tier {tier}: {status}" + (f" ({reason})" if reason else ""))
     for p in data["patches"]:
-        log.info(f"  patch {p['name']}: {p['status']}")
+        declared = ", ".join(f"{cid} ({outcome})" for cid, outcome in p["checks"].items())
+        log.info(f"  patch {p['name']}: " + (f"declares {declared}" if declared else "no checks"))
+    if any(p["status"] == DECLARED_CHECK_FAILED for p in data["patches"]):
+        log.info(
+            "  a failed check is declared by the patch(es) above; the patch that broke it "
+            "may be another one (`forkpatch smoke --bisect` names it)"
+        )
     for n in data.get("notes", []):
         log.warn(n)
