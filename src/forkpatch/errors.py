@@ -9,7 +9,7 @@ the CLI prints nothing more. Only the CLI catches either; each class carries
 the process exit code it maps to, and README.md lists them.
 
     0   success                      (the command returned; Finished is the base of the results)
-    1   failure                      ForkpatchError and most subclasses; VerifyMismatch
+    1   failure                      ForkpatchError and most subclasses (ToolMissing); VerifyMismatch
     2   usage error                  UsageError
     3   a patch conflicts            PatchApplyError, ConflictError; PatchesConflict
     4   internal error (a bug)       InternalError
@@ -123,6 +123,12 @@ class TierNotRun(SmokeError):
 
 class PublishError(ForkpatchError):
     """Publishing was refused or failed."""
+
+
+class ToolMissing(ForkpatchError):
+    """A local tool or Python module this command needs is not installed here (the
+    message names it and where it was looked for, the tip the line that installs it):
+    never reported as a failure of a remote service."""
 
 
 class InternalError(ForkpatchError):

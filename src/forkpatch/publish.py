@@ -59,7 +59,7 @@ from forkpatch.fsutil import (
     recover_files,
     write_event,
 )
-from forkpatch.redact import MIN_SECRET_LENGTH, redact
+from forkpatch.redact import MIN_SECRET_LENGTH, redact, strip_url_credentials
 from forkpatch.smoke.incheck import TIERS
 from forkpatch.smoke.report import (
     REPORT_SUFFIX,
@@ -71,8 +71,8 @@ from forkpatch.smoke.report import (
     store_path,
 )
 from forkpatch.smoke.wheelinfo import WheelInfo, read_wheel, sha256_file
+from forkpatch.wheels.runner import require_module, tail
 from forkpatch.wheels.runner import run as run_tool
-from forkpatch.wheels.runner import tail
 
 DEFAULT_REQUIRED_TIERS = ("static", "sm70")
 # What one answer of an index may be: a PEP 503 page, a linked file (hashed as it streams).
@@ -596,6 +596,7 @@ class IndexTarget:
             sys.executable,
             "-m",
             "twine",
+            "--no-color",  # no ANSI colours in logs and messages
             "upload",
             "--repository-url",
             self.upload_url,
@@ -605,7 +606,7 @@ class IndexTarget:
         ]
         if gate.overrides:
             tiers = ", ".join(gate.overrides)
-            cmd[4:4] = [
+            cmd[5:5] = [
                 "--comment",
                 (f"forkpatch: published without smoke tier(s) {tiers} (--allow-missing-tier)"),
             ]
@@ -615,7 +616,7 @@ class IndexTarget:
                 tip="nothing was uploaded; run publish again",
             )
         # Credentials reach twine only through its environment variables.
-        env = {"TWINE_NON_INTERACTIVE": "1"}
+        env = {"TWINE_NON_INTERACTIVE": "1", "NO_COLOR": "1"}
         result = run_tool(
             cmd,
             what=f"upload {gate.wheel.path.name}",
@@ -625,9 +626,22 @@ class IndexTarget:
         )
         if result.returncode != 0:
             out = self._redact(result.stdout or "")
-            hint = "check the index's logs"
-            if re.search(r"\b(401|403)\b", out):
-                hint = "the index refused the credentials: check TWINE_USERNAME / TWINE_PASSWORD"
+            hint = "the index failed the upload: its logs say why; nothing else was changed"
+            if re.search(r"Credential not found|NonInteractive", out):
+                hint = (
+                    "twine has no credentials for the index: set TWINE_USERNAME and "
+                    f"TWINE_PASSWORD (or store the password in the keyring for {self.upload_url})"
+                )
+            elif re.search(r"\b(401|403)\b", out):
+                who = "none were given" if self.creds.username is None else "check them"
+                hint = (
+                    "the index refused the credentials: set TWINE_USERNAME and TWINE_PASSWORD "
+                    f"(or the keyring entry for {self.upload_url}); {who}"
+                )
+            elif re.search(r"ConnectionError|Connection refused|Max retries exceeded", out):
+                hint = (
+                    f"is the index up and the URL right? nothing was uploaded to {self.upload_url}"
+                )
             elif re.search(r"\b(409|400)\b", out):
                 hint = "the index already has a file of that name (it does not allow overwrites)"
             raise PublishError(
@@ -684,6 +698,7 @@ def publish(opts: PublishOptions, project: Any = None) -> list[Published]:
     if not opts.wheels:
         raise PublishError("no wheel given", tip="forkpatch publish dist/*.whl --to URL|DIR")
     required = opts.required_tiers or required_tiers(project)
+    check_uploader(opts.to)
     with tempfile.TemporaryDirectory(prefix="forkpatch-publish-") as stage:
         # Each wheel is copied once into a private directory (0700) and everything after
         # (identity, sha256, gate, upload, copy into a directory index) reads that copy:
@@ -719,6 +734,17 @@ def _stage(wheel: Path, directory: Path) -> Path:
     shutil.copyfile(wheel, dest)
     os.chmod(dest, 0o400)
     return dest
+
+
+def check_uploader(to: str) -> None:
+    """An upload index needs twine in forkpatch's own environment: say so first, with
+    the extra that brings it (a missing local tool is not the index's failure)."""
+    if urlsplit(to).scheme in ("http", "https"):
+        require_module(
+            "twine",
+            needed_for=f"uploading to {strip_url_credentials(to)}",
+            install="pip install 'forkpatch[publish]' (the publish extra; or: pip install twine)",
+        )
 
 
 def _publish_gated(opts: PublishOptions, gates: list[Gate]) -> list[Published]:

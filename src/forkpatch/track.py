@@ -60,7 +60,6 @@ from forkpatch.errors import (
     ForkRepoError,
     GitError,
     NewRelease,
-    PublishError,
     SeriesError,
     SmokeError,
     UsageError,
@@ -1389,12 +1388,12 @@ class _RunCtx:
         return self._publish(str(target), build, smoke)
 
     def _publish(self, target: str, build: BuildDone, smoke: SmokeRun) -> StageOutcome:
-        from forkpatch.publish import PublishOptions, publish
+        from forkpatch.publish import PublishOptions, check_uploader, publish
 
         target_text = _public_target(target)
         wheels = tuple(self.dir / "dist" / name for name in build.wheels)
         try:
-            _check_uploader(target)
+            check_uploader(target)
             published = publish(
                 PublishOptions(
                     wheels=wheels,
@@ -1413,19 +1412,6 @@ class _RunCtx:
                 actions={p.file: p.action for p in published},
                 allowed_missing_tiers=tuple(sorted({t for p in published for t in p.overrides})),
             )
-        )
-
-
-def _check_uploader(target: str) -> None:
-    """An upload target needs twine in forkpatch's own environment: say so before trying."""
-    import importlib.util
-    import sys
-
-    if re.match(r"^https?://", target) and importlib.util.find_spec("twine") is None:
-        raise PublishError(
-            f"cannot upload to {_public_target(target)}: twine is not installed in "
-            f"forkpatch's environment ({sys.executable})",
-            tip="install it there: pip install 'forkpatch[publish]' (or pip install twine)",
         )
 
 

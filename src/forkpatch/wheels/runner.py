@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import IO
 
 from forkpatch import log
-from forkpatch.errors import BuildError
+from forkpatch.errors import BuildError, ToolMissing
 from forkpatch.escape import terminal
 from forkpatch.redact import REDACTED, redact, redact_argv
 
-__all__ = ["REDACTED", "format_command", "redact", "run", "tail"]
+__all__ = ["REDACTED", "format_command", "redact", "require_module", "run", "tail"]
 
 #: How many trailing output lines a failure message carries.
 TAIL_LINES = 30
@@ -36,6 +36,20 @@ def format_command(cmd: Sequence[str | os.PathLike[str]]) -> str:
 def tail(text: str, lines: int = TAIL_LINES) -> str:
     """The last ``lines`` lines of ``text``."""
     return "\n".join(text.rstrip("\n").splitlines()[-lines:])
+
+
+def require_module(module: str, *, needed_for: str, install: str) -> None:
+    """Refuse, before anything is done, when ``module`` is not importable by the python
+    forkpatch runs on (it runs it as ``python -m module``); ``install`` is the line that
+    brings it, run with that python."""
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise ToolMissing(
+            f"{needed_for} needs {module}, which is not installed in forkpatch's own "
+            f"environment ({sys.executable})",
+            tip=f"install it there: {sys.executable} -m {install}",
+        )
 
 
 def run(
