@@ -184,6 +184,12 @@ def test_job_conditions_for_each_kind_of_run(event):
     assert got == wanted
 
 
+# The stand-in runs every job on this machine, which has no V100: the sm70 job's
+# smoke is accepted without its GPU tiers, as an operator trying the workflow on a
+# CPU box would say so (without it the job fails: the test below).
+ACCEPT_CPU = "--allow-missing-tier gpu --allow-missing-tier sm70"
+
+
 @pytest.mark.slow
 def test_jobs_run_in_order_with_a_standin_gh(tmp_path):
     with open_pypiserver(tmp_path / "index") as url:
@@ -202,7 +208,9 @@ def test_jobs_run_in_order_with_a_standin_gh(tmp_path):
                 env={
                     "FORKPATCH_BIN": f"{sys.executable} -m forkpatch",
                     "FORKPATCH_FORK_REPO": str(setup.fork),
-                    "FORKPATCH_TRACK_ARGS": f"--smoke-deps none --smoke-with {setup.torch_stub}",
+                    "FORKPATCH_TRACK_ARGS": (
+                        f"--smoke-deps none --smoke-with {setup.torch_stub} {ACCEPT_CPU}"
+                    ),
                 },
                 vars={"FORKPATCH_REPO": "team/forkpatch", "FORKPATCH_PUBLISH_TO": url},
                 secrets={"FORKPATCH_INDEX_USER": "bot", "FORKPATCH_INDEX_PASSWORD": "s3cret"},
@@ -244,3 +252,37 @@ def test_jobs_run_in_order_with_a_standin_gh(tmp_path):
         assert writes == []
         assert git(origin, "rev-parse", "forkpatch/rebase-v1.3.0") == commit
         assert len(json.loads(state.read_text())["pulls"]) == 1
+
+
+@pytest.mark.slow
+def test_the_sm70_job_without_a_v100_fails_and_nothing_is_published(tmp_path):
+    """The sm70 job asks for the sm70 tier: on a runner where it cannot run (no GPU,
+    torch without CUDA, no `smoke.python`) the job is red, publish does not run, and
+    the pull request still says the smoke has not run."""
+    with open_pypiserver(tmp_path / "index") as url:
+        setup = make_setup(
+            tmp_path, tag_v130=False, sections={"publish": {"required-tiers": ["static"]}}
+        )
+        origin = add_origin(setup)
+        tag_release(setup, "v1.3.0")
+        r = WorkflowRun(
+            root=tmp_path / "gh-0",
+            origin=origin,
+            event="schedule",
+            inputs={},
+            env={
+                "FORKPATCH_BIN": f"{sys.executable} -m forkpatch",
+                "FORKPATCH_FORK_REPO": str(setup.fork),
+                "FORKPATCH_TRACK_ARGS": f"--smoke-deps none --smoke-with {setup.torch_stub}",
+            },
+            vars={"FORKPATCH_REPO": "team/forkpatch", "FORKPATCH_PUBLISH_TO": url},
+            secrets={"FORKPATCH_INDEX_USER": "bot", "FORKPATCH_INDEX_PASSWORD": "s3cret"},
+        )
+        r.root.mkdir(parents=True, exist_ok=True)
+        r.run(load_workflow())
+        assert r.needs["smoke"]["result"] == "failure", r.logs
+        assert "publish" not in r.ran or r.needs["publish"]["result"] == "skipped", r.ran
+        assert "tier sm70 did not run (asked for by --tier sm70)" in r.logs["smoke"]
+        assert index_files(url) == []
+        (pr,) = json.loads((r.root / "gh-state.json").read_text())["pulls"]
+        assert pr["title"].endswith("(smoke not run yet)"), pr["title"]

@@ -50,6 +50,9 @@ def test_auto_mode_says_why_it_picks_the_container(
     _, _, err = run("build-wheel", "--base-wheel", str(base), expect=1)
     assert "build mode: container (the series touches compiled code (csrc/ops.cu" in err
     assert "no Docker engine" in err
+    # The tip is one a user's project can follow: no script of forkpatch's own CI.
+    assert "ci/start-docker.sh" not in err and "systemctl start docker" in err
+    assert "DOCKER_HOST" in err and "--mode overlay" in err
     assert _dist(project) == []
 
 

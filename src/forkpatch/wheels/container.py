@@ -126,8 +126,10 @@ def connect(environ: Mapping[str, str] | None = None) -> docker.DockerClient:
     except docker.errors.DockerException as exc:
         raise BuildError(
             f"no Docker engine at {where}: {_short_reason(exc)}",
-            tip="start one (as root: `ci/start-docker.sh`, or `(setsid dockerd &)`) "
-            "or point DOCKER_HOST at a running engine",
+            tip="start the engine on this machine (`sudo systemctl start docker`; without "
+            "systemd: `sudo dockerd &`), make sure your user may use it (`docker info`; the "
+            "docker group), or point DOCKER_HOST at a running engine (ssh://host, tcp://...); "
+            "an overlay build (`--mode overlay --base-wheel ...`) needs no Docker",
         ) from None
     return client
 
