@@ -251,8 +251,10 @@ class ForkRepo:
         return tags
 
     def fetch(self, refspecs: list[str] | None = None) -> None:
-        """Bring the source's tags (and branch heads) into the store."""
-        specs = refspecs or ["+refs/tags/*:refs/tags/*", "+refs/heads/*:refs/fork/heads/*"]
+        """Bring the source's tags into the store (``refspecs``: just those refs). Branch
+        heads are fetched only by name where one is needed (track's default branch):
+        a fork's other branches can hold far more history than its releases."""
+        specs = refspecs or ["+refs/tags/*:refs/tags/*"]
         proc = self.store.run(
             "fetch",
             "--quiet",
