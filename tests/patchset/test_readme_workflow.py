@@ -21,6 +21,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,7 @@ import yaml
 
 from support import realfork
 from support.cli import Runner
+from support.cli import env as cli_env
 from support.git import git
 from support.projects import snapshot
 from support.venvs import make_venv_seeing_this_one
@@ -253,6 +255,32 @@ def test_readme_workflow_on_the_real_series(tmp_path, capsys, monkeypatch):
     (wheel,) = (Path(x) for x in built["wheels"])
     assert wheel.parent == project / "dist" and built["version"].startswith("1.2.1+fp.")
     w.step("verify", str(wheel))
+
+    # A team's deploy line: smoke, and only on success restart the service. Without
+    # torch in the smoke environment (--deps none) no tier ran fully: exit 5, and the
+    # deploy does not happen; neither when sm70 (the default --tier) cannot run here.
+    before = snapshot(project)
+    for extra in (["--deps", "none"], ["--deps", "none", "--tier", "static"]):
+        piped = subprocess.run(
+            [
+                "bash",
+                "-c",
+                f'"$0" -m forkpatch smoke "$1" {" ".join(extra)} && echo deployed',
+                sys.executable,
+                str(wheel),
+            ],
+            cwd=project,
+            env=cli_env(FORKPATCH_FORK_REPO=fork),
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=600,
+        )
+        assert piped.returncode == 5, piped.stderr[-3000:]
+        assert "deployed" not in piped.stdout, piped.stdout
+        assert "error: tier static ran incomplete" in piped.stderr, piped.stderr[-3000:]
+        assert piped.stderr.count("pip install torch==") == 1, piped.stderr[-3000:]
+    assert snapshot(project) == before  # a smoke changes nothing the user made
 
     # Smoke tests and publishing, then pip install back from the published directory.
     missing = realfork.missing_modules(realfork.FORK_MODULES)
