@@ -1338,9 +1338,7 @@ class _RunCtx:
             missing=dict(outcome.missing),
         )
         if outcome.passed and outcome.missing:
-            return StageOutcome(
-                result, stop=True, error=outcome.not_run_error(option="--allow-missing-tier")
-            )
+            return StageOutcome(result, stop=True, error=outcome.not_run_error())
         if outcome.passed:
             return StageOutcome(result)
         return StageOutcome(

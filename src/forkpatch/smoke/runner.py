@@ -85,10 +85,10 @@ class SmokeOutcome:
         """No check failed or errored (a tier that did not run is :attr:`missing`)."""
         return bool(self.report["passed"])
 
-    def not_run_error(self, *, option: str = "--allow-missing-tier") -> TierNotRun:
+    def not_run_error(self) -> TierNotRun:
         """The error for :attr:`missing`: each tier with why, and the two ways on."""
         lines = [f"tier {tier} {why}" for tier, why in self.missing.items()]
-        accept = " ".join(f"{option} {t}" for t in self.missing)
+        accept = " ".join(f"--allow-missing-tier {t}" for t in self.missing)
         where = "; ".join(f"{t} needs {_WHERE[t]}" for t in self.missing if t in _WHERE)
         return TierNotRun(
             "\n".join(lines),
