@@ -125,7 +125,7 @@ def register(cli: click.Group) -> None:
         "--allow-missing-tier",
         "allow_missing",
         multiple=True,
-        type=click.Choice(["static", "gpu", "sm70"]),
+        type=click.Choice(["static", "gpu", "sm70", "gpu-jit"]),
         help="Exit 0 although this tier (asked for by --tier or smoke.required-tiers) "
         "did not run or ran incomplete; the report still says it did not run. "
         "Without it such a run exits 5. Repeatable.",

@@ -66,6 +66,16 @@ SMOKE_CHECKS = (
     "sm70.odd-width-linear",
     "sm70.warmup",
     "sm70.tiny-model-generates",
+    "gpu-jit.library",
+    "gpu-jit.capability-floor",
+    "gpu-jit.padding-helpers",
+    "gpu-jit.eager-block-cast",
+    "gpu-jit.odd-width-linear",
+    "gpu-jit.packed-repack",
+    "gpu-jit.warmup",
+    "gpu-jit.kernel-matrix",
+    "gpu-jit.refusals",
+    "gpu-jit.unpadded-width",
 )
 
 # libyaml's loader when PyYAML was built with it (5-10x faster on large series).

@@ -102,6 +102,7 @@ _WHERE = {
     "static": "the wheel's dependencies (torch included) in the smoke environment",
     "gpu": "a working CUDA device and a CUDA build of torch",
     "sm70": "a Tesla V100 (compute capability 7.0) and the fork's CUDA torch",
+    "gpu-jit": "a GPU of compute capability 7.0 or newer and the PTX library (--ptx-lib)",
 }
 
 
