@@ -25,6 +25,7 @@ from forkpatch.errors import (
     InternalError,
     Interrupted,
     PatchesConflict,
+    StateError,
     UsageError,
 )
 from forkpatch.views import print_results
@@ -220,8 +221,8 @@ def pop(c: Ctx, name: str | None, all_: bool, force: bool) -> None:
 def top(c: Ctx) -> None:
     """Print the name of the top applied patch."""
     name = c.stack().top()
-    if name is None:
-        raise UsageError("no patch is applied")
+    if name is None:  # exit 1 as quilt's "No patches applied": a state, not a usage error
+        raise StateError("no patch is applied", tip="`forkpatch push` applies the next one")
     click.echo(log.shown(name))
 
 
@@ -415,6 +416,7 @@ def import_(
     normalises"); FILES are imported in the order given.
     """
     from forkpatch.importer import import_patches
+    from forkpatch.stack import Stack
 
     if not files and quilt_dir is None:
         raise UsageError("nothing to import", tip="give FILES... or --quilt DIR")
@@ -427,6 +429,12 @@ def import_(
             )
     project = c.project()
     with project.locked("import"):
+        # Inserted among the applied patches, the new ones join the stack: checked first
+        # (nothing unsaved in the work tree), rebuilt once the files are written.
+        stack = Stack(project)
+        series = project.series
+        position = len(series.patches) if after is None else series.index(after) + 1
+        rebuild = stack.stack_for_insert(position)
         entries = import_patches(
             project,
             files=list(files),
@@ -439,6 +447,7 @@ def import_(
             canonical=canonical,
             merge=merge,
         )
+        stack.after_series_change(rebuild)
     for e in entries:
         log.info(f"imported {e.name} -> patches/{e.file}")
 

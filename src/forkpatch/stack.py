@@ -259,14 +259,65 @@ class Stack:
     def is_dirty(self, wt: Git) -> bool:
         return bool(self.changes(wt))
 
-    def require_clean(self, wt: Git, what: str) -> None:
-        if self.is_dirty(wt):
+    def guard_worktree(
+        self,
+        wt: Git,
+        doing: str,
+        *,
+        force: bool = False,
+        can_force: bool = False,
+        rebase: Path | None = None,
+    ) -> None:
+        """The check every command runs before it rewrites the editing work tree.
+
+        What it protects is what is in no object: ``git status`` of the work tree
+        against its HEAD (files modified, staged, deleted, or new and not ignored).
+        Commits made by hand are objects (:meth:`require_refreshed` checks those), and
+        files the fork's .gitignore ignores (caches, build output) are not edits.
+        ``force``: discard them, naming each (``can_force``: the command has --force,
+        the way out the message names for that). ``rebase``: the conflict work tree of a
+        rebase in progress (the ways out differ: patches cannot be refreshed then)."""
+        changes = self.changes(wt)
+        if not changes:
+            return
+        where = wt.work_tree
+        listing = worktree.describe_changes(changes)
+        if force:
+            log.warn(f"discarding uncommitted changes in {where}: {listing}")
+            return
+        aside = (
+            f"keep them aside with `git -C {where} stash push -u` (and `git -C {where} "
+            "stash pop` afterwards)"
+        )
+        discard = (
+            "pass --force to discard them"
+            if can_force
+            else f"discard them with `git -C {where} reset -q --hard && git -C {where} clean -fd`"
+        )
+        if rebase is not None:
             raise StateError(
-                f"the work tree {wt.work_tree} has changes that are not in a patch; "
-                f"{what} would lose them",
-                tip="run `forkpatch refresh` to write them into the top patch, "
-                "or discard them with `git -C <worktree> checkout -- .`",
+                f"the editing work tree {where} has uncommitted changes that are in no "
+                f"patch: {listing}; {doing} would rebuild it on the new base and lose them "
+                f"(a conflict is resolved in {rebase}, not there); nothing was changed",
+                tip="`forkpatch rebase --abort` keeps them and undoes the rebase (then "
+                f"`forkpatch refresh` and rebase again); or {aside}, once the rebase is done "
+                f"(they were made on the old base); or {discard}",
             )
+        top = self.top_of(wt)
+        keep = (
+            f"`forkpatch refresh` writes them into the top patch '{top}'"
+            if top is not None
+            else "`forkpatch new NAME` and `forkpatch refresh` make them a patch"
+        )
+        raise StateError(
+            f"the work tree {where} has uncommitted changes that are in no patch: "
+            f"{listing}; {doing} would lose them, so nothing was changed",
+            tip=f"{keep}; or {aside}; or {discard}",
+        )
+
+    def top_of(self, wt: Git) -> str | None:
+        applied = self.applied(wt)
+        return applied[-1].name if applied else None
 
     # ----------------------------------------------------------------- apply
 
@@ -371,9 +422,9 @@ class Stack:
             and (where is None or where.resolve() == existing)
         ):
             wt = self.wt(check_base=not force)
+            self.guard_worktree(wt, "re-applying the series", force=force, can_force=True)
             if not force:
                 taken = self.check_outside_changes(wt, "apply", take=True)
-                self.require_clean(wt, "re-applying the series")
                 self.require_refreshed(wt)
                 self.say_taken("apply", taken)
         entries = list(series.patches)
@@ -717,7 +768,7 @@ class Stack:
         applied = self.applied(wt)
         taken = self.check_outside_changes(wt, command, take=True, applied=applied)
         if taken:
-            self.require_clean(wt, f"taking the files changed outside forkpatch for `{command}`")
+            self.guard_worktree(wt, f"taking the files changed outside forkpatch for `{command}`")
             self.require_refreshed(wt, applied)
             self.say_taken(command, taken)
             renamed = {c.old: c.name for c in taken if c.old}
@@ -767,7 +818,7 @@ class Stack:
         self, name: str | None = None, all_: bool = False, merge: bool = False
     ) -> list[PatchResult]:
         wt = self.wt()
-        self.require_clean(wt, "pushing")
+        self.guard_worktree(wt, "pushing")
         self.take_outside_changes(wt, "push")
         applied = self.applied(wt)
         todo = self.unapplied(applied)
@@ -783,6 +834,9 @@ class Stack:
         if name is not None:
             series.get(name)  # an unknown name is an error of its own, applied or not
         if not todo:
+            if all_ and name is None:  # --all asks for a state that already holds
+                log.info("all patches are already applied")
+                return []
             raise UsageError("all patches are applied", tip="`forkpatch top` shows the top")
         if name is not None:
             idx = [p.name for p in todo].index(name) if name in [p.name for p in todo] else None
@@ -833,19 +887,8 @@ class Stack:
                 tip="run `forkpatch push --merge` to bring it in with conflict markers, or fix "
                 "the patch file",
             )
-        state = self.state
-        if "editing" in state:
-            above = [
-                n
-                for n in state["editing"].get("above", [])
-                if n not in {r.name for r in result.results}
-            ]
-            if above:
-                state["editing"]["above"] = above
-            else:
-                state.pop("editing")
-            self.project.write_state(state)
         self.remember(wt, pushed)
+        self._settle_editing(wt)
         return result.results
 
     @staticmethod
@@ -914,8 +957,8 @@ class Stack:
         else:
             keep = len(applied) - 1
         popped = applied[keep:]
+        self.guard_worktree(wt, "popping", force=force, can_force=True)
         if not force:
-            self.require_clean(wt, "popping")
             self.require_refreshed(wt, popped)
         target = applied[keep - 1].commit if keep else self.base_commit()
         wt.run("reset", "-q", "--hard", target)
@@ -923,7 +966,7 @@ class Stack:
         state = self.state
         state.pop("editing", None)
         self.project.write_state(state)
-        return [p.name for p in popped]
+        return [p.name for p in reversed(popped)]  # in the order they came off, top first
 
     # ----------------------------------------------------------------- refresh
 
@@ -1142,16 +1185,50 @@ class Stack:
         if entry.name not in names:
             self.push(entry.name)
             return wt.work_tree  # type: ignore[return-value]
-        self.require_clean(wt, f"going to '{name}'")
         idx = names.index(entry.name)
         above = applied[idx + 1 :]
-        self.require_refreshed(wt, above)
-        if above:
+        if above:  # the top is edited where it is: nothing in the work tree moves
+            self.guard_worktree(wt, f"going to '{name}'")
+            self.require_refreshed(wt, above)
             wt.run("reset", "-q", "--hard", applied[idx].commit)
             state = self.state
-            state["editing"] = {"patch": entry.name, "above": [a.name for a in above]}
+            before = state.get("editing", {}).get("above", [])
+            state["editing"] = {"patch": entry.name, "above": [a.name for a in above] + before}
             self.project.write_state(state)
+            self._settle_editing(wt)
         return wt.work_tree  # type: ignore[return-value]
+
+    def _settle_editing(self, wt: Git, renames: dict[str, str] | None = None) -> None:
+        """Make the editing position match the stack after any command that changed it.
+
+        ``edit`` pops the patches above the edited one and remembers them so that
+        ``refresh`` re-applies them. Whatever happens to the stack since (a ``new``
+        patch on top, a ``push``, a rename, a move or an import into the series, a
+        deletion), the position is: the top applied patch is the one being edited,
+        and the patches to re-apply are every unapplied one after it in series order,
+        up to the last one ``edit`` popped; with none left there is no edit pending.
+        ``renames``: old name -> new name."""
+        state = self.state
+        editing = state.get("editing")
+        if not editing:
+            return
+        renames = renames or {}
+        order = self.project.series.names()
+        applied = [a.name for a in self.applied(wt)]
+        pending = {renames.get(n, n) for n in editing.get("above", [])} & set(order)
+        settled = None
+        if applied and renames.get(editing["patch"], editing["patch"]) in applied and pending:
+            start = order.index(applied[-1]) + 1 if applied[-1] in order else len(order)
+            end = max(order.index(n) for n in pending) + 1
+            above = [n for n in order[start:end] if n not in applied]
+            if above:
+                settled = {"patch": applied[-1], "above": above}
+        if settled != editing:
+            if settled is None:
+                state.pop("editing")
+            else:
+                state["editing"] = settled
+            self.project.write_state(state)
 
     # ----------------------------------------------------------------- series edits
 
@@ -1183,9 +1260,19 @@ class Stack:
         )
         patches = list(series.patches)
         patches.insert(position, entry)
+        changes = self.changes(wt)
         self.project.commit({entry: ("", b"")}, series.with_patches(patches))
         wt.run("update-ref", "HEAD", commit)
         self.remember(wt, [entry.name])
+        self._settle_editing(wt)
+        if changes:
+            # Nothing in the work tree moves: what was not refreshed stays, and belongs
+            # to the new top patch from now on.
+            log.warn(
+                f"the work tree's uncommitted changes stay in {wt.work_tree}: "
+                f"{worktree.describe_changes(changes)}; `forkpatch refresh` now writes them "
+                f"into '{name}', the new top"
+            )
         return entry
 
     def delete(self, name: str, keep_file: bool = False) -> None:
@@ -1209,11 +1296,14 @@ class Stack:
             series.with_patches(p for p in series.patches if p.name != entry.name),
         )
         self.remember(wt, [], forget=[entry.name])
+        if wt is not None:
+            self._settle_editing(wt)
 
-    def _rebuild_applied(self, names: set[str]) -> list[str]:
+    def _rebuild_applied(self, names: set[str], renames: dict[str, str] | None = None) -> list[str]:
         """Re-create the work tree's stack from the files after a change of series.yaml:
         the shortest prefix of the (new) order that holds every name in ``names``, so
-        that nothing applied before is left unapplied. Returns the names applied."""
+        that nothing applied before is left unapplied (and the editing position moved
+        with it; ``renames``: old name -> new). Returns the names applied."""
         if self.worktree_path() is None:
             return []
         wt = self.wt()
@@ -1230,7 +1320,36 @@ class Stack:
             raise PatchApplyError(bad.describe_failure("the rebuilt stack"))
         self._widen(wt, self._touched(result))
         wt.run("reset", "-q", "--hard", result.head or self.base_commit())
+        self._settle_editing(wt, renames)
         return order[:count]
+
+    def stack_for_insert(self, position: int) -> set[str] | None:
+        """Before patches are inserted into series.yaml at index ``position``: when that
+        falls among the applied patches, the names to rebuild the stack with afterwards
+        (:meth:`after_series_change`), checked first to lose nothing; else None."""
+        if not self._has_worktree() or self.base_mismatch() is not None:
+            return None
+        wt = self.wt()
+        applied = self.applied(wt)
+        if position >= len(applied):
+            return None
+        self.guard_worktree(wt, "inserting patches among the applied ones")
+        self.require_refreshed(wt, applied)
+        return {a.name for a in applied}
+
+    def after_series_change(self, rebuild: set[str] | None) -> None:
+        """After series.yaml changed: the stack rebuilt with ``rebuild`` (from
+        :meth:`stack_for_insert`), or only the editing position settled."""
+        if not self._has_worktree() or self.base_mismatch() is not None:
+            return
+        if rebuild is not None:
+            self._rebuild_applied(rebuild)
+        else:
+            self._settle_editing(self.wt())
+
+    def _has_worktree(self) -> bool:
+        path = self.worktree_path()
+        return path is not None and (path / ".git").exists()
 
     def rebuild_on(self, base: str, names: Iterable[str]) -> None:
         """After series.yaml moved to ``base`` (a rebase): the stack on ``base``, up to
@@ -1256,8 +1375,8 @@ class Stack:
         if self.worktree_path() is not None:
             wt = self.wt()
             applied = self.applied(wt)
+            self.guard_worktree(wt, "renaming")
             taken = self.check_outside_changes(wt, "rename", take=True, applied=applied)
-            self.require_clean(wt, "renaming")
             self.require_refreshed(wt, applied)
             self.say_taken("rename", taken)
             names = {new if a.name == entry.name else a.name for a in applied}
@@ -1266,7 +1385,9 @@ class Stack:
             new_file = f"{new}.patch"
             if (self.project.patches_dir / new_file).exists():
                 raise UsageError(f"patches/{new_file} already exists")
-        renamed = replace(entry, name=new, file=new_file)
+        # A summary that was only the name (what `new` writes without -m) follows it.
+        summary = new if entry.summary == entry.name else entry.summary
+        renamed = replace(entry, name=new, file=new_file, summary=summary)
         files: dict[Path, bytes | Path | None] = {}
         if entry.file and new_file != entry.file:
             # The bytes move as they are: the file is renamed, not re-rendered.
@@ -1281,7 +1402,7 @@ class Stack:
             ),
             extra=files,
         )
-        self._rebuild_applied(names)
+        self._rebuild_applied(names, {entry.name: new})
         self.remember(None)  # the stack was rebuilt from every file
         return renamed
 
@@ -1296,6 +1417,13 @@ class Stack:
         series = self.project.series
         entry = series.get(name)
         others = [p for p in series.patches if p.name != entry.name]
+        for option, other in (("--before", before), ("--after", after)):
+            if other is not None and series.get(other).name == entry.name:
+                raise UsageError(
+                    f"cannot move '{name}' {option} itself; nothing was changed",
+                    tip=f"name another patch: `forkpatch move {name} {option} OTHER` "
+                    f"(`forkpatch status` lists the order), or `--to N`",
+                )
         if before is not None:
             idx = [p.name for p in others].index(series.get(before).name)
         elif after is not None:
@@ -1312,8 +1440,8 @@ class Stack:
         if self.worktree_path() is not None:
             wt = self.wt()
             applied = self.applied(wt)
+            self.guard_worktree(wt, "reordering")
             taken = self.check_outside_changes(wt, "move", take=True, applied=applied)
-            self.require_clean(wt, "reordering")
             self.require_refreshed(wt, applied)
             self.say_taken("move", taken)
             names = {a.name for a in applied}
@@ -1396,7 +1524,7 @@ class Stack:
             if by_name[a.name].file is not None:
                 mine.append(a)
             else:
-                self._refuse_commits_on_step(a)
+                self._refuse_commits_on_step(wt, a)
         unresolved: list[str] = []
         for entry, old_bytes, rendered, summary in self._exported(wt, mine, offsets=offsets):
             writes[entry] = rendered.data
@@ -1463,12 +1591,12 @@ class Stack:
                 yield entry, old_bytes, rendered, summary
 
     @staticmethod
-    def _refuse_commits_on_step(a: AppliedPatch) -> None:
+    def _refuse_commits_on_step(wt: Git, a: AppliedPatch) -> None:
         if len(a.commits) > 1:
             raise StateError(
                 f"commit(s) {', '.join(c[:12] for c in a.commits[1:])} sit on the build step "
                 f"'{a.name}', which has no diff to hold them",
-                tip=f"undo them with `git -C <worktree> reset --soft {a.first[:12]}`, then "
+                tip=f"undo them with `git -C {wt.work_tree} reset --soft {a.first[:12]}`, then "
                 "`forkpatch new NAME` and `forkpatch refresh` to make them a patch",
             )
 

@@ -200,6 +200,31 @@ def status(wt: Git) -> list[Change]:
     return out
 
 
+_WHAT = {
+    "M": "modified",
+    "A": "added",
+    "D": "deleted",
+    "R": "renamed",
+    "C": "copied",
+    "T": "type changed",
+    "U": "unmerged",
+}
+
+
+def describe_changes(changes: Sequence[Change], limit: int = 8) -> str:
+    """``changes`` for a message: each path with what happened to it, the first ``limit``."""
+
+    def what(c: Change) -> str:
+        if c.xy == "??":
+            return "new, untracked"
+        letter = (c.xy[1] if c.xy[1] != " " else c.xy[0]).upper()
+        return _WHAT.get(letter, "changed")
+
+    shown = ", ".join(f"{c.path} ({what(c)})" for c in changes[:limit])
+    more = len(changes) - limit
+    return shown + (f" and {more} more (`git status` lists them)" if more > 0 else "")
+
+
 def phantoms(wt: Git, changes: Sequence[Change]) -> list[str]:
     """Paths git reports as modified whose bytes equal the blob git recorded for them."""
     candidates = [c.path for c in changes if c.xy == " M"]

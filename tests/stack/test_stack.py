@@ -48,10 +48,15 @@ def test_push_pop_top(tmp_path, capsys):
     assert _log(ex.wt) == EXAMPLE_NAMES[:3]
     ex.run("pop", "capability-floor")
     assert _log(ex.wt) == EXAMPLE_NAMES[:1]
-    ex.run("pop", "--all")
+    ex.run("push", "--all")
+    # Popped patches are listed in the order they come off, top first (as quilt does).
+    _, _, err = ex.run("pop", "--all")
+    popped = [line.removeprefix("popped ") for line in err.splitlines() if "popped" in line]
+    assert popped == EXAMPLE_NAMES[::-1], err
     assert _log(ex.wt) == []
-    _, _, err = ex.run("top", expect=2)
-    assert "no patch is applied" in err
+    # Nothing applied is a state, not a usage error: exit 1, as quilt's "No patches applied".
+    _, out, err = ex.run("top", expect=1)
+    assert out == "" and "no patch is applied" in err
     _, _, err = ex.run("pop", expect=2)
     ex.run("push")
     assert _log(ex.wt) == EXAMPLE_NAMES[:1]
@@ -65,6 +70,11 @@ def test_push_pop_top(tmp_path, capsys):
     assert _log(ex.wt) == EXAMPLE_NAMES
     _, _, err = ex.run("push", expect=2)
     assert "all patches are applied" in err
+    # --all asks for a state that already holds: a note, exit 0, nothing moves.
+    head = git(ex.wt, "rev-parse", "HEAD")
+    _, _, err = ex.run("push", "--all")
+    assert "all patches are already applied" in err
+    assert git(ex.wt, "rev-parse", "HEAD") == head
     # A typo'd name is named as such, whatever is applied, with a suggestion.
     for args in (("push", "eager-blockcast"), ("pop", "capabilty-floor")):
         _, _, err = ex.run(*args, expect=1)
@@ -76,7 +86,8 @@ def test_push_pop_top(tmp_path, capsys):
     # Unsaved changes are protected.
     (ex.wt / "vllm" / "__init__.py").write_text("changed\n")
     _, _, err = ex.run("pop", expect=1)
-    assert "not in a patch" in err
+    assert "in no patch: vllm/__init__.py (modified)" in err, err
+    assert f"git -C {ex.wt} stash" in err and "pass --force to discard" in err, err
     ex.run("pop", "--force")
     assert _log(ex.wt) == EXAMPLE_NAMES[:3]
     assert git(ex.wt, "status", "--porcelain") == ""

@@ -211,6 +211,7 @@ def continue_(project: Project, report_dir: Path | None = None) -> RebaseResult:
     """Take the resolved work tree (or finish interrupted writes) and go on."""
     journal = Journal(project)
     state = journal.load()
+    _guard_stack(project, state, "`forkpatch rebase --continue`")
     if state.phase == "writing":
         return _finish(project, journal, state, report_dir)
     tree = ConflictTree(project)
@@ -237,6 +238,15 @@ def continue_(project: Project, report_dir: Path | None = None) -> RebaseResult:
             evidence="resolved by hand to no change: the new base already holds it",
         )
     else:
+        # The whole conflict work tree is the resolution, as `git add -A` before `git
+        # rebase --continue` would make it: a file the patch did not touch is taken too
+        # (moving a change to where upstream moved the code is a resolution), and named.
+        extra = sorted(set(changed) - set(outcome.files))
+        if extra:
+            log.warn(
+                f"'{outcome.name}' now also changes {', '.join(extra)} (edited in {tree.path}; "
+                "the patch did not touch them before)"
+            )
         header = item.patch.header if item.patch else ""
         head = wt.commit_tree(
             resolved,
@@ -266,6 +276,7 @@ def skip(project: Project, report_dir: Path | None = None) -> RebaseResult:
             "the rebase is not stopped at a conflict",
             tip="`forkpatch rebase --continue` finishes it",
         )
+    _guard_stack(project, state, "`forkpatch rebase --skip`")
     index = state.conflict_index
     old = state.outcomes[index]
     outcome = Outcome(
@@ -322,6 +333,7 @@ def abort(project: Project) -> list[str]:
     """Restore series.yaml, patches/ and the stack exactly as before the rebase."""
     journal = Journal(project)
     state = journal.load()
+    _guard_stack(project, state, "`forkpatch rebase --abort`", only_if_moved=True)
     changed = journal.restore(state)
     if state.stack is not None:
         _move_stack(project, state.stack.head, state.stack.base)
@@ -438,7 +450,7 @@ def _stack_before(project: Project) -> StackPosition | None:
             tip="run `forkpatch refresh` first",
         )
     wt = stack.wt()
-    stack.require_clean(wt, "rebasing")
+    stack.guard_worktree(wt, "rebasing")
     applied = stack.applied(wt)
     # The rebase reads patches/ as they are: it takes what changed outside forkpatch,
     # unless the work tree has edits of its own there too.
@@ -448,6 +460,26 @@ def _stack_before(project: Project) -> StackPosition | None:
     return StackPosition(
         head=stack.head(wt), base=stack.base_commit(), applied=tuple(a.name for a in applied)
     )
+
+
+def _guard_stack(
+    project: Project, state: RebaseState, doing: str, *, only_if_moved: bool = False
+) -> None:
+    """Before a rebase step that moves the editing stack changes anything: refuse when
+    the editing work tree holds edits that are in no object (see Stack.guard_worktree).
+    ``only_if_moved``: only when the stack is no longer where the rebase found it."""
+    from forkpatch.stack import Stack
+
+    if state.stack is None:
+        return
+    path = (project.read_state() or {}).get("worktree")
+    if not path or not (Path(path) / ".git").exists():
+        return
+    stack = Stack(project)
+    wt = stack.wt(check_base=False)
+    if only_if_moved and stack.head(wt) == state.stack.head:
+        return
+    stack.guard_worktree(wt, doing, rebase=ConflictTree(project).path)
 
 
 def _move_stack(project: Project, head: str, base: str) -> None:
