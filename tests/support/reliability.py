@@ -44,6 +44,7 @@ ORDER = [
     "path safety",
     "writes outside the project",
     "interruptions",
+    "uncommitted edits",
     "concurrency",
     "changed outside forkpatch",
     "fork moving",
@@ -82,6 +83,10 @@ counted). What each category proves:
 - **interruptions**: forkpatch SIGKILLs itself at the n-th write event
   (`FORKPATCH_TEST_KILL_AT`, a test hook in `fsutil`); afterwards series.yaml, patches/
   and dist/ are exactly the old or exactly the new content.
+- **uncommitted edits**: what a person changed in the editing work tree and did not
+  refresh yet (in no object: `git status` of `.forkpatch/worktree`) is never lost: every
+  command that would rewrite the work tree (`Stack.guard_worktree`) refuses before changing
+  anything, naming each file and each way out, or leaves the work tree as it is and says so.
 - **concurrency**: a second process is refused with the holder's pid; kill -9 of the
   holder and a lock file naming a dead pid do not block anyone.
 - **changed outside forkpatch**: a patch file or series.yaml entry that a `git pull` or

@@ -51,6 +51,7 @@ from forkpatch.rebase.plan import (
 from forkpatch.rebase.report import Report
 from forkpatch.rebase.state import Journal, RebaseState, StackPosition
 from forkpatch.series import PATCHES_DIR, SERIES_FILE, BaseRef, Series, dump_series, parse_series
+from forkpatch.worktree import describe_changes
 
 REPORTS_DIR = "reports"
 HEAD_REF = "refs/forkpatch/rebase/head"
@@ -478,6 +479,12 @@ def _guard_stack(
     stack = Stack(project)
     wt = stack.wt(check_base=False)
     if only_if_moved and stack.head(wt) == state.stack.head:
+        kept = stack.changes(wt)
+        if kept:
+            log.info(
+                f"the uncommitted changes in {wt.work_tree} are kept (the stack does not "
+                f"move): {describe_changes(kept)}"
+            )
         return
     stack.guard_worktree(wt, doing, rebase=ConflictTree(project).path)
 
