@@ -139,6 +139,7 @@ def test_hand_made_commits_on_a_build_step_are_not_lost(tmp_path, capsys):
         assert "vllm-dist-info" in err, err
     _, _, err = ex.run("export", expect=1)
     assert "build step 'vllm-dist-info'" in err and "forkpatch new" in err
+    assert f"git -C {ex.wt} reset --soft" in err and "<worktree>" not in err, err
 
 
 def test_rebase_keeps_the_build_step_in_the_stack(tmp_path, capsys):

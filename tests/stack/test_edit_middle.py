@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+
+import pytest
+
 from support.git import git, numbered
 from support.projects import mtimes, scratch_project, snapshot
 
@@ -155,3 +159,48 @@ def test_push_merge_works_after_a_refresh_below_popped_patches(tmp_path, capsys)
     assert out.strip() == "high"
     final = (project / "patches" / "high.patch").read_text()
     assert "-line 5\n+line five\n" in final and " line FOUR\n" in final
+
+
+def _import_after_low(tmp_path, run):
+    extra = tmp_path / "extra.patch"
+    extra.write_text(
+        "Add g.\n\ndiff --git a/g.txt b/g.txt\nnew file mode 100644\n"
+        "--- /dev/null\n+++ b/g.txt\n@@ -0,0 +1 @@\n+g\n"
+    )
+    run("import", "--after", "low", str(extra))
+
+
+STACK_CHANGES = {
+    "new": lambda tmp_path, run: run("new", "between"),
+    "push": lambda tmp_path, run: run("push"),
+    "rename the edited patch": lambda tmp_path, run: run("rename", "low", "low-2"),
+    "rename a popped patch": lambda tmp_path, run: run("rename", "mid", "mid-2"),
+    "delete a popped patch": lambda tmp_path, run: run("delete", "high"),
+    "move a popped patch": lambda tmp_path, run: run("move", "high", "--before", "mid"),
+    "import after the edited patch": _import_after_low,
+}
+
+
+@pytest.mark.parametrize("change", list(STACK_CHANGES))
+def test_the_editing_position_follows_every_change_of_the_stack(tmp_path, capsys, change):
+    """After `edit low` and any command that changes the stack, `status` names the patch
+    being edited as the top of the stack, and `refresh` re-applies everything above it:
+    the whole series is applied again, and no edit is left pending."""
+    _project, run, _wt, _f = _series(tmp_path, capsys)
+    run("edit", "low")
+    STACK_CHANGES[change](tmp_path, run)
+    status = json.loads(run("status", "--json")[1])
+    top = run("top")[1].strip()
+    if status["editing"] is not None:
+        assert status["editing"] == top, status
+    _, _, err = run("status")
+    assert ("editing 'low'" not in err) or top == "low", err
+    run("refresh")
+    status = json.loads(run("status", "--json")[1])
+    assert status["editing"] is None, status
+    assert all(p["applied"] for p in status["patches"]), status
+    # ... in series order: the stack is a prefix of series.yaml (here, all of it).
+    assert run("top")[1].strip() == status["patches"][-1]["name"]
+    run("push", "--all")  # refused if the stack were out of series order
+    _, _, err = run("status")
+    assert "editing '" not in err

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from support.git import git
 from support.projects import EXAMPLE_NAMES, copy_example, load, mtimes, snapshot
 
@@ -235,3 +237,31 @@ def test_move_refused_when_order_matters(tmp_path, capsys):
     assert "patch 'depends' does not apply" in err and "nothing was changed" in err
     assert snapshot(ex.project) == before
     assert git(ex.wt, "rev-parse", "HEAD") == head
+
+
+@pytest.mark.parametrize("applied", [True, False], ids=["work tree", "no work tree"])
+@pytest.mark.parametrize("where", ["--before", "--after"])
+def test_moving_a_patch_relative_to_itself_is_a_usage_error(tmp_path, capsys, where, applied):
+    ex = copy_example(tmp_path, capsys)
+    if applied:
+        ex.run("apply")
+    before = snapshot(ex.project)
+    _, _, err = ex.run("move", "odd-width-padding", where, "odd-width-padding", expect=2)
+    assert f"cannot move 'odd-width-padding' {where} itself; nothing was changed" in err, err
+    assert "tip:" in err and "internal error" not in err
+    assert snapshot(ex.project) == before
+
+
+def test_rename_carries_along_a_summary_that_was_the_name(tmp_path, capsys):
+    ex = copy_example(tmp_path, capsys)
+    ex.run("apply")
+    ex.run("new", "tmp-fix")  # no -m: the summary is the name
+    ex.run("new", "other", "-m", "Other thing")
+    ex.run("pop")
+    ex.run("rename", "tmp-fix", "real-fix")
+    ex.run("rename", "other", "other-2")
+    series = load(ex.project)
+    assert series.get("real-fix").summary == "real-fix"
+    assert series.get("other-2").summary == "Other thing"  # a summary someone wrote stays
+    ex.run("export")  # the work tree's commit agrees: nothing turns it back
+    assert load(ex.project).get("real-fix").summary == "real-fix"
