@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from forkpatch.engine import Item, PatchResult, SeriesApplier
-from forkpatch.errors import SeriesError, UsageError
-from forkpatch.forkrepo import STORE_DIR, ForkRepo
+from forkpatch.errors import ForkRepoError, SeriesError, UsageError
+from forkpatch.forkrepo import (
+    ENV_FORK_REPO,
+    STORE_DIR,
+    ForkRepo,
+    choose_source,
+    is_local_source,
+    local_git_dir,
+)
 from forkpatch.fsutil import atomic_write
+from forkpatch.git import Git
 from forkpatch.project import Project
 from forkpatch.redact import CREDENTIAL_TIP, hide_url_secrets, url_has_credentials
 from forkpatch.series import SERIES_FILE, load_series, new_series, save_series
@@ -48,14 +57,22 @@ def init_project(
             f"{series_path} already exists",
             tip="edit it, or pass --force to start over (patches/ is kept)",
         )
+    enclosing = _enclosing_repository(root)
+    if enclosing is not None:
+        _refuse_the_fork(root, enclosing, fork_url, fork_override)
+    made = not root.exists()
     root.mkdir(parents=True, exist_ok=True)
     fresh = not (root / STORE_DIR).exists()
     try:
         fork = ForkRepo.open(root, fork_url, fork_override)
         commit = fork.resolve_tag(base_tag)
+        if enclosing is not None:
+            _refuse_the_fork(root, enclosing, fork_url, fork_override, commit)
     except BaseException:
         if fresh:  # a failed init leaves the directory as it found it
             shutil.rmtree(root / STORE_DIR, ignore_errors=True)
+        if made:
+            shutil.rmtree(root, ignore_errors=True)
         raise
     name = fork_name or Path(fork_url.rstrip("/")).name.removesuffix(".git") or "fork"
     series = new_series(
@@ -65,6 +82,64 @@ def init_project(
     _ensure_gitignore(root)
     save_series(series, series_path)
     return Project(root=root, fork_override=fork_override)
+
+
+def _enclosing_repository(root: Path) -> Path | None:
+    """The git directory of the repository whose work tree holds ``root``, if any."""
+    for d in (root, *root.parents):
+        if (d / ".git").exists():
+            try:
+                return local_git_dir(str(d))
+            except ForkRepoError:
+                return None
+    return None
+
+
+def _refuse_the_fork(
+    root: Path, repo: Path, fork_url: str, override: str | None, commit: str | None = None
+) -> None:
+    """Refuse a project inside a clone of the fork: init writes series.yaml, patches/ and
+    .forkpatch/ and edits .gitignore, and forkpatch never writes into the fork. The
+    repository is the fork when it is the local fork forkpatch would use, when one of
+    its remotes is the fork URL, or (``commit``) when it holds the base commit."""
+    git = Git(repo)
+    why = None
+    source, _how = choose_source(fork_url, override)
+    if is_local_source(source):
+        with contextlib.suppress(ForkRepoError):
+            if local_git_dir(source) == repo:
+                why = f"it is the fork repository {source}"
+    if why is None:
+        raw = git.run("config", "--get-regexp", r"^remote\..*\.url$", check=False).stdout
+        wanted = _same_url(fork_url)
+        for line in raw.decode("utf-8", "replace").splitlines():
+            remote, _, url = line.partition(" ")
+            if _same_url(url) == wanted:
+                why = f"its remote {remote.split('.')[1]} is the fork URL {hide_url_secrets(url)}"
+    holds = commit is not None and git.run("cat-file", "-e", commit, check=False).returncode == 0
+    if why is None and holds:
+        assert commit is not None
+        why = f"it holds the fork's base commit {commit[:12]}"
+    if why is not None:
+        top = repo.parent if repo.name == ".git" else repo
+        raise UsageError(
+            f"{root} is inside {top}, a clone of the fork ({why}): init would write "
+            "series.yaml, patches/ and .forkpatch/ into it and edit its .gitignore, and "
+            "forkpatch never writes into the fork; nothing was written",
+            tip="make the project in a directory of its own outside the clone (a team "
+            "repository), and let forkpatch read the clone from there: `--fork-repo "
+            f"{top}` or `export {ENV_FORK_REPO}={top}`",
+        )
+
+
+def _same_url(url: str) -> str:
+    """A fork URL compared loosely: no trailing slash or .git, scheme and host in lower case."""
+    url = url.strip().rstrip("/").removesuffix(".git")
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    host, _, path = rest.partition("/")
+    return f"{scheme.lower()}://{host.lower()}/{path}"
 
 
 def _ensure_gitignore(root: Path) -> None:

@@ -214,3 +214,62 @@ def test_init_ignores_state_and_dist_once(tmp_path, capsys):
     assert git(other, "check-ignore", "dist/x.whl") == "dist/x.whl"
     Runner(other, capsys)("init", "--fork-url", str(ex.fork.path), "--base", "v1.2.1", "--force")
     assert (other / ".gitignore").read_text().splitlines() == [".forkpatch/", "dist/"]
+
+
+URL = "https://github.com/1CatAI/1Cat-vLLM.git"
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        "the clone is FORKPATCH_FORK_REPO",
+        "the clone is --fork-url",
+        "a subdirectory, origin is the fork URL",
+        "a clone without remotes that holds the base",
+        "a linked work tree of the clone",
+    ],
+)
+def test_init_inside_a_clone_of_the_fork_is_refused(tmp_path, capsys, monkeypatch, how):
+    """forkpatch never writes into the fork: init refuses a directory inside a clone of
+    it, and leaves the clone exactly as it was (no series.yaml, no .gitignore edit)."""
+    ex = copy_example(tmp_path, capsys, with_project=False)
+    clone = tmp_path / "1Cat-vLLM"
+    git(tmp_path, "clone", "-q", str(ex.fork.path), str(clone))
+    (clone / ".gitignore").write_text("*.pyc\n")
+    git(clone, "add", ".gitignore")
+    git(clone, "commit", "-q", "-m", "ignore")
+    where, url, pre = clone, URL, []
+    if how == "the clone is FORKPATCH_FORK_REPO":
+        monkeypatch.setenv("FORKPATCH_FORK_REPO", str(clone))
+    elif how == "the clone is --fork-url":
+        url = str(clone)
+    elif how == "a subdirectory, origin is the fork URL":
+        git(clone, "remote", "set-url", "origin", "https://GitHub.com/1CatAI/1Cat-vLLM/")
+        where = clone / "vllm"
+        pre = ["--fork-repo", str(ex.fork.path)]
+    elif how == "a clone without remotes that holds the base":
+        git(clone, "remote", "remove", "origin")
+        where = clone / "my-patches"  # not there yet: init would create it
+        url = str(ex.fork.path)
+    else:
+        where = tmp_path / "linked"
+        git(clone, "worktree", "add", "-q", str(where))
+        url = str(clone)
+        clone = where
+    before = git(clone, "status", "--porcelain", "--ignored", "-uall")
+    _, _, err = Runner(tmp_path, capsys)(
+        *pre, "-C", str(where), "init", "--fork-url", url, "--base", "v1.2.1", expect=2
+    )
+    assert "a clone of the fork" in err and "nothing was written" in err, err
+    assert "--fork-repo" in err and "tip:" in err
+    assert git(clone, "status", "--porcelain", "--ignored", "-uall") == before
+    assert (clone / ".gitignore").read_text() == "*.pyc\n"
+    assert not (where / "series.yaml").exists() and not (where / ".forkpatch").exists()
+
+
+def test_init_in_a_team_repository_beside_the_fork_works(tmp_path, capsys):
+    ex = copy_example(tmp_path, capsys, with_project=False)
+    git(ex.project, "init", "-q")
+    git(ex.project, "remote", "add", "origin", "https://git.example.com/team/patches.git")
+    ex.run("init", "--fork-url", str(ex.fork.path), "--base", "v1.2.1")
+    assert (ex.project / "series.yaml").exists()
