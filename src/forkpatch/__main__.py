@@ -1,5 +1,5 @@
 from __future__ import annotations
 
-from forkpatch.cli import main
+from forkpatch.entry import main
 
 raise SystemExit(main())

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import sys
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import ClassVar
@@ -510,6 +512,10 @@ def main(argv: list[str] | None = None) -> int:
     # `rebase` reports its own state; any other command mentions a rebase in progress.
     hint = command not in (None, "rebase", "init", "demo")
     try:
+        # From here on a Ctrl-C is a KeyboardInterrupt that the handlers below report
+        # (forkpatch.entry ended the process at once while the modules were loading).
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         cli.main(args=argv, prog_name="forkpatch", standalone_mode=False)
     except ForkpatchError as exc:
         if debug:
@@ -524,8 +530,8 @@ def main(argv: list[str] | None = None) -> int:
         if hint:
             _hint_pending_operation(directory)
         return exc.exit_code
-    except click.exceptions.Abort:
-        log.error("aborted")
+    except click.exceptions.Abort:  # click's name for a KeyboardInterrupt in a command
+        _report_interrupt(directory)
         return Interrupted.exit_code
     except click.ClickException as exc:
         exc.show()
@@ -535,9 +541,7 @@ def main(argv: list[str] | None = None) -> int:
             _hint_pending_operation(directory)
         return int(exc.code or 0) if not isinstance(exc.code, str) else 1
     except KeyboardInterrupt:
-        log.error("interrupted")
-        if hint:
-            _hint_pending_operation(directory)
+        _report_interrupt(directory)
         return Interrupted.exit_code
     except OSError as exc:
         # The machine said no (permissions, a read-only or full disk): the user's to
@@ -583,6 +587,33 @@ def _internal_error(debug: bool) -> int:
         log.error(f"internal error: {etype.__name__ if etype else '?'}: {value}")
         print("  tip: run again with --debug for a traceback and report it", file=sys.stderr)
     return InternalError.exit_code
+
+
+def _report_interrupt(directory: Path | None) -> None:
+    """Ctrl-C: say what state the project is in. Every write of series.yaml and patches/
+    is one unit (fsutil.commit_files), so they are as before the command or completely
+    written; a unit cut short after its commit point is finished by the next command."""
+    from forkpatch.forkrepo import STORE_DIR
+    from forkpatch.project import COMMIT_JOURNAL, find_root
+
+    state = (
+        "series.yaml and patches/ are as they were before this command, or completely "
+        "written (forkpatch writes them as one unit, never half); `forkpatch status` "
+        "shows where the project and its work tree stand"
+    )
+    try:
+        root = find_root(directory or Path.cwd())
+    except Exception:
+        root = None
+    if root is not None and (root / STORE_DIR / COMMIT_JOURNAL).exists():
+        state = (
+            "a write of series.yaml and patches/ was cut short after its commit point: "
+            "the next forkpatch command on this project finishes it"
+        )
+    elif root is None:
+        state = "no forkpatch project was changed"
+    log.error(f"interrupted (Ctrl-C): {state}")
+    _hint_pending_operation(directory)  # a rebase's own journal: how to go on or back
 
 
 def _hint_pending_operation(directory: Path | None = None) -> bool:

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import inspect
+import os
 import re
+import signal
+import subprocess
+import sys
 
 import forkpatch.errors as errors
 from forkpatch.cli import main
 from support import REPO_ROOT
+from support.cli import env
+from support.projects import snapshot
 
 README = REPO_ROOT / "README.md"
 
@@ -50,3 +56,47 @@ def test_usage_error_is_2(tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     assert main(["no-such-command"]) == 2
     assert main(["status", "--no-such-option"]) == 2
+
+
+def _stopped(cwd, *args: str, point: str) -> subprocess.Popen[str]:
+    """``python -m forkpatch ARGS`` stopped (SIGSTOP) at the test hook's ``point``."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "forkpatch", *args],
+        cwd=cwd,
+        env=env(FORKPATCH_TEST_PAUSE_AFTER=point),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    _, status = os.waitpid(proc.pid, os.WUNTRACED)
+    assert os.WIFSTOPPED(status), "forkpatch ended before its pause point"
+    return proc
+
+
+def _ctrl_c(proc: subprocess.Popen[str]) -> tuple[int, str]:
+    os.kill(proc.pid, signal.SIGINT)
+    os.kill(proc.pid, signal.SIGCONT)
+    _, err = proc.communicate(timeout=120)
+    return proc.returncode, err
+
+
+def test_ctrl_c_while_starting_says_nothing_changed(example_project) -> None:
+    """Before the command line is loaded (the first few tenths of a second), a Ctrl-C is
+    one line and exit 130, never a KeyboardInterrupt traceback out of an import."""
+    project, _run = example_project
+    before = snapshot(project)
+    code, err = _ctrl_c(_stopped(project, "apply", point="start"))
+    assert code == 130, err
+    assert err == "forkpatch: interrupted while starting; nothing was changed\n", err
+    assert snapshot(project) == before
+
+
+def test_ctrl_c_in_a_command_says_what_state_the_project_is_in(example_project) -> None:
+    project, _run = example_project
+    code, err = _ctrl_c(_stopped(project, "rebase", "--onto", "v1.3.0", point="journal"))
+    assert code == 130, err
+    assert "Traceback" not in err and "error: aborted" not in err, err
+    assert "interrupted (Ctrl-C): series.yaml and patches/ are as they were" in err, err
+    # The rebase journal was written: how to go on or back is said too.
+    assert "note: a rebase onto v1.3.0 was interrupted" in err, err
+    assert "rebase --abort" in err
