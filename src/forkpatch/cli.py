@@ -3,7 +3,8 @@
 Each command parses its options, opens the project and calls one core
 function. Errors derived from :class:`ForkpatchError` are reported in one
 place (:func:`main`) with their exit code; tracebacks only with ``--debug``.
-Human output goes to stderr, ``--json`` output to stdout.
+A command's result goes to stdout (``log.result``), progress and diagnostics to
+stderr, ``--json`` alone to stdout.
 """
 
 from __future__ import annotations
@@ -130,14 +131,14 @@ def status(c: Ctx, as_json: bool) -> None:
     if as_json:
         log.emit_json(report.to_json())
     else:
-        log.info(
+        log.result(
             f"base {report.base_tag} ({report.base_commit[:12]}), "
             f"{len(report.results)} patch(es)"
             + (f", work tree {report.worktree}" if report.worktree else "")
         )
-        print_results(report.results, report.applied)
+        print_results(report.results, report.applied, emit=log.result)
         if report.editing:
-            log.info(
+            log.result(
                 f"editing '{report.editing}': `forkpatch refresh` re-applies the patches above it"
             )
         if report.worktree_problem:

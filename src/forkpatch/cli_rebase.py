@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,11 +31,13 @@ def _options(
     )
 
 
-def _summary(plan: Plan) -> None:
+def _summary(plan: Plan, emit: Callable[[str], None]) -> None:
+    """Every patch's verdict, through ``emit``: stdout as the result of `check`, stderr
+    beside --json (which is then alone on stdout)."""
     counts: dict[str, int] = {}
     for o in plan.outcomes:
         counts[o.status] = counts.get(o.status, 0) + 1
-    log.info(
+    emit(
         f"{plan.base} ({plan.base_commit[:12]}) -> {plan.onto} ({plan.onto_commit[:12]}): "
         + ", ".join(f"{n} {s}" for s, n in counts.items())
     )
@@ -47,14 +50,16 @@ def _summary(plan: Plan) -> None:
             )
         if o.status != "clean":
             lines += o.detail
+        if o.evidence:
+            lines.append(o.evidence)
         for line in lines[:limit]:
-            log.info(f"  {o.name}: {line}")
+            emit(f"  {o.name}: {line}")
         if len(lines) > limit:
-            log.info(f"  {o.name}: ... {len(lines) - limit} more (see --json)")
-    _forecast_summary(plan)
+            emit(f"  {o.name}: ... {len(lines) - limit} more (see --json)")
+    _forecast_summary(plan, emit)
 
 
-def _forecast_summary(plan: Plan) -> None:
+def _forecast_summary(plan: Plan, emit: Callable[[str], None]) -> None:
     """How to read the patches above the first conflict (see README, "Reading a forecast")."""
     first = plan.first_conflict
     above = [o for o in plan.outcomes if o.forecast is not None]
@@ -63,14 +68,14 @@ def _forecast_summary(plan: Plan) -> None:
     sure = [o for o in above if o.forecast and o.forecast.independent]
     unsure = [o for o in above if o.forecast and not o.forecast.independent]
     conflicts = sum(1 for o in plan.outcomes if o.status == "conflict")
-    log.info(
+    emit(
         f"forecast past '{first.name}' (as if each conflicting patch were skipped): "
         f"{len(sure)} patch(es) independent of the conflicts (their outcome is certain), "
         f"{len(unsure)} sharing files with them; {conflicts} conflict(s) in all"
     )
     for o in unsure:
         assert o.forecast is not None
-        log.info(
+        emit(
             f"  {o.name}: depends on {', '.join(o.forecast.depends_on)}: {o.status} if "
             f"skipped, {o.forecast.if_merged} if merged with the conflict markers kept"
         )
@@ -120,7 +125,7 @@ def register(cli: click.Group) -> None:
         plan = run_check(c.project(), _options(onto, no_three_way, fuzz))
         if as_json:
             log.emit_json(plan.to_json())
-        _summary(plan)
+        _summary(plan, log.info if as_json else log.result)
         if not plan.ok:
             raise PatchesConflict(f"a patch conflicts on {onto}")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -228,7 +229,7 @@ def _track(c: Any, a: _Args) -> None:
     project = c.project()
     if a.make_branch:
         change = core.prepare_change(project, out_dir=a.out_dir, tag=a.tag, repo=a.repo)
-        _print_change(change)
+        _print_change(change, log.info if a.as_json else log.result)
         if a.as_json:
             log.emit_json(change.to_json())
         return
@@ -245,7 +246,7 @@ def _track(c: Any, a: _Args) -> None:
             report.forecast = core.forecast_or_warn(project)
         if a.as_json:
             log.emit_json(report.to_json())
-        _print_report(report)
+        _print_report(report, log.info if a.as_json else log.result)
         if report.target is not None:
             raise NewRelease(report.target.tag)
         return  # up to date: nothing to run (and one JSON document on stdout)
@@ -253,7 +254,7 @@ def _track(c: Any, a: _Args) -> None:
     if a.as_json:
         log.emit_json(result.to_json())
     if result.state is not None and result.work_dir is not None:
-        log.info(
+        (log.info if a.as_json else log.result)(
             f"{result.state.tag}: {result.status}; summary: {result.work_dir / core.SUMMARY_FILE}"
         )
     if result.error is not None:
@@ -269,11 +270,13 @@ def _read_optional(path: Path | None) -> str | None:
         return None
 
 
-def _print_report(report: Any) -> None:
-    log.info(f"base {report.base}; {len(report.newer)} newer release tag(s)")
+def _print_report(report: Any, emit: Callable[[str], None]) -> None:
+    """The releases and the forecast, through ``emit`` (stdout, or stderr beside --json);
+    warnings on stderr."""
+    emit(f"base {report.base}; {len(report.newer)} newer release tag(s)")
     for t in report.newer:
         mark = "->" if report.target is t else "  "
-        log.info(
+        emit(
             f" {mark} {t.tag:<16} {t.commit[:12]}"
             + (f"  held back: {t.held_back}" if t.held_back else "")
         )
@@ -283,24 +286,24 @@ def _print_report(report: Any) -> None:
     if fc:
         where = f"{fc.branch} ({fc.commit[:12]})"
         if fc.ok:
-            log.info(f"forecast: the series applies to {where}")
+            emit(f"forecast: the series applies to {where}")
         for conflict in fc.conflicts:
             files = ", ".join(x.path for x in conflict.conflicts) or ", ".join(conflict.files)
             log.warn(f"forecast: patch '{conflict.patch}' conflicts on {where}: {files}")
     if report.target:
-        log.info(f"new release: {report.target.tag}; `forkpatch track --run` acts on it")
+        emit(f"new release: {report.target.tag}; `forkpatch track --run` acts on it")
     else:
-        log.info("up to date")
+        emit("up to date")
 
 
-def _print_change(change: Any) -> None:
+def _print_change(change: Any, emit: Callable[[str], None]) -> None:
     if change.kind == "pull":
-        log.info(
+        emit(
             f"branch {change.branch} -> {change.commit[:12]} "
             f"({'updated' if change.updated else 'unchanged'}); title: {change.title}"
         )
     elif change.kind == "issue":
-        log.info(f"the rebase conflicts: open an issue '{change.title}'")
+        emit(f"the rebase conflicts: open an issue '{change.title}'")
     else:
-        log.info(f"nothing to propose: {change.title}")
-    log.info(f"body: {change.body_file}")
+        emit(f"nothing to propose: {change.title}")
+    emit(f"body: {change.body_file}")

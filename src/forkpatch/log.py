@@ -1,4 +1,6 @@
-"""Human progress output on stderr; machine output (--json) goes to stdout only."""
+"""Output: a command's result on stdout (:func:`result`, or :func:`emit_json` for
+--json, then alone there); progress and diagnostics on stderr (info/warn/error/step),
+as git and quilt do, so that `forkpatch status | less` shows the table."""
 
 from __future__ import annotations
 
@@ -45,6 +47,11 @@ def info(message: str) -> None:
     """A line for the human, on stderr (see :func:`shown`)."""
     if not _quiet:
         print(shown(message), file=sys.stderr, flush=True)
+
+
+def result(message: str) -> None:
+    """A line of a command's result, on stdout (never silenced by --quiet)."""
+    print(hide_url_secrets(message), flush=True)
 
 
 def warn(message: str) -> None:

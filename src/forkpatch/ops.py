@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from forkpatch import log
 from forkpatch.engine import Item, PatchResult, SeriesApplier
 from forkpatch.errors import ForkRepoError, SeriesError, UsageError
 from forkpatch.forkrepo import (
@@ -86,13 +87,36 @@ def init_project(
 
 def _enclosing_repository(root: Path) -> Path | None:
     """The git directory of the repository whose work tree holds ``root``, if any."""
-    for d in (root, *root.parents):
-        if (d / ".git").exists():
-            try:
-                return local_git_dir(str(d))
-            except ForkRepoError:
-                return None
-    return None
+    top = _work_tree_top(root)
+    if top is None:
+        return None
+    try:
+        return local_git_dir(str(top))
+    except ForkRepoError:
+        return None
+
+
+def _work_tree_top(root: Path) -> Path | None:
+    return next((d for d in (root, *root.parents) if (d / ".git").exists()), None)
+
+
+def warn_if_not_ignored(root: Path, path: Path) -> None:
+    """Warn when ``path`` (a directory forkpatch writes in the project at ``root``, such
+    as dist/) is in a git repository that does not ignore it: what forkpatch puts there
+    would show as untracked files, one `git add -A` away from a commit. ``init`` writes
+    the ignore lines; a team repository made another way may lack them."""
+    top = _work_tree_top(root)
+    repo = _enclosing_repository(root)
+    if top is None or repo is None:
+        return
+    rel = path.resolve().relative_to(top.resolve()).as_posix()
+    probe = Git(repo, work_tree=top).run("check-ignore", "-q", "--", f"{rel}/", check=False)
+    if probe.returncode == 1:  # 0: ignored; 128: git could not tell (say nothing)
+        line = path.resolve().relative_to(root.resolve()).as_posix() + "/"
+        log.warn(
+            f"{path} is not ignored by git in {top}: the wheels written there show as "
+            f"untracked files; add `{line}` to {root / '.gitignore'}"
+        )
 
 
 def _refuse_the_fork(

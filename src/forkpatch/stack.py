@@ -1347,6 +1347,13 @@ class Stack:
         else:
             self._settle_editing(self.wt())
 
+    def pending_edits(self) -> list[worktree.Change]:
+        """The editing work tree's uncommitted changes (none when there is no work tree,
+        or one built on another base)."""
+        if not self._has_worktree() or self.base_mismatch() is not None:
+            return []
+        return self.changes(self.wt())
+
     def _has_worktree(self) -> bool:
         path = self.worktree_path()
         return path is not None and (path / ".git").exists()

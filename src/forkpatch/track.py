@@ -945,6 +945,23 @@ def _start(project: Project, report: TrackReport, target: TagInfo, work: WorkDir
     return RunState(info=prev, stages=work.load_stages())
 
 
+def _warn_pending_edits(project: Project) -> None:
+    """A run works on a copy of series.yaml and patches/ and never touches the editing
+    work tree; what is edited there and not refreshed is not in what it rebases."""
+    from forkpatch.stack import Stack
+    from forkpatch.worktree import describe_changes
+
+    stack = Stack(project)
+    pending = stack.pending_edits()
+    if pending:
+        log.warn(
+            f"the work tree {stack.worktree_path()} has uncommitted changes that are in no "
+            f"patch: {describe_changes(pending)}; this run takes series.yaml and patches/ as "
+            "they are, without them (the work tree is left as it is; `forkpatch refresh` "
+            "writes them into the top patch)"
+        )
+
+
 def run(project: Project, opts: RunOptions) -> RunResult:
     """Act on the newest release (or ``opts.tag``): see the module docstring.
 
@@ -954,6 +971,7 @@ def run(project: Project, opts: RunOptions) -> RunResult:
     for s in opts.steps:
         if s not in STEPS:
             raise UsageError(f"unknown step '{s}'", tip=f"steps: {', '.join(STEPS)}")
+    _warn_pending_edits(project)
     report = list_releases(project)
     target = pick_tag(project, report, opts.tag) if opts.tag else report.target
     if target is None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from forkpatch import log
@@ -22,8 +22,14 @@ def table(rows: list[list[str]], headers: list[str]) -> str:
     return "\n".join(lines)
 
 
-def print_results(results: Sequence[PatchResult], applied: Sequence[str] | None = None) -> None:
-    """One table row per patch (``*`` marks the applied ones), then each patch's details."""
+def print_results(
+    results: Sequence[PatchResult],
+    applied: Sequence[str] | None = None,
+    emit: Callable[[str], None] = log.info,
+) -> None:
+    """One table row per patch (``*`` marks the applied ones), then each patch's details,
+    through ``emit`` (log.result where the table is the command's result); warnings
+    always go to stderr."""
     rows = []
     for i, r in enumerate(results, 1):
         files = ", ".join(r.files[:3]) + (f" (+{len(r.files) - 3})" if len(r.files) > 3 else "")
@@ -33,14 +39,14 @@ def print_results(results: Sequence[PatchResult], applied: Sequence[str] | None 
         if applied is not None:
             mark = "*" if r.name in applied else " "
         rows.append([f"{mark}{i}", r.name, r.status, f"+{r.added}/-{r.removed}", files or "-"])
-    log.info(table(rows, ["#", "patch", "status", "lines", "files"]))
+    emit(table(rows, ["#", "patch", "status", "lines", "files"]))
     for r in results:
         for line in r.detail:
             if r.status not in ("clean",):
-                log.info(f"  {r.name}: {line}")
+                emit(f"  {r.name}: {line}")
         for line in r.warnings:
             log.warn(f"{r.name}: {line}")
         for c in r.conflicts:
-            log.info(f"  {r.name}: {c.reason}")
+            emit(f"  {r.name}: {c.reason}")
         if r.evidence:
-            log.info(f"  {r.name}: {r.evidence}")
+            emit(f"  {r.name}: {r.evidence}")

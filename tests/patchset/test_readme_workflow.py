@@ -309,6 +309,29 @@ def test_readme_workflow_on_the_real_series(tmp_path, capsys, monkeypatch):
         ).stdout.strip()
         assert got == built["version"]
 
+    # Team step: a rebase stopped at a conflict, and an edit made meanwhile in the editing
+    # work tree (not in the conflict work tree): nothing is lost. team-note changes a line
+    # of vllm/version.py that v1.3.0 rewrites, so the rebase stops there.
+    w.step("new", "team-note", changes={"series.yaml", "patches/team-note.patch"})
+    version = w.wt / "vllm" / "version.py"
+    old_note = "    # Note - this won't do the right thing when we release 1.0!\n"
+    assert old_note in version.read_text()
+    version.write_text(version.read_text().replace(old_note, "    # Note - the team's 1.0 fix\n"))
+    w.step("refresh", changes={"patches/team-note.patch"})
+    _, err = w.step("rebase", "--onto", "v1.3.0", expect=3)
+    assert "patch 'team-note' does not apply to v1.3.0" in err, err
+    notes = w.wt / "vllm" / "team_notes.txt"  # the editing work tree, not the conflict's
+    notes.write_text("ask upstream about the 1.0 check\n")
+    for how in ("--continue", "--skip"):
+        _, err = w.step("rebase", how, expect=1)
+        assert "vllm/team_notes.txt (new, untracked)" in err and "rebase --abort" in err, err
+    _, err = w.step("rebase", "--abort")
+    assert "are kept" in err and "vllm/team_notes.txt" in err, err
+    assert notes.read_text() == "ask upstream about the 1.0 check\n"
+    notes.unlink()
+    w.step("pop")
+    w.step("delete", "team-note", changes={"series.yaml", "patches/team-note.patch"})
+
     # Rebasing onto a new fork release: check, then rebase.
     out, _ = w.step("check", "--onto", "v1.2.2", "--json")
     assert {p["status"] for p in json.loads(out)["patches"]} <= {"clean", "offset", "merged"}

@@ -223,3 +223,17 @@ def test_state_marker_parsing():
     assert parse_state_marker("no marker") is None
     assert parse_state_marker("<!-- forkpatch-state: {broken -->") is None
     assert parse_state_marker('<!-- forkpatch-state: {"key": 1} -->') is None
+
+
+def test_a_run_names_the_edits_it_leaves_out_and_keeps_them(tmp_path, capsys):
+    """`track --run` works on a copy of series.yaml and patches/: an edit in the editing
+    work tree is not in it, and is left where it is; the run says so."""
+    setup = make_setup(tmp_path, tag_v130=True)
+    assert main(["-C", str(setup.project), "apply"]) == 0
+    edited = setup.project / ".forkpatch" / "worktree" / "vllm" / "__init__.py"
+    edited.write_text("# not refreshed\n")
+    capsys.readouterr()
+    assert _run(setup, "--steps", "rebase") == 0
+    err = capsys.readouterr().err
+    assert "uncommitted changes that are in no patch: vllm/__init__.py (modified)" in err, err
+    assert edited.read_text() == "# not refreshed\n"

@@ -110,3 +110,20 @@ def test_overlay_build_json_and_verify(example_project, example_fork, tmp_path):
         text=True,
     )
     assert proc.returncode == 0 and "RECORD: ok" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("ignored", [False, True], ids=["not ignored", "ignored"])
+def test_build_wheel_warns_when_dist_is_not_git_ignored(
+    example_project, example_fork, tmp_path, ignored
+):
+    """A team repository not made by `init` may not ignore dist/: the command that
+    writes it says so (the wheels would show as untracked files)."""
+    project, run = example_project
+    (project / ".gitignore").write_text(".forkpatch/\n" + ("dist/\n" if ignored else ""))
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    base = build_release_wheel(example_fork.path, "v1.2.1", tmp_path / "release")
+    _, _, err = run("build-wheel", "--mode", "overlay", "--base-wheel", str(base))
+    warned = f"{project / 'dist'} is not ignored by git" in err
+    assert warned != ignored, err
+    if not ignored:
+        assert f"add `dist/` to {project / '.gitignore'}" in err

@@ -184,7 +184,11 @@ def build_wheel(project: Project, opts: BuildOptions) -> BuildResult:
     out_dir = (opts.out_dir or project.root / (cfg.dist_dir or "dist")).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     recover_dist(out_dir)  # a build killed mid-commit (the container path's journal)
-    if not out_dir.is_relative_to(project.root):
+    if out_dir.is_relative_to(project.root):
+        from forkpatch.ops import warn_if_not_ignored
+
+        warn_if_not_ignored(project.root, out_dir)
+    else:
         sweep_temps(out_dir)
 
     head, touched = apply_in_memory(project, base)
