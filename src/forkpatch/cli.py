@@ -109,7 +109,7 @@ def init(
         force=force,
     )
     s = project.series
-    log.info(
+    log.result(
         f"wrote {project.series_path} (base {s.base.tag} = {s.base.commit[:12]}) and "
         f"{project.patches_dir}/"
     )
@@ -181,10 +181,10 @@ def apply(c: Ctx, worktree: Path | None, force: bool, sparse: bool | None) -> No
     stack = c.stack()
     with stack.project.locked("apply"):
         path, result = stack.apply(worktree, force=force, sparse=sparse)
-    print_results(result.results)
+    print_results(result.results, emit=log.result)
     layout = stack.layout()
     what = f"sparse: {len(layout.dirs or ())} directories" if layout.sparse else "full"
-    log.info(f"work tree: {path} (branch forkpatch/stack, {what})")
+    log.result(f"work tree: {path} (branch forkpatch/stack, {what})")
 
 
 @cli.command()
@@ -200,8 +200,8 @@ def push(c: Ctx, name: str | None, all_: bool, merge: bool) -> None:
     with stack.project.locked("push"):
         results = stack.push(name, all_=all_, merge=merge)
     for r in results:
-        log.info(f"applied {r.name} ({r.status})")
-    log.info(f"now at {stack.top()}")
+        log.result(f"applied {r.name} ({r.status})")
+    log.result(f"now at {stack.top()}")
 
 
 @cli.command()
@@ -215,8 +215,8 @@ def pop(c: Ctx, name: str | None, all_: bool, force: bool) -> None:
     with stack.project.locked("pop"):
         popped = stack.pop(name, all_=all_, force=force)
     for n in popped:
-        log.info(f"popped {n}")
-    log.info(f"now at {stack.top() or 'the base (no patch applied)'}")
+        log.result(f"popped {n}")
+    log.result(f"now at {stack.top() or 'the base (no patch applied)'}")
 
 
 @cli.command()
@@ -238,7 +238,7 @@ def new(c: Ctx, name: str, summary: str | None) -> None:
     stack = c.stack()
     with stack.project.locked("new"):
         entry = stack.new(name, summary)
-    log.info(
+    log.result(
         f"created {entry.name} (patches/{entry.file}); edit files in the work tree, "
         "then `forkpatch refresh`"
     )
@@ -252,7 +252,7 @@ def edit(c: Ctx, name: str) -> None:
     stack = c.stack()
     with stack.project.locked("edit"):
         path = stack.edit(name)
-    log.info(
+    log.result(
         f"editing {name} in {path}; `forkpatch refresh` saves it and re-applies the patches above"
     )
 
@@ -278,9 +278,9 @@ def refresh(c: Ctx, force: bool, offsets: bool) -> None:
         changed = stack.refresh(force=force, offsets=offsets)
     if changed:
         for n in changed:
-            log.info(f"wrote patches/{stack.project.series.get(n).file}")
+            log.result(f"wrote patches/{stack.project.series.get(n).file}")
     else:
-        log.info("nothing changed")
+        log.result("nothing changed")
 
 
 @cli.command()
@@ -292,7 +292,7 @@ def delete(c: Ctx, name: str, keep_file: bool) -> None:
     stack = c.stack()
     with stack.project.locked("delete"):
         stack.delete(name, keep_file=keep_file)
-    log.info(f"deleted {name}")
+    log.result(f"deleted {name}")
 
 
 @cli.command()
@@ -304,7 +304,7 @@ def rename(c: Ctx, old: str, new_name: str) -> None:
     stack = c.stack()
     with stack.project.locked("rename"):
         entry = stack.rename(old, new_name)
-    log.info(f"renamed {old} -> {entry.name} (patches/{entry.file})")
+    log.result(f"renamed {old} -> {entry.name} (patches/{entry.file})")
 
 
 @cli.command()
@@ -318,7 +318,7 @@ def move(c: Ctx, name: str, before: str | None, after: str | None, position: int
     stack = c.stack()
     with stack.project.locked("move"):
         order = stack.move(name, before=before, after=after, position=position)
-    log.info("order: " + ", ".join(order))
+    log.result("order: " + ", ".join(order))
 
 
 @cli.command()
@@ -350,11 +350,11 @@ def export(c: Ctx, offsets: bool, force: bool, skip_changed: bool) -> None:
     stack = c.stack()
     with stack.project.locked("export"):
         changed, moved = stack.export(offsets=offsets, force=force, skip_changed=skip_changed)
-    log.info(
+    log.result(
         f"{len(changed)} patch file(s) changed" + (": " + ", ".join(changed) if changed else "")
     )
     if moved:
-        log.info(
+        log.result(
             f"left as they are, only their line numbers moved: {', '.join(moved)} "
             "(`forkpatch export --offsets` rewrites them)"
         )
@@ -452,7 +452,7 @@ def import_(
         )
         stack.after_series_change(rebuild)
     for e in entries:
-        log.info(f"imported {e.name} -> patches/{e.file}")
+        log.result(f"imported {e.name} -> patches/{e.file}")
 
 
 @cli.command()

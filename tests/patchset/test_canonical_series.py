@@ -84,8 +84,8 @@ def test_apply_then_export_changes_zero_bytes(tmp_path, capsys, layout):
     wt = project / ".forkpatch" / "worktree"
     # The fixture's placeholder blobs do not show as changes.
     assert _git(wt, "status", "--porcelain") == ""
-    _, _, err = run(*pre, "export")
-    assert "uncommitted" not in err and "0 patch file(s) changed" in err
+    _, out, err = run(*pre, "export")
+    assert "uncommitted" not in err and "0 patch file(s) changed" in out
     assert snapshot(project) == before
     run(*pre, "export", "--offsets")
     assert snapshot(project) == before

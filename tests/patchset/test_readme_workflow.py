@@ -221,8 +221,8 @@ def test_readme_workflow_on_the_real_series(tmp_path, capsys, monkeypatch):
     w.step("pop", "--all")
     w.step("push", "--all")
     assert w.top() == names[-1]
-    _, err = w.step("export")
-    assert "0 patch file(s) changed" in err and "uncommitted" not in err
+    out, err = w.step("export")
+    assert "0 patch file(s) changed" in out and "uncommitted" not in err
 
     # A conflict made by editing a lower patch, and its resolution: capability-floor now
     # also changes a line of the fork that odd-width-padding changes.

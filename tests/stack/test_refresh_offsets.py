@@ -45,15 +45,15 @@ def test_refresh_of_a_middle_patch_leaves_pure_offsets_unwritten(tmp_path, capsy
     assert statuses == {"low": "clean", "high": "offset"}
     # Saved: nothing refuses for "changes not written to patches/", export writes nothing.
     mid = snapshot(project)
-    _, _, err = run("export")
-    assert "0 patch file(s) changed" in err and "only their line numbers moved: high" in err
+    _, out, _ = run("export")  # what export did is its result: stdout
+    assert "0 patch file(s) changed" in out and "only their line numbers moved: high" in out
     assert snapshot(project) == mid
     run("rename", "high", "upper")
     run("rename", "upper", "high")
     assert snapshot(project) == mid
     # On request the offsets are written: the hunk header moves by two lines, nothing else.
-    _, _, err = run("export", "--offsets")
-    assert "high" in err
+    _, out, _ = run("export", "--offsets")
+    assert "high" in out
     after = (project / "patches" / "high.patch").read_bytes()
     assert after != high_before
     assert b"@@ -27,7 +27,7 @@" in high_before

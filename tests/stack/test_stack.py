@@ -19,8 +19,8 @@ def test_apply_in_worktree_dir_and_commits(tmp_path, capsys):
     ex = copy_example(tmp_path, capsys)
     wt = tmp_path / "my-wt"
     before = snapshot(ex.project)
-    _, _, err = ex.run("apply", "--worktree", str(wt))
-    assert str(wt) in err
+    _, out, _ = ex.run("apply", "--worktree", str(wt))
+    assert str(wt) in out
     assert _log(wt) == EXAMPLE_NAMES
     msg = git(wt, "log", "-1", "--format=%B", "HEAD")
     assert msg.startswith("cli-version: Read the CLI version from the package")
@@ -52,9 +52,9 @@ def test_push_pop_top(tmp_path, capsys):
     assert _log(ex.wt) == EXAMPLE_NAMES[:1]
     ex.run("push", "--all")
     # Popped patches are listed in the order they come off, top first (as quilt does).
-    _, _, err = ex.run("pop", "--all")
-    popped = [line.removeprefix("popped ") for line in err.splitlines() if "popped" in line]
-    assert popped == EXAMPLE_NAMES[::-1], err
+    _, out, _ = ex.run("pop", "--all")
+    popped = [line.removeprefix("popped ") for line in out.splitlines() if "popped" in line]
+    assert popped == EXAMPLE_NAMES[::-1], out
     assert _log(ex.wt) == []
     # Nothing applied is a state, not a usage error: exit 1, as quilt's "No patches applied".
     _, out, err = ex.run("top", expect=1)
@@ -107,16 +107,16 @@ def test_new_refresh_export(tmp_path, capsys):
     _, out, _ = ex.run("top")
     assert out.strip() == "my-fix"
     (ex.wt / "vllm" / "fix.py").write_text("FIXED = True\n")
-    _, _, err = ex.run("refresh")
-    assert "wrote patches/my-fix.patch" in err
+    _, out, _ = ex.run("refresh")
+    assert "wrote patches/my-fix.patch" in out
     text = ex.patch("my-fix").read_text()
     assert text.startswith("diff --git a/vllm/fix.py b/vllm/fix.py\nnew file mode 100644\n")
     assert "+FIXED = True\n" in text
     assert git(ex.wt, "status", "--porcelain") == ""
     # A second refresh with nothing new changes nothing.
     m = mtimes(ex.project)
-    _, _, err = ex.run("refresh")
-    assert "nothing changed" in err
+    _, out, _ = ex.run("refresh")
+    assert "nothing changed" in out
     assert mtimes(ex.project) == m
     # new refuses duplicates and bad names, changing nothing.
     before = snapshot(ex.project)
@@ -126,8 +126,8 @@ def test_new_refresh_export(tmp_path, capsys):
     # A commit made by hand on top belongs to the patch below until refresh / export.
     (ex.wt / "vllm" / "fix.py").write_text("FIXED = 2\n")
     git(ex.wt, "commit", "-q", "-am", "wip")
-    _, _, err = ex.run("export")
-    assert "my-fix" in err
+    _, out, _ = ex.run("export")
+    assert "my-fix" in out
     assert "+FIXED = 2\n" in ex.patch("my-fix").read_text()
     ex.run("push")
     _, out, _ = ex.run("status", "--json")
