@@ -1344,6 +1344,7 @@ class Stack:
             return
         if rebuild is not None:
             self._rebuild_applied(rebuild)
+            self.remember(None)  # the stack was rebuilt from every file
         else:
             self._settle_editing(self.wt())
 
