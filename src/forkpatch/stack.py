@@ -422,9 +422,10 @@ class Stack:
             and (where is None or where.resolve() == existing)
         ):
             wt = self.wt(check_base=not force)
+            # Both checks only read: a file changed on both sides is named as such first.
+            taken = [] if force else self.check_outside_changes(wt, "apply", take=True)
             self.guard_worktree(wt, "re-applying the series", force=force, can_force=True)
             if not force:
-                taken = self.check_outside_changes(wt, "apply", take=True)
                 self.require_refreshed(wt)
                 self.say_taken("apply", taken)
         entries = list(series.patches)

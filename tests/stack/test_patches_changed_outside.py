@@ -92,8 +92,8 @@ def test_a_modified_patch_file_is_reported_refused_and_taken(applied, old, new):
     _, _, err = run("apply")
     assert "odd-width-padding" in err and "`forkpatch apply` takes into the work tree" in err
     assert _changes(run) == []
-    _, _, err = run("export")
-    assert "0 patch file(s) changed" in err
+    _, out, _ = run("export")
+    assert "0 patch file(s) changed" in out
     assert patch.read_bytes() == theirs
     if old == PAD:
         assert PAD_THEIRS[1:] in (_wt(project) / FP8).read_text()
@@ -287,8 +287,8 @@ def test_skip_changed_saves_own_edits_and_leaves_the_changed_file(applied):
     main.write_text(main.read_text() + "# mine\n")
     git(_wt(project), "commit", "-qam", "mine")  # a hand commit: part of cli-version
     run("export", expect=1)
-    _, _, err = run("export", "--skip-changed")
-    assert "odd-width-padding" in err and "1 patch file(s) changed: cli-version" in err
+    _, out, err = run("export", "--skip-changed")
+    assert "odd-width-padding" in err and "1 patch file(s) changed: cli-version" in out
     assert theirs_patch.read_bytes() == theirs
     run("apply")  # no edits of its own left: takes the teammate's file
     run("export")
