@@ -50,8 +50,9 @@ def info(message: str) -> None:
 
 
 def result(message: str) -> None:
-    """A line of a command's result, on stdout (never silenced by --quiet)."""
-    print(hide_url_secrets(message), flush=True)
+    """A line of a command's result, on stdout (never silenced by --quiet; see
+    :func:`shown`)."""
+    print(shown(message), flush=True)
 
 
 def warn(message: str) -> None:
