@@ -59,7 +59,10 @@ FIXTURE = REPO_ROOT.parent / "shared" / "fixtures" / "1cat-vllm.git"
 BASE = "v1.2.1"
 FILES = 5  # the series spreads over this many files of the fork
 SPACING = 30  # lines between two patches' lines in one file: no shared context
-TARGETS = {20: {"git": 1.0, "quilt": 0.5, "stg": 0.5}, 100: {"git": 0.3, "quilt": 0.15, "stg": 0.15}}
+TARGETS = {
+    20: {"git": 1.0, "quilt": 0.5, "stg": 0.5},
+    100: {"git": 0.3, "quilt": 0.15, "stg": 0.15},
+}
 TOOLS = ("forkpatch", "git", "quilt", "stg")
 
 
