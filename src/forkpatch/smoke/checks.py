@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from forkpatch.errors import SeriesError, SmokeError
 from forkpatch.series import SERIES_FILE, PatchEntry, Series
 from forkpatch.smoke import incheck
+from forkpatch.smoke.kernels import HOST_CHECKS
 
 TIERS: tuple[str, ...] = incheck.TIERS
 
@@ -30,11 +31,14 @@ class CheckSpec:
 
 
 def registry() -> dict[str, CheckSpec]:
-    """Every known check, by id, in registration order."""
-    return {
+    """Every known check, by id, in registration order (those run on the host last)."""
+    out = {
         d.id: CheckSpec(d.id, d.tier, d.needs, d.baseline, d.summary)
         for d in incheck.REGISTRY.values()
     }
+    for h in HOST_CHECKS.values():
+        out[h.id] = CheckSpec(h.id, h.tier, (), h.baseline, h.summary)
+    return out
 
 
 def tiers_up_to(tier: str) -> tuple[str, ...]:

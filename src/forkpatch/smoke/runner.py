@@ -29,6 +29,7 @@ from forkpatch.series import PatchEntry
 from forkpatch.smoke import checks as registry
 from forkpatch.smoke import incheck
 from forkpatch.smoke.env import clean_env, smoke_env
+from forkpatch.smoke.kernels import HOST_CHECKS, host_not_applicable, run_host_checks
 from forkpatch.smoke.report import (
     DECLARED_CHECK_FAILED,
     INCOMPLETE,
@@ -257,6 +258,9 @@ def run_smoke(opts: SmokeOptions, project: Any = None) -> SmokeOutcome:
     if opts.checks:
         plan = {registry.get(cid).id: plan.get(cid, []) for cid in opts.checks}
     reg = registry.registry()
+    for cid, why in host_not_applicable(plan, primary.path, explicit=opts.checks).items():
+        del plan[cid]
+        notes.append(f"{cid}: {why}")
     to_run = [cid for cid in plan if reg[cid].tier in tiers]
 
     problems = provenance_vs_series(primary, project)
@@ -283,7 +287,7 @@ def run_smoke(opts: SmokeOptions, project: Any = None) -> SmokeOutcome:
         keep=opts.keep_env,
     ) as senv:
         spec = {
-            "checks": to_run,
+            "checks": [cid for cid in to_run if cid not in HOST_CHECKS],
             "dist": primary.name,
             "version": primary.version,
             "prefix": str(senv.path),
@@ -339,6 +343,7 @@ def run_smoke(opts: SmokeOptions, project: Any = None) -> SmokeOutcome:
                 results[cid] = CheckResult(
                     cid, reg[cid].tier, incheck.ERROR, 0.0, why, plan.get(cid, [])
                 )
+    results.update(run_host_checks(to_run, primary.path, plan))
     if not device.get("devices"):
         device.setdefault("devices", [])
     ordered = [results[cid] for cid in plan]
@@ -538,9 +543,10 @@ class _Progress:
 
 
 # Failures no patch's code can cause: the wheel's identity against the series, and
-# where vllm was imported from (the environment). Bisecting the patches for them
+# where vllm was imported from (the environment), the compiled kernels (a patch of
+# Python files does not change them). Bisecting the patches for them
 # would only blame an innocent one.
-NOT_A_PATCH = frozenset({"static.provenance", "static.installed-from-wheel"})
+NOT_A_PATCH = frozenset({"static.provenance", "static.installed-from-wheel", *HOST_CHECKS})
 
 
 def failure_tip(data: dict[str, Any]) -> str:
