@@ -468,6 +468,7 @@ def _register_optional() -> None:
         "forkpatch.cli_build",
         "forkpatch.cli_smoke",
         "forkpatch.cli_track",
+        "forkpatch.cli_droppable",
     ):
         try:
             mod = importlib.import_module(module)

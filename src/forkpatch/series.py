@@ -96,6 +96,9 @@ PATCH_KEYS = (
     "smoke",
     "drop-when",
 )
+# The structured form of `drop-when`: its text, and the conditions `forkpatch droppable`
+# evaluates (every condition given must hold).
+DROP_WHEN_KEYS = ("text", "passes-without", "upstreamed")
 # An upstream commit id as `upstream-commits` holds it (abbreviated or full, SHA-1 or SHA-256).
 UPSTREAM_COMMIT_RE = re.compile(r"^[0-9a-f]{7,64}$")
 
@@ -128,12 +131,21 @@ class PatchEntry:
     # forkpatch.patchfile.upstream_refs): evidence for the rebase, never applied.
     upstream_commits: tuple[str, ...] = ()
     smoke: tuple[str, ...] = ()
-    drop_when: str = ""
+    drop_when: str = ""  # the condition in words (the whole of the plain-text form)
+    #: smoke checks that must pass on the series without this patch for it to be dropped
+    drop_when_passes_without: tuple[str, ...] = ()
+    #: the patch may be dropped once the target already contains it (upstreamed there)
+    drop_when_upstreamed: bool = False
     line: int = 0  # where the entry starts in series.yaml (0: not from a file)
 
     @property
     def is_diff(self) -> bool:
         return self.file is not None
+
+    @property
+    def drop_condition(self) -> bool:
+        """Whether ``drop-when`` says something forkpatch can evaluate."""
+        return bool(self.drop_when_passes_without) or self.drop_when_upstreamed
 
 
 @dataclass(frozen=True)
@@ -557,6 +569,9 @@ def _parse_entry(item: yaml.Node, loc: _Loc) -> PatchEntry:
                 )
             ids.append(oid)
         upstream_commits = tuple(ids)
+    drop_when, passes_without, upstreamed = "", tuple[str, ...](), False
+    if "drop-when" in m:
+        drop_when, passes_without, upstreamed = _drop_when(m["drop-when"], loc, what)
     return PatchEntry(
         name=name,
         file=file,
@@ -571,11 +586,51 @@ def _parse_entry(item: yaml.Node, loc: _Loc) -> PatchEntry:
         else "",
         upstream_commits=upstream_commits,
         smoke=smoke,
-        drop_when=_scalar(m["drop-when"], loc, f"{what}: drop-when", allow_empty=True)
-        if "drop-when" in m
-        else "",
+        drop_when=drop_when,
+        drop_when_passes_without=passes_without,
+        drop_when_upstreamed=upstreamed,
         line=item.start_mark.line + 1,
     )
+
+
+def _drop_when(node: yaml.Node, loc: _Loc, what: str) -> tuple[str, tuple[str, ...], bool]:
+    """``drop-when``: a text, or a mapping of its text and the conditions to evaluate."""
+    if not isinstance(node, yaml.MappingNode):
+        return _scalar(node, loc, f"{what}: drop-when", allow_empty=True), (), False
+    m = _mapping(node, loc, f"{what}: drop-when")
+    _check_keys(m, DROP_WHEN_KEYS, loc, f"{what}: drop-when", node)
+    text = (
+        _scalar(m["text"], loc, f"{what}: drop-when.text", allow_empty=True) if "text" in m else ""
+    )
+    checks: tuple[str, ...] = ()
+    if "passes-without" in m:
+        seq = m["passes-without"]
+        if not isinstance(seq, yaml.SequenceNode) or not seq.value:
+            raise loc.err(
+                seq,
+                f"{what}: drop-when.passes-without must be a non-empty list of smoke check ids",
+                tip="e.g. passes-without: [sm70.fp8-per-block-config]",
+            )
+        checks = tuple(
+            _scalar(n, loc, f"{what}: drop-when.passes-without check") for n in seq.value
+        )
+    upstreamed = False
+    if "upstreamed" in m:
+        value = _native(m["upstreamed"], loc)
+        if not isinstance(value, bool):
+            raise loc.err(
+                m["upstreamed"],
+                f"{what}: drop-when.upstreamed must be true or false, got {m['upstreamed'].value!r}",
+            )
+        upstreamed = value
+    if not checks and not upstreamed:
+        raise loc.err(
+            node,
+            f"{what}: drop-when as a mapping needs a condition: passes-without (smoke checks "
+            "that pass without the patch) or upstreamed: true",
+            tip="or write the condition as plain text: drop-when: <text>",
+        )
+    return text, checks, upstreamed
 
 
 def check_series_file_path(file: str, *, where: str) -> None:
@@ -762,7 +817,14 @@ def dump_series(series: Series) -> str:
                 fields.append(("upstream-commits", list(p.upstream_commits)))
             if p.smoke:
                 fields.append(("smoke", list(p.smoke)))
-            if p.drop_when:
+            if p.drop_condition:
+                cond: dict[str, Any] = {"text": p.drop_when} if p.drop_when else {}
+                if p.drop_when_passes_without:
+                    cond["passes-without"] = list(p.drop_when_passes_without)
+                if p.drop_when_upstreamed:
+                    cond["upstreamed"] = True
+                fields.append(("drop-when", cond))
+            elif p.drop_when:
                 fields.append(("drop-when", p.drop_when))
             first = True
             for key, value in fields:

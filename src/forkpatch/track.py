@@ -611,6 +611,8 @@ class SmokeRun:
     #: tier -> why, for the tiers asked for that did not run or ran incomplete (and
     #: were not accepted by --allow-missing-tier): the smoke is not done yet.
     missing: dict[str, str] = field(default_factory=dict)
+    #: ``forkpatch droppable`` on the rebased series: patch -> {"verdict", "evidence"}
+    droppable: dict[str, dict[str, str]] | None = None
 
     @property
     def status(self) -> str:
@@ -1325,6 +1327,7 @@ class _RunCtx:
             return _failed("smoke", exc)
         rep = outcome.report
         failed = tuple(c["id"] for c in rep["checks"] if c["outcome"] in ("failed", "error"))
+        droppable = self._droppable(copy, build)
         result = SmokeRun(
             passed=outcome.passed,
             tier=self.opts.smoke_tier,
@@ -1336,6 +1339,7 @@ class _RunCtx:
             checks={c["id"]: c["outcome"] for c in rep["checks"]},
             failed=failed,
             missing=dict(outcome.missing),
+            droppable=droppable,
         )
         if outcome.passed and outcome.missing:
             return StageOutcome(result, stop=True, error=outcome.not_run_error())
@@ -1349,6 +1353,36 @@ class _RunCtx:
                 tip=f"see {report_path}",
             ),
         )
+
+    def _droppable(self, copy: Project, build: BuildDone) -> dict[str, dict[str, str]] | None:
+        """The rebased series' drop-when conditions, evaluated on this runner (the same
+        base wheel and smoke settings); None when the build had no base wheel."""
+        from forkpatch.droppable import DroppableOptions, evaluate
+
+        if build.base_wheel is None:
+            return None
+        section = copy.series.section("smoke")
+        try:
+            base_wheel = self.base_wheel(copy)
+            if base_wheel is None:
+                return None
+            with log.step(f"forkpatch droppable (the series on {self.tag})"):
+                result = evaluate(
+                    copy,
+                    DroppableOptions(
+                        base_wheel=base_wheel,
+                        deps=self.opts.smoke_deps or "system",
+                        python=self.opts.smoke_python or section.get("python"),
+                        index_url=section.get("index-url"),
+                    ),
+                )
+        except ForkpatchError as exc:
+            log.warn(f"droppable could not be evaluated: {exc}")
+            return None
+        return {
+            v.name: {"verdict": v.verdict, "evidence": v.evidence.splitlines()[0][:300]}
+            for v in result.patches
+        }
 
     # ---------------------------------------------------------------- publish
 
@@ -1512,6 +1546,7 @@ def summary_markdown(state: RunState, work: Path | None = None) -> str:
     out += _rebase_section(info, stages.rebase, work)
     out += _build_section(stages.build)
     out += _smoke_section(stages)
+    out += _droppable_section(tag, stages)
     out += _publish_section(stages.publish)
     fc = stages.rebase.forecast if isinstance(stages.rebase, (RebaseDone, RebaseConflict)) else None
     if fc:
@@ -1666,6 +1701,35 @@ def _smoke_section(stages: Stages) -> list[str]:
     out += ["", "| check | outcome |", "|---|---|"]
     for cid, outcome in st.checks.items():
         out.append(f"| {_code(cid)} | {outcome if outcome != 'failed' else '**failed**'} |")
+    out.append("")
+    return out
+
+
+def _droppable_section(tag: str, stages: Stages) -> list[str]:
+    """Which patches the release makes droppable: the rebase's upstreamed ones, and the
+    drop-when conditions the smoke runner evaluated (``forkpatch droppable``)."""
+    rebase = stages.rebase
+    if not isinstance(rebase, RebaseDone):
+        return []
+    out = [f"## Droppable at {tag}", ""]
+    for name, status in rebase.patches.items():
+        if status == "upstreamed":
+            out.append(
+                f"- {_code(name)}: **droppable**, upstreamed at {_code(tag)} (the rebase dropped it)"
+            )
+    smoke = stages.smoke
+    verdicts = smoke.droppable if isinstance(smoke, SmokeRun) else None
+    if verdicts is None:
+        out.append(
+            "- the other patches' drop-when conditions: not evaluated (no smoke run with a "
+            f"base wheel; `forkpatch droppable --onto {tag} --base-wheel WHEEL` evaluates them)"
+        )
+    else:
+        for name, v in verdicts.items():
+            verdict = v.get("verdict", "?")
+            shown = f"**{verdict}**" if verdict == "droppable" else verdict
+            evidence = str(v.get("evidence", "")).replace("`", "'")
+            out.append(f"- {_code(name)}: {shown}: {_code(evidence)}")
     out.append("")
     return out
 

@@ -42,6 +42,8 @@ from forkpatch.smoke.report import (
     store_path,
     write_report,
 )
+from forkpatch.smoke.team import fork_tests as _fork_tests
+from forkpatch.smoke.team import run_team_checks
 from forkpatch.smoke.wheelinfo import WheelInfo, read_wheel, sha256_file
 from forkpatch.wheels.runner import tail
 
@@ -69,6 +71,9 @@ class SmokeOptions:
     #: Tiers that may be missing from the result without :attr:`SmokeOutcome.missing`
     #: naming them (``--allow-missing-tier``): the report still says they did not run.
     allow_missing_tiers: tuple[str, ...] = ()
+    #: Where the team's own checks (series.yaml smoke.checks) run, and their pytest
+    #: node ids are found (default: the project's directory).
+    checks_root: Path | None = None
 
 
 @dataclass
@@ -254,10 +259,12 @@ def run_smoke(opts: SmokeOptions, project: Any = None) -> SmokeOutcome:
         )
     if prov is None:
         notes.append("the wheel has no forkpatch provenance: no patch checks can be chosen")
-    plan = registry.plan(entries)
+    series = project.series if project is not None else None
+    plan = registry.plan(entries, series)
     if opts.checks:
-        plan = {registry.get(cid).id: plan.get(cid, []) for cid in opts.checks}
-    reg = registry.registry()
+        plan = {registry.get(cid, series).id: plan.get(cid, []) for cid in opts.checks}
+    reg = registry.registry(series)
+    team = series.smoke.team_checks() if series is not None else {}
     for cid, why in host_not_applicable(plan, primary.path, explicit=opts.checks).items():
         del plan[cid]
         notes.append(f"{cid}: {why}")
@@ -287,7 +294,7 @@ def run_smoke(opts: SmokeOptions, project: Any = None) -> SmokeOutcome:
         keep=opts.keep_env,
     ) as senv:
         spec = {
-            "checks": [cid for cid in to_run if cid not in HOST_CHECKS],
+            "checks": [cid for cid in to_run if cid not in HOST_CHECKS and cid not in team],
             "dist": primary.name,
             "version": primary.version,
             "prefix": str(senv.path),
@@ -307,6 +314,17 @@ def run_smoke(opts: SmokeOptions, project: Any = None) -> SmokeOutcome:
             f"run {len(to_run)} check(s) in the smoke environment (tiers {', '.join(tiers)})"
         ):
             records, proc_note = _run_incheck(senv.python, senv.path.parent, spec, opts.timeout_s)
+        if any(cid in team for cid in to_run):
+            results.update(
+                run_team_checks(
+                    {cid: team[cid] for cid in to_run if cid in team},
+                    senv,
+                    plan,
+                    device=_device_of(records),
+                    root=opts.checks_root or (Path(project.root) if project is not None else None),
+                    fork_tests=lambda: _fork_tests(project, senv.path.parent),
+                )
+            )
         env_info = senv.to_json()
         for rec in records:
             if rec.get("kind") == "env":
@@ -388,6 +406,13 @@ def _install_notes(
         deps=str(env_info.get("deps") or "system"),
         pins=fork_pins(project),
     )
+
+
+def _device_of(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    for rec in records:
+        if rec.get("kind") == "env":
+            return dict(rec.get("device") or {})
+    return {}
 
 
 def _store(
