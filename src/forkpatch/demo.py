@@ -118,6 +118,33 @@ def _stage_build(ctx: DemoContext) -> None:
     }
 
 
+def _stage_droppable(ctx: DemoContext) -> None:
+    """cli-version's drop-when says "upstreamed"; `forkpatch droppable --onto v1.3.0`."""
+    from dataclasses import replace
+
+    from forkpatch.droppable import DroppableOptions, evaluate, print_result
+    from forkpatch.project import Project
+
+    project = Project(ctx.project_dir)
+    series = project.series
+    project.save_series(
+        series.with_patches(
+            replace(
+                p,
+                drop_when=p.drop_when or "the fork reads the CLI version from its package",
+                drop_when_upstreamed=True,
+            )
+            if p.name == "cli-version"
+            else p
+            for p in series.patches
+        )
+    )
+    with log.step("forkpatch droppable --onto v1.3.0 (cli-version: drop-when upstreamed)"):
+        result = evaluate(project, DroppableOptions(onto="v1.3.0"))
+        print_result(result)
+    ctx.summary["droppable"] = {v.name: v.verdict for v in result.patches}
+
+
 def _stage_rebase(ctx: DemoContext) -> None:
     """`forkpatch check --onto v1.3.0` then `forkpatch rebase --onto v1.3.0`, with the report."""
     from forkpatch.project import Project
@@ -185,6 +212,7 @@ def _stage_smoke_publish(ctx: DemoContext) -> None:
 DEMO_STAGES: list[Callable[[DemoContext], None]] = [
     _stage_setup,
     _stage_status_apply,
+    _stage_droppable,
     _stage_rebase,
     _stage_build,
     _stage_smoke_publish,
