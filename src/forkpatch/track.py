@@ -44,7 +44,7 @@ import shutil
 import subprocess
 import time
 import urllib.parse
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, ClassVar
@@ -70,7 +70,7 @@ from forkpatch.fsutil import atomic_write, file_sha256, read_regular
 from forkpatch.git import Git, git_env
 from forkpatch.project import Project
 from forkpatch.redact import strip_url_credentials
-from forkpatch.series import PATCHES_DIR, SERIES_FILE
+from forkpatch.series import PATCHES_DIR, SERIES_FILE, PatchEntry
 
 DEFAULT_PATTERN = r"^v(?P<version>.+)$"
 DEFAULT_BOT_BRANCH = "forkpatch/rebase-{tag}"
@@ -573,6 +573,8 @@ class RebaseDone:
     report_markdown: str
     series_sha256: str  # of the rebased series in project/
     forecast: Forecast | None = None
+    #: each patch's upstream request, as ``status --upstream`` sees it: {"state", ...}
+    upstream: dict[str, dict[str, str]] | None = None
     status: ClassVar[str] = "done"
 
 
@@ -1176,6 +1178,7 @@ class _RunCtx:
                 report_markdown=f"rebase/{stem}.md",
                 series_sha256=series_digest(copy),
                 forecast=fc,
+                upstream=_upstream(copy, self.project.series.patches),
             )
         )
 
@@ -1705,6 +1708,33 @@ def _smoke_section(stages: Stages) -> list[str]:
     return out
 
 
+def _upstream(copy: Project, entries: Sequence[PatchEntry]) -> dict[str, dict[str, str]] | None:
+    """The patches' upstream states (the forge asked now, or the last known answer)."""
+    from forkpatch.upstream_status import upstream_states
+
+    try:
+        states = upstream_states(copy, entries)
+    except ForkpatchError as exc:
+        log.warn(f"upstream states not known: {exc}")
+        return None
+    keep = ("state", "url", "release", "reason")
+    return {n: {k: str(v[k]) for k in keep if k in v} for n, v in states.items()}
+
+
+def _upstream_lines(rebase: RebaseDone) -> list[str]:
+    if not rebase.upstream:
+        return []
+    out = ["", "Upstream (what each patch sent upstream became):", ""]
+    for name, up in rebase.upstream.items():
+        text = up.get("state", "unknown")
+        if up.get("release"):
+            text += f", {up['release'] if up['release'] == 'not yet released' else 'in ' + up['release']}"
+        if up.get("reason"):
+            text += f" ({up['reason']})"
+        out.append(f"- {_code(name)}: {text.replace('`', chr(39))}")
+    return out
+
+
 def _droppable_section(tag: str, stages: Stages) -> list[str]:
     """Which patches the release makes droppable: the rebase's upstreamed ones, and the
     drop-when conditions the smoke runner evaluated (``forkpatch droppable``)."""
@@ -1730,6 +1760,7 @@ def _droppable_section(tag: str, stages: Stages) -> list[str]:
             shown = f"**{verdict}**" if verdict == "droppable" else verdict
             evidence = str(v.get("evidence", "")).replace("`", "'")
             out.append(f"- {_code(name)}: {shown}: {_code(evidence)}")
+    out += _upstream_lines(rebase)
     out.append("")
     return out
 

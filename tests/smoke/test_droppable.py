@@ -163,6 +163,7 @@ def test_track_summary_says_what_the_release_makes_droppable(tmp_path, capsys):
         **{
             "capability-floor": {"drop_when_passes_without": ("static.cli-version",)},
             "vllm-dist-info": {"smoke": ("static.version-metadata",)},
+            "cli-version": {"upstream": f"fixed in {git(setup.fork, 'rev-parse', 'v1.3.0')}"},
         },
     )
     git(setup.project, "commit", "-q", "-am", "drop-when conditions")
@@ -177,5 +178,8 @@ def test_track_summary_says_what_the_release_makes_droppable(tmp_path, capsys):
     assert "- `capability-floor`: **droppable**: `static.cli-version pass(es) without" in section
     assert "- `vllm-dist-info`: needed: `static.version-metadata passes with the patch" in section
     assert "- `eager-block-cast`: not-evaluated: " in section
+    upstream = summary.split("Upstream (what each patch sent upstream became):\n\n", 1)[1]
+    assert "- `cli-version`: merged, in v1.3.0" in upstream
+    assert "- `capability-floor`: unknown (upstream: names no pull/merge request" in upstream
     result = json.loads((setup.out / "v1.3.0" / "result.json").read_text())
     assert result["stages"]["smoke"]["droppable"]["capability-floor"]["verdict"] == "droppable"
