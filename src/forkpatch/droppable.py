@@ -237,7 +237,9 @@ def evaluate(project: Project, opts: DroppableOptions) -> DroppableResult:
         target = Target(series.base.tag, series.base.commit)
         fork.require_commit(series.base.commit, f"series.yaml's base ({series.base.tag})")
     else:
-        target = Target(opts.onto, fork.resolve_tag(opts.onto))
+        from forkpatch.rebase.plan import check_target
+
+        target = check_target(project, opts.onto).target  # a tag, a branch, a commit id
     with log.step(f"classify the series on {target.name} in memory"):
         plan = classify(project, target)
     status = {o.name: o for o in plan.outcomes}

@@ -142,7 +142,7 @@ def test_without_a_wheel_of_the_target_nothing_is_guessed(project, capsys):
             ["cli-versoin"],
             "no patch named 'cli-versoin' in series.yaml (did you mean 'cli-version'?)",
         ),
-        (["--onto", "v9.9.9"], "tag 'v9.9.9' is not in the fork"),
+        (["--onto", "v9.9.9"], "'v9.9.9' is not a tag, branch or commit of the fork"),
         (["--base-wheel", "missing.whl"], "does not exist"),
     ],
 )

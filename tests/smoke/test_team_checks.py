@@ -120,11 +120,15 @@ def test_team_checks_run_in_the_smoke_environment(example_build, tmp_path, capsy
                     },
                     "static.team-missing": {"pytest": "team/test_ours.py::test_not_there"},
                     "sm70.team-v100": {"command": ["python", "-c", "pass"]},
+                    "static.team-needs": {"command": ["python", "-c", "import tblib_nowhere"]},
                 }
             }
         },
     )
-    smoke.set_smoke(project, {"capability-floor": ["sm70.team-v100", "static.team-missing"]})
+    smoke.set_smoke(
+        project,
+        {"capability-floor": ["sm70.team-v100", "static.team-missing", "static.team-needs"]},
+    )
     run = Runner(project, capsys)
     _code, out, err = run("smoke", str(example_build.wheel), "--json", expect=1)
     data = json.loads(out)
@@ -135,6 +139,8 @@ def test_team_checks_run_in_the_smoke_environment(example_build, tmp_path, capsy
     assert fails["outcome"] == "failed" and "not the version this test wants" in fails["detail"]
     assert fails["patches"] == ["cli-version"]
     assert got["static.team-missing"]["outcome"] == "failed"
+    needs = got["static.team-needs"]
+    assert needs["outcome"] == "not-run" and "needs the module 'tblib_nowhere'" in needs["detail"]
     v100 = got["sm70.team-v100"]
     assert v100["outcome"] == "not-run" and "CUDA" in v100["detail"]
     # they count like built-ins: the static tier failed, so the wheel did not pass
@@ -153,3 +159,45 @@ def test_sections_keep_team_checks_through_with_patches(tmp_path: Path):
     series = parse_series(HEAD + "smoke:\n  checks:\n    static.ours:\n      command: [echo]\n")
     again = series.with_patches(series.patches)
     assert again.smoke.team_checks() == series.smoke.team_checks()
+
+
+@pytest.mark.real_fork
+@pytest.mark.slow
+def test_a_fork_test_named_by_node_id(tmp_path, capsys):
+    """The fork's own SM70 test, named with ``in: fork``, runs from the fork's tests/ at the
+    series' base against the installed wheel (the fixture's v1.2.1 wheel, overlaid)."""
+    import shutil
+
+    from forkpatch.cli import main
+    from support import REPO_ROOT, realfork
+
+    fork = realfork.fork_or_skip()
+    wheel = realfork.fixture_wheel_or_skip()
+    project = tmp_path / "project"
+    project.mkdir()
+    shutil.copy2(REPO_ROOT / "series.yaml", project / "series.yaml")
+    shutil.copytree(REPO_ROOT / "patches", project / "patches")
+    node = "tests/quantization/test_sm70_turbomind_adapter.py::test_gptq_unpack_weight_and_zeros"
+    smoke.set_smoke(
+        project,
+        {"capability-floor": ["static.fork-sm70-adapter"]},
+        sections={
+            "smoke": {"checks": {"static.fork-sm70-adapter": {"pytest": node, "in": "fork"}}}
+        },
+    )
+    args = ["-C", str(project), "--fork-repo", fork]
+    dist = tmp_path / "dist"
+    build = [*args, "build-wheel", "--mode", "overlay", "--base-wheel", str(wheel)]
+    assert main([*build, "--out", str(dist)]) == 0
+    capsys.readouterr()
+    built = next(dist.glob("*.whl"))
+    main([*args, "smoke", str(built), "--tier", "static", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    got = {c["id"]: c for c in data["checks"]}["static.fork-sm70-adapter"]
+    # It ran from the fork's tests: passed, failed by the test itself, or not run for a
+    # module the fork's conftest needs and this environment lacks (named).
+    assert got["outcome"] in ("passed", "failed", "not-run"), got
+    if got["outcome"] == "not-run":
+        assert "needs the module" in got["detail"], got
+    else:
+        assert "test_sm70_turbomind_adapter" in got["detail"] or "passed" in got["detail"], got

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from forkpatch.errors import PatchApplyError
 from forkpatch.project import Project
-from forkpatch.series import Series
+from forkpatch.series import PatchEntry, Series
 
 
 class BuildsOnIt(PatchApplyError):
@@ -100,11 +100,13 @@ class ScratchBuilds:
         moved = [r for r in applied.results if r.commit and r.status != "clean"]
         diffs = diffs_of_commits(store, [r.commit for r in moved if r.commit])
         by_name = {e.name: e for e in rest}
+        rewritten: dict[PatchEntry, tuple[str, bytes] | bytes | None] = {}
         for r in moved:
             entry = by_name[r.name]
             patch = scratch.load_patch(entry)
             if patch is not None and r.commit is not None:
-                scratch.write_patch(entry, patch.header, diffs[r.commit])
+                rewritten[entry] = (patch.header, diffs[r.commit])
+        scratch.commit(rewritten)
         return series.with_patches(rest)
 
     @staticmethod
