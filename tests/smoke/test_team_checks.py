@@ -201,3 +201,18 @@ def test_a_fork_test_named_by_node_id(tmp_path, capsys):
         assert "needs the module" in got["detail"], got
     else:
         assert "test_sm70_turbomind_adapter" in got["detail"] or "passed" in got["detail"], got
+
+
+def test_list_checks_names_the_teams_own(tmp_path, capsys):
+    from support.projects import example_project
+
+    _fork, proj = example_project(tmp_path)
+    smoke.set_smoke(
+        proj.root,
+        {},
+        sections={"smoke": {"checks": {"gpu.ours": {"command": ["echo"], "summary": "ours"}}}},
+    )
+    _code, out, _err = Runner(proj.root, capsys)("smoke", "--list-checks")
+    line = next(ln for ln in out.splitlines() if ln.startswith("gpu.ours"))
+    assert "the team's check: ours; command echo" in line
+    assert "static.kernel-archs" in out  # the host checks are listed too
