@@ -283,3 +283,22 @@ _SM70_DEVICE = {
     "cuda_available": True,
     "devices": [{"index": 0, "name": "Tesla V100", "capability": [7, 0]}],
 }
+
+
+@pytest.mark.parametrize(
+    ("offset", "fmt", "value"),
+    [
+        (0x28, "<Q", 1 << 40),  # e_shoff past the end of the file
+        (0x3A, "<H", 128),  # e_shentsize not an ELF64 section header's
+        (0x3C, "<H", 65_000),  # e_shnum: a table larger than the file
+    ],
+)
+def test_a_lying_elf_header_is_refused_before_reading(objects, tmp_path, offset, fmt, value):
+    data = bytearray(objects["sm75_80"].read_bytes())
+    struct.pack_into(fmt, data, offset, value)
+    bad = tmp_path / "lying.so"
+    bad.write_bytes(bytes(data))
+    with open(bad, "rb") as fh, pytest.raises(FatbinFormatError, match="damaged section"):
+        module_archs(fh, bad.name)
+    outcome, detail = kernels.kernel_archs(_wheel(tmp_path, {"vllm/_C.abi3.so": bad}))
+    assert outcome == FAILED and "could not be read" in detail

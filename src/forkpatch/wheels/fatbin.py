@@ -29,7 +29,6 @@ _ELF_MAGIC = b"\x7fELF"
 _CONTAINER = struct.Struct("<IHHQ")  # magic, version, header size, payload size
 _ENTRY = struct.Struct("<HHIQ")  # kind, flags, header size, payload size
 _ENTRY_ARCH_AT = 28  # the entry's architecture (u32), from the start of its header
-_MAX_SECTION = 4 << 30  # a section header claiming more is not read
 
 
 class FatbinFormatError(ValueError):
@@ -65,8 +64,10 @@ def _read_at(fh: BinaryIO, offset: int, size: int) -> bytes:
     return data
 
 
-def _fatbin_section(fh: BinaryIO) -> tuple[int, int] | None:
-    """(offset, size) of ``.nv_fatbin`` in the ELF file ``fh``, None when it has none."""
+def _fatbin_section(fh: BinaryIO, file_size: int) -> tuple[int, int] | None:
+    """(offset, size) of ``.nv_fatbin`` in the ELF file ``fh`` of ``file_size`` bytes,
+    None when it has none. Every offset and size is checked against the file's size
+    before anything is read, so a lying header cannot make it read more than the file."""
     ident = _read_at(fh, 0, 64)
     if ident[:4] != _ELF_MAGIC:
         raise FatbinFormatError("not an ELF file")
@@ -76,7 +77,7 @@ def _fatbin_section(fh: BinaryIO) -> tuple[int, int] | None:
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", ident, 0x3A)
     if shoff == 0 or shnum == 0:
         return None
-    if shentsize < 64 or shstrndx >= shnum or shnum > 65_000:
+    if shentsize != 64 or shstrndx >= shnum or shoff + 64 * shnum > file_size:
         raise FatbinFormatError("damaged section header table")
     table = _read_at(fh, shoff, shentsize * shnum)
     sections = [
@@ -84,7 +85,7 @@ def _fatbin_section(fh: BinaryIO) -> tuple[int, int] | None:
         for i in range(shnum)
     ]
     _, _, _, _, str_off, str_size = sections[shstrndx]
-    if str_size > _MAX_SECTION:
+    if str_off + str_size > file_size:
         raise FatbinFormatError("damaged section name table")
     names = _read_at(fh, str_off, str_size)
     for name_at, sh_type, _, _, offset, size in sections:
@@ -92,8 +93,8 @@ def _fatbin_section(fh: BinaryIO) -> tuple[int, int] | None:
         if names[name_at : end if end >= 0 else None] == FATBIN_SECTION.encode():
             if sh_type == 8 or size == 0:  # SHT_NOBITS: nothing in the file
                 return None
-            if size > _MAX_SECTION:
-                raise FatbinFormatError(f"{FATBIN_SECTION} claims {size} bytes")
+            if offset + size > file_size:
+                raise FatbinFormatError(f"{FATBIN_SECTION} runs past the end of the file")
             return offset, size
     return None
 
@@ -124,9 +125,12 @@ def parse_fatbin(data: bytes) -> Iterator[tuple[int, int]]:
         at += -at % 8
 
 
-def module_archs(fh: BinaryIO, path: str) -> ModuleArchs:
-    """The architectures of the ELF module ``fh`` (named ``path`` in the result)."""
-    where = _fatbin_section(fh)
+def module_archs(fh: BinaryIO, path: str, size: int | None = None) -> ModuleArchs:
+    """The architectures of the ELF module ``fh`` of ``size`` bytes (default: what
+    seeking to its end finds), named ``path`` in the result."""
+    if size is None:
+        size = fh.seek(0, 2)
+    where = _fatbin_section(fh, size)
     if where is None:
         return ModuleArchs(path)
     offset, size = where
@@ -156,7 +160,7 @@ def wheel_archs(wheel: Path) -> tuple[list[ModuleArchs], list[str]]:
                 continue
             try:
                 with zf.open(info) as fh:
-                    found.append(module_archs(fh, info.filename))  # type: ignore[arg-type]
+                    found.append(module_archs(fh, info.filename, info.file_size))  # type: ignore[arg-type]
             except (FatbinFormatError, zipfile.BadZipFile, OSError, struct.error) as exc:
                 unreadable.append(f"{info.filename}: {exc}")
     return found, unreadable
