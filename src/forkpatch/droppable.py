@@ -181,6 +181,7 @@ class _Evaluator:
                         index_url=self.opts.index_url,
                         timeout_s=self.opts.timeout_s,
                         checks=tuple(checks),
+                        checks_root=self.project.root,  # the team's checks' files
                     ),
                     scratch,
                 )

@@ -216,3 +216,26 @@ def test_list_checks_names_the_teams_own(tmp_path, capsys):
     line = next(ln for ln in out.splitlines() if ln.startswith("gpu.ours"))
     assert "the team's check: ours; command echo" in line
     assert "static.kernel-archs" in out  # the host checks are listed too
+
+
+@pytest.mark.slow
+def test_bisect_finds_the_patch_that_breaks_a_team_check(example_build, tmp_path, capsys):
+    """The team's check runs from the project's own files in every probe (the scratch
+    builds have none of them): the culprit is the patch, not the bisect's copy."""
+    project = smoke.broken_project(example_build, tmp_path / "project")
+    (project / "team").mkdir()
+    (project / "team" / "check_cli.py").write_text("import vllm.entrypoints.cli\n")
+    smoke.set_smoke(
+        project,
+        {"cli-version": ["static.team-cli"]},
+        sections={
+            "smoke": {"checks": {"static.team-cli": {"command": ["python", "team/check_cli.py"]}}}
+        },
+    )
+    args = ["smoke", "--bisect", "series.yaml", "--base-wheel", str(example_build.base_wheel)]
+    _code, out, _err = Runner(project, capsys)(*args, "--tier", "static", "--json", expect=None)
+    data = json.loads(out)
+    assert data["status"] == "found", data
+    culprit = next(c for c in data["first_bad"] if "static.team-cli" in c["checks"])
+    assert culprit["patch"] == "break-cli"
+    assert "broken on purpose" in culprit["details"]["static.team-cli"]

@@ -289,6 +289,8 @@ class _Prefixes:
                 keep_env=self.opts.keep_env,
                 timeout_s=self.opts.timeout_s,
                 checks=tuple(checks),
+                # the team's own checks run where their files are: the real project
+                checks_root=self.project.root,
             ),
             scratch,
         )
