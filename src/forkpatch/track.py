@@ -1696,13 +1696,16 @@ def _smoke_section(stages: Stages) -> list[str]:
         return out + _not_done(st)
     verdict = {"done": "passed", "failed": "**FAILED**", "not-run": "**NOT RUN**"}[st.status]
     out.append(f"- {verdict} (requested up to tier {st.tier}, runner {st.runner})")
-    for tier, missing in st.missing.items():
+    # In a fixed order: the stage file keeps its keys sorted, and the body must not
+    # change between the run that made it and one that reads it back.
+    order = {t: i for i, t in enumerate(("static", "gpu", "gpu-jit", "sm70"))}
+    for tier, missing in sorted(st.missing.items(), key=lambda kv: (order.get(kv[0], 9), kv[0])):
         out.append(f"- **tier {tier} {missing}**: do not merge before it has run")
-    for tier, s in st.tiers.items():
+    for tier, s in sorted(st.tiers.items(), key=lambda kv: (order.get(kv[0], 9), kv[0])):
         why = st.not_run.get(tier)
         out.append(f"- tier {tier}: {s}" + (f" ({why})" if why else ""))
     out += ["", "| check | outcome |", "|---|---|"]
-    for cid, outcome in st.checks.items():
+    for cid, outcome in sorted(st.checks.items()):
         out.append(f"| {_code(cid)} | {outcome if outcome != 'failed' else '**failed**'} |")
     out.append("")
     return out
@@ -1725,7 +1728,9 @@ def _upstream_lines(rebase: RebaseDone) -> list[str]:
     if not rebase.upstream:
         return []
     out = ["", "Upstream (what each patch sent upstream became):", ""]
-    for name, up in rebase.upstream.items():
+    # By name: the stage file keeps its keys sorted, and the body must not change
+    # between the run that made it and one that reads it back.
+    for name, up in sorted(rebase.upstream.items()):
         text = up.get("state", "unknown")
         if up.get("release"):
             text += f", {up['release'] if up['release'] == 'not yet released' else 'in ' + up['release']}"
@@ -1742,7 +1747,7 @@ def _droppable_section(tag: str, stages: Stages) -> list[str]:
     if not isinstance(rebase, RebaseDone):
         return []
     out = [f"## Droppable at {tag}", ""]
-    for name, status in rebase.patches.items():
+    for name, status in sorted(rebase.patches.items()):
         if status == "upstreamed":
             out.append(
                 f"- {_code(name)}: **droppable**, upstreamed at {_code(tag)} (the rebase dropped it)"
@@ -1755,7 +1760,7 @@ def _droppable_section(tag: str, stages: Stages) -> list[str]:
             f"base wheel; `forkpatch droppable --onto {tag} --base-wheel WHEEL` evaluates them)"
         )
     else:
-        for name, v in verdicts.items():
+        for name, v in sorted(verdicts.items()):  # by name, as the stage file keeps them
             verdict = v.get("verdict", "?")
             shown = f"**{verdict}**" if verdict == "droppable" else verdict
             evidence = str(v.get("evidence", "")).replace("`", "'")

@@ -183,3 +183,6 @@ def test_track_summary_says_what_the_release_makes_droppable(tmp_path, capsys):
     assert "- `capability-floor`: unknown (upstream: names no pull/merge request" in upstream
     result = json.loads((setup.out / "v1.3.0" / "result.json").read_text())
     assert result["stages"]["smoke"]["droppable"]["capability-floor"]["verdict"] == "droppable"
+    # a second run reads the stages back: the same body, byte for byte
+    assert main([*args, "--out", str(setup.out), "--smoke-tier", "static"]) == 0
+    assert (setup.out / "v1.3.0" / "summary.md").read_text() == summary
