@@ -91,13 +91,13 @@ def _gitlab(data: Mapping[str, Any]) -> tuple[str, str | None]:
     return "closed", None  # closed, locked
 
 
-def _token(ref: Reference) -> tuple[dict[str, str], str | None]:
-    """The auth header for ``ref``'s forge, or why there is none."""
+def _token(ref: Reference) -> tuple[str | None, str | None]:
+    """The token for ``ref``'s forge (sent as a bearer credential), or why there is none."""
     if ref.kind == "github-pr":
         token = os.environ.get("GITHUB_TOKEN") or os.environ.get("GH_TOKEN")
-        return ({"Authorization": f"Bearer {token}"}, None) if token else ({}, "no GITHUB_TOKEN")
+        return (token, None) if token else (None, "no GITHUB_TOKEN")
     token = os.environ.get("GITLAB_TOKEN")
-    return ({"PRIVATE-TOKEN": token}, None) if token else ({}, "no GITLAB_TOKEN")
+    return (token, None) if token else (None, "no GITLAB_TOKEN")
 
 
 class Cache:
@@ -186,13 +186,13 @@ def upstream_states(project: Project, entries: Sequence[PatchEntry]) -> dict[str
         info: dict[str, Any] = {"url": ref.url, "kind": ref.kind}
         state, merge_commit, why = None, ref.commit, None
         if ref.api is not None:
-            headers, why = _token(ref)
+            token, why = _token(ref)
             if why is None and time.monotonic() > deadline:
                 why = f"no time left ({TOTAL_S:.0f} s for all requests)"
             if why is None:
                 try:
                     left = min(TIMEOUT_S, deadline - time.monotonic())
-                    data = get_json(ref.api, headers=headers, timeout_s=left).data
+                    data = get_json(ref.api, token=token, timeout_s=left).data
                     if not isinstance(data, dict):
                         raise ForgeHTTPError("the answer is not a JSON object")
                     state, merge_commit = (_github if ref.kind == "github-pr" else _gitlab)(data)
