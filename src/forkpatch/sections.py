@@ -272,7 +272,7 @@ class BuildConfig(SectionConfig):
 
 
 TEAM_CHECK_SOURCES = ("project", "fork")
-_TEAM_CHECK_ID = re.compile(r"^([a-z0-9]+)\.([a-z0-9][a-z0-9._-]{0,79})$")
+_TEAM_CHECK_ID = re.compile(r"^([a-z0-9-]+)\.([a-z0-9][a-z0-9._-]{0,79})$")
 
 
 def _seconds(v: Value) -> int:

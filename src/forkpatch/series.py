@@ -60,6 +60,7 @@ SMOKE_CHECKS = (
     "static.packed-repack-cpu",
     "static.sm70-warmup-cpu",
     "gpu.cuda-compute",
+    "sm70.cuda-stack",
     "sm70.capability",
     "sm70.ops-registered",
     "sm70.fp8-per-block-config",
@@ -77,6 +78,8 @@ SMOKE_CHECKS = (
     "gpu-jit.refusals",
     "gpu-jit.unpadded-width",
 )
+# Checks forkpatch runs on the host (forkpatch.smoke.kernels); a patch may name them too.
+HOST_SMOKE_CHECKS = ("static.kernel-archs",)
 
 # libyaml's loader when PyYAML was built with it (5-10x faster on large series).
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -439,6 +442,14 @@ def _parse_series(text: str, *, path: str) -> Series:
         )
     base = BaseRef(tag=tag, commit=commit)
 
+    # The sections first: the team's own smoke checks are names a patch may use.
+    sections: dict[str, SectionConfig] = {}
+    for name, cls in SECTIONS.items():
+        if name in top:
+            sections[name] = cls.from_values(_section_values(top[name], loc, name))
+    smoke_cfg = sections.get("smoke")
+    known = tuple(smoke_cfg.team_checks()) if isinstance(smoke_cfg, SmokeConfig) else ()
+
     patches: list[PatchEntry] = []
     if "patches" in top and not (
         isinstance(top["patches"], yaml.ScalarNode) and _native(top["patches"], loc) is None
@@ -449,7 +460,7 @@ def _parse_series(text: str, *, path: str) -> Series:
         seen_names: dict[str, int] = {}
         seen_files: dict[str, int] = {}
         for item in plist.value:
-            entry = _parse_entry(item, loc)
+            entry = _parse_entry(item, loc, known)
             if entry.name in seen_names:
                 raise loc.err(
                     item,
@@ -466,10 +477,6 @@ def _parse_series(text: str, *, path: str) -> Series:
                 seen_files[entry.file] = entry.line
             patches.append(entry)
 
-    sections: dict[str, SectionConfig] = {}
-    for name, cls in SECTIONS.items():
-        if name in top:
-            sections[name] = cls.from_values(_section_values(top[name], loc, name))
     return Series(
         fork=fork,
         base=base,
@@ -512,7 +519,10 @@ def _commit_text(node: yaml.Node, loc: _Loc) -> str:
     return _scalar(node, loc, "base.commit")
 
 
-def _parse_entry(item: yaml.Node, loc: _Loc) -> PatchEntry:
+def _parse_entry(item: yaml.Node, loc: _Loc, known: Iterable[str] = ()) -> PatchEntry:
+    """One patch entry; ``known``: the check ids it may name besides the built-in ones
+    (the team's own, from the smoke section)."""
+    known = (*SMOKE_CHECKS, *HOST_SMOKE_CHECKS, *known)
     m = _mapping(item, loc, "patch entry")
     _check_keys(m, PATCH_KEYS, loc, "patch entry", item)
     name_node = _required(m, "name", loc, "patch entry", item)
@@ -547,10 +557,10 @@ def _parse_entry(item: yaml.Node, loc: _Loc) -> PatchEntry:
             raise loc.err(node, f"{what}: smoke must be a list of check ids")
         smoke = tuple(_scalar(n, loc, f"{what}: smoke check") for n in node.value)
         for n, cid in zip(node.value, smoke, strict=True):
-            if cid not in SMOKE_CHECKS:
+            if cid not in known:
                 raise loc.err(
                     n,
-                    f"{what}: unknown smoke check '{cid}'{_suggest(cid, SMOKE_CHECKS)}",
+                    f"{what}: unknown smoke check '{cid}'{_suggest(cid, known)}",
                     tip="`forkpatch smoke --list-checks` lists the known checks",
                 )
     upstream_commits: tuple[str, ...] = ()

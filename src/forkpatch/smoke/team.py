@@ -52,7 +52,7 @@ def fork_tests(project: Any, workdir: Path) -> Path:
 
 
 def _gate(tier: str, device: Mapping[str, Any]) -> str | None:
-    needs = {"gpu": ("cuda",), "sm70": ("cuda", "sm70")}.get(tier, ())
+    needs = {"gpu": ("cuda",), "gpu-jit": ("cuda",), "sm70": ("cuda", "sm70")}.get(tier, ())
     return incheck.gate(incheck.CheckDef("team", tier, lambda _ctx: None, needs), dict(device))
 
 
