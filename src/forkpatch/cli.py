@@ -121,15 +121,31 @@ def init(
 
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
+@click.option(
+    "--upstream",
+    is_flag=True,
+    help="Also ask the forge what became of each patch's upstream request "
+    "(GITHUB_TOKEN / GITLAB_TOKEN; cached in .forkpatch/).",
+)
 @pass_ctx
-def status(c: Ctx, as_json: bool) -> None:
+def status(c: Ctx, as_json: bool, upstream: bool) -> None:
     """Show the patches in order and how each applies to the base (alias: series)."""
     from forkpatch.ops import series_status
 
     project = c.project()
     report = series_status(project)
+    ups: dict[str, dict[str, object]] = {}
+    if upstream:
+        from forkpatch.upstream_status import describe, upstream_states
+
+        ups = upstream_states(project, project.series.patches)
     if as_json:
-        log.emit_json(report.to_json())
+        data = report.to_json()
+        patches = data.get("patches")
+        for p in patches if isinstance(patches, list) else []:
+            if isinstance(p, dict) and p.get("name") in ups:
+                p["upstream"] = ups[p["name"]]
+        log.emit_json(data)
     else:
         log.result(
             f"base {report.base_tag} ({report.base_commit[:12]}), "
@@ -137,6 +153,10 @@ def status(c: Ctx, as_json: bool) -> None:
             + (f", work tree {report.worktree}" if report.worktree else "")
         )
         print_results(report.results, report.applied, emit=log.result)
+        if ups:
+            log.result("upstream:")
+            for name, up in ups.items():
+                log.result(describe(name, up))
         if report.editing:
             log.result(
                 f"editing '{report.editing}': `forkpatch refresh` re-applies the patches above it"
@@ -480,6 +500,7 @@ def _register_optional() -> None:
         "forkpatch.cli_build",
         "forkpatch.cli_smoke",
         "forkpatch.cli_track",
+        "forkpatch.cli_droppable",
     ):
         try:
             mod = importlib.import_module(module)

@@ -215,7 +215,7 @@ def register(cli: click.Group) -> None:
         if list_checks:
             rows = [
                 [s.id, s.tier, "yes" if s.baseline else "", ", ".join(s.needs), s.summary]
-                for s in checks.registry().values()
+                for s in checks.registry(getattr(_project_or_none(c), "series", None)).values()
             ]
             from forkpatch.views import table
 

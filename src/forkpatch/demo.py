@@ -118,6 +118,58 @@ def _stage_build(ctx: DemoContext) -> None:
     }
 
 
+TEAM_CHECK = "static.team-vllm-is-the-wheel"
+
+
+def _stage_droppable(ctx: DemoContext) -> None:
+    """series.yaml says what the demo's patches became and how to drop them, and adds a
+    check of the team's own; then `status --upstream` and `droppable --onto v1.3.0`."""
+    from dataclasses import replace
+
+    from forkpatch.droppable import DroppableOptions, evaluate, print_result
+    from forkpatch.project import Project
+    from forkpatch.upstream_status import describe, upstream_states
+
+    project = Project(ctx.project_dir)
+    series = project.series
+    fixed = project.fork().resolve_tag("v1.3.0")
+    patches = []
+    for p in series.patches:
+        if p.name == "cli-version":
+            p = replace(
+                p,
+                upstream=f"the fork took it ({fixed})",
+                drop_when=p.drop_when or "the fork reads the CLI version from its package",
+                drop_when_upstreamed=True,
+            )
+        elif p.name == "capability-floor":
+            p = replace(p, smoke=(*p.smoke, TEAM_CHECK))
+        patches.append(p)
+    checks = {
+        TEAM_CHECK: {
+            "command": [
+                "python",
+                "-c",
+                "import sys, vllm; sys.exit('site-packages' not in vllm.__file__)",
+            ],
+            "summary": "vllm is imported from the installed wheel",
+        }
+    }
+    smoke = {**series.smoke.as_mapping(), "checks": checks}
+    project.save_series(
+        replace(series.with_patches(patches), sections={**series.sections, "smoke": smoke})
+    )
+    with log.step("forkpatch status --upstream (cli-version names the fork's commit)"):
+        ups = upstream_states(project, project.series.patches)
+        for name, up in ups.items():
+            log.info(describe(name, up))
+    with log.step("forkpatch droppable --onto v1.3.0 (cli-version: drop-when upstreamed)"):
+        result = evaluate(project, DroppableOptions(onto="v1.3.0"))
+        print_result(result)
+    ctx.summary["upstream"] = {n: u["state"] for n, u in ups.items()}
+    ctx.summary["droppable"] = {v.name: v.verdict for v in result.patches}
+
+
 def _stage_rebase(ctx: DemoContext) -> None:
     """`forkpatch check --onto v1.3.0` then `forkpatch rebase --onto v1.3.0`, with the report."""
     from forkpatch.project import Project
@@ -158,6 +210,9 @@ def _stage_smoke_publish(ctx: DemoContext) -> None:
         outcome = run_smoke(SmokeOptions(wheels=(wheel,), tier="static", deps="system"), project)
         print_summary(outcome.report)
     static = outcome.report["tiers"]["status"]["static"]
+    ctx.summary["team_check"] = next(
+        (c["outcome"] for c in outcome.report["checks"] if c["id"] == TEAM_CHECK), None
+    )
     ctx.summary.update(
         {"smoke_passed": outcome.passed, "smoke_tiers": outcome.report["tiers"]["status"]}
     )
@@ -185,6 +240,7 @@ def _stage_smoke_publish(ctx: DemoContext) -> None:
 DEMO_STAGES: list[Callable[[DemoContext], None]] = [
     _stage_setup,
     _stage_status_apply,
+    _stage_droppable,
     _stage_rebase,
     _stage_build,
     _stage_smoke_publish,

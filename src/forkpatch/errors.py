@@ -15,6 +15,7 @@ the process exit code it maps to, and README.md lists them.
     4   internal error (a bug)       InternalError
     5   a smoke tier did not run     TierNotRun (``smoke``: asked for or required, not run)
     10  a newer fork release         NewRelease (``forkpatch track``)
+    11  a patch can be dropped       PatchesDroppable (``forkpatch droppable``)
     130 interrupted                  Interrupted (Ctrl-C)
 """
 
@@ -169,3 +170,9 @@ class NewRelease(Finished):
     """``track``: a newer fork release is there to act on."""
 
     exit_code = 10
+
+
+class PatchesDroppable(Finished):
+    """``droppable``: at least one patch can be dropped (its report said which, and why)."""
+
+    exit_code = 11

@@ -271,6 +271,65 @@ class BuildConfig(SectionConfig):
     )
 
 
+TEAM_CHECK_SOURCES = ("project", "fork")
+_TEAM_CHECK_ID = re.compile(r"^([a-z0-9-]+)\.([a-z0-9][a-z0-9._-]{0,79})$")
+
+
+def _seconds(v: Value) -> int:
+    return _positive_int(v)
+
+
+@dataclass(frozen=True)
+class TeamCheck(SectionConfig):
+    """One of ``smoke.checks``: a check of the team's own, run in the smoke environment
+    with the wheel installed: a pytest node id (in the project, or in the fork's tree at
+    the series' base) or a command (a list: program and arguments)."""
+
+    pytest: str | None = None
+    command: tuple[str, ...] | None = None
+    source: str | None = None  # "in": project (default) or fork, for pytest
+    summary: str | None = None
+    timeout: int | None = None  # seconds (default 600)
+
+    SECTION: ClassVar[str] = "smoke.checks"
+    KEYS: ClassVar[tuple[_Key, ...]] = (
+        _Key("pytest", "pytest", _string),
+        _Key("command", "command", _strings()),
+        _Key("in", "source", _choice(TEAM_CHECK_SOURCES)),
+        _Key("summary", "summary", _string),
+        _Key("timeout", "timeout", _seconds),
+    )
+
+
+def _team_checks(v: Value) -> tuple[tuple[str, TeamCheck], ...]:
+    if not isinstance(v.value, Mapping) or v.keys is None or not v.keys:
+        raise _err(
+            v.where,
+            f"must be a mapping of check ids to checks, got {_kind(v.value)}",
+            "e.g. checks: {static.our-import: {pytest: tests/test_ours.py::test_import}}",
+        )
+    out = []
+    for cid, cv in v.keys.items():
+        m = _TEAM_CHECK_ID.match(cid)
+        if m is None or m.group(1) not in KNOWN_TIERS:
+            raise _err(
+                cv.where,
+                f"check id {cid!r} must be '<tier>.<name>' with a tier of "
+                f"{', '.join(KNOWN_TIERS)} (the tier it needs)",
+            )
+        if not isinstance(cv.value, Mapping) or cv.keys is None:
+            raise _err(cv.where, f"must be a mapping, got {_kind(cv.value)}")
+        tc: TeamCheck = TeamCheck.from_values(cv.keys)
+        if (tc.pytest is None) == (tc.command is None):
+            raise _err(cv.where, "needs exactly one of 'pytest' (a node id) or 'command' (a list)")
+        if tc.command is not None and not tc.command:
+            raise _err(cv.where, "command must not be empty")
+        if tc.source is not None and tc.pytest is None:
+            raise _err(cv.where, "'in' names where a pytest node id is; a command has none")
+        out.append((cid, tc))
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class SmokeConfig(SectionConfig):
     """``smoke:``: what the smoke suite needs (forkpatch.smoke)."""
@@ -278,13 +337,25 @@ class SmokeConfig(SectionConfig):
     required_tiers: tuple[str, ...] | None = None
     index_url: str | None = None
     python: str | None = None
+    #: the team's own checks, (id, check) in series.yaml order
+    checks: tuple[tuple[str, TeamCheck], ...] | None = None
 
     SECTION: ClassVar[str] = "smoke"
     KEYS: ClassVar[tuple[_Key, ...]] = (
         _Key("required-tiers", "required_tiers", _strings(KNOWN_TIERS)),
         _Key("index-url", "index_url", _string),
         _Key("python", "python", _string),
+        _Key("checks", "checks", _team_checks),
     )
+
+    def as_mapping(self) -> dict[str, Any]:
+        out = super().as_mapping()
+        if self.checks is not None:
+            out["checks"] = {cid: tc.as_mapping() for cid, tc in self.checks}
+        return out
+
+    def team_checks(self) -> dict[str, TeamCheck]:
+        return dict(self.checks or ())
 
 
 @dataclass(frozen=True)

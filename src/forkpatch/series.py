@@ -60,6 +60,7 @@ SMOKE_CHECKS = (
     "static.packed-repack-cpu",
     "static.sm70-warmup-cpu",
     "gpu.cuda-compute",
+    "sm70.cuda-stack",
     "sm70.capability",
     "sm70.ops-registered",
     "sm70.fp8-per-block-config",
@@ -77,6 +78,8 @@ SMOKE_CHECKS = (
     "gpu-jit.refusals",
     "gpu-jit.unpadded-width",
 )
+# Checks forkpatch runs on the host (forkpatch.smoke.kernels); a patch may name them too.
+HOST_SMOKE_CHECKS = ("static.kernel-archs",)
 
 # libyaml's loader when PyYAML was built with it (5-10x faster on large series).
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -96,6 +99,9 @@ PATCH_KEYS = (
     "smoke",
     "drop-when",
 )
+# The structured form of `drop-when`: its text, and the conditions `forkpatch droppable`
+# evaluates (every condition given must hold).
+DROP_WHEN_KEYS = ("text", "passes-without", "upstreamed")
 # An upstream commit id as `upstream-commits` holds it (abbreviated or full, SHA-1 or SHA-256).
 UPSTREAM_COMMIT_RE = re.compile(r"^[0-9a-f]{7,64}$")
 
@@ -128,12 +134,21 @@ class PatchEntry:
     # forkpatch.patchfile.upstream_refs): evidence for the rebase, never applied.
     upstream_commits: tuple[str, ...] = ()
     smoke: tuple[str, ...] = ()
-    drop_when: str = ""
+    drop_when: str = ""  # the condition in words (the whole of the plain-text form)
+    #: smoke checks that must pass on the series without this patch for it to be dropped
+    drop_when_passes_without: tuple[str, ...] = ()
+    #: the patch may be dropped once the target already contains it (upstreamed there)
+    drop_when_upstreamed: bool = False
     line: int = 0  # where the entry starts in series.yaml (0: not from a file)
 
     @property
     def is_diff(self) -> bool:
         return self.file is not None
+
+    @property
+    def drop_condition(self) -> bool:
+        """Whether ``drop-when`` says something forkpatch can evaluate."""
+        return bool(self.drop_when_passes_without) or self.drop_when_upstreamed
 
 
 @dataclass(frozen=True)
@@ -427,6 +442,14 @@ def _parse_series(text: str, *, path: str) -> Series:
         )
     base = BaseRef(tag=tag, commit=commit)
 
+    # The sections first: the team's own smoke checks are names a patch may use.
+    sections: dict[str, SectionConfig] = {}
+    for name, cls in SECTIONS.items():
+        if name in top:
+            sections[name] = cls.from_values(_section_values(top[name], loc, name))
+    smoke_cfg = sections.get("smoke")
+    known = tuple(smoke_cfg.team_checks()) if isinstance(smoke_cfg, SmokeConfig) else ()
+
     patches: list[PatchEntry] = []
     if "patches" in top and not (
         isinstance(top["patches"], yaml.ScalarNode) and _native(top["patches"], loc) is None
@@ -437,7 +460,7 @@ def _parse_series(text: str, *, path: str) -> Series:
         seen_names: dict[str, int] = {}
         seen_files: dict[str, int] = {}
         for item in plist.value:
-            entry = _parse_entry(item, loc)
+            entry = _parse_entry(item, loc, known)
             if entry.name in seen_names:
                 raise loc.err(
                     item,
@@ -454,10 +477,6 @@ def _parse_series(text: str, *, path: str) -> Series:
                 seen_files[entry.file] = entry.line
             patches.append(entry)
 
-    sections: dict[str, SectionConfig] = {}
-    for name, cls in SECTIONS.items():
-        if name in top:
-            sections[name] = cls.from_values(_section_values(top[name], loc, name))
     return Series(
         fork=fork,
         base=base,
@@ -500,7 +519,10 @@ def _commit_text(node: yaml.Node, loc: _Loc) -> str:
     return _scalar(node, loc, "base.commit")
 
 
-def _parse_entry(item: yaml.Node, loc: _Loc) -> PatchEntry:
+def _parse_entry(item: yaml.Node, loc: _Loc, known: Iterable[str] = ()) -> PatchEntry:
+    """One patch entry; ``known``: the check ids it may name besides the built-in ones
+    (the team's own, from the smoke section)."""
+    known = (*SMOKE_CHECKS, *HOST_SMOKE_CHECKS, *known)
     m = _mapping(item, loc, "patch entry")
     _check_keys(m, PATCH_KEYS, loc, "patch entry", item)
     name_node = _required(m, "name", loc, "patch entry", item)
@@ -535,10 +557,10 @@ def _parse_entry(item: yaml.Node, loc: _Loc) -> PatchEntry:
             raise loc.err(node, f"{what}: smoke must be a list of check ids")
         smoke = tuple(_scalar(n, loc, f"{what}: smoke check") for n in node.value)
         for n, cid in zip(node.value, smoke, strict=True):
-            if cid not in SMOKE_CHECKS:
+            if cid not in known:
                 raise loc.err(
                     n,
-                    f"{what}: unknown smoke check '{cid}'{_suggest(cid, SMOKE_CHECKS)}",
+                    f"{what}: unknown smoke check '{cid}'{_suggest(cid, known)}",
                     tip="`forkpatch smoke --list-checks` lists the known checks",
                 )
     upstream_commits: tuple[str, ...] = ()
@@ -557,6 +579,9 @@ def _parse_entry(item: yaml.Node, loc: _Loc) -> PatchEntry:
                 )
             ids.append(oid)
         upstream_commits = tuple(ids)
+    drop_when, passes_without, upstreamed = "", tuple[str, ...](), False
+    if "drop-when" in m:
+        drop_when, passes_without, upstreamed = _drop_when(m["drop-when"], loc, what)
     return PatchEntry(
         name=name,
         file=file,
@@ -571,11 +596,51 @@ def _parse_entry(item: yaml.Node, loc: _Loc) -> PatchEntry:
         else "",
         upstream_commits=upstream_commits,
         smoke=smoke,
-        drop_when=_scalar(m["drop-when"], loc, f"{what}: drop-when", allow_empty=True)
-        if "drop-when" in m
-        else "",
+        drop_when=drop_when,
+        drop_when_passes_without=passes_without,
+        drop_when_upstreamed=upstreamed,
         line=item.start_mark.line + 1,
     )
+
+
+def _drop_when(node: yaml.Node, loc: _Loc, what: str) -> tuple[str, tuple[str, ...], bool]:
+    """``drop-when``: a text, or a mapping of its text and the conditions to evaluate."""
+    if not isinstance(node, yaml.MappingNode):
+        return _scalar(node, loc, f"{what}: drop-when", allow_empty=True), (), False
+    m = _mapping(node, loc, f"{what}: drop-when")
+    _check_keys(m, DROP_WHEN_KEYS, loc, f"{what}: drop-when", node)
+    text = (
+        _scalar(m["text"], loc, f"{what}: drop-when.text", allow_empty=True) if "text" in m else ""
+    )
+    checks: tuple[str, ...] = ()
+    if "passes-without" in m:
+        seq = m["passes-without"]
+        if not isinstance(seq, yaml.SequenceNode) or not seq.value:
+            raise loc.err(
+                seq,
+                f"{what}: drop-when.passes-without must be a non-empty list of smoke check ids",
+                tip="e.g. passes-without: [sm70.fp8-per-block-config]",
+            )
+        checks = tuple(
+            _scalar(n, loc, f"{what}: drop-when.passes-without check") for n in seq.value
+        )
+    upstreamed = False
+    if "upstreamed" in m:
+        value = _native(m["upstreamed"], loc)
+        if not isinstance(value, bool):
+            raise loc.err(
+                m["upstreamed"],
+                f"{what}: drop-when.upstreamed must be true or false, got {m['upstreamed'].value!r}",
+            )
+        upstreamed = value
+    if not checks and not upstreamed:
+        raise loc.err(
+            node,
+            f"{what}: drop-when as a mapping needs a condition: passes-without (smoke checks "
+            "that pass without the patch) or upstreamed: true",
+            tip="or write the condition as plain text: drop-when: <text>",
+        )
+    return text, checks, upstreamed
 
 
 def check_series_file_path(file: str, *, where: str) -> None:
@@ -762,7 +827,14 @@ def dump_series(series: Series) -> str:
                 fields.append(("upstream-commits", list(p.upstream_commits)))
             if p.smoke:
                 fields.append(("smoke", list(p.smoke)))
-            if p.drop_when:
+            if p.drop_condition:
+                cond: dict[str, Any] = {"text": p.drop_when} if p.drop_when else {}
+                if p.drop_when_passes_without:
+                    cond["passes-without"] = list(p.drop_when_passes_without)
+                if p.drop_when_upstreamed:
+                    cond["upstreamed"] = True
+                fields.append(("drop-when", cond))
+            elif p.drop_when:
                 fields.append(("drop-when", p.drop_when))
             first = True
             for key, value in fields:

@@ -44,7 +44,7 @@ import shutil
 import subprocess
 import time
 import urllib.parse
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, ClassVar
@@ -70,7 +70,7 @@ from forkpatch.fsutil import atomic_write, file_sha256, read_regular
 from forkpatch.git import Git, git_env
 from forkpatch.project import Project
 from forkpatch.redact import strip_url_credentials
-from forkpatch.series import PATCHES_DIR, SERIES_FILE
+from forkpatch.series import PATCHES_DIR, SERIES_FILE, PatchEntry
 
 DEFAULT_PATTERN = r"^v(?P<version>.+)$"
 DEFAULT_BOT_BRANCH = "forkpatch/rebase-{tag}"
@@ -573,6 +573,8 @@ class RebaseDone:
     report_markdown: str
     series_sha256: str  # of the rebased series in project/
     forecast: Forecast | None = None
+    #: each patch's upstream request, as ``status --upstream`` sees it: {"state", ...}
+    upstream: dict[str, dict[str, str]] | None = None
     status: ClassVar[str] = "done"
 
 
@@ -611,6 +613,8 @@ class SmokeRun:
     #: tier -> why, for the tiers asked for that did not run or ran incomplete (and
     #: were not accepted by --allow-missing-tier): the smoke is not done yet.
     missing: dict[str, str] = field(default_factory=dict)
+    #: ``forkpatch droppable`` on the rebased series: patch -> {"verdict", "evidence"}
+    droppable: dict[str, dict[str, str]] | None = None
 
     @property
     def status(self) -> str:
@@ -1192,6 +1196,7 @@ class _RunCtx:
                 report_markdown=f"rebase/{stem}.md",
                 series_sha256=series_digest(copy),
                 forecast=fc,
+                upstream=_upstream(copy, self.project.series.patches),
             )
         )
 
@@ -1343,6 +1348,7 @@ class _RunCtx:
             return _failed("smoke", exc)
         rep = outcome.report
         failed = tuple(c["id"] for c in rep["checks"] if c["outcome"] in ("failed", "error"))
+        droppable = self._droppable(copy, build)
         result = SmokeRun(
             passed=outcome.passed,
             tier=self.opts.smoke_tier,
@@ -1354,6 +1360,7 @@ class _RunCtx:
             checks={c["id"]: c["outcome"] for c in rep["checks"]},
             failed=failed,
             missing=dict(outcome.missing),
+            droppable=droppable,
         )
         if outcome.passed and outcome.missing:
             return StageOutcome(result, stop=True, error=outcome.not_run_error())
@@ -1367,6 +1374,36 @@ class _RunCtx:
                 tip=f"see {report_path}",
             ),
         )
+
+    def _droppable(self, copy: Project, build: BuildDone) -> dict[str, dict[str, str]] | None:
+        """The rebased series' drop-when conditions, evaluated on this runner (the same
+        base wheel and smoke settings); None when the build had no base wheel."""
+        from forkpatch.droppable import DroppableOptions, evaluate
+
+        if build.base_wheel is None:
+            return None
+        section = copy.series.section("smoke")
+        try:
+            base_wheel = self.base_wheel(copy)
+            if base_wheel is None:
+                return None
+            with log.step(f"forkpatch droppable (the series on {self.tag})"):
+                result = evaluate(
+                    copy,
+                    DroppableOptions(
+                        base_wheel=base_wheel,
+                        deps=self.opts.smoke_deps or "system",
+                        python=self.opts.smoke_python or section.get("python"),
+                        index_url=section.get("index-url"),
+                    ),
+                )
+        except ForkpatchError as exc:
+            log.warn(f"droppable could not be evaluated: {exc}")
+            return None
+        return {
+            v.name: {"verdict": v.verdict, "evidence": v.evidence.splitlines()[0][:300]}
+            for v in result.patches
+        }
 
     # ---------------------------------------------------------------- publish
 
@@ -1530,6 +1567,7 @@ def summary_markdown(state: RunState, work: Path | None = None) -> str:
     out += _rebase_section(info, stages.rebase, work)
     out += _build_section(stages.build)
     out += _smoke_section(stages)
+    out += _droppable_section(tag, stages)
     out += _publish_section(stages.publish)
     fc = stages.rebase.forecast if isinstance(stages.rebase, (RebaseDone, RebaseConflict)) else None
     if fc:
@@ -1676,14 +1714,76 @@ def _smoke_section(stages: Stages) -> list[str]:
         return out + _not_done(st)
     verdict = {"done": "passed", "failed": "**FAILED**", "not-run": "**NOT RUN**"}[st.status]
     out.append(f"- {verdict} (requested up to tier {st.tier}, runner {st.runner})")
-    for tier, missing in st.missing.items():
+    # In a fixed order: the stage file keeps its keys sorted, and the body must not
+    # change between the run that made it and one that reads it back.
+    order = {t: i for i, t in enumerate(("static", "gpu", "sm70", "gpu-jit"))}
+    for tier, missing in sorted(st.missing.items(), key=lambda kv: (order.get(kv[0], 9), kv[0])):
         out.append(f"- **tier {tier} {missing}**: do not merge before it has run")
-    for tier, s in st.tiers.items():
+    for tier, s in sorted(st.tiers.items(), key=lambda kv: (order.get(kv[0], 9), kv[0])):
         why = st.not_run.get(tier)
         out.append(f"- tier {tier}: {s}" + (f" ({why})" if why else ""))
     out += ["", "| check | outcome |", "|---|---|"]
-    for cid, outcome in st.checks.items():
+    for cid, outcome in sorted(st.checks.items()):
         out.append(f"| {_code(cid)} | {outcome if outcome != 'failed' else '**failed**'} |")
+    out.append("")
+    return out
+
+
+def _upstream(copy: Project, entries: Sequence[PatchEntry]) -> dict[str, dict[str, str]] | None:
+    """The patches' upstream states (the forge asked now, or the last known answer)."""
+    from forkpatch.upstream_status import upstream_states
+
+    try:
+        states = upstream_states(copy, entries)
+    except ForkpatchError as exc:
+        log.warn(f"upstream states not known: {exc}")
+        return None
+    keep = ("state", "url", "release", "reason")
+    return {n: {k: str(v[k]) for k in keep if k in v} for n, v in states.items()}
+
+
+def _upstream_lines(rebase: RebaseDone) -> list[str]:
+    if not rebase.upstream:
+        return []
+    out = ["", "Upstream (what each patch sent upstream became):", ""]
+    # By name: the stage file keeps its keys sorted, and the body must not change
+    # between the run that made it and one that reads it back.
+    for name, up in sorted(rebase.upstream.items()):
+        text = up.get("state", "unknown")
+        if up.get("release"):
+            text += f", {up['release'] if up['release'] == 'not yet released' else 'in ' + up['release']}"
+        if up.get("reason"):
+            text += f" ({up['reason']})"
+        out.append(f"- {_code(name)}: {text.replace('`', chr(39))}")
+    return out
+
+
+def _droppable_section(tag: str, stages: Stages) -> list[str]:
+    """Which patches the release makes droppable: the rebase's upstreamed ones, and the
+    drop-when conditions the smoke runner evaluated (``forkpatch droppable``)."""
+    rebase = stages.rebase
+    if not isinstance(rebase, RebaseDone):
+        return []
+    out = [f"## Droppable at {tag}", ""]
+    for name, status in sorted(rebase.patches.items()):
+        if status == "upstreamed":
+            out.append(
+                f"- {_code(name)}: **droppable**, upstreamed at {_code(tag)} (the rebase dropped it)"
+            )
+    smoke = stages.smoke
+    verdicts = smoke.droppable if isinstance(smoke, SmokeRun) else None
+    if verdicts is None:
+        out.append(
+            "- the other patches' drop-when conditions: not evaluated (no smoke run with a "
+            f"base wheel; `forkpatch droppable --onto {tag} --base-wheel WHEEL` evaluates them)"
+        )
+    else:
+        for name, v in sorted(verdicts.items()):  # by name, as the stage file keeps them
+            verdict = v.get("verdict", "?")
+            shown = f"**{verdict}**" if verdict == "droppable" else verdict
+            evidence = str(v.get("evidence", "")).replace("`", "'")
+            out.append(f"- {_code(name)}: {shown}: {_code(evidence)}")
+    out += _upstream_lines(rebase)
     out.append("")
     return out
 

@@ -160,3 +160,56 @@ def export_tree(rev: str, dest: Path, *paths: str, repo: str | None = None) -> P
     with tarfile.open(fileobj=io.BytesIO(data)) as tf:
         tf.extractall(dest, filter="data")
     return dest
+
+
+# --------------------------------------------------------------------------- the fork's own wheel build
+
+BUILD_PYTHON = os.environ.get("FORKPATCH_WHEEL_BUILD_PYTHON") or sys.executable
+
+
+def export_wheel_tree(source: str | Path, commit: str, dest: Path) -> None:
+    """The files of ``commit`` in ``source`` without docs/ (nothing under docs/ goes into
+    the wheel; the fixture's placeholder blobs are there), read in place."""
+    export_tree(commit, dest, ".", ":(exclude)docs", repo=str(source))
+
+
+def _no_cargo_path() -> str:
+    dirs = os.environ.get("PATH", "").split(os.pathsep)
+    return os.pathsep.join(d for d in dirs if not (Path(d) / "cargo").exists())
+
+
+def start_wheel_build(tree: Path, version: str, out: Path, log: Path) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ,
+        "VLLM_TARGET_DEVICE": "empty",
+        "VLLM_VERSION_OVERRIDE": version,
+        # The tree is an export, not a clone: setuptools-scm finds no git metadata.
+        "SETUPTOOLS_SCM_PRETEND_VERSION": version,
+        "PATH": _no_cargo_path(),
+    }
+    with open(log, "wb") as fh:
+        return subprocess.Popen(
+            [
+                BUILD_PYTHON,
+                "-m",
+                "build",
+                "--wheel",
+                "--no-isolation",
+                "--skip-dependency-check",
+                "-o",
+                str(out),
+                ".",
+            ],
+            cwd=tree,
+            env=env,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def finish_wheel_build(proc: subprocess.Popen[bytes], out: Path, log: Path) -> Path:
+    rc = proc.wait(timeout=1200)
+    assert rc == 0, f"wheel build failed ({rc}):\n{log.read_text(errors='replace')[-6000:]}"
+    wheels = sorted(out.glob("*.whl"))
+    assert len(wheels) == 1, wheels
+    return wheels[0]

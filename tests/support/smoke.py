@@ -95,3 +95,32 @@ def passing_report(wheel: Path, tiers: tuple[str, ...] = ("static", "sm70")) -> 
         patches=[],
     )
     return write_report(report.to_json(), wheel.with_name(wheel.name + REPORT_SUFFIX))
+
+
+# A patch that makes `vllm --version` crash: the console script imports this package.
+BREAK_CLI = b"""Break the CLI on purpose (a bisect test).
+
+diff --git a/vllm/entrypoints/cli/__init__.py b/vllm/entrypoints/cli/__init__.py
+--- a/vllm/entrypoints/cli/__init__.py
++++ b/vllm/entrypoints/cli/__init__.py
+@@ -0,0 +1 @@
++raise RuntimeError("the CLI is broken on purpose")
+"""
+
+
+def broken_project(build: ExampleBuild, dest: Path) -> Path:
+    """The example project with 'break-cli' inserted in the middle of the series (#3 of 6)."""
+    from forkpatch.series import PatchEntry, load_series, save_series
+
+    project = copy_project(build, dest)
+    (project / "patches" / "break-cli.patch").write_bytes(BREAK_CLI)
+    path = project / "series.yaml"
+    s = load_series(path)
+    names = s.names()
+    at = names.index("odd-width-padding") + 1
+    entry = PatchEntry(name="break-cli", file="break-cli.patch", summary="Break the CLI on purpose")
+    patches = [*s.patches[:at], entry, *s.patches[at:]]
+    # Only checks that need no torch: the bisect must not depend on the smoke box.
+    patches = [replace(p, smoke=()) for p in patches]
+    save_series(s.with_patches(patches), path)
+    return project

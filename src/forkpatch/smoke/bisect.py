@@ -19,7 +19,6 @@ by a patch, stays broken by the patches above it.
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 import time
 from collections.abc import Sequence
@@ -35,6 +34,7 @@ from forkpatch.smoke.checks import tiers_up_to
 from forkpatch.smoke.incheck import ERROR, FAILED, NOT_RUN
 from forkpatch.smoke.report import CheckedReport
 from forkpatch.smoke.runner import SmokeOptions, run_smoke
+from forkpatch.smoke.scratch import ScratchBuilds
 from forkpatch.smoke.wheelinfo import read_wheel
 
 FOUND = "found"
@@ -251,13 +251,9 @@ class _Prefixes:
         self.result = result
         self.cache: dict[int, Probe] = {}
         # The scratch project borrows the real project's object store, which holds
-        # the base commit (verified below) and borrows the fork's objects in turn.
+        # the base commit (verified here).
         project.fork().verify_base(self.series.base.tag, self.series.base.commit)
-        self.copy = work / "project"
-        self.copy.mkdir()
-        if project.patches_dir.is_dir():
-            shutil.copytree(project.patches_dir, self.copy / project.patches_dir.name)
-        self.store = str(project.state_dir / "repo.git")
+        self.scratch = ScratchBuilds(project, work)
 
     @property
     def n(self) -> int:
@@ -274,26 +270,18 @@ class _Prefixes:
 
     def probe(self, k: int, checks: Sequence[str]) -> Probe:
         """Build prefix ``k`` and smoke it with ``checks`` (empty: the full plan); cached."""
-        from forkpatch.wheels.buildwheel import build_wheel
-        from forkpatch.wheels.options import BuildOptions
-
         got = self.cache.get(k)
         if got is not None and checks and all(c in got.outcomes for c in checks):
             return got
         t0 = time.monotonic()
         entries = self.entries(k)
-        scratch = Project(root=self.copy, fork_override=self.store)
-        scratch.save_series(self.series.with_patches(entries))
-        built = build_wheel(
-            scratch,
-            BuildOptions(
-                mode="overlay", base_wheel=self.base_wheel, out_dir=self.work / f"dist-{k}"
-            ),
+        scratch, wheel = self.scratch.build(
+            self.series.with_patches(entries), self.base_wheel, str(k)
         )
         self.result.builds += 1
         outcome = run_smoke(
             SmokeOptions(
-                wheels=(built.wheels[0],),
+                wheels=(wheel,),
                 tier=self.opts.tier,
                 deps=self.opts.deps,
                 python=self.opts.python,
@@ -301,6 +289,8 @@ class _Prefixes:
                 keep_env=self.opts.keep_env,
                 timeout_s=self.opts.timeout_s,
                 checks=tuple(checks),
+                # the team's own checks run where their files are: the real project
+                checks_root=self.project.root,
             ),
             scratch,
         )
@@ -311,7 +301,7 @@ class _Prefixes:
             patches=[e.name for e in entries],
             outcomes={c["id"]: c["outcome"] for c in report["checks"]},
             details={c["id"]: c["detail"] for c in report["checks"]},
-            wheel=built.wheels[0].name,
+            wheel=wheel.name,
             seconds=time.monotonic() - t0,
         )
         if got is not None:  # keep what an earlier smoke of this prefix learnt

@@ -12,8 +12,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from forkpatch.errors import SeriesError, SmokeError
+from forkpatch.sections import TeamCheck
 from forkpatch.series import SERIES_FILE, PatchEntry, Series
 from forkpatch.smoke import incheck
+from forkpatch.smoke.kernels import HOST_CHECKS
 
 TIERS: tuple[str, ...] = incheck.TIERS
 
@@ -29,12 +31,28 @@ class CheckSpec:
     summary: str
 
 
-def registry() -> dict[str, CheckSpec]:
-    """Every known check, by id, in registration order."""
-    return {
+def registry(series: Series | None = None) -> dict[str, CheckSpec]:
+    """Every known check, by id, in registration order (those run on the host last,
+    then the team's own checks that ``series`` declares under ``smoke.checks``)."""
+    out = {
         d.id: CheckSpec(d.id, d.tier, d.needs, d.baseline, d.summary)
         for d in incheck.REGISTRY.values()
     }
+    for h in HOST_CHECKS.values():
+        out[h.id] = CheckSpec(h.id, h.tier, (), h.baseline, h.summary)
+    if series is not None:
+        for cid, tc in series.smoke.team_checks().items():
+            out.setdefault(cid, CheckSpec(cid, cid.partition(".")[0], (), False, team_summary(tc)))
+    return out
+
+
+def team_summary(tc: TeamCheck) -> str:
+    what = (
+        f"pytest {tc.pytest} (in the {tc.source or 'project'})"
+        if tc.pytest
+        else ("command " + " ".join(tc.command or ()))
+    )
+    return f"the team's check: {tc.summary + '; ' if tc.summary else ''}{what}"
 
 
 def tiers_up_to(tier: str) -> tuple[str, ...]:
@@ -52,8 +70,8 @@ def _suggest(word: str, candidates: Iterable[str]) -> str:
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
-def get(check_id: str) -> CheckSpec:
-    reg = registry()
+def get(check_id: str, series: Series | None = None) -> CheckSpec:
+    reg = registry(series)
     if check_id not in reg:
         raise SmokeError(
             f"unknown smoke check '{check_id}'{_suggest(check_id, reg)}",
@@ -63,15 +81,27 @@ def get(check_id: str) -> CheckSpec:
 
 
 def validate_series(series: Series, *, path: str = SERIES_FILE) -> None:
-    """Every ``smoke:`` id in the series must be a known check (SeriesError otherwise)."""
-    reg = registry()
-    problems = []
+    """Every ``smoke:`` id in the series must be a known check, and the team's own
+    checks must not take a built-in check's id (SeriesError otherwise)."""
+    builtin = registry()
+    reg = registry(series)
+    problems = [
+        f"{path}: smoke.checks declares '{cid}', which is a built-in check's id"
+        for cid in series.smoke.team_checks()
+        if cid in builtin
+    ]
     for entry in series.patches:
         for cid in entry.smoke:
             if cid not in reg:
                 problems.append(
                     f"{path}:{entry.line}: patch '{entry.name}' names unknown smoke "
                     f"check '{cid}'{_suggest(cid, reg)}"
+                )
+        for cid in entry.drop_when_passes_without:
+            if cid not in reg:
+                problems.append(
+                    f"{path}:{entry.line}: patch '{entry.name}': drop-when.passes-without "
+                    f"names unknown smoke check '{cid}'{_suggest(cid, reg)}"
                 )
     if problems:
         raise SeriesError(
@@ -83,14 +113,14 @@ def baseline(tiers: Sequence[str]) -> list[str]:
     return [c.id for c in registry().values() if c.baseline and c.tier in tiers]
 
 
-def plan(patches: Sequence[PatchEntry]) -> dict[str, list[str]]:
+def plan(patches: Sequence[PatchEntry], series: Series | None = None) -> dict[str, list[str]]:
     """check id -> the patches that asked for it ([] for baseline checks), in run order.
 
     Every check of every tier appears (so the report can say "not run" for
     tiers not selected); baseline first, then the patches' checks in series
     order.
     """
-    reg = registry()
+    reg = registry(series)
     out: dict[str, list[str]] = {}
     for cid in baseline(TIERS):
         out[cid] = []

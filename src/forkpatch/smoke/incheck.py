@@ -1543,6 +1543,57 @@ def cuda_compute(ctx: Ctx) -> str:
 # --------------------------------------------------------------------------- sm70 tier
 
 
+_TORCH_PIN = re.compile(r"^torch\s*==\s*([\w.+!-]+)\s*(?:;.*)?$")
+
+
+def _cuda_number(version: str) -> int:
+    """ "12.8" -> 12080, as cuDriverGetVersion counts."""
+    major, _, minor = version.partition(".")
+    return int(major) * 1000 + int(minor or 0) * 10
+
+
+def _driver_cuda() -> int:
+    """The CUDA version the installed driver supports (cuDriverGetVersion of libcuda)."""
+    import ctypes
+
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError as exc:
+        raise AssertionError(f"the NVIDIA driver's libcuda.so.1 does not load: {exc}") from None
+    out = ctypes.c_int(0)
+    rc = lib.cuDriverGetVersion(ctypes.byref(out))
+    assert rc == 0, f"cuDriverGetVersion failed with CUDA error {rc}"
+    return out.value
+
+
+@check("sm70.cuda-stack", baseline=True)
+def sm70_cuda_stack(ctx: Ctx) -> str:
+    """The box fits the wheel: the environment's torch is the version the wheel pins
+    (Requires-Dist: torch==...), and the driver supports that torch's CUDA."""
+    import importlib.metadata as md
+
+    torch = _torch()
+    pins = [
+        m.group(1)
+        for r in md.requires(ctx.dist) or []
+        if (m := _TORCH_PIN.match(r.strip())) is not None
+    ]
+    if not pins:
+        raise NotRun(f"{ctx.dist} {ctx.version} pins no torch version (Requires-Dist: torch==)")
+    have = str(torch.__version__)
+    assert have.split("+")[0] == pins[0].split("+")[0], (
+        f"the smoke environment has torch {have}, the wheel pins torch=={pins[0]}"
+    )
+    cuda = getattr(torch.version, "cuda", None)
+    assert cuda, f"torch {have} is a CPU-only build"
+    driver = _driver_cuda()
+    shown = f"{driver // 1000}.{driver % 1000 // 10}"
+    assert driver >= _cuda_number(cuda), (
+        f"the driver supports CUDA {shown}, the wheel's torch {have} needs CUDA {cuda}"
+    )
+    return f"torch {have} (pinned {pins[0]}), CUDA {cuda}, driver supports CUDA {shown}"
+
+
 @check("sm70.capability", baseline=True)
 def sm70_capability(ctx: Ctx) -> str:
     """torch and vllm's platform both read compute capability (7, 0)."""

@@ -29,6 +29,7 @@ from forkpatch.series import PatchEntry
 from forkpatch.smoke import checks as registry
 from forkpatch.smoke import incheck
 from forkpatch.smoke.env import clean_env, smoke_env
+from forkpatch.smoke.kernels import HOST_CHECKS, host_not_applicable, run_host_checks
 from forkpatch.smoke.report import (
     DECLARED_CHECK_FAILED,
     INCOMPLETE,
@@ -41,6 +42,8 @@ from forkpatch.smoke.report import (
     store_path,
     write_report,
 )
+from forkpatch.smoke.team import fork_tests as _fork_tests
+from forkpatch.smoke.team import run_team_checks
 from forkpatch.smoke.wheelinfo import WheelInfo, read_wheel, sha256_file
 from forkpatch.wheels.runner import tail
 
@@ -68,6 +71,9 @@ class SmokeOptions:
     #: Tiers that may be missing from the result without :attr:`SmokeOutcome.missing`
     #: naming them (``--allow-missing-tier``): the report still says they did not run.
     allow_missing_tiers: tuple[str, ...] = ()
+    #: Where the team's own checks (series.yaml smoke.checks) run, and their pytest
+    #: node ids are found (default: the project's directory).
+    checks_root: Path | None = None
 
 
 @dataclass
@@ -253,10 +259,15 @@ def run_smoke(opts: SmokeOptions, project: Any = None) -> SmokeOutcome:
         )
     if prov is None:
         notes.append("the wheel has no forkpatch provenance: no patch checks can be chosen")
-    plan = registry.plan(entries)
+    series = project.series if project is not None else None
+    plan = registry.plan(entries, series)
     if opts.checks:
-        plan = {registry.get(cid).id: plan.get(cid, []) for cid in opts.checks}
-    reg = registry.registry()
+        plan = {registry.get(cid, series).id: plan.get(cid, []) for cid in opts.checks}
+    reg = registry.registry(series)
+    team = series.smoke.team_checks() if series is not None else {}
+    for cid, why in host_not_applicable(plan, primary.path, explicit=opts.checks).items():
+        del plan[cid]
+        notes.append(f"{cid}: {why}")
     to_run = [cid for cid in plan if reg[cid].tier in tiers]
 
     problems = provenance_vs_series(primary, project)
@@ -283,7 +294,7 @@ def run_smoke(opts: SmokeOptions, project: Any = None) -> SmokeOutcome:
         keep=opts.keep_env,
     ) as senv:
         spec = {
-            "checks": to_run,
+            "checks": [cid for cid in to_run if cid not in HOST_CHECKS and cid not in team],
             "dist": primary.name,
             "version": primary.version,
             "prefix": str(senv.path),
@@ -303,6 +314,17 @@ def run_smoke(opts: SmokeOptions, project: Any = None) -> SmokeOutcome:
             f"run {len(to_run)} check(s) in the smoke environment (tiers {', '.join(tiers)})"
         ):
             records, proc_note = _run_incheck(senv.python, senv.path.parent, spec, opts.timeout_s)
+        if any(cid in team for cid in to_run):
+            results.update(
+                run_team_checks(
+                    {cid: team[cid] for cid in to_run if cid in team},
+                    senv,
+                    plan,
+                    device=_device_of(records),
+                    root=opts.checks_root or (Path(project.root) if project is not None else None),
+                    fork_tests=lambda: _fork_tests(project, senv.path.parent),
+                )
+            )
         env_info = senv.to_json()
         for rec in records:
             if rec.get("kind") == "env":
@@ -339,6 +361,7 @@ def run_smoke(opts: SmokeOptions, project: Any = None) -> SmokeOutcome:
                 results[cid] = CheckResult(
                     cid, reg[cid].tier, incheck.ERROR, 0.0, why, plan.get(cid, [])
                 )
+    results.update(run_host_checks(to_run, primary.path, plan))
     if not device.get("devices"):
         device.setdefault("devices", [])
     ordered = [results[cid] for cid in plan]
@@ -383,6 +406,13 @@ def _install_notes(
         deps=str(env_info.get("deps") or "system"),
         pins=fork_pins(project),
     )
+
+
+def _device_of(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    for rec in records:
+        if rec.get("kind") == "env":
+            return dict(rec.get("device") or {})
+    return {}
 
 
 def _store(
@@ -538,9 +568,10 @@ class _Progress:
 
 
 # Failures no patch's code can cause: the wheel's identity against the series, and
-# where vllm was imported from (the environment). Bisecting the patches for them
+# where vllm was imported from (the environment), the compiled kernels (a patch of
+# Python files does not change them). Bisecting the patches for them
 # would only blame an innocent one.
-NOT_A_PATCH = frozenset({"static.provenance", "static.installed-from-wheel"})
+NOT_A_PATCH = frozenset({"static.provenance", "static.installed-from-wheel", *HOST_CHECKS})
 
 
 def failure_tip(data: dict[str, Any]) -> str:
