@@ -228,20 +228,9 @@ class ForkRepo:
 
     def _remote_tags(self) -> dict[str, str]:
         """Tag -> the object it names, peeled by the remote (``^{}``: fully)."""
-        proc = self.store.run(
-            "ls-remote",
-            "--tags",
-            self.source,
-            check=False,
-            timeout=FETCH_TIMEOUT,
-            user_config=True,
-        )
-        if proc.returncode != 0:
-            raise self._remote_error("list tags of", proc)
         tags: dict[str, str] = {}
         peeled: dict[str, str] = {}
-        for line in proc.stdout.decode().splitlines():
-            oid, ref = line.split("\t")
+        for oid, ref in self._ls_remote("--tags", "tags"):
             name = ref[len("refs/tags/") :]
             if name.endswith("^{}"):
                 peeled[name[:-3]] = oid
@@ -249,6 +238,21 @@ class ForkRepo:
                 tags[name] = oid
         tags.update(peeled)
         return tags
+
+    def _ls_remote(self, which: str, what: str) -> list[tuple[str, str]]:
+        """(object id, ref) of the remote's ``--tags`` or ``--heads``; ``what`` names
+        them in the error."""
+        proc = self.store.run(
+            "ls-remote", which, self.source, check=False, timeout=FETCH_TIMEOUT, user_config=True
+        )
+        if proc.returncode != 0:
+            raise self._remote_error(f"list {what} of", proc)
+        found = []
+        for line in proc.stdout.decode("utf-8", "replace").splitlines():
+            oid, _, ref = line.partition("\t")
+            if ref:
+                found.append((oid, ref))
+        return found
 
     def fetch(self, refspecs: list[str] | None = None) -> None:
         """Bring the source's tags into the store (``refspecs``: just those refs). Branch
@@ -377,20 +381,9 @@ class ForkRepo:
             self._refuse_non_commit(tag, None, others[tag])
         if tag in tags:
             return ResolvedRef(tag, self.resolve_tag(tag), "tag", f"refs/tags/{tag}")
-        proc = self.store.run(
-            "ls-remote",
-            "--heads",
-            self.source,
-            check=False,
-            timeout=FETCH_TIMEOUT,
-            user_config=True,
-        )
-        if proc.returncode != 0:
-            raise self._remote_error("list branches of", proc)
-        heads: dict[str, str] = {}
-        for line in proc.stdout.decode("utf-8", "replace").splitlines():
-            oid, _, ref = line.partition("\t")
-            heads[ref[len("refs/heads/") :]] = oid
+        heads = {
+            ref[len("refs/heads/") :]: oid for oid, ref in self._ls_remote("--heads", "branches")
+        }
         branch = name[len("refs/heads/") :] if name.startswith("refs/heads/") else name
         branch = branch[len("origin/") :] if branch.startswith("origin/") else branch
         if branch in heads:
