@@ -13,8 +13,8 @@ says which it picked and why.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import os
 import shutil
 import tempfile
 import time
@@ -333,7 +333,10 @@ def _container(
     if cache is None:
         cache_cfg = cfg.cache.as_mapping() if cfg.cache else {}
         cache = CacheConfig.from_mapping(cache_cfg) if cache_cfg else CacheConfig.from_env()
-    with tempfile.TemporaryDirectory(prefix="forkpatch-build-", dir=out_dir) as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix="forkpatch-build-", dir=out_dir) as tmp,
+        contextlib.ExitStack() as stack,
+    ):
         tmp_dir = Path(tmp)
         raw_dir = tmp_dir / "raw"
         raw_dir.mkdir()
@@ -358,8 +361,9 @@ def _container(
         prov = expected_provenance(project, builder)
         dist = series.fork.distribution.replace("-", "_").lower()
         final: list[Path] = []
-        stage = tmp_dir / "final"
-        stage.mkdir()
+        # Staged where commit_files takes its sources from (swept after a kill).
+        stage = Path(tempfile.mkdtemp(prefix=".forkpatch-stage-", dir=out_dir))
+        stack.callback(shutil.rmtree, stage, ignore_errors=True)
         for w in wheels:
             if w.name.lower().startswith(dist + "-"):
                 final.append(
@@ -376,12 +380,12 @@ def _container(
                 target = stage / w.name
                 shutil.copy2(w, target)
                 final.append(target)
-        moved = []
-        for w in final:
-            dest = out_dir / w.name
-            os.replace(w, dest)
-            moved.append(dest)
-    return moved, prov, log_path
+        # The wheels and SHA256SUMS enter dist/ as one unit, as the overlay path's do.
+        if out_dir.is_relative_to(project.root):
+            project.commit(extra=dist_changes(out_dir, final))
+        else:
+            commit_dist(out_dir, final)
+    return [out_dir / w.name for w in final], prov, log_path
 
 
 def _image_id(log_path: Path) -> str | None:
