@@ -33,7 +33,11 @@ def register(cli: click.Group) -> None:
 
     @cli.command(help=HELP)
     @click.argument("names", nargs=-1, metavar="[NAME]...")
-    @click.option("--onto", metavar="REF", help="Evaluate on this fork tag (in-memory rebase).")
+    @click.option(
+        "--onto",
+        metavar="REF",
+        help="Evaluate on this tag, branch or commit of the fork (in-memory rebase).",
+    )
     @click.option(
         "--base-wheel",
         type=click.Path(exists=True, dir_okay=False, path_type=Path),

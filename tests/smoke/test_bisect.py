@@ -57,17 +57,20 @@ def test_bisect_names_the_patch_that_breaks_a_check(example_build, tmp_path, cap
     assert not (project / "dist").exists()
 
 
-def test_bisect_a_wheel_and_refuse_one_from_another_series(example_build, tmp_path, capsys):
+def _broken_wheel(example_build, tmp_path):
+    """The broken project and the overlay wheel built from it (in tmp_path/dist)."""
     from forkpatch.project import Project
     from forkpatch.wheels.buildwheel import BuildOptions, build_wheel
 
     project = _broken_project(example_build, tmp_path / "project")
-    wheel = build_wheel(
-        Project(project),
-        BuildOptions(
-            mode="overlay", base_wheel=example_build.base_wheel, out_dir=tmp_path / "dist"
-        ),
-    ).wheels[0]
+    opts = BuildOptions(
+        mode="overlay", base_wheel=example_build.base_wheel, out_dir=tmp_path / "dist"
+    )
+    return project, build_wheel(Project(project), opts).wheels[0]
+
+
+def test_bisect_a_wheel_and_refuse_one_from_another_series(example_build, tmp_path, capsys):
+    project, wheel = _broken_wheel(example_build, tmp_path)
     run = Runner(project, capsys)
     # The pristine example wheel does not hold break-cli: a clear refusal, before any build.
     _, _, err = run(
@@ -89,17 +92,9 @@ def test_bisect_a_wheel_and_refuse_one_from_another_series(example_build, tmp_pa
 
 
 def test_bisect_reuses_the_stored_report_of_the_wheel(example_build, tmp_path, capsys):
-    from forkpatch.project import Project
     from forkpatch.smoke.wheelinfo import sha256_file
-    from forkpatch.wheels.buildwheel import BuildOptions, build_wheel
 
-    project = _broken_project(example_build, tmp_path / "project")
-    wheel = build_wheel(
-        Project(project),
-        BuildOptions(
-            mode="overlay", base_wheel=example_build.base_wheel, out_dir=tmp_path / "dist"
-        ),
-    ).wheels[0]
+    project, wheel = _broken_wheel(example_build, tmp_path)
     run = Runner(project, capsys)
     run("smoke", str(wheel), "--tier", "static", "--deps", "none", expect=1)
     stored = project / ".forkpatch" / "smoke" / f"{sha256_file(wheel)}.json"

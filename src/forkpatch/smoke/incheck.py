@@ -1776,22 +1776,18 @@ def jit_library(ctx: Ctx) -> str:
     cuobjdump = shutil.which("cuobjdump")
     sass = "not listed (no cuobjdump)"
     if cuobjdump:
-        elf = subprocess.run(
-            [cuobjdump, "--list-elf", ops.path],
-            capture_output=True,
-            text=True,
-            encoding="utf-8",
-            errors="replace",
-            check=False,
-        )
-        ptx = subprocess.run(
-            [cuobjdump, "--list-ptx", ops.path],
-            capture_output=True,
-            text=True,
-            encoding="utf-8",
-            errors="replace",
-            check=False,
-        )
+
+        def listing(what: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [cuobjdump, f"--list-{what}", ops.path],
+                capture_output=True,
+                text=True,
+                encoding="utf-8",
+                errors="replace",
+                check=False,
+            )
+
+        elf, ptx = listing("elf"), listing("ptx")
         assert "sm_" not in elf.stdout, f"the library holds machine code: {elf.stdout.strip()}"
         assert "sm_70" in ptx.stdout, f"no sm_70 PTX in the library: {ptx.stdout.strip()}"
         sass = f"{len(ptx.stdout.splitlines())} PTX file(s), no machine code"
