@@ -59,8 +59,9 @@ from forkpatch.patchfile import (
 )
 from forkpatch.patchheader import HeaderLayout, header_fields
 from forkpatch.patchtext import PatchTexts
-from forkpatch.project import FileRecord, Project
+from forkpatch.project import Project
 from forkpatch.series import NAME_RE, PatchEntry, check_series_file_path
+from forkpatch.stackstate import FileRecord, StackState
 
 __all__ = ["Incoming", "import_patches", "read_patch_file", "read_series_dir", "slugify"]
 
@@ -719,16 +720,21 @@ def _import_with_conflicts(
     entries = [i.entry for i in items]
     entry = next(e for e in entries if e.name == bad.name)
     store = project.fork().store
-    state = project.read_state() or {}
-    saved = state.setdefault("merge_bases", {})
-    saved[entry.name] = {
-        path: [None if data is None else store.hash_blob(data) for data in pair]
-        for path, pair in images.items()
+    state = project.read_state() or StackState()
+    saved = {
+        **state.merge_bases,
+        entry.name: {
+            path: (
+                None if pair[0] is None else store.hash_blob(pair[0]),
+                None if pair[1] is None else store.hash_blob(pair[1]),
+            )
+            for path, pair in images.items()
+        },
     }
     data = format_patch(inc.canonical_header, inc.patch.diff) if inc.canonical else inc.data
     writes: dict[PatchEntry, bytes] = {entry: data}
     project.commit(writes, series.with_patches(entries))
-    project.write_state(state)
+    project.write_state(state.with_(merge_bases=saved))
     project.remember_files({entry.name: FileRecord(entry.file, project.file_blob(entry), None)})
     files = ", ".join(c.path for c in bad.conflicts)
     log.info(

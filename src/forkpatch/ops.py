@@ -24,6 +24,7 @@ from forkpatch.git import Git
 from forkpatch.project import Project
 from forkpatch.redact import CREDENTIAL_TIP, hide_url_secrets, url_has_credentials
 from forkpatch.series import SERIES_FILE, load_series, new_series, save_series
+from forkpatch.stackstate import StackState
 
 if TYPE_CHECKING:
     from forkpatch.stack import OutsideChange
@@ -222,8 +223,8 @@ def series_status(project: Project) -> StatusReport:
     base = fork.verify_base(series.base.tag, series.base.commit)
     # Fuzz is allowed here only to *report* it; nothing is written.
     applier = SeriesApplier(fork.store, base, max_fuzz=2)
-    state = project.read_state() or {}
-    has_worktree = bool(state.get("worktree")) and Path(state["worktree"], ".git").exists()
+    state = project.read_state() or StackState()
+    has_worktree = state.worktree is not None and (state.worktree / ".git").exists()
     # With a work tree, a patch file that is missing was deleted outside forkpatch: that
     # is reported (the patches after it are tried without it), not fatal. Without one,
     # series.yaml names a file that does not exist: load_patch's error.
@@ -255,14 +256,14 @@ def series_status(project: Project) -> StatusReport:
             stack = Stack(project)
             report.worktree_problem = stack.base_mismatch()
             if report.worktree_problem is not None:
-                report.worktree = state["worktree"]
+                report.worktree = str(state.worktree)
                 return report
             wt = stack.wt()
             applied = stack.applied(wt)
             report.applied = [a.name for a in applied]
             report.changes = stack.outside_changes(wt, applied, edits=True)
-            report.worktree = state["worktree"]
-            report.editing = (state.get("editing") or {}).get("patch")
+            report.worktree = str(state.worktree)
+            report.editing = state.editing.patch if state.editing is not None else None
         except SeriesError:
             raise
         except Exception:

@@ -5,15 +5,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shutil
 import stat
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from forkpatch import log
+from forkpatch import log, stackstate
 from forkpatch.engine import Item
 from forkpatch.errors import (
     InputFileError,
@@ -28,10 +26,7 @@ from forkpatch.fsutil import (
     TMP_NAME,
     atomic_write,
     check_inside,
-    check_relpath,
     commit_files,
-    dump_state,
-    parse_state,
     project_lock,
     read_regular,
     recover_files,
@@ -47,7 +42,6 @@ from forkpatch.patchfile import (
     parse_patch,
 )
 from forkpatch.series import (
-    COMMIT_RE,
     NAME_RE,
     PATCHES_DIR,
     SERIES_FILE,
@@ -58,15 +52,8 @@ from forkpatch.series import (
     parse_series,
     save_series,
 )
+from forkpatch.stackstate import STATE_FILE, FileRecord, StackState, SyncRecord
 
-STATE_FILE = "state.json"
-STACK_KIND = "stack"
-# 2: ``synced``, what forkpatch last wrote or read for each patch file (SyncRecord).
-STACK_VERSION = 2
-# Older versions still read: their fields are a subset of this one's, and a state
-# without ``synced`` has its record rebuilt from the work tree (Stack.record).
-STACK_OLDER_VERSIONS = (1,)
-# The journal of a multi-file write (fsutil.commit_files) in progress.
 COMMIT_JOURNAL = "commit.json"
 # The journal of a rebase in progress (written by forkpatch.rebase.state): while it
 # exists, patches/ and series.yaml belong to the rebase.
@@ -91,6 +78,13 @@ def find_root(start: Path) -> Path:
     )
 
 
+class _Unread:
+    """state.json not read yet in this process."""
+
+
+_UNREAD = _Unread()
+
+
 @dataclass
 class Project:
     root: Path
@@ -98,6 +92,10 @@ class Project:
     _series: Series | None = field(default=None, repr=False)
     _crlf_seen: set[str] = field(default_factory=set, repr=False)
     _fork: ForkRepo | None = field(default=None, repr=False)
+    _stack_state: StackState | _Unread | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        self._stack_state = _UNREAD
 
     @property
     def series_path(self) -> Path:
@@ -120,7 +118,9 @@ class Project:
         return self._series
 
     def reload(self) -> Series:
+        """Read series.yaml and state.json again (another step of this process wrote them)."""
         self._series = None
+        self._stack_state = _UNREAD
         return self.series
 
     def fork(self) -> ForkRepo:
@@ -363,7 +363,7 @@ class Project:
     def moved(self) -> bool:
         """Whether this project's links name another directory (it was moved or copied)."""
         try:
-            state = _load_stack_state(self.state_dir / STATE_FILE)
+            state = stackstate.load_raw(self.state_dir / STATE_FILE)
         except StateError:
             state = None
         if state and state.get("root") not in (None, str(self.root)):
@@ -420,14 +420,13 @@ class Project:
         goes after the one before it in series.yaml; the recorded order is otherwise
         kept, so that a reorder made outside forkpatch still shows. ``forget``: entries
         forkpatch removed. Nothing is recorded without a work tree."""
-        state = self.read_state() or {}
-        if not state.get("worktree"):
+        state = self.read_state()
+        if state is None or state.worktree is None:
             return
         if not full and base is None:
-            raw = state.get("synced")
-            if raw is None:
+            if state.synced is None:
                 return
-            base = SyncRecord.from_json(raw)
+            base = state.synced
         names = self.series.names()
         gone = set(forget)
         if base is None:
@@ -442,130 +441,28 @@ class Project:
                 before = names[: names.index(name)] if name in names else names
                 at = max((order.index(n) + 1 for n in before if n in order), default=0)
                 order.insert(at, name)
-        state["synced"] = SyncRecord(patches=patches, order=tuple(order)).to_json()
-        self.write_state(state)
+        self.write_state(state.with_(synced=SyncRecord(patches=patches, order=tuple(order))))
 
-    def read_state(self) -> dict[str, Any] | None:
+    def read_state(self) -> StackState | None:
         """``.forkpatch/state.json`` (the work tree's), checked before it is trusted
-        (None: absent).
+        (None: absent); read once per command, then kept until :meth:`write_state`.
+        (The rebase keeps and validates its own journal: forkpatch.rebase.state.)"""
+        if self._stack_state is _UNREAD:
+            path = self.state_dir / STATE_FILE
+            self._stack_state = stackstate.load(path, root=self.root, where=self.rel(path))
+        assert not isinstance(self._stack_state, _Unread)
+        return self._stack_state
 
-        It is versioned and checksummed (:func:`forkpatch.fsutil.dump_state`) and
-        validated field by field: the work tree must be this project's (inside it, or
-        a linked work tree of this project's store, never through a symbolic link),
-        names and object ids well-formed. Its ``worktree`` comes back as an absolute
-        path. (The rebase keeps and validates its own journal: forkpatch.rebase.state.)
-        """
-        path = self.state_dir / STATE_FILE
-        raw = _load_stack_state(path)
-        return None if raw is None else self._check_stack_state(raw, path)
-
-    def write_state(self, data: Mapping[str, Any] | None) -> None:
+    def write_state(self, state: StackState | None) -> None:
         """Write (None: remove) ``state.json`` atomically, versioned and checksummed."""
         path = self.state_dir / STATE_FILE
-        if data is None:
+        if state is None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
+            self._stack_state = None
             return
-        body = dict(data)
-        body["root"] = str(self.root)
-        wt = body.get("worktree")
-        if wt:
-            # Relative when inside the project, so that a moved project still finds it.
-            p = Path(wt)
-            with contextlib.suppress(ValueError):
-                body["worktree"] = p.relative_to(self.root).as_posix()
-        self._check_stack_state(body, path)  # never write what could not be read back
-        atomic_write(path, dump_state(STACK_KIND, STACK_VERSION, body))
-
-    def _check_stack_state(self, data: dict[str, Any], path: Path) -> dict[str, Any]:
-        where = self.rel(path)
-        tip = f"move {where} aside and run `forkpatch apply` to make a new work tree"
-
-        def bad(what: str) -> StateError:
-            return StateError(f"{where}: {what}", tip=tip)
-
-        unknown = set(data) - _STACK_KEYS
-        if unknown:
-            raise bad(f"unknown field(s) {', '.join(sorted(unknown))}")
-        out = dict(data)
-        if "root" in data and not (
-            isinstance(data["root"], str) and Path(data["root"]).is_absolute()
-        ):
-            raise bad(f"'root' must be an absolute path, found {data['root']!r}")
-        wt = data.get("worktree")
-        if wt is not None:
-            if not isinstance(wt, str) or not wt:
-                raise bad(f"'worktree' must be a path, found {wt!r}")
-            try:
-                if Path(wt).is_absolute():
-                    full = Path(wt)
-                    if ".." in full.parts or "\0" in wt:
-                        raise PathSafetyError(f"{where}: worktree {wt!r} is not a plain path")
-                    with contextlib.suppress(ValueError):
-                        rel = full.relative_to(self.root).as_posix()
-                        check_inside(self.root, f"{rel}/.git", where=where)
-                else:
-                    # ".git" below it: the work tree itself may not be a link either.
-                    rel = check_relpath(wt, where=f"{where}: worktree")
-                    full = check_inside(self.root, f"{rel}/.git", where=where).parent
-            except PathSafetyError as exc:
-                raise bad(exc.message.removeprefix(f"{where}: ")) from None
-            out["worktree"] = str(full)
-        base = data.get("base")
-        if base is not None and not (isinstance(base, str) and COMMIT_RE.match(base)):
-            raise bad(f"'base' must be a 40-hex commit id, found {base!r}")
-        editing = data.get("editing")
-        if editing is not None and (
-            not isinstance(editing, dict)
-            or set(editing) - {"patch", "above"}
-            or not _is_name(editing.get("patch"))
-            or not isinstance(editing.get("above", []), list)
-            or not all(_is_name(n) for n in editing.get("above", []))
-        ):
-            raise bad(f"'editing' must be {{patch: NAME, above: [NAME...]}}, found {editing!r}")
-        layout = data.get("layout")
-        if layout is not None:
-            # The work tree's files (forkpatch.worktree.Layout): sparse directories or
-            # None (all), and files left out; every one a plain path in the tree.
-            dirs = layout.get("dirs") if isinstance(layout, dict) else ()
-            excluded = layout.get("excluded", []) if isinstance(layout, dict) else ()
-            if (
-                not isinstance(layout, dict)
-                or set(layout) - {"dirs", "excluded"}
-                or not (dirs is None or isinstance(dirs, list))
-                or not isinstance(excluded, list)
-            ):
-                raise bad("'layout' must be {dirs: [DIR...]|null, excluded: [PATH...]}")
-            for rel in [*(dirs or []), *excluded]:
-                try:
-                    check_relpath(rel, where=f"{where}: layout")
-                except PathSafetyError as exc:
-                    raise bad(exc.message.removeprefix(f"{where}: ")) from None
-        bases = data.get("merge_bases")
-        if bases is not None:
-            if not isinstance(bases, dict):
-                raise bad("'merge_bases' must be a mapping")
-            for name, files in bases.items():
-                if not _is_name(name) or not isinstance(files, dict):
-                    raise bad(f"'merge_bases': bad entry {name!r}")
-                for rel, pair in files.items():
-                    try:
-                        check_relpath(rel, where=f"{where}: merge_bases.{name}")
-                    except PathSafetyError as exc:
-                        raise bad(exc.message.removeprefix(f"{where}: ")) from None
-                    if not (
-                        isinstance(pair, list)
-                        and len(pair) == 2
-                        and all(o is None or (isinstance(o, str) and _OID.match(o)) for o in pair)
-                    ):
-                        raise bad(f"'merge_bases.{name}.{rel}' must be [oid|null, oid|null]")
-        synced = data.get("synced")
-        if synced is not None:
-            try:
-                SyncRecord.from_json(synced)
-            except ValueError as exc:
-                raise bad(f"'synced': {exc}") from None
-        return out
+        atomic_write(path, stackstate.dump(state, root=self.root, where=self.rel(path)))
+        self._stack_state = state.with_(root=str(self.root))
 
     # ----------------------------------------------------------------- moved or copied
 
@@ -626,7 +523,7 @@ class Project:
         admins = store / "worktrees"
         state_path = self.state_dir / STATE_FILE
         state = self.read_state() if state_path.exists() else None
-        recorded = (state or {}).get("root")
+        recorded = state.root if state is not None else None
         old_root = Path(recorded) if recorded and Path(recorded) != self.root else None
         if admins.is_dir() and not admins.is_symlink():
             for admin in sorted(admins.iterdir()):
@@ -657,8 +554,8 @@ class Project:
                 if (prev / STORE_DIR / "repo.git").exists():
                     # Outside, and the original still exists: it is the original's.
                     shutil.rmtree(admin)
-                    if state and state.get("worktree") == str(target.parent):
-                        state = {k: v for k, v in state.items() if k not in ("worktree", "editing")}
+                    if state is not None and state.worktree == target.parent:
+                        state = state.with_(worktree=None, editing=None)
                     done.append(
                         f"forgot the work tree {target.parent}: it belongs to the project in "
                         f"{prev}, which this one was copied from"
@@ -674,86 +571,6 @@ class Project:
                 + "; ".join(done)
             )
         return done
-
-
-_STACK_KEYS = frozenset({"root", "worktree", "base", "editing", "merge_bases", "layout", "synced"})
-_OID = re.compile(r"\A[0-9a-f]{40}\Z")
-
-
-@dataclass(frozen=True)
-class FileRecord:
-    """A patch as forkpatch last wrote or read it for the work tree: its file, the blob
-    id of the file's bytes (None: there was no file) and the work tree's commit that
-    those bytes give or were written from (None: not applied, or applied in a form the
-    file does not hold, such as a `push --merge` with conflict markers)."""
-
-    file: str | None
-    blob: str | None
-    commit: str | None
-
-    def to_json(self) -> dict[str, str | None]:
-        return {"file": self.file, "blob": self.blob, "commit": self.commit}
-
-
-@dataclass(frozen=True)
-class SyncRecord:
-    """What the work tree last agreed with: each patch's :class:`FileRecord` and the
-    order of series.yaml's entries then. A patch file whose blob differs, or an entry
-    that is new, gone or moved, was changed outside forkpatch (a `git pull`, an edit)."""
-
-    patches: Mapping[str, FileRecord]
-    order: tuple[str, ...]
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "patches": {name: rec.to_json() for name, rec in self.patches.items()},
-            "order": list(self.order),
-        }
-
-    @classmethod
-    def from_json(cls, data: object) -> SyncRecord:
-        """The record from state.json, every field checked (ValueError says which)."""
-        if not isinstance(data, dict) or set(data) != {"patches", "order"}:
-            raise ValueError("must be {patches: {NAME: {file, blob, commit}}, order: [NAME...]}")
-        patches, order = data["patches"], data["order"]
-        if not isinstance(order, list) or not all(_is_name(n) for n in order):
-            raise ValueError(f"'order' must be a list of patch names, found {order!r}")
-        if not isinstance(patches, dict):
-            raise ValueError("'patches' must be a mapping")
-        out: dict[str, FileRecord] = {}
-        for name, rec in patches.items():
-            if not _is_name(name) or not isinstance(rec, dict) or set(rec) != _RECORD_KEYS:
-                raise ValueError(f"bad entry {name!r}")
-            file, blob, commit = rec["file"], rec["blob"], rec["commit"]
-            if file is not None:
-                try:
-                    check_relpath(file, where=f"synced.{name}.file")
-                except PathSafetyError as exc:
-                    raise ValueError(exc.message) from None
-            for key, oid in (("blob", blob), ("commit", commit)):
-                if oid is not None and not (isinstance(oid, str) and _OID.match(oid)):
-                    raise ValueError(f"'{name}.{key}' must be a 40-hex id or null, found {oid!r}")
-            out[name] = FileRecord(file=file, blob=blob, commit=commit)
-        return cls(patches=out, order=tuple(order))
-
-
-_RECORD_KEYS = frozenset({"file", "blob", "commit"})
-
-
-def _load_stack_state(path: Path) -> dict[str, object] | None:
-    """state.json's data, of this version or of an older one this forkpatch upgrades
-    (None: absent). See :func:`forkpatch.fsutil.parse_state`."""
-    try:
-        raw = read_regular(path, follow=False)
-    except FileNotFoundError:
-        return None
-    try:
-        return parse_state(raw, path=path, kind=STACK_KIND, version=STACK_VERSION)
-    except StateError:
-        for older in STACK_OLDER_VERSIONS:
-            with contextlib.suppress(StateError):
-                return parse_state(raw, path=path, kind=STACK_KIND, version=older)
-        raise
 
 
 def _current(path: Path) -> bytes | None:

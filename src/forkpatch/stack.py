@@ -45,8 +45,17 @@ from forkpatch.errors import (
 from forkpatch.fsutil import remove_in_tree, write_in_tree
 from forkpatch.git import Git, commit_date
 from forkpatch.patchtext import PatchTexts, Rendered
-from forkpatch.project import FileRecord, Project, SyncRecord
+from forkpatch.project import Project
 from forkpatch.series import NAME_RE, SERIES_FILE, PatchEntry
+from forkpatch.stackstate import (
+    Editing,
+    FileRecord,
+    Layout,
+    StackPosition,
+    StackState,
+    SyncRecord,
+    dirs_of,
+)
 
 BRANCH = "forkpatch/stack"
 DEFAULT_WORKTREE = "worktree"
@@ -141,18 +150,21 @@ class Stack:
     # ----------------------------------------------------------------- locating
 
     @property
-    def state(self) -> dict[str, Any]:
-        return self.project.read_state() or {}
+    def state(self) -> StackState:
+        """state.json, read and checked once per command (empty when there is none)."""
+        return self.project.read_state() or StackState()
+
+    def _save(self, state: StackState) -> None:
+        self.project.write_state(state)
 
     def worktree_path(self) -> Path | None:
-        path = self.state.get("worktree")
-        return Path(path) if path else None
+        return self.state.worktree
 
     def wt(self, *, check_base: bool = True) -> Git:
         """The work tree's git. ``check_base``: refuse a work tree built on another
         base than series.yaml's (see :meth:`base_mismatch`)."""
-        state = self.state  # read and checked once
-        path = Path(state["worktree"]) if state.get("worktree") else None
+        state = self.state
+        path = state.worktree
         if path is None or not (path / ".git").exists():
             raise StateError(
                 "no work tree: the series is not applied", tip="run `forkpatch apply` to create one"
@@ -169,7 +181,7 @@ class Stack:
                 )
         return self.project.linked_worktree(path)
 
-    def base_mismatch(self, state: dict[str, Any] | None = None) -> str | None:
+    def base_mismatch(self, state: StackState | None = None) -> str | None:
         """Why the work tree and series.yaml disagree on the base, or None.
 
         The work tree records the base it was built on. When series.yaml names
@@ -178,24 +190,22 @@ class Stack:
         wrong tree: exporting them would write patches that no longer apply to the
         series' own base. ``state``: state.json as already read (None: read it)."""
         state = self.state if state is None else state
-        built_on = state.get("base")
+        built_on = state.base
         series = self.project.series
         if not built_on or built_on == series.base.commit:
             return None
         return (
-            f"the work tree {state.get('worktree')} is built on {built_on[:12]}, but "
+            f"the work tree {state.worktree} is built on {built_on[:12]}, but "
             f"{SERIES_FILE} names base {series.base.tag} ({series.base.commit[:12]}): "
             f"{SERIES_FILE} was changed outside forkpatch (a rebase undone with git?)"
         )
 
-    def layout(self) -> worktree.Layout:
-        return worktree.Layout.from_json(self.state.get("layout"))
+    def layout(self) -> Layout:
+        return self.state.layout
 
-    def _save_layout(self, layout: worktree.Layout) -> None:
-        state = self.state
-        if layout.to_json() != worktree.Layout.from_json(state.get("layout")).to_json():
-            state["layout"] = layout.to_json()
-            self.project.write_state(state)
+    def _save_layout(self, layout: Layout) -> None:
+        if layout != self.state.layout:
+            self._save(self.state.with_(layout=layout))
 
     def _widen(self, wt: Git, paths: list[str] | None = None) -> None:
         """A sparse work tree grows to every directory the applied patches (and
@@ -208,7 +218,7 @@ class Stack:
             paths = [x.decode("utf-8", "surrogateescape") for x in raw.split(b"\0") if x]
         if layout.covers(paths):
             return
-        new = layout.with_dirs(worktree.dirs_of(paths))
+        new = layout.with_dirs(dirs_of(paths))
         worktree.apply_layout(wt, new)
         self._save_layout(new)
 
@@ -221,7 +231,7 @@ class Stack:
         return changes
 
     def base_commit(self) -> str:
-        return self.state.get("base") or self.project.series.base.commit
+        return self.state.base or self.project.series.base.commit
 
     def head(self, wt: Git) -> str:
         head = wt.rev_parse("HEAD")
@@ -333,7 +343,7 @@ class Stack:
         files that differ between the base and ``head``)."""
         path = where or self.worktree_path() or self.project.state_dir / DEFAULT_WORKTREE
         path = path.resolve()
-        old = self.layout() if (path / ".git").exists() else worktree.Layout()
+        old = self.layout() if (path / ".git").exists() else Layout()
         if sparse is None:
             sparse = old.sparse
         dirs = None
@@ -343,8 +353,8 @@ class Stack:
                     "diff", "--name-only", "-z", self.project.series.base.commit, head
                 ).stdout
                 touched = [x.decode("utf-8", "surrogateescape") for x in raw.split(b"\0") if x]
-            dirs = tuple(worktree.dirs_of(touched))
-        layout = worktree.Layout(dirs=dirs, excluded=old.excluded)
+            dirs = tuple(dirs_of(touched))
+        layout = Layout(dirs=dirs, excluded=old.excluded)
         if (path / ".git").exists():
             wt = self.project.linked_worktree(path)  # never another project's work tree
             if layout != old:
@@ -371,17 +381,15 @@ class Stack:
                     )
             wt = worktree.add_worktree(self.store, path, BRANCH, head, layout)
         layout, _changes = worktree.settle(wt, layout, self.fork.describe())
-        state = self.state
-        state.update(
-            {
-                "worktree": str(path),
-                "base": self.project.series.base.commit,
-                "layout": layout.to_json(),
-            }
+        self._save(
+            self.state.with_(
+                worktree=path,
+                base=self.project.series.base.commit,
+                layout=layout,
+                editing=None,
+                merge_bases={},
+            )
         )
-        state.pop("editing", None)
-        state.pop("merge_bases", None)
-        self.project.write_state(state)
         return path
 
     def _stack_worktree(self) -> Path | None:
@@ -434,7 +442,7 @@ class Stack:
         result = SeriesApplier(self.store, base, step_commits=True).run(
             self.project.items(entries), write=True
         )
-        saved_bases = self.state.get("merge_bases") or {}
+        saved_bases = self.state.merge_bases
         path = self._checkout(result.head or base, where, sparse, self._touched(result))
         self.remember(self.project.linked_worktree(path))  # every file was read just now
         # A patch this did not apply keeps the merge base `push --merge` needs for it
@@ -442,9 +450,7 @@ class Stack:
         applied = {r.name for r in result.results if r.status not in ("conflict", "blocked")}
         kept = {n: v for n, v in saved_bases.items() if n not in applied}
         if kept:
-            state = self.state
-            state["merge_bases"] = kept
-            self.project.write_state(state)
+            self._save(self.state.with_(merge_bases=kept))
         bad = result.first_conflict()
         if bad is not None:
             raise PatchApplyError(
@@ -484,9 +490,9 @@ class Stack:
         A patch whose commit is the one forkpatch recorded with its file (``synced``)
         has no edits of its own: if its file differs, it changed outside forkpatch
         (:meth:`check_outside_changes` tells), and re-applying takes it."""
-        raw = self.state.get("synced")
-        if raw is not None:
-            synced = SyncRecord.from_json(raw).patches
+        record = self.state.synced
+        if record is not None:
+            synced = record.patches
             applied = [
                 a for a in applied if a.name not in synced or synced[a.name].commit != a.commit
             ]
@@ -543,9 +549,8 @@ class Stack:
         every patch whose file gives its commit (or that is not applied) as it is; an
         applied patch whose commit and file differ is left out, for which side changed
         is not known."""
-        raw = self.state.get("synced")
-        if raw is not None:
-            return SyncRecord.from_json(raw)
+        if self.state.synced is not None:
+            return self.state.synced
         files = {p.name for p in self.project.series.patches if p.file is not None}
         pending = {
             entry.name
@@ -576,10 +581,10 @@ class Stack:
         series.yaml's order) agree now: forkpatch just wrote them from the work tree or
         read them into it. ``unsynced``: of those, patches applied in a form their file
         does not hold (conflict markers); ``forget``: entries forkpatch removed."""
-        path = self.state.get("worktree")
-        if not path or not (Path(path) / ".git").exists():
+        path = self.state.worktree
+        if path is None or not (path / ".git").exists():
             return
-        wt = wt or self.project.linked_worktree(Path(path))
+        wt = wt or self.project.linked_worktree(path)
         applied = self.applied(wt)
         series = self.project.series
         commits = {a.name: a.commit for a in applied}
@@ -788,7 +793,7 @@ class Stack:
         bases = {r.name: r.images for r in res.results if r.images}
         # Patches left unapplied by `refresh --force` keep the images they had
         # on the old version of the patch below them: their true merge base.
-        saved = self.state.get("merge_bases") or {}
+        saved = self.state.merge_bases
         if saved:
             with self.store.reader() as reader:
                 for name, files in saved.items():
@@ -798,22 +803,26 @@ class Stack:
                     }
         return bases
 
-    def _save_merge_bases(
+    def _with_merge_bases(
         self,
-        state: dict[str, Any],
+        state: StackState,
         names: list[str],
         bases: dict[str, dict[str, tuple[bytes | None, bytes | None]]] | None = None,
-    ) -> None:
-        """Remember ``names``' current images (as blobs in the store) for `push --merge`
-        (``bases``: :meth:`_merge_bases` when the caller has it already)."""
+    ) -> StackState:
+        """``state`` remembering ``names``' current images (as blobs in the store) for
+        `push --merge` (``bases``: :meth:`_merge_bases` when the caller has it already)."""
         bases = self._merge_bases() if bases is None else bases
-        saved = state.setdefault("merge_bases", {})
+        saved = dict(state.merge_bases)
         for name in names:
             if name in bases:
                 saved[name] = {
-                    path: [None if data is None else self.store.hash_blob(data) for data in pair]
+                    path: (
+                        None if pair[0] is None else self.store.hash_blob(pair[0]),
+                        None if pair[1] is None else self.store.hash_blob(pair[1]),
+                    )
                     for path, pair in bases[name].items()
                 }
+        return state.with_(merge_bases=saved)
 
     def push(
         self, name: str | None = None, all_: bool = False, merge: bool = False
@@ -861,13 +870,13 @@ class Stack:
             self._widen(wt, self._touched(result))
             wt.run("reset", "-q", "--hard", new_head)
         saved = self.state
-        if saved.get("merge_bases"):
-            for r in result.results:
-                if r.status not in ("conflict", "blocked"):
-                    saved["merge_bases"].pop(r.name, None)
-            if not saved["merge_bases"]:
-                saved.pop("merge_bases")
-            self.project.write_state(saved)
+        if saved.merge_bases:
+            done = {r.name for r in result.results if r.status not in ("conflict", "blocked")}
+            self._save(
+                saved.with_(
+                    merge_bases={n: v for n, v in saved.merge_bases.items() if n not in done}
+                )
+            )
         bad = result.first_conflict()
         pushed = [r.name for r in result.results if r.status not in ("conflict", "blocked")]
         if bad is not None:
@@ -964,9 +973,7 @@ class Stack:
         target = applied[keep - 1].commit if keep else self.base_commit()
         wt.run("reset", "-q", "--hard", target)
         wt.run("clean", "-q", "-fd")
-        state = self.state
-        state.pop("editing", None)
-        self.project.write_state(state)
+        self._save(self.state.with_(editing=None))
         return [p.name for p in reversed(popped)]  # in the order they came off, top first
 
     # ----------------------------------------------------------------- refresh
@@ -1043,11 +1050,7 @@ class Stack:
                 tip="resolve them, or pass --force to keep them",
             )
         state = self.state
-        above_names = (
-            state.get("editing", {}).get("above", [])
-            if state.get("editing", {}).get("patch") == top.name
-            else []
-        )
+        above_names = list(state.above(top.name))
         texts = PatchTexts(self.store)
         old_bytes = self._file_bytes(entry)
         writes: list[tuple[PatchEntry, bytes]] = [
@@ -1081,7 +1084,7 @@ class Stack:
         # re-application of the patches above.
         bases = self._merge_bases() if keep or above_names else None
         if keep:
-            self._save_merge_bases(state, keep, bases)
+            state = self._with_merge_bases(state, keep, bases)
         if above_names and force:
             log.warn(
                 f"saved '{top.name}' alone; not re-applied: {', '.join(above_names)} "
@@ -1142,11 +1145,10 @@ class Stack:
             if new_head is not None:
                 self._widen(wt, self._touched(result))
                 wt.run("reset", "-q", "--hard", new_head)
-            state["layout"] = self.state.get("layout")  # _widen may have grown it
-            state.pop("editing", None)
-            self.project.write_state(state)
+            # _widen may have grown the layout
+            self._save(state.with_(layout=self.state.layout, editing=None))
         elif keep_later:
-            self.project.write_state(state)
+            self._save(state)
         self.remember(wt, [e.name for e, _d in writes])
         return [
             e.name for e, _d in writes if self.project.rel(self.project.patch_path(e)) in written
@@ -1193,9 +1195,9 @@ class Stack:
             self.require_refreshed(wt, above)
             wt.run("reset", "-q", "--hard", applied[idx].commit)
             state = self.state
-            before = state.get("editing", {}).get("above", [])
-            state["editing"] = {"patch": entry.name, "above": [a.name for a in above] + before}
-            self.project.write_state(state)
+            before = state.editing.above if state.editing is not None else ()
+            editing = Editing(entry.name, tuple(a.name for a in above) + before)
+            self._save(state.with_(editing=editing))
             self._settle_editing(wt)
         return wt.work_tree  # type: ignore[return-value]
 
@@ -1210,26 +1212,22 @@ class Stack:
         up to the last one ``edit`` popped; with none left there is no edit pending.
         ``renames``: old name -> new name."""
         state = self.state
-        editing = state.get("editing")
-        if not editing:
+        editing = state.editing
+        if editing is None:
             return
         renames = renames or {}
         order = self.project.series.names()
         applied = [a.name for a in self.applied(wt)]
-        pending = {renames.get(n, n) for n in editing.get("above", [])} & set(order)
+        pending = {renames.get(n, n) for n in editing.above} & set(order)
         settled = None
-        if applied and renames.get(editing["patch"], editing["patch"]) in applied and pending:
+        if applied and renames.get(editing.patch, editing.patch) in applied and pending:
             start = order.index(applied[-1]) + 1 if applied[-1] in order else len(order)
             end = max(order.index(n) for n in pending) + 1
             above = [n for n in order[start:end] if n not in applied]
             if above:
-                settled = {"patch": applied[-1], "above": above}
+                settled = Editing(applied[-1], tuple(above))
         if settled != editing:
-            if settled is None:
-                state.pop("editing")
-            else:
-                state["editing"] = settled
-            self.project.write_state(state)
+            self._save(state.with_(editing=settled))
 
     # ----------------------------------------------------------------- series edits
 
@@ -1360,16 +1358,70 @@ class Stack:
         path = self.worktree_path()
         return path is not None and (path / ".git").exists()
 
+    # ----------------------------------------------------------------- for a rebase
+
+    def position(self, command: str, doing: str) -> StackPosition | None:
+        """Where the stack stands (None: no work tree), checked to hold no unsaved work
+        before ``command`` (``doing``, for messages) moves it: no edit pending, no edits in no object, every patch
+        refreshed; what changed outside forkpatch in patches/ is taken first."""
+        path = self.worktree_path()
+        if path is None or not (path / ".git").exists():
+            return None
+        editing = self.state.editing
+        if editing is not None:
+            raise StateError(
+                f"patch '{editing.patch}' is being edited in {path}",
+                tip="run `forkpatch refresh` first",
+            )
+        wt = self.wt()
+        self.guard_worktree(wt, doing)
+        applied = self.applied(wt)
+        # patches/ is read as it is: what changed outside forkpatch is taken, unless the
+        # work tree has edits of its own there too.
+        taken = self.check_outside_changes(wt, command, take=True, applied=applied)
+        self.require_refreshed(wt, applied)
+        self.say_taken(command, taken)
+        return StackPosition(
+            head=self.head(wt), base=self.base_commit(), applied=tuple(a.name for a in applied)
+        )
+
+    def guard_move(self, doing: str, *, conflict_tree: Path, unless_at: str | None) -> None:
+        """Before ``doing`` moves the stack: refuse edits in no object (see
+        :meth:`guard_worktree`). ``unless_at``: nothing moves when the stack's head is
+        still this commit, and the edits are kept (said so)."""
+        path = self.worktree_path()
+        if path is None or not (path / ".git").exists():
+            return
+        wt = self.wt(check_base=False)
+        if unless_at is not None and self.head(wt) == unless_at:
+            kept = self.changes(wt)
+            if kept:
+                log.info(
+                    f"the uncommitted changes in {wt.work_tree} are kept (the stack does not "
+                    f"move): {worktree.describe_changes(kept)}"
+                )
+            return
+        self.guard_worktree(wt, doing, rebase=conflict_tree)
+
+    def put_back(self, position: StackPosition) -> None:
+        """Move the stack back to ``position`` (an aborted rebase)."""
+        path = self.worktree_path()
+        if path is None or not (path / ".git").exists():
+            return
+        wt = self.wt(check_base=False)  # moving it to that base is the point
+        if self.head(wt) != position.head:
+            wt.run("checkout", "-q", "-f", "-B", BRANCH, position.head)
+            wt.run("clean", "-q", "-fd")
+        if self.state.base != position.base:
+            self._save(self.state.with_(base=position.base))
+
     def rebuild_on(self, base: str, names: Iterable[str]) -> None:
         """After series.yaml moved to ``base`` (a rebase): the stack on ``base``, up to
         the prefix of the series that holds every one of ``names`` still in it."""
         path = self.worktree_path()
         if path is None or not (path / ".git").exists():
             return
-        state = self.state
-        state["base"] = base
-        state.pop("editing", None)
-        self.project.write_state(state)
+        self._save(self.state.with_(base=base, editing=None))
         self._rebuild_applied(set(names))
         self.remember(None)
 
@@ -1614,11 +1666,9 @@ class Stack:
         if path is not None and path.exists():
             self.store.run("worktree", "remove", "--force", str(path), check=False)
             shutil.rmtree(path, ignore_errors=True)
-        state = self.state
-        state.pop("worktree", None)
-        state.pop("editing", None)
-        state.pop("synced", None)
-        self.project.write_state(state or None)
+        state = self.project.read_state()
+        if state is not None:
+            self._save(state.with_(worktree=None, editing=None, synced=None))
 
 
 def _regular(path: Path) -> bool:

@@ -26,72 +26,15 @@ leaves the path out of the work tree (:func:`settle`) and says so once.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from forkpatch import log
 from forkpatch.git import Git
+from forkpatch.stackstate import Layout
 
 _SPECIAL = re.compile(r"([\\*?\[\]!#])")
-
-
-@dataclass(frozen=True)
-class Layout:
-    """What the work tree holds: ``dirs`` None means every file."""
-
-    dirs: tuple[str, ...] | None = None
-    excluded: tuple[str, ...] = ()
-
-    @property
-    def sparse(self) -> bool:
-        return self.dirs is not None
-
-    @property
-    def restricted(self) -> bool:
-        """Whether git's sparse checkout must be on."""
-        return self.dirs is not None or bool(self.excluded)
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "dirs": None if self.dirs is None else list(self.dirs),
-            "excluded": list(self.excluded),
-        }
-
-    @classmethod
-    def from_json(cls, data: object) -> Layout:
-        if not isinstance(data, dict):
-            return cls()
-        dirs = data.get("dirs")
-        return cls(
-            dirs=None if dirs is None else tuple(str(d) for d in dirs),
-            excluded=tuple(str(p) for p in data.get("excluded") or ()),
-        )
-
-    def with_dirs(self, more: Iterable[str]) -> Layout:
-        if self.dirs is None:
-            return self
-        merged = tuple(sorted(set(self.dirs) | set(more)))
-        return Layout(dirs=merged, excluded=self.excluded)
-
-    def with_excluded(self, more: Iterable[str]) -> Layout:
-        return Layout(dirs=self.dirs, excluded=tuple(sorted(set(self.excluded) | set(more))))
-
-    def covers(self, paths: Iterable[str]) -> bool:
-        """Whether every one of ``paths`` lies in the work tree's directories."""
-        if self.dirs is None:
-            return True
-        return set(dirs_of(paths)) <= set(self.dirs)
-
-
-def dirs_of(paths: Iterable[str]) -> list[str]:
-    """The directories to check out for ``paths`` (root files need none)."""
-    out = set()
-    for p in paths:
-        parent = PurePosixPath(p).parent
-        if str(parent) not in ("", "."):
-            out.add(str(parent))
-    return sorted(out)
 
 
 def _escape(path: str) -> str:

@@ -49,9 +49,9 @@ from forkpatch.rebase.plan import (
     names_of,
 )
 from forkpatch.rebase.report import Report
-from forkpatch.rebase.state import Journal, RebaseState, StackPosition
+from forkpatch.rebase.state import Journal, RebaseState
 from forkpatch.series import PATCHES_DIR, SERIES_FILE, BaseRef, Series, dump_series, parse_series
-from forkpatch.worktree import describe_changes
+from forkpatch.stackstate import StackPosition
 
 REPORTS_DIR = "reports"
 HEAD_REF = "refs/forkpatch/rebase/head"
@@ -337,7 +337,7 @@ def abort(project: Project) -> list[str]:
     _guard_stack(project, state, "`forkpatch rebase --abort`", only_if_moved=True)
     changed = journal.restore(state)
     if state.stack is not None:
-        _move_stack(project, state.stack.head, state.stack.base)
+        _move_stack(project, state.stack)
     project.fork().store.delete_ref(HEAD_REF)
     journal.clear()
     return changed
@@ -440,27 +440,7 @@ def _stack_before(project: Project) -> StackPosition | None:
     """The editable stack's position, checked to hold no unsaved work."""
     from forkpatch.stack import Stack
 
-    state = project.read_state() or {}
-    path = state.get("worktree")
-    if not path or not (Path(path) / ".git").exists():
-        return None
-    stack = Stack(project)
-    if state.get("editing"):
-        raise StateError(
-            f"patch '{state['editing'].get('patch')}' is being edited in {path}",
-            tip="run `forkpatch refresh` first",
-        )
-    wt = stack.wt()
-    stack.guard_worktree(wt, "rebasing")
-    applied = stack.applied(wt)
-    # The rebase reads patches/ as they are: it takes what changed outside forkpatch,
-    # unless the work tree has edits of its own there too.
-    taken = stack.check_outside_changes(wt, "rebase", take=True, applied=applied)
-    stack.require_refreshed(wt, applied)
-    stack.say_taken("rebase", taken)
-    return StackPosition(
-        head=stack.head(wt), base=stack.base_commit(), applied=tuple(a.name for a in applied)
-    )
+    return Stack(project).position("rebase", "rebasing")
 
 
 def _guard_stack(
@@ -473,37 +453,17 @@ def _guard_stack(
 
     if state.stack is None:
         return
-    path = (project.read_state() or {}).get("worktree")
-    if not path or not (Path(path) / ".git").exists():
-        return
-    stack = Stack(project)
-    wt = stack.wt(check_base=False)
-    if only_if_moved and stack.head(wt) == state.stack.head:
-        kept = stack.changes(wt)
-        if kept:
-            log.info(
-                f"the uncommitted changes in {wt.work_tree} are kept (the stack does not "
-                f"move): {describe_changes(kept)}"
-            )
-        return
-    stack.guard_worktree(wt, doing, rebase=ConflictTree(project).path)
+    Stack(project).guard_move(
+        doing,
+        conflict_tree=ConflictTree(project).path,
+        unless_at=state.stack.head if only_if_moved else None,
+    )
 
 
-def _move_stack(project: Project, head: str, base: str) -> None:
-    from forkpatch.stack import BRANCH, Stack
+def _move_stack(project: Project, position: StackPosition) -> None:
+    from forkpatch.stack import Stack
 
-    state = project.read_state() or {}
-    path = state.get("worktree")
-    if not path or not (Path(path) / ".git").exists():
-        return
-    stack = Stack(project)
-    wt = stack.wt(check_base=False)  # moving it to the new base is the point
-    if stack.head(wt) != head:
-        wt.run("checkout", "-q", "-f", "-B", BRANCH, head)
-        wt.run("clean", "-q", "-fd")
-    if state.get("base") != base:
-        state["base"] = base
-        project.write_state(state)
+    Stack(project).put_back(position)
 
 
 # --------------------------------------------------------------------------- telling the user

@@ -53,6 +53,7 @@ from forkpatch.rebase.plan import (
     Target,
 )
 from forkpatch.series import NAME_RE, PATCHES_DIR, SERIES_FILE, Series, parse_series
+from forkpatch.stackstate import StackPosition
 
 JOURNAL_DIR = REBASE_JOURNAL.split("/")[0]
 JOURNAL_FILE = REBASE_JOURNAL.split("/", 1)[1]
@@ -63,15 +64,6 @@ ORIGINAL_KIND = "rebase-original"
 VERSION = 2
 PHASES = ("conflict", "writing")
 _OID = re.compile(r"\A[0-9a-f]{40}\Z")
-
-
-@dataclass(frozen=True)
-class StackPosition:
-    """The editing stack's position before the rebase (moved with it at the end)."""
-
-    head: str
-    base: str
-    applied: tuple[str, ...]
 
 
 @dataclass(frozen=True)
