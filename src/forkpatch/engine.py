@@ -15,7 +15,7 @@ import functools
 import re
 import subprocess
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -293,7 +293,7 @@ class SeriesApplier:
         max_fuzz: int = 0,
         three_way: bool = False,
         detect_upstream: bool = False,
-        merge_bases: dict[str, dict[str, tuple[bytes | None, bytes | None]]] | None = None,
+        merge_bases: Mapping[str, dict[str, tuple[bytes | None, bytes | None]]] | None = None,
         labels: tuple[str, str] = ("base", "patch"),
         step_commits: bool = False,
     ) -> None:
@@ -304,7 +304,8 @@ class SeriesApplier:
         self.max_fuzz = max_fuzz
         self.three_way = three_way
         self.detect_upstream = detect_upstream
-        self.merge_bases = merge_bases or {}
+        # Read only when a hunk fails: a lazy mapping is not made for nothing.
+        self.merge_bases = merge_bases if merge_bases is not None else {}
         self.labels = labels
         self.step_commits = step_commits
 

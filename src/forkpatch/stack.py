@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -146,6 +146,7 @@ class Stack:
         self.project = project
         self.fork = project.fork()
         self.store = self.fork.store
+        self._status: dict[Path, list[worktree.Change]] = {}
 
     # ----------------------------------------------------------------- locating
 
@@ -219,16 +220,34 @@ class Stack:
         if layout.covers(paths):
             return
         new = layout.with_dirs(dirs_of(paths))
+        self._forget_status()
         worktree.apply_layout(wt, new)
         self._save_layout(new)
 
     def changes(self, wt: Git) -> list[worktree.Change]:
-        """The work tree's changes (``git status``), phantom files left out first."""
+        """The work tree's changes (``git status``), phantom files left out first.
+
+        Asked once per command while nothing writes the work tree (:meth:`_write`,
+        :meth:`_forget_status`): the guard, the outside-changes check and the command
+        itself share one ``git status``."""
+        key = wt.work_tree
+        if key is not None and key in self._status:
+            return self._status[key]
         layout = self.layout()
         new, changes = worktree.settle(wt, layout, self.fork.describe())
         if new != layout:
             self._save_layout(new)
+        if key is not None:
+            self._status[key] = changes
         return changes
+
+    def _write(self, wt: Git, *args: str) -> None:
+        """A git command that changes the work tree (its status is asked again after)."""
+        self._forget_status()
+        wt.run(*args)
+
+    def _forget_status(self) -> None:
+        self._status.clear()
 
     def base_commit(self) -> str:
         return self.state.base or self.project.series.base.commit
@@ -357,10 +376,11 @@ class Stack:
         layout = Layout(dirs=dirs, excluded=old.excluded)
         if (path / ".git").exists():
             wt = self.project.linked_worktree(path)  # never another project's work tree
+            self._forget_status()
             if layout != old:
                 worktree.apply_layout(wt, layout)
-            wt.run("checkout", "-q", "-f", "-B", BRANCH, head)
-            wt.run("clean", "-q", "-fdx")
+            self._write(wt, "checkout", "-q", "-f", "-B", BRANCH, head)
+            self._write(wt, "clean", "-q", "-fdx")
         else:
             if path.exists() and any(path.iterdir()):
                 raise UsageError(
@@ -868,7 +888,7 @@ class Stack:
         new_head = result.head or head
         if new_head != head:
             self._widen(wt, self._touched(result))
-            wt.run("reset", "-q", "--hard", new_head)
+            self._write(wt, "reset", "-q", "--hard", new_head)
         saved = self.state
         if saved.merge_bases:
             done = {r.name for r in result.results if r.status not in ("conflict", "blocked")}
@@ -916,6 +936,7 @@ class Stack:
         # refuses a symbolic link at any component (a tag or an earlier patch may have
         # turned a patched directory into a link that points outside the tree).
         root = wt.work_tree
+        self._forget_status()
         written = [c.path for c in bad.conflicts if c.merged is not None]
         for c in bad.conflicts:
             if c.merged is not None:
@@ -971,8 +992,8 @@ class Stack:
         if not force:
             self.require_refreshed(wt, popped)
         target = applied[keep - 1].commit if keep else self.base_commit()
-        wt.run("reset", "-q", "--hard", target)
-        wt.run("clean", "-q", "-fd")
+        self._write(wt, "reset", "-q", "--hard", target)
+        self._write(wt, "clean", "-q", "-fd")
         self._save(self.state.with_(editing=None))
         return [p.name for p in reversed(popped)]  # in the order they came off, top first
 
@@ -983,13 +1004,14 @@ class Stack:
     ) -> str:
         """Commit the work tree; ``written``: the files forkpatch wrote there itself,
         staged whatever the ignore rules say."""
-        wt.run("add", "-A")
+        self._write(wt, "add", "-A")
         wt.stage(written)
+        self._forget_status()
         tree = wt.out("write-tree")
         commit = wt.commit_tree(
             tree, [parent], message, date=commit_date(self.store, self.base_commit())
         )
-        wt.run("update-ref", "-m", "forkpatch refresh", "HEAD", commit)
+        self._write(wt, "update-ref", "-m", "forkpatch refresh", "HEAD", commit)
         return commit
 
     @staticmethod
@@ -1036,9 +1058,9 @@ class Stack:
         changes = self.changes(wt)
         self._widen(wt, [c.path for c in changes if c.xy == "??"])
         parent = self._parent(wt, top)
-        message = wt.out("show", "-s", "--format=%B", top.first) + "\n"
+        message = self._message(wt, top).strip() + "\n"
         if not force:
-            self._refuse_markers(wt, top.commit)
+            self._refuse_markers(wt, changes)
         new = self._commit_worktree(wt, parent=parent, message=message)
         self._say_ignored(wt, top.name)
         _name, summary, header = parse_commit_message(message)
@@ -1080,11 +1102,11 @@ class Stack:
         # --force saves this patch alone; the patches above stay unapplied (their
         # files untouched) until `push --merge` brings them back: they need theirs too.
         keep = (later if keep_later else []) + (above_names if force else [])
-        # One in-memory apply of the series serves both the saved bases and the
-        # re-application of the patches above.
-        bases = self._merge_bases() if keep or above_names else None
+        # The merge bases (an in-memory apply of the whole series on its base) serve
+        # both the saved bases and a 3-way merge of a patch above; made only if asked.
+        bases = _Lazy(self._merge_bases)
         if keep:
-            state = self._with_merge_bases(state, keep, bases)
+            state = self._with_merge_bases(state, keep, dict(bases))
         if above_names and force:
             log.warn(
                 f"saved '{top.name}' alone; not re-applied: {', '.join(above_names)} "
@@ -1111,13 +1133,27 @@ class Stack:
                     f"refresh --force` to save '{top.name}' alone and then `forkpatch push "
                     "--merge` to resolve the patches above",
                 )
-            diffs = diffs_of_commits(self.store, result.commits)
+            # A patch that applied as it is (at its lines, or only at others and not
+            # asked to move) keeps its file's bytes: it still gives its new commit.
+            kept_as_is = {"clean"} if offsets else {"clean", "offset"}
+            redo = [
+                r.commit
+                for r, e in zip(result.results, above_entries, strict=True)
+                if r.commit is not None and e.file is not None and r.status not in kept_as_is
+            ]
+            diffs = diffs_of_commits(self.store, redo)
             moved: list[str] = []
             for r, e in zip(result.results, above_entries, strict=True):
                 if r.commit is None or e.file is None:
                     continue  # upstreamed, or a build step: no file
+                current = self._file_bytes(e)
+                if r.status in kept_as_is and current is not None:
+                    if r.status == "offset":
+                        moved.append(e.name)
+                    writes.append((e, current))
+                    continue
                 rendered = texts.render(
-                    self._file_bytes(e),
+                    current,
                     commit=r.commit,
                     raw_diff=diffs[r.commit],
                     keep_offsets=not offsets,
@@ -1144,7 +1180,7 @@ class Stack:
         if above_names:
             if new_head is not None:
                 self._widen(wt, self._touched(result))
-                wt.run("reset", "-q", "--hard", new_head)
+                self._write(wt, "reset", "-q", "--hard", new_head)
             # _widen may have grown the layout
             self._save(state.with_(layout=self.state.layout, editing=None))
         elif keep_later:
@@ -1157,13 +1193,13 @@ class Stack:
     def _file_bytes(self, entry: PatchEntry) -> bytes | None:
         return self.project.patch_bytes(entry)
 
-    def _refuse_markers(self, wt: Git, commit: str) -> None:
-        changed = wt.run("diff", "--name-only", "-z", commit).stdout.split(b"\0")
+    @staticmethod
+    def _refuse_markers(wt: Git, changes: list[worktree.Change]) -> None:
+        """Refuse a file the refresh would save with conflict markers in it (``changes``:
+        the work tree's, against HEAD)."""
         assert wt.work_tree is not None
-        for raw in changed:
-            if not raw:
-                continue
-            path = wt.work_tree / raw.decode("utf-8", "surrogateescape")
+        for change in changes:
+            path = wt.work_tree / change.path
             # lstat: a symbolic link is a link in the patch, never a file to read through.
             if _regular(path) and CONFLICT_MARKER.search(path.read_bytes()):
                 raise ConflictError(
@@ -1193,15 +1229,20 @@ class Stack:
         if above:  # the top is edited where it is: nothing in the work tree moves
             self.guard_worktree(wt, f"going to '{name}'")
             self.require_refreshed(wt, above)
-            wt.run("reset", "-q", "--hard", applied[idx].commit)
+            self._write(wt, "reset", "-q", "--hard", applied[idx].commit)
             state = self.state
             before = state.editing.above if state.editing is not None else ()
             editing = Editing(entry.name, tuple(a.name for a in above) + before)
             self._save(state.with_(editing=editing))
-            self._settle_editing(wt)
+            self._settle_editing(wt, applied=names[: idx + 1])
         return wt.work_tree  # type: ignore[return-value]
 
-    def _settle_editing(self, wt: Git, renames: dict[str, str] | None = None) -> None:
+    def _settle_editing(
+        self,
+        wt: Git,
+        renames: dict[str, str] | None = None,
+        applied: list[str] | None = None,
+    ) -> None:
         """Make the editing position match the stack after any command that changed it.
 
         ``edit`` pops the patches above the edited one and remembers them so that
@@ -1210,14 +1251,16 @@ class Stack:
         deletion), the position is: the top applied patch is the one being edited,
         and the patches to re-apply are every unapplied one after it in series order,
         up to the last one ``edit`` popped; with none left there is no edit pending.
-        ``renames``: old name -> new name."""
+        ``renames``: old name -> new name; ``applied``: the applied patches' names when
+        the caller knows them."""
         state = self.state
         editing = state.editing
         if editing is None:
             return
         renames = renames or {}
         order = self.project.series.names()
-        applied = [a.name for a in self.applied(wt)]
+        if applied is None:
+            applied = [a.name for a in self.applied(wt)]
         pending = {renames.get(n, n) for n in editing.above} & set(order)
         settled = None
         if applied and renames.get(editing.patch, editing.patch) in applied and pending:
@@ -1261,7 +1304,7 @@ class Stack:
         patches.insert(position, entry)
         changes = self.changes(wt)
         self.project.commit({entry: ("", b"")}, series.with_patches(patches))
-        wt.run("update-ref", "HEAD", commit)
+        self._write(wt, "update-ref", "HEAD", commit)
         self.remember(wt, [entry.name])
         self._settle_editing(wt)
         if changes:
@@ -1318,7 +1361,7 @@ class Stack:
             assert bad is not None
             raise PatchApplyError(bad.describe_failure("the rebuilt stack"))
         self._widen(wt, self._touched(result))
-        wt.run("reset", "-q", "--hard", result.head or self.base_commit())
+        self._write(wt, "reset", "-q", "--hard", result.head or self.base_commit())
         self._settle_editing(wt, renames)
         return order[:count]
 
@@ -1410,8 +1453,8 @@ class Stack:
             return
         wt = self.wt(check_base=False)  # moving it to that base is the point
         if self.head(wt) != position.head:
-            wt.run("checkout", "-q", "-f", "-B", BRANCH, position.head)
-            wt.run("clean", "-q", "-fd")
+            self._write(wt, "checkout", "-q", "-f", "-B", BRANCH, position.head)
+            self._write(wt, "clean", "-q", "-fd")
         if self.state.base != position.base:
             self._save(self.state.with_(base=position.base))
 
@@ -1669,6 +1712,31 @@ class Stack:
         state = self.project.read_state()
         if state is not None:
             self._save(state.with_(worktree=None, editing=None, synced=None))
+
+
+Images = dict[str, tuple[bytes | None, bytes | None]]
+
+
+class _Lazy(Mapping[str, Images]):
+    """A mapping made by ``make`` on first use (the merge bases: costly, rarely read)."""
+
+    def __init__(self, make: Callable[[], dict[str, Images]]) -> None:
+        self._make = make
+        self._data: dict[str, Images] | None = None
+
+    def _got(self) -> dict[str, Images]:
+        if self._data is None:
+            self._data = self._make()
+        return self._data
+
+    def __getitem__(self, name: str) -> Images:
+        return self._got()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._got())
+
+    def __len__(self) -> int:
+        return len(self._got())
 
 
 def _regular(path: Path) -> bool:

@@ -120,25 +120,43 @@ def open_worktree(path: Path) -> Git:
 
 @dataclass(frozen=True)
 class Change:
-    """One line of ``git status --porcelain``: two status letters and the path."""
+    """One entry of ``git status``: two status letters (as ``--porcelain`` shows them),
+    the path, and for a tracked file its index entry's mode and blob id."""
 
     xy: str
     path: str
+    index_mode: str | None = None
+    index_oid: str | None = None
 
 
 def status(wt: Git) -> list[Change]:
-    raw = wt.run("status", "--porcelain", "-z", "--untracked-files=all").stdout
+    """``git status`` of the work tree against its HEAD, untracked files one by one.
+
+    The v2 form names each changed file's index entry, so that no second process is
+    needed to read the blob it was checked out from (:func:`phantoms`)."""
+    raw = wt.run("status", "--porcelain=v2", "-z", "--untracked-files=all").stdout
     out: list[Change] = []
     parts = raw.split(b"\0")
     i = 0
     while i < len(parts):
         item = parts[i]
         i += 1
-        if len(item) < 4:
+        kind = item[:2]
+        if kind == b"? ":
+            out.append(Change("??", item[2:].decode("utf-8", "surrogateescape")))
             continue
-        xy = item[:2].decode()
-        out.append(Change(xy, item[3:].decode("utf-8", "surrogateescape")))
-        if xy[0] in "RC":
+        if kind not in (b"1 ", b"2 ", b"u "):
+            continue
+        # 1 XY sub mH mI mW hH hI path / 2 ... hI Xscore path NUL orig / u XY sub m1 m2 m3 mW h1 h2 h3 path
+        fields = {b"1 ": 8, b"2 ": 9, b"u ": 10}[kind]
+        head = item.split(b" ", fields)
+        xy = head[1].decode().replace(".", " ")
+        path = head[fields].decode("utf-8", "surrogateescape")
+        if kind == b"u ":
+            out.append(Change(xy, path))
+            continue
+        out.append(Change(xy, path, index_mode=head[4].decode(), index_oid=head[7].decode()))
+        if kind == b"2 ":
             i += 1  # the rename's source path follows
     return out
 
@@ -170,21 +188,12 @@ def describe_changes(changes: Sequence[Change], limit: int = 8) -> str:
 
 def phantoms(wt: Git, changes: Sequence[Change]) -> list[str]:
     """Paths git reports as modified whose bytes equal the blob git recorded for them."""
-    candidates = [c.path for c in changes if c.xy == " M"]
-    if not candidates or wt.work_tree is None:
-        return []
-    raw = wt.run(
-        "ls-files", "-s", "-z", "--", *candidates, env={"GIT_LITERAL_PATHSPECS": "1"}
-    ).stdout
-    recorded: dict[str, str] = {}
-    for item in raw.split(b"\0"):
-        if not item:
-            continue
-        meta, _, name = item.partition(b"\t")
-        mode, oid, _stage = meta.decode().split()
-        if mode in ("100644", "100755"):
-            recorded[name.decode("utf-8", "surrogateescape")] = oid
-    if not recorded:
+    recorded = {
+        c.path: c.index_oid
+        for c in changes
+        if c.xy == " M" and c.index_oid and c.index_mode in ("100644", "100755")
+    }
+    if not recorded or wt.work_tree is None:
         return []
     out = []
     with wt.reader() as reader:
