@@ -1199,7 +1199,7 @@ class Stack:
         the work tree's, against HEAD)."""
         assert wt.work_tree is not None
         for change in changes:
-            path = wt.work_tree / change.path
+            path = worktree.fs_path(wt.work_tree, change.path)
             # lstat: a symbolic link is a link in the patch, never a file to read through.
             if _regular(path) and CONFLICT_MARKER.search(path.read_bytes()):
                 raise ConflictError(

@@ -25,6 +25,7 @@ leaves the path out of the work tree (:func:`settle`) and says so once.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -186,6 +187,12 @@ def describe_changes(changes: Sequence[Change], limit: int = 8) -> str:
     return shown + (f" and {more} more (`git status` lists them)" if more > 0 else "")
 
 
+def fs_path(root: Path, path: str) -> Path:
+    """The file of the git path ``path`` (UTF-8, as git prints it) under ``root``, named
+    in the file system's own encoding: under a non-UTF-8 locale the bytes stay git's."""
+    return root / os.fsdecode(path.encode("utf-8", "surrogateescape"))
+
+
 def phantoms(wt: Git, changes: Sequence[Change]) -> list[str]:
     """Paths git reports as modified whose bytes equal the blob git recorded for them."""
     recorded = {
@@ -199,7 +206,7 @@ def phantoms(wt: Git, changes: Sequence[Change]) -> list[str]:
     with wt.reader() as reader:
         reader.prefetch(list(recorded.values()))
         for path, oid in recorded.items():
-            f = wt.work_tree / path
+            f = fs_path(wt.work_tree, path)
             if f.is_symlink() or not f.is_file():
                 continue
             if reader.blob(oid) == f.read_bytes():
