@@ -62,3 +62,25 @@ def test_no_code_or_comment_points_outside_the_repository():
         if _OUTSIDE.search(line)
     ]
     assert found == []
+
+
+def test_the_stack_state_is_frozen_data_not_a_dict_of_anything():
+    """state.json is read into a frozen StackState once per command and written whole;
+    nothing in the stack, the project or the rebase reads or edits it by key."""
+    import dataclasses
+
+    import forkpatch.stack
+    import forkpatch.stackstate as stackstate
+
+    src = PACKAGE.parent
+    for path in [
+        *sorted(Path(forkpatch.stack.__file__).parent.glob("*.py")),
+        src / "stackstate.py",
+    ]:
+        assert "dict[str, Any]" not in path.read_text(encoding="utf-8"), path.name
+    for cls in (stackstate.StackState, stackstate.Editing, stackstate.Layout):
+        assert cls.__dataclass_params__.frozen, cls.__name__  # type: ignore[attr-defined]
+        assert dataclasses.is_dataclass(cls)
+    keyed = re.compile(r"state(?:\.get\(|\[)\"(worktree|base|editing|layout|merge_bases|synced)\"")
+    for path in [src / "project.py", src / "ops.py", src / "importer.py", *PACKAGE.glob("*.py")]:
+        assert not keyed.search(path.read_text(encoding="utf-8")), path.name

@@ -1,0 +1,18 @@
+"""The editable stack: a work tree with one commit per applied patch.
+
+The work tree is a ``git worktree`` of forkpatch's private store (never of the
+user's clone of the fork), on the branch ``forkpatch/stack``. The commits from
+the base to HEAD are the applied patches, each carrying its name in a
+``Forkpatch-Patch:`` trailer; commits a developer makes by hand on top belong
+to the patch below them until the next ``refresh`` folds them in.
+
+``patches/`` stays the source of truth: commands that change it (refresh,
+export, new, delete, rename, move, import) first compute everything in memory
+and write patch files and series.yaml last, each atomically.
+"""
+
+from forkpatch.stack.commands import Stack
+from forkpatch.stack.model import BRANCH, AppliedPatch, OutsideChange
+from forkpatch.stackstate import StackPosition, StackState
+
+__all__ = ["BRANCH", "AppliedPatch", "OutsideChange", "Stack", "StackPosition", "StackState"]
