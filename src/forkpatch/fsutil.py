@@ -177,6 +177,12 @@ def commit_files(
             write_event(f"temp-written {path.name}")
         if not ops:
             return []
+        if len(ops) == 1 and temps:
+            # One file written (the common refresh): its own rename is all or nothing,
+            # so it is the commit point; a temp left by a kill is swept by the next command.
+            fsync_files(temps)
+            _roll_forward(root, ops)
+            return [root / ops[0][-1]]
         fsync_files(temps)
         for d in {(root / op[-1]).parent for op in ops}:
             fsync_dir(d)

@@ -543,7 +543,13 @@ class FastImport:
                 else []
             )
             self._git.run(
-                *limit, "fast-import", "--quiet", "--done", f"--export-marks={marks}", input=stream
+                *limit,
+                "fast-import",
+                "--quiet",
+                "--done",
+                f"--depth={FAST_IMPORT_DEPTH}",
+                f"--export-marks={marks}",
+                input=stream,
             )
             result = {}
             for line in marks.read_text(encoding="utf-8").splitlines():
@@ -551,6 +557,14 @@ class FastImport:
                 result[mark] = oid
         self._git.delete_ref("refs/forkpatch/fast-import")
         return result
+
+
+#: The longest delta chain fast-import makes. It deltifies each version of a file (and
+#: of every tree above it) against the one before, so a series of N patches touching
+#: a file leaves its newest version N deltas deep (50 by default): every later read
+#: of the stack's top (ls-tree, diff, checkout, cat-file) replays the chain. Short
+#: chains cost a little pack size and keep those reads flat whatever N is.
+FAST_IMPORT_DEPTH = 4
 
 
 def _fast_import_date(date: str) -> str:

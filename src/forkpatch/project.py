@@ -163,7 +163,7 @@ class Project:
         try:
             return read_regular(
                 path,
-                tip=f"patches/ holds patch files: replace {self.rel(path)} by the patch "
+                tip=f"patches/ holds patch files: replace {PATCHES_DIR}/{entry.file} by the patch "
                 f"file itself, or remove the entry with `forkpatch delete {entry.name}`",
             )
         except FileNotFoundError:
@@ -411,6 +411,7 @@ class Project:
         full: bool = False,
         base: SyncRecord | None = None,
         forget: Iterable[str] = (),
+        state: StackState | None = None,
     ) -> None:
         """Put ``records`` into state.json's record of what the work tree agrees with
         (:class:`SyncRecord`). ``full``: they are the whole record now (the work tree
@@ -419,13 +420,20 @@ class Project:
         written: the stack makes one from what agrees, ``Stack.record``). A new entry
         goes after the one before it in series.yaml; the recorded order is otherwise
         kept, so that a reorder made outside forkpatch still shows. ``forget``: entries
-        forkpatch removed. Nothing is recorded without a work tree."""
-        state = self.read_state()
-        if state is None or state.worktree is None:
+        forkpatch removed. Nothing is recorded without a work tree. ``state``: the
+        caller's next state, written with the record (default: the one on disk)."""
+        given = state
+        state = state if state is not None else self.read_state()
+        if (
+            state is None
+            or state.worktree is None
+            or (not full and base is None and state.synced is None)
+        ):
+            if given is not None:
+                self.write_state(given)
             return
         if not full and base is None:
-            if state.synced is None:
-                return
+            assert state.synced is not None
             base = state.synced
         names = self.series.names()
         gone = set(forget)

@@ -41,6 +41,7 @@ from forkpatch.stack import worktree
 from forkpatch.stack.model import StackModel
 from forkpatch.stackstate import (
     Editing,
+    StackState,
 )
 
 
@@ -371,15 +372,19 @@ class EditLoop(StackModel):
         # The work tree and state.json move only afterwards, so that a refresh killed
         # before the files were written is finished by running `forkpatch refresh` again.
         written = set(self.project.commit(dict(writes), new_series))
+        final: StackState | None = None
+        # The stack as it stands now, known without asking git again.
+        commits = {a.name: a.commit for a in applied[:-1]} | {top.name: new}
         if above_names:
             if new_head is not None:
                 self._widen(wt, self._touched(result))
                 self._write(wt, "reset", "-q", "--hard", new_head)
+                commits |= {r.name: r.commit for r in result.results if r.commit is not None}
             # _widen may have grown the layout
-            self._save(state.with_(layout=self.state.layout, editing=None))
+            final = state.with_(layout=self.state.layout, editing=None)
         elif keep_later:
-            self._save(state)
-        self.remember(wt, [e.name for e, _d in writes])
+            final = state
+        self.remember(wt, [e.name for e, _d in writes], commits=commits, state=final)
         return [
             e.name for e, _d in writes if self.project.rel(self.project.patch_path(e)) in written
         ]

@@ -13,7 +13,7 @@ and write patch files and series.yaml last, each atomically.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -448,18 +448,30 @@ class StackModel:
         *,
         unsynced: Iterable[str] = (),
         forget: Iterable[str] = (),
+        commits: Mapping[str, str] | None = None,
+        state: StackState | None = None,
     ) -> None:
         """Record that the work tree and the files of ``names`` (None: every entry, and
         series.yaml's order) agree now: forkpatch just wrote them from the work tree or
         read them into it. ``unsynced``: of those, patches applied in a form their file
-        does not hold (conflict markers); ``forget``: entries forkpatch removed."""
+        does not hold (conflict markers); ``forget``: entries forkpatch removed;
+        ``commits``: each applied patch's commit, when the caller knows them (else the
+        stack is read); ``state``: the caller's next state, written with the record in
+        one write."""
         path = self.state.worktree
         if path is None or not (path / ".git").exists():
+            if state is not None:
+                self._save(state)
             return
         wt = wt or self.project.linked_worktree(path)
-        applied = self.applied(wt)
+        applied = None
+        if commits is None:
+            applied = self.applied(wt)
+            commits = {a.name: a.commit for a in applied}
+        base = None
+        if names is not None:
+            base = self.state.synced or self.record(wt, applied or self.applied(wt))
         series = self.project.series
-        commits = {a.name: a.commit for a in applied}
         skip = set(unsynced)
         chosen = series.names() if names is None else set(names)
         self.project.remember_files(
@@ -473,8 +485,9 @@ class StackModel:
                 if e.name in chosen
             },
             full=names is None,
-            base=None if names is None else self.record(wt, applied),
+            base=base,
             forget=forget,
+            state=state,
         )
 
     def outside_changes(
