@@ -246,16 +246,17 @@ class Git:
         """The canonical diff between two trees (see DIFF_OPTIONS)."""
         return self.run("diff-tree", *DIFF_OPTIONS, old, new).stdout
 
-    def stage(self, paths: Iterable[str]) -> None:
+    def stage(self, paths: Iterable[str], *, force: bool = True) -> None:
         """Stage ``paths`` of the work tree as they are now (written, changed or gone),
         whatever the tree's ignore rules say: files forkpatch wrote itself are the
-        patch's files, and ``git add -A`` alone leaves an ignored new file out."""
+        patch's files, and ``git add -A`` alone leaves an ignored new file out.
+        ``force=False``: as ``git add -A`` would, for those paths only."""
         todo = sorted(set(paths))
         if todo:
             self.run(
                 "add",
                 "-A",
-                "-f",
+                *(["-f"] if force else []),
                 "--pathspec-from-file=-",
                 "--pathspec-file-nul",
                 input=b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in todo),
@@ -535,13 +536,11 @@ class FastImport:
         with tempfile.TemporaryDirectory(prefix="forkpatch-fi-") as tmp:
             marks = Path(tmp) / "marks"
             stream = b"".join(self._chunks) + b"done\n"
-            # Kept packs: no unpacking, and light compression (the store is private;
-            # building the trees, not zlib, is most of the work).
-            limit = (
-                ["-c", "fastimport.unpackLimit=1", "-c", "pack.compression=1"]
-                if self._keep_pack
-                else []
-            )
+            # Light compression (the store is private; building the trees, not zlib, is
+            # most of the work); kept packs are not unpacked either.
+            limit = ["-c", "pack.compression=1"]
+            if self._keep_pack:
+                limit += ["-c", "fastimport.unpackLimit=1"]
             self._git.run(
                 *limit,
                 "fast-import",

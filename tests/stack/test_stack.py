@@ -138,6 +138,43 @@ def test_new_refresh_export(tmp_path, capsys):
     ]
 
 
+@pytest.mark.parametrize(
+    "change",
+    ["modified", "new file", "new directory", "deleted", "deleted and staged", "renamed by git mv"],
+)
+def test_refresh_saves_every_kind_of_change_git_status_names(tmp_path, capsys, change):
+    """refresh stages only what `git status` named (no second walk of the tree): each
+    kind of change still ends in the patch, and the work tree is clean after."""
+    ex = copy_example(tmp_path, capsys)
+    ex.run("apply")
+    ex.run("new", "my-change", "-m", "One change")
+    target = ex.wt / "vllm" / "version.py"
+    assert target.is_file()
+    if change == "modified":
+        target.write_text(target.read_text() + "EXTRA = 1\n")
+        want = "+EXTRA = 1"
+    elif change == "new file":
+        (ex.wt / "vllm" / "brand_new.py").write_text("NEW = 1\n")
+        want = "diff --git a/vllm/brand_new.py b/vllm/brand_new.py\nnew file mode"
+    elif change == "new directory":
+        (ex.wt / "extra" / "deep").mkdir(parents=True)
+        (ex.wt / "extra" / "deep" / "x.txt").write_text("x\n")
+        want = "diff --git a/extra/deep/x.txt b/extra/deep/x.txt\nnew file mode"
+    elif change == "deleted":
+        target.unlink()
+        want = "diff --git a/vllm/version.py b/vllm/version.py\ndeleted file mode"
+    elif change == "deleted and staged":
+        git(ex.wt, "rm", "-q", "vllm/version.py")
+        want = "diff --git a/vllm/version.py b/vllm/version.py\ndeleted file mode"
+    else:
+        git(ex.wt, "mv", "vllm/version.py", "vllm/moved_version.py")
+        want = "rename to vllm/moved_version.py"
+    _, out, _ = ex.run("refresh")
+    assert "wrote patches/my-change.patch" in out
+    assert want in ex.patch("my-change").read_text()
+    assert git(ex.wt, "status", "--porcelain") == ""
+
+
 def test_edit_lower_patch_and_refresh_reapplies_above(tmp_path, capsys):
     ex = copy_example(tmp_path, capsys)
     ex.run("apply")

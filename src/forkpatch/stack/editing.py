@@ -195,11 +195,22 @@ class EditLoop(StackModel):
         return [p.name for p in reversed(popped)]  # in the order they came off, top first
 
     def _commit_worktree(
-        self, wt: Git, *, parent: str, message: str, written: Iterable[str] = ()
+        self,
+        wt: Git,
+        *,
+        parent: str,
+        message: str,
+        written: Iterable[str] = (),
+        changed: Iterable[str] | None = None,
     ) -> str:
         """Commit the work tree; ``written``: the files forkpatch wrote there itself,
-        staged whatever the ignore rules say."""
-        self._write(wt, "add", "-A")
+        staged whatever the ignore rules say; ``changed``: the work tree's changes as
+        `git status` named them, staged alone (no second walk of the whole tree)."""
+        if changed is None:
+            self._write(wt, "add", "-A")
+        else:
+            self._forget_status()
+            wt.stage(changed, force=False)
         wt.stage(written)
         self._forget_status()
         tree = wt.out("write-tree")
@@ -256,7 +267,9 @@ class EditLoop(StackModel):
         message = self._message(wt, top).strip() + "\n"
         if not force:
             self._refuse_markers(wt, changes)
-        new = self._commit_worktree(wt, parent=parent, message=message)
+        # A deletion already staged has nothing left to add (and no path to name).
+        changed = [c.path for c in changes if c.xy != "D "]
+        new = self._commit_worktree(wt, parent=parent, message=message, changed=changed)
         self._say_ignored(wt, top.name)
         _name, summary, header = parse_commit_message(message)
         raw = wt.diff_trees(parent, new)
