@@ -582,18 +582,23 @@ def _quote_fi_path(path: str) -> bytes:
 def commit_date(git: Git, commit: str, reader: ObjectReader | None = None) -> str:
     """The committer date of ``commit`` as ``@epoch +zone`` (used for reproducible ids).
 
-    With a ``reader`` already open the commit object is read through it (no process).
+    With a ``reader`` already open the commit object is read through it (no process);
+    otherwise with ``git cat-file`` (a tenth of what ``git show`` costs to start).
     """
+    raw: bytes | None = None
     if reader is not None:
         got = reader.read(commit)
         if got is not None and got[0] == "commit":
-            for line in got[1].split(b"\n"):
-                if not line:
-                    break  # end of the headers
-                if line.startswith(b"committer "):
-                    when, zone = line.rsplit(b" ", 2)[-2:]
-                    return f"@{when.decode()} {zone.decode()}"
-    return "@" + git.out("show", "-s", "--date=raw", "--format=%cd", commit)
+            raw = got[1]
+    if raw is None:
+        raw = git.run("cat-file", "commit", commit).stdout
+    for line in raw.split(b"\n"):
+        if not line:
+            break  # end of the headers
+        if line.startswith(b"committer "):
+            when, zone = line.rsplit(b" ", 2)[-2:]
+            return f"@{when.decode()} {zone.decode()}"
+    raise GitError(f"commit {commit} has no committer line")
 
 
 def init_bare(path: Path) -> Git:
