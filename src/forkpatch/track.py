@@ -952,8 +952,7 @@ def _start(project: Project, report: TrackReport, target: TagInfo, work: WorkDir
 def _warn_pending_edits(project: Project) -> None:
     """A run works on a copy of series.yaml and patches/ and never touches the editing
     work tree; what is edited there and not refreshed is not in what it rebases."""
-    from forkpatch.stack import Stack
-    from forkpatch.stack.worktree import describe_changes
+    from forkpatch.stack import Stack, describe_changes
 
     stack = Stack(project)
     pending = stack.pending_edits()

@@ -134,3 +134,18 @@ def test_only_the_editing_commands_and_the_rebase_reach_the_stack():
     assert not any(m.startswith(("forkpatch.wheels", "forkpatch.smoke")) for m in users), users
     assert "forkpatch.importer" not in users
     assert "forkpatch.engine" not in users
+
+
+def test_the_stack_is_reached_through_its_face():
+    """Outside the stack package, only ``forkpatch.stack`` (Stack, StackState and the
+    verbs the rebase needs) is imported, never its rooms: the rebase does not know the
+    stack's branch, state keys or work-tree commands."""
+    graph = import_graph()
+    inside = [
+        f"{m} -> {t}"
+        for m, targets in graph.items()
+        if not m.startswith("forkpatch.stack")
+        for t in targets
+        if t.startswith("forkpatch.stack.")
+    ]
+    assert inside == []

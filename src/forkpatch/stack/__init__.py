@@ -13,6 +13,15 @@ and write patch files and series.yaml last, each atomically.
 
 from forkpatch.stack.commands import Stack
 from forkpatch.stack.model import BRANCH, AppliedPatch, OutsideChange
+from forkpatch.stack.worktree import describe_changes
 from forkpatch.stackstate import StackPosition, StackState
 
-__all__ = ["BRANCH", "AppliedPatch", "OutsideChange", "Stack", "StackPosition", "StackState"]
+__all__ = [
+    "BRANCH",
+    "AppliedPatch",
+    "OutsideChange",
+    "Stack",
+    "StackPosition",
+    "StackState",
+    "describe_changes",
+]
