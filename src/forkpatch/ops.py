@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from forkpatch import log
-from forkpatch.engine import Item, PatchResult, SeriesApplier
-from forkpatch.errors import ForkRepoError, SeriesError, UsageError
+from forkpatch.engine import STATUS_ORDER, Conflict, Item, PatchResult, SeriesApplier
+from forkpatch.errors import ForkpatchError, ForkRepoError, SeriesError, UsageError
 from forkpatch.forkrepo import (
     ENV_FORK_REPO,
     STORE_DIR,
@@ -19,7 +19,7 @@ from forkpatch.forkrepo import (
     is_local_source,
     local_git_dir,
 )
-from forkpatch.fsutil import atomic_write
+from forkpatch.fsutil import atomic_write, dump_state, load_state
 from forkpatch.git import Git
 from forkpatch.project import Project
 from forkpatch.redact import CREDENTIAL_TIP, hide_url_secrets, url_has_credentials
@@ -222,7 +222,7 @@ def series_status(project: Project) -> StatusReport:
     fork = project.fork()
     base = fork.verify_base(series.base.tag, series.base.commit)
     # Fuzz is allowed here only to *report* it; nothing is written.
-    applier = SeriesApplier(fork.store, base, max_fuzz=2)
+    applier = SeriesApplier(fork.store, base, max_fuzz=STATUS_FUZZ)
     state = project.read_state() or StackState()
     has_worktree = state.worktree is not None and (state.worktree / ".git").exists()
     # With a work tree, a patch file that is missing was deleted outside forkpatch: that
@@ -237,16 +237,14 @@ def series_status(project: Project) -> StatusReport:
         Item(entry=e, patch=None) if e.name in missing else project.items([e])[0]
         for e in series.patches
     ]
-    result = applier.run(items, write=False, stop_at_conflict=False)
-    for i, r in enumerate(result.results):
+    results = _results_for_status(project, applier, items)
+    for i, r in enumerate(results):
         if r.name in missing:
-            result.results[i] = PatchResult(
-                name=r.name, status="conflict", detail=[missing[r.name]]
-            )
+            results[i] = PatchResult(name=r.name, status="conflict", detail=[missing[r.name]])
     report = StatusReport(
         base_tag=series.base.tag,
         base_commit=base,
-        results=result.results,
+        results=results,
         orphans=project.orphans(),
     )
     if has_worktree:
@@ -269,3 +267,112 @@ def series_status(project: Project) -> StatusReport:
         except Exception:
             report.applied = None
     return report
+
+
+# ----------------------------------------------------------------- the status cache
+
+STATUS_FUZZ = 2
+STATUS_CACHE = "status-cache.json"
+_CACHE_KIND = "status-cache"
+_CACHE_VERSION = 1
+
+
+def _results_for_status(
+    project: Project, applier: SeriesApplier, items: list[Item]
+) -> list[PatchResult]:
+    """How each item applies to the base, in memory; kept in ``.forkpatch`` keyed by
+    everything the answer depends on (the base, each patch file's bytes, the options,
+    the code that computes it), so that a status with nothing changed reads it back
+    instead of listing the fork's tree and reading its files again."""
+    key = _status_key(project, applier, items)
+    path = project.state_dir / STATUS_CACHE
+    cached = _read_status_cache(path, key, [i.entry.name for i in items])
+    if cached is not None:
+        return cached
+    results = applier.run(items, write=False, stop_at_conflict=False).results
+    with contextlib.suppress(OSError):  # a read-only project still gets its status
+        data = {"key": key, "results": [r.to_json() for r in results]}
+        atomic_write(path, dump_state(_CACHE_KIND, _CACHE_VERSION, data))
+    return results
+
+
+def _status_key(project: Project, applier: SeriesApplier, items: list[Item]) -> str:
+    import hashlib
+    import json
+
+    import forkpatch
+
+    code = Path(forkpatch.__file__).parent
+    stamp = sorted(
+        (p.relative_to(code).as_posix(), p.stat().st_size, p.stat().st_mtime_ns)
+        for p in code.rglob("*.py")
+    )
+    material = {
+        "version": forkpatch.__version__,
+        "code": stamp,
+        "base": applier.base_commit,
+        "fuzz": applier.max_fuzz,
+        "items": [
+            [
+                i.entry.name,
+                i.entry.file,
+                i.entry.build_step,
+                None if i.patch is None else project.file_blob(i.entry),
+            ]
+            for i in items
+        ],
+    }
+    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
+
+
+def _read_status_cache(path: Path, key: str, names: list[str]) -> list[PatchResult] | None:
+    """The cached results for ``key``, checked field by field (None: absent, stale,
+    damaged, or not what this forkpatch writes)."""
+    try:
+        data = load_state(path, kind=_CACHE_KIND, version=_CACHE_VERSION)
+        if data is None or data.get("key") != key:
+            return None
+        raw = data["results"]
+        if not isinstance(raw, list) or [r["name"] for r in raw] != names:
+            return None
+        return [_result_of(r) for r in raw]
+    except (ForkpatchError, OSError, KeyError, TypeError, ValueError):
+        return None
+
+
+def _result_of(r: dict[str, object]) -> PatchResult:
+    """A PatchResult from its ``to_json()`` (what status shows of it)."""
+
+    def strings(key: str) -> list[str]:
+        value = r.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+            raise ValueError(key)
+        return value
+
+    conflicts = []
+    for c in r.get("conflicts", []):  # type: ignore[attr-defined]
+        hunks, line = c["hunks"], c["line"]
+        if not (isinstance(c["path"], str) and isinstance(c["reason"], str)):
+            raise ValueError("conflicts")
+        if not (isinstance(hunks, list) and all(isinstance(h, int) for h in hunks)):
+            raise ValueError("hunks")
+        if not (line is None or isinstance(line, int)):
+            raise ValueError("line")
+        conflicts.append(Conflict(c["path"], c["reason"], hunks=hunks, line=line))
+    name, status, evidence = r["name"], r["status"], r.get("evidence")
+    added, removed = r["added"], r["removed"]
+    if not (isinstance(name, str) and status in STATUS_ORDER and isinstance(added, int)):
+        raise ValueError("name/status")
+    if not (isinstance(removed, int) and (evidence is None or isinstance(evidence, str))):
+        raise ValueError("removed/evidence")
+    return PatchResult(
+        name=name,
+        status=status,
+        files=strings("files"),
+        added=added,
+        removed=removed,
+        detail=strings("detail"),
+        evidence=evidence,
+        conflicts=conflicts,
+        warnings=strings("warnings"),
+    )

@@ -93,6 +93,9 @@ class Project:
     _crlf_seen: set[str] = field(default_factory=set, repr=False)
     _fork: ForkRepo | None = field(default=None, repr=False)
     _stack_state: StackState | _Unread | None = field(default=None, repr=False)
+    _blobs: dict[str, tuple[tuple[int, int, int, int], str]] = field(
+        default_factory=dict, repr=False
+    )
 
     def __post_init__(self) -> None:
         self._stack_state = _UNREAD
@@ -207,14 +210,28 @@ class Project:
         return lf_form(data)
 
     def file_blob(self, entry: PatchEntry) -> str | None:
-        """The git blob id of an entry's patch file as it is now (None: no file)."""
+        """The git blob id of an entry's patch file as it is now (None: no file).
+
+        Kept for the file as it is (its inode, size and times): a command asks for
+        each file's id more than once, and forkpatch's own writes replace the file."""
         if entry.file is None:
             return None
+        try:
+            st = os.stat(self.patch_path(entry))
+        except (FileNotFoundError, NotADirectoryError):
+            st = None
+        stamp = None if st is None else (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        known = self._blobs.get(entry.file)
+        if stamp is not None and known is not None and known[0] == stamp:
+            return known[1]
         try:
             data = self.raw_patch_bytes(entry)
         except NotADirectoryError:
             return None
-        return None if data is None else blob_id(data)
+        blob = None if data is None else blob_id(data)
+        if stamp is not None and blob is not None:
+            self._blobs[entry.file] = (stamp, blob)
+        return blob
 
     def items(self, entries: list[PatchEntry] | tuple[PatchEntry, ...] | None = None) -> list[Item]:
         chosen = self.series.patches if entries is None else entries
