@@ -22,13 +22,13 @@ from forkpatch.track import (
     Skipped,
     SmokeRun,
     Stages,
-    _bounded,
     is_final,
     overall_status,
     parse_state_marker,
     stage_from_json,
     stage_to_json,
 )
+from forkpatch.track.bot import _bounded
 from support.git import git
 from support.track import make_setup, tag_release
 

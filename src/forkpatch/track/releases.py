@@ -1,0 +1,249 @@
+"""Which fork releases are newer than the series' base, and which one to act on.
+
+Tags come from the fork (``git ls-remote --tags`` for a URL, the refs of a local
+clone), are selected with a pattern (series.yaml ``track.pattern``, default ``v`` + a
+PEP 440 version), ordered with :mod:`packaging` and compared with the base.
+Pre-releases are skipped unless ``track.prereleases`` is true; ``track.min-age-days``
+holds back a tag younger than that. Tags that match the pattern but do not parse as
+versions are reported, never guessed at.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from forkpatch import log
+from forkpatch.errors import NewRelease, SeriesError, UsageError
+from forkpatch.project import Project
+from forkpatch.track.forecast import Forecast
+
+DEFAULT_PATTERN = r"^v(?P<version>.+)$"
+DEFAULT_BOT_BRANCH = "forkpatch/rebase-{tag}"
+
+
+# =========================================================================== listing
+
+
+@dataclass
+class TagInfo:
+    tag: str
+    version: str
+    commit: str
+    date: float | None = None
+    prerelease: bool = False
+    held_back: str | None = None  # why it is not acted on (too young, pre-release)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"tag": self.tag, "version": self.version, "commit": self.commit}
+        if self.date is not None:
+            out["date"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.date))
+        if self.prerelease:
+            out["prerelease"] = True
+        if self.held_back:
+            out["held_back"] = self.held_back
+        return out
+
+
+@dataclass
+class TrackReport:
+    """Where the series stands against the fork's releases."""
+
+    base: str
+    base_version: str | None
+    newer: list[TagInfo] = field(default_factory=list)
+    target: TagInfo | None = None
+    unparsable: list[str] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)
+    # Tags that name no commit (a tree, a blob): never a release -> what they name.
+    not_commits: dict[str, str] = field(default_factory=dict)
+    forecast: Forecast | None = None
+    bot_branch: str | None = None  # the bot branch for the target
+
+    @property
+    def exit_code(self) -> int:
+        return NewRelease.exit_code if self.target is not None else 0
+
+    @property
+    def status(self) -> str:
+        return "new-release" if self.target else "up-to-date"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "base": self.base,
+            "base_version": self.base_version,
+            "newer": [t.to_json() for t in self.newer],
+            "target": self.target.to_json() if self.target else None,
+            "unparsable": self.unparsable,
+            "ignored": self.ignored,
+            "not_commits": self.not_commits,
+            "forecast": self.forecast.to_json() if self.forecast else None,
+            "bot_branch": self.bot_branch,
+        }
+
+
+def _pattern(project: Project) -> re.Pattern[str]:
+    raw = project.series.section("track").get("pattern", DEFAULT_PATTERN)
+    try:
+        pat = re.compile(raw)
+    except re.error as exc:
+        raise SeriesError(
+            f"series.yaml: track.pattern '{raw}' is not a valid regular expression: {exc}",
+            tip="fix track.pattern",
+        ) from None
+    return pat
+
+
+def parse_tag(tag: str, pattern: re.Pattern[str]) -> Version | str | None:
+    """The version a tag names; ``None`` when it does not match the pattern; the text
+    that should have been a version (a ``str``) when it matches but does not parse."""
+    m = pattern.match(tag)
+    if not m:
+        return None
+    text = m.group("version") if "version" in pattern.groupindex else m.group(0)
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return text
+
+
+def list_releases(project: Project, *, now: float | None = None) -> TrackReport:
+    """The fork's release tags newer than the base, and the one to act on."""
+    series = project.series
+    cfg = series.section("track")
+    pattern = _pattern(project)
+    allow_pre = bool(cfg.get("prereleases", False))
+    min_age = float(cfg.get("min-age-days", 0)) * 86400
+    now = time.time() if now is None else now
+    base_v = parse_tag(series.base.tag, pattern)
+    if not isinstance(base_v, Version):
+        raise SeriesError(
+            f"series.yaml: the base tag '{series.base.tag}' does not match "
+            f"track.pattern or is not a PEP 440 version",
+            tip="set track.pattern so that its 'version' group captures it",
+        )
+    fork = project.fork()
+    tags, not_commits = fork.source_refs()
+    report = TrackReport(base=series.base.tag, base_version=str(base_v))
+    dates = _tag_dates(project) if min_age else {}
+    candidates: list[tuple[Version, TagInfo]] = []
+    for tag, commit in sorted({**tags, **not_commits}.items()):
+        v = parse_tag(tag, pattern)
+        if v is None:
+            report.ignored.append(tag)
+            continue
+        if isinstance(v, str):
+            report.unparsable.append(tag)
+            continue
+        if v <= base_v:
+            continue
+        if tag in not_commits:
+            _not_a_release(report, tag, not_commits[tag])
+            continue
+        info = TagInfo(
+            tag=tag,
+            version=str(v),
+            commit=commit,
+            date=dates.get(tag),
+            prerelease=v.is_prerelease or v.is_devrelease,
+        )
+        if info.prerelease and not allow_pre:
+            info.held_back = "pre-release (set track.prereleases: true to act on it)"
+        elif min_age and info.date is not None and now - info.date < min_age:
+            days = (now - info.date) / 86400
+            info.held_back = (
+                f"only {days:.1f} day(s) old; track.min-age-days is {min_age / 86400:g}"
+            )
+        candidates.append((v, info))
+    candidates.sort(key=lambda x: x[0])
+    actionable = [info for _, info in candidates if info.held_back is None]
+    # The release to act on must name a commit (a remote fork's new tag is only known
+    # once fetched): a tag of a tree or a blob is passed over, and said so.
+    while actionable:
+        kind = fork.tag_kind(actionable[-1].tag, actionable[-1].commit)
+        if kind == "commit":
+            break
+        gone = actionable.pop()
+        _not_a_release(report, gone.tag, kind)
+        candidates = [c for c in candidates if c[1] is not gone]
+    report.newer = [info for _, info in candidates]
+    report.target = actionable[-1] if actionable else None
+    if report.target is not None:
+        report.bot_branch = bot_branch(project, report.target.tag)
+    report.unparsable.sort()
+    report.ignored.sort()
+    return report
+
+
+def _not_a_release(report: TrackReport, tag: str, kind: str) -> None:
+    report.not_commits[tag] = kind
+    log.warn(f"tag '{tag}' names a {kind}, not a commit: it is not a release")
+
+
+def _tag_dates(project: Project) -> dict[str, float]:
+    """Creation date of each tag (tagger date, or the commit date for light tags)."""
+    fork = project.fork()
+    fork.fetch(["+refs/tags/*:refs/tags/*"])
+    out = fork.store.out(
+        "for-each-ref", "--format=%(refname:strip=2) %(creatordate:unix)", "refs/tags"
+    )
+    dates = {}
+    for line in out.splitlines():
+        name, _, stamp = line.partition(" ")
+        if stamp.strip().isdigit():
+            dates[name] = float(stamp)
+    return dates
+
+
+def bot_branch(project: Project, tag: str) -> str:
+    template = project.series.section("track").get("bot-branch", DEFAULT_BOT_BRANCH)
+    return str(template).format(tag=tag, version=version_of(tag))
+
+
+def version_of(tag: str) -> str:
+    text = tag[1:] if tag[:1] in ("v", "V") else tag
+    try:
+        return str(Version(text))
+    except InvalidVersion:
+        return text
+
+
+def pick_tag(project: Project, report: TrackReport, tag: str) -> TagInfo:
+    """``--tag``: the named tag, with a warning when it is not a release to act on."""
+    for info in report.newer:
+        if info.tag == tag:
+            if info.held_back:
+                log.warn(
+                    f"{tag} is held back ({info.held_back}); acting on it because --tag names it"
+                )
+            return info
+    tags, not_commits = project.fork().source_refs()
+    if tag in not_commits:
+        raise UsageError(
+            f"tag '{tag}' names a {not_commits[tag]}, not a commit: it is not a release",
+            tip="name a tag of a commit with --tag",
+        )
+    if tag not in tags:
+        from forkpatch.forkrepo import nearest_tags
+
+        raise UsageError(
+            f"tag '{tag}' is not in the fork; nearest: "
+            f"{', '.join(nearest_tags(tag, tags)) or 'none'}"
+        )
+    parsed = parse_tag(tag, _pattern(project))
+    if not isinstance(parsed, Version):
+        log.warn(
+            f"{tag} is not a release tag (it does not match track.pattern "
+            f"'{project.series.section('track').get('pattern', DEFAULT_PATTERN)}' as a PEP 440 "
+            "version); acting on it because --tag names it, as for a pre-release"
+        )
+    elif report.base_version is not None and parsed <= Version(report.base_version):
+        log.warn(
+            f"{tag} is not newer than the base {report.base}; acting on it because --tag names it"
+        )
+    return TagInfo(tag=tag, version=version_of(tag), commit=tags[tag])
