@@ -7,8 +7,8 @@ by one, and an error names the file, the line and the key (``series.yaml:14:
 build.compiled-patterns[1] must be a string, got integer 2``). A value that is not set
 is None: each stage applies its own default.
 
-:meth:`SectionConfig.as_mapping` gives the section back with series.yaml's key names,
-as read by code written before the sections were typed (``series.section("track")``).
+:meth:`SectionConfig.as_mapping` gives the section back with series.yaml's key names
+(for writing series.yaml back); code reads the typed attributes (``series.track.branch``).
 """
 
 from __future__ import annotations

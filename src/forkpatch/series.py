@@ -215,11 +215,6 @@ class Series:
     def index(self, name: str) -> int:
         return self.names().index(self.get(name).name)
 
-    def section(self, name: str) -> Mapping[str, Any]:
-        """A section's set keys with series.yaml's names (prefer ``series.build`` etc.)."""
-        cfg = self.sections.get(name)
-        return cfg.as_mapping() if isinstance(cfg, SectionConfig) else {}
-
     def with_patches(self, patches: Iterable[PatchEntry]) -> Series:
         return replace(self, patches=tuple(patches))
 

@@ -84,3 +84,45 @@ def test_the_stack_state_is_frozen_data_not_a_dict_of_anything():
     keyed = re.compile(r"state(?:\.get\(|\[)\"(worktree|base|editing|layout|merge_bases|synced)\"")
     for path in [src / "project.py", src / "ops.py", src / "importer.py", *PACKAGE.glob("*.py")]:
         assert not keyed.search(path.read_text(encoding="utf-8")), path.name
+
+
+# series.yaml's key names (HTTP and mail headers, also read with .get, are capitalised).
+_KEBAB = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)+$")
+
+
+def _section_reads(root: Path) -> list[str]:
+    """Calls that read a series.yaml section by its key names (``x.section("track")``,
+    ``cfg.get("min-age-days")``) instead of the typed section's attributes."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            first = node.args[0] if node.args else None
+            key = first.value if isinstance(first, ast.Constant) else None
+            by_section = node.func.attr == "section" and isinstance(key, str)
+            by_kebab_key = node.func.attr == "get" and isinstance(key, str) and _KEBAB.match(key)
+            if by_section or by_kebab_key:
+                found.append(f"{path.relative_to(root).as_posix()}:{node.lineno}")
+    return sorted(found, key=lambda at: (at.split(":")[0], int(at.split(":")[1])))
+
+
+def test_series_sections_are_read_through_their_typed_attributes():
+    assert _section_reads(PACKAGE.parent) == []
+
+
+def test_the_section_check_sees_both_forms(tmp_path):
+    (tmp_path / "a.py").write_text(
+        'x = series.section("track").get("pattern")\n'
+        'y = cfg.get("min-age-days", 0)\n'
+        'z = cfg.get("pattern")\n'
+        'h = headers.get("Content-Length")\n',
+        encoding="utf-8",
+    )
+    assert _section_reads(tmp_path) == ["a.py:1", "a.py:2"]
+
+
+def test_no_module_of_the_track_package_is_over_a_thousand_lines():
+    track = PACKAGE.parent / "track"
+    sizes = {p.name: len(p.read_text(encoding="utf-8").splitlines()) for p in track.glob("*.py")}
+    assert len(sizes) > 1 and all(n <= 1000 for n in sizes.values()), sizes

@@ -211,7 +211,7 @@ def test_typed_sections_round_trip() -> None:
     assert s.build.cache is not None and s.build.cache.kind == "sccache"
     assert s.smoke.required_tiers == ("static", "sm70") and s.publish.to == "/srv/wheels"
     assert s.track.min_age_days == 2.0 and s.track.prereleases is False
-    assert s.section("build")["cache"] == {"kind": "sccache", "max-size": "5G"}
+    assert s.build.cache.as_mapping() == {"kind": "sccache", "max-size": "5G"}
     assert parse_series(dump_series(s)) == s
 
 

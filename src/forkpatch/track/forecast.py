@@ -111,7 +111,7 @@ def fork_branch_head(project: Project) -> tuple[str, str]:
     from forkpatch.forkrepo import local_git_dir
 
     fork = project.fork()
-    wanted = project.series.section("track").get("branch")
+    wanted = project.series.track.branch
     if fork.local:
         src = Git(local_git_dir(fork.source), user_config=True)
         # The fork's remote may have any name (`upstream`, `1cat`), or there may be

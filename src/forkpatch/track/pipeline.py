@@ -290,7 +290,7 @@ class RunContext:
 
     def base_wheel(self, copy: Project) -> Path | None:
         """``--base-wheel`` or build.base-wheel, with {tag}/{version} filled in; URLs fetched."""
-        raw = self.opts.base_wheel or copy.series.section("build").get("base-wheel")
+        raw = self.opts.base_wheel or copy.series.build.base_wheel
         if not raw:
             return None
         text = raw.replace("{tag}", self.tag).replace("{version}", version_of(self.tag))
@@ -348,7 +348,7 @@ class RunContext:
     def _smoke(self, copy: Project, build: BuildDone, runner: str) -> StageOutcome:
         from forkpatch.smoke import SmokeOptions, run_smoke
 
-        section = copy.series.section("smoke")
+        smoke_cfg = copy.series.smoke
         smoke_dir = self.dir / "smoke"
         smoke_dir.mkdir(exist_ok=True)
         report_path = smoke_dir / "report.json"
@@ -359,8 +359,8 @@ class RunContext:
                     wheels=wheels + tuple(p.resolve() for p in self.opts.smoke_with),
                     tier=self.opts.smoke_tier,
                     deps=self.opts.smoke_deps or "system",
-                    python=self.opts.smoke_python or section.get("python"),
-                    index_url=section.get("index-url"),
+                    python=self.opts.smoke_python or smoke_cfg.python,
+                    index_url=smoke_cfg.index_url,
                     report_path=report_path,
                     junit_path=smoke_dir / "junit.xml",
                     allow_missing_tiers=self.opts.allow_missing_tiers,
@@ -405,7 +405,7 @@ class RunContext:
 
         if build.base_wheel is None:
             return None
-        section = copy.series.section("smoke")
+        smoke_cfg = copy.series.smoke
         try:
             base_wheel = self.base_wheel(copy)
             if base_wheel is None:
@@ -416,8 +416,8 @@ class RunContext:
                     DroppableOptions(
                         base_wheel=base_wheel,
                         deps=self.opts.smoke_deps or "system",
-                        python=self.opts.smoke_python or section.get("python"),
-                        index_url=section.get("index-url"),
+                        python=self.opts.smoke_python or smoke_cfg.python,
+                        index_url=smoke_cfg.index_url,
                     ),
                 )
         except ForkpatchError as exc:
@@ -431,7 +431,7 @@ class RunContext:
     # ---------------------------------------------------------------- publish
 
     def stage_publish(self, stages: Stages) -> StageOutcome:
-        target = self.opts.publish_to or self.copy().series.section("publish").get("to")
+        target = self.opts.publish_to or self.copy().series.publish.to
         if not self.opts.publish or not target:
             why = (
                 "--no-publish"

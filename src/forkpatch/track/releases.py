@@ -87,16 +87,13 @@ class TrackReport:
         }
 
 
+def _pattern_text(project: Project) -> str:
+    return project.series.track.pattern or DEFAULT_PATTERN
+
+
 def _pattern(project: Project) -> re.Pattern[str]:
-    raw = project.series.section("track").get("pattern", DEFAULT_PATTERN)
-    try:
-        pat = re.compile(raw)
-    except re.error as exc:
-        raise SeriesError(
-            f"series.yaml: track.pattern '{raw}' is not a valid regular expression: {exc}",
-            tip="fix track.pattern",
-        ) from None
-    return pat
+    # Compiles: series.yaml's load refused a pattern that does not.
+    return re.compile(_pattern_text(project))
 
 
 def parse_tag(tag: str, pattern: re.Pattern[str]) -> Version | str | None:
@@ -115,10 +112,10 @@ def parse_tag(tag: str, pattern: re.Pattern[str]) -> Version | str | None:
 def list_releases(project: Project, *, now: float | None = None) -> TrackReport:
     """The fork's release tags newer than the base, and the one to act on."""
     series = project.series
-    cfg = series.section("track")
+    cfg = series.track
     pattern = _pattern(project)
-    allow_pre = bool(cfg.get("prereleases", False))
-    min_age = float(cfg.get("min-age-days", 0)) * 86400
+    allow_pre = bool(cfg.prereleases)
+    min_age = (cfg.min_age_days or 0.0) * 86400
     now = time.time() if now is None else now
     base_v = parse_tag(series.base.tag, pattern)
     if not isinstance(base_v, Version):
@@ -201,8 +198,8 @@ def _tag_dates(project: Project) -> dict[str, float]:
 
 
 def bot_branch(project: Project, tag: str) -> str:
-    template = project.series.section("track").get("bot-branch", DEFAULT_BOT_BRANCH)
-    return str(template).format(tag=tag, version=version_of(tag))
+    template = project.series.track.bot_branch or DEFAULT_BOT_BRANCH
+    return template.format(tag=tag, version=version_of(tag))
 
 
 def version_of(tag: str) -> str:
@@ -239,7 +236,7 @@ def pick_tag(project: Project, report: TrackReport, tag: str) -> TagInfo:
     if not isinstance(parsed, Version):
         log.warn(
             f"{tag} is not a release tag (it does not match track.pattern "
-            f"'{project.series.section('track').get('pattern', DEFAULT_PATTERN)}' as a PEP 440 "
+            f"'{_pattern_text(project)}' as a PEP 440 "
             "version); acting on it because --tag names it, as for a pre-release"
         )
     elif report.base_version is not None and parsed <= Version(report.base_version):
