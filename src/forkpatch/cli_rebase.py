@@ -215,19 +215,19 @@ def register(cli: click.Group) -> None:
                         log.emit_json(stopped)
                 raise
         if as_json:
-            log.emit_json(result.report)
+            log.emit_json(result.report.to_json())
             return
         # The result: what happened and where the whole report is (the Markdown is a
         # pull request body, not terminal output).
-        summary = result.report["summary"]
+        summary = result.report.summary
         click.echo(
             f"rebased onto {result.plan.onto} ({result.plan.onto_commit[:12]}): "
             + (", ".join(f"{n} {s}" for s, n in summary.items()) or "no patches")
             + "; "
             + (f"{len(result.written)} file(s) changed" if result.written else "nothing changed")
         )
-        for d in result.report["dropped"]:
-            click.echo(f"  dropped {d['name']} ({d['status']}): {d['reason']}")
+        for d in result.report.dropped:
+            click.echo(f"  dropped {d.name} ({d.status}): {d.reason}")
         for p in result.report_paths:
             if p.suffix == ".md":
                 click.echo(f"report: {p}")

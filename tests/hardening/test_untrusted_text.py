@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from forkpatch import escape
-from forkpatch.rebase.report import markdown
+from forkpatch.rebase.plan import Outcome
+from forkpatch.rebase.report import Endpoint, RebaseReport, ReportedPatch, ReportOptions, markdown
 from forkpatch.smoke import checks
 from forkpatch.smoke.report import CheckResult, SmokeReport, junit_xml
 from support.cli import fp
@@ -126,25 +127,19 @@ def test_hostile_summary_and_error_messages_are_escaped(tmp_path: Path) -> None:
     assert not RAW.search(proc.stderr), proc.stderr
 
 
-def _rebase_report(text: str) -> dict[str, object]:
-    return {
-        "from": {"tag": f"v1{text}", "commit": "a" * 40},
-        "to": {"tag": "v2", "commit": "b" * 40},
-        "note": text,
-        "summary": {"clean": 1},
-        "options": {},
-        "patches": [
-            {
-                "name": "p1",
-                "status": "clean",
-                "files": [f"vllm/{text}.py"],
-                "evidence": f"why {text}",
-                "range_diff": f"-{text}\n+{text}\n",
-            }
-        ],
-        "dropped": [{"name": "p1", "status": "upstream", "reason": text}],
-        "changed_files": [f"patches/{text}.patch"],
-    }
+def _rebase_report(text: str) -> RebaseReport:
+    outcome = Outcome(
+        name=f"p1{text}", status="upstreamed", files=(f"vllm/{text}.py",), evidence=f"why {text}"
+    )
+    return RebaseReport(
+        source=Endpoint(f"v1{text}", "a" * 40),
+        target=Endpoint("v2", "b" * 40),
+        relation="forward",
+        note=text,
+        options=ReportOptions(),
+        patches=(ReportedPatch(outcome, f"patches/{text}.patch", f"-{text}\n+{text}\n"),),
+        changed_files=(f"patches/{text}.patch",),
+    )
 
 
 @pytest.mark.parametrize("label", list(MARKDOWN) + list(HOSTILE))

@@ -15,17 +15,13 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from forkpatch.escape import md_cell, md_code, md_fence, md_text
 from forkpatch.fsutil import atomic_write
-from forkpatch.rebase.plan import DROPPED, Plan
+from forkpatch.rebase.plan import DROPPED, Outcome, Plan
 from forkpatch.series import PATCHES_DIR, Series
 
 REPORT_VERSION = 1
-
-# The report is a JSON document for other programs (and the Markdown renders it).
-Report = dict[str, Any]
 
 
 def range_diff(old: bytes, new: bytes, *, name: str, old_label: str, new_label: str) -> str:
@@ -51,116 +47,218 @@ class Texts:
     new: Mapping[str, bytes]
 
 
+@dataclass(frozen=True)
+class ReportOptions:
+    """How the rebase merged: what the report says it was asked for."""
+
+    three_way: bool = True
+    fuzz: int = 0
+
+    def to_json(self) -> dict[str, object]:
+        return {"three_way": self.three_way, "fuzz": self.fuzz}
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where the series was or went: a tag (or a branch) and its commit."""
+
+    tag: str
+    commit: str
+
+    def to_json(self) -> dict[str, object]:
+        return {"tag": self.tag, "commit": self.commit}
+
+
+@dataclass(frozen=True)
+class Dropped:
+    """A patch the rebase took out of the series, and why."""
+
+    name: str
+    status: str
+    reason: str
+
+    def to_json(self) -> dict[str, object]:
+        return {"name": self.name, "status": self.status, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class ReportedPatch:
+    """One patch's outcome, its file and, when the file was rewritten, the range-diff."""
+
+    outcome: Outcome
+    patch_file: str | None  # "patches/<file>"
+    range_diff: str = ""  # empty: the file was not rewritten
+
+    @property
+    def name(self) -> str:
+        return self.outcome.name
+
+    @property
+    def status(self) -> str:
+        return self.outcome.status
+
+    @property
+    def rewritten(self) -> bool:
+        return bool(self.range_diff)
+
+    @property
+    def dropped(self) -> str | None:
+        """Why the patch left the series (None when it stays)."""
+        if self.outcome.status not in DROPPED:
+            return None
+        return self.outcome.evidence or self.outcome.status
+
+    @property
+    def why(self) -> str:
+        """The evidence or the first details, or the reasons of a conflict."""
+        o = self.outcome
+        if o.conflicts:
+            return "; ".join(c.reason for c in o.conflicts)
+        return o.evidence or "; ".join(o.detail[:2])
+
+    def to_json(self) -> dict[str, object]:
+        entry = self.outcome.to_json()
+        entry.pop("commit", None)  # a commit of the rebase's own store
+        entry["patch_file"] = self.patch_file
+        entry["rewritten"] = self.rewritten
+        if self.range_diff:
+            entry["range_diff"] = self.range_diff
+        if self.dropped is not None:
+            entry["dropped"] = self.dropped
+        return entry
+
+
+@dataclass(frozen=True)
+class RebaseReport:
+    """What a finished rebase did: from where to where, each patch, the project's files."""
+
+    source: Endpoint  # "from": the series' base before the rebase
+    target: Endpoint  # "to"
+    relation: str  # see forkpatch.rebase.plan.RELATIONS
+    note: str | None
+    options: ReportOptions
+    patches: tuple[ReportedPatch, ...]
+    changed_files: tuple[str, ...]  # project-relative paths the rebase changed
+
+    @property
+    def summary(self) -> dict[str, int]:
+        """How many patches ended in each status, by status name."""
+        return dict(sorted(Counter(p.status for p in self.patches).items()))
+
+    @property
+    def dropped(self) -> tuple[Dropped, ...]:
+        return tuple(
+            Dropped(p.name, p.status, p.dropped) for p in self.patches if p.dropped is not None
+        )
+
+    @property
+    def file_stem(self) -> str:
+        """``rebase-<from>-to-<to>``: the name of the report's files, without suffix."""
+
+        def safe(tag: str) -> str:
+            return re.sub(r"[^A-Za-z0-9._-]+", "_", tag)
+
+        return f"rebase-{safe(self.source.tag)}-to-{safe(self.target.tag)}"
+
+    def to_json(self) -> dict[str, object]:
+        """The report file's JSON document (its keys in this order)."""
+        return {
+            "version": REPORT_VERSION,
+            "kind": "rebase",
+            "from": self.source.to_json(),
+            "to": self.target.to_json(),
+            "relation": self.relation,
+            "note": self.note,
+            "options": self.options.to_json(),
+            "summary": self.summary,
+            "patches": [p.to_json() for p in self.patches],
+            "dropped": [d.to_json() for d in self.dropped],
+            "changed_files": list(self.changed_files),
+        }
+
+
 def build(
     plan: Plan,
     *,
     series: Series,
     texts: Texts,
     changed_files: Sequence[str],
-    options: Mapping[str, Any],
-) -> Report:
-    """The report as a JSON-ready dict (``series`` is the series before the rebase)."""
+    options: ReportOptions,
+) -> RebaseReport:
+    """The report of ``plan`` (``series`` is the series before the rebase)."""
     old_texts, new_texts = texts.old, texts.new
     files = {p.name: p.file for p in series.patches}
     patches = []
-    dropped = []
     for o in plan.outcomes:
-        entry: dict[str, Any] = o.to_json()
-        entry.pop("commit", None)
         file = files.get(o.name)
-        entry["patch_file"] = f"{PATCHES_DIR}/{file}" if file else None
+        patch_file = f"{PATCHES_DIR}/{file}" if file else None
         rd = ""
         if o.name in new_texts and o.name in old_texts:
             rd = range_diff(
                 old_texts[o.name],
                 new_texts[o.name],
-                name=entry["patch_file"],
+                name=str(patch_file),
                 old_label=plan.base,
                 new_label=plan.onto,
             )
-        entry["rewritten"] = bool(rd)
-        if rd:
-            entry["range_diff"] = rd
-        if o.status in DROPPED:
-            reason = o.evidence or o.status
-            entry["dropped"] = reason
-            dropped.append({"name": o.name, "status": o.status, "reason": reason})
-        patches.append(entry)
-    counts = Counter(o.status for o in plan.outcomes)
-    return {
-        "version": REPORT_VERSION,
-        "kind": "rebase",
-        "from": {"tag": plan.base, "commit": plan.base_commit},
-        "to": {"tag": plan.onto, "commit": plan.onto_commit},
-        "relation": plan.relation,
-        "note": plan.note,
-        "options": dict(options),
-        "summary": dict(sorted(counts.items())),
-        "patches": patches,
-        "dropped": dropped,
-        "changed_files": list(changed_files),
-    }
+        patches.append(ReportedPatch(o, patch_file, rd))
+    return RebaseReport(
+        source=Endpoint(plan.base, plan.base_commit),
+        target=Endpoint(plan.onto, plan.onto_commit),
+        relation=plan.relation,
+        note=plan.note,
+        options=options,
+        patches=tuple(patches),
+        changed_files=tuple(changed_files),
+    )
 
 
-def markdown(report: Mapping[str, Any]) -> str:
+def markdown(report: RebaseReport) -> str:
     """The report as Markdown, suitable as a pull request body."""
-    f, t = report["from"], report["to"]
-    out = [f"# Rebase of the patch series: {md_cell(f['tag'])} → {md_cell(t['tag'])}", ""]
+    f, t = report.source, report.target
+    out = [f"# Rebase of the patch series: {md_cell(f.tag)} → {md_cell(t.tag)}", ""]
     out.append(
-        f"- from {md_code(f['tag'])} (`{f['commit'][:12]}`) "
-        f"to {md_code(t['tag'])} (`{t['commit'][:12]}`)"
+        f"- from {md_code(f.tag)} (`{f.commit[:12]}`) to {md_code(t.tag)} (`{t.commit[:12]}`)"
     )
-    if report.get("note"):
-        out.append(f"- **note:** {md_cell(report['note'])}")
-    summary = ", ".join(f"{n} {s}" for s, n in report["summary"].items())
-    out.append(f"- {len(report['patches'])} patch(es): {summary or 'none'}")
-    opts = report.get("options", {})
-    out.append(
-        f"- 3-way merge: {'on' if opts.get('three_way', True) else 'off (--no-3way)'}"
-        f", fuzz: {opts.get('fuzz', 0)}"
-    )
+    if report.note:
+        out.append(f"- **note:** {md_cell(report.note)}")
+    summary = ", ".join(f"{n} {s}" for s, n in report.summary.items())
+    out.append(f"- {len(report.patches)} patch(es): {summary or 'none'}")
+    opts = report.options
+    out.append(f"- 3-way merge: {'on' if opts.three_way else 'off (--no-3way)'}, fuzz: {opts.fuzz}")
     out += ["", "| # | patch | status | files | evidence / detail |", "|---|---|---|---|---|"]
-    for i, p in enumerate(report["patches"], 1):
-        why = p.get("evidence") or "; ".join(p.get("detail", [])[:2])
-        if p.get("conflicts"):
-            why = "; ".join(c["reason"] for c in p["conflicts"])
-        files = ", ".join(md_code(x) for x in p.get("files", [])[:4])
-        if len(p.get("files", [])) > 4:
-            files += f" (+{len(p['files']) - 4})"
+    for i, p in enumerate(report.patches, 1):
+        names = p.outcome.files
+        files = ", ".join(md_code(x) for x in names[:4])
+        if len(names) > 4:
+            files += f" (+{len(names) - 4})"
         out.append(
-            f"| {i} | {md_code(p['name'])} | {p['status']} | {files or '-'} | {md_cell(why) or '-'} |"
+            f"| {i} | {md_code(p.name)} | {p.status} | {files or '-'} | {md_cell(p.why) or '-'} |"
         )
-    if report["dropped"]:
+    if report.dropped:
         out += ["", "## Dropped from the series", ""]
-        for d in report["dropped"]:
-            out.append(f"- {md_code(d['name'])} ({d['status']}): {md_cell(d['reason'])}")
+        for d in report.dropped:
+            out.append(f"- {md_code(d.name)} ({d.status}): {md_cell(d.reason)}")
     out += ["", "## Files changed in the project", ""]
-    if report["changed_files"]:
-        out += [f"- {md_code(x)}" for x in report["changed_files"]]
+    if report.changed_files:
+        out += [f"- {md_code(x)}" for x in report.changed_files]
     else:
         out.append("- none: the series already applies exactly")
-    rewritten = [p for p in report["patches"] if p.get("range_diff")]
+    rewritten = [p for p in report.patches if p.range_diff]
     if rewritten:
         out += ["", "## Range-diff of the patches that changed", ""]
         for p in rewritten:
-            fence = md_fence(p["range_diff"])
-            out += [f"### {md_code(p['name'])} ({p['status']})", ""]
-            out += [f"{fence}diff", md_text(p["range_diff"].rstrip("\n")), fence, ""]
+            fence = md_fence(p.range_diff)
+            out += [f"### {md_code(p.name)} ({p.status})", ""]
+            out += [f"{fence}diff", md_text(p.range_diff.rstrip("\n")), fence, ""]
     return "\n".join(out).rstrip("\n") + "\n"
 
 
-def file_stem(report: Mapping[str, Any]) -> str:
-    def safe(tag: str) -> str:
-        return re.sub(r"[^A-Za-z0-9._-]+", "_", tag)
-
-    return f"rebase-{safe(report['from']['tag'])}-to-{safe(report['to']['tag'])}"
-
-
-def write(report: Mapping[str, Any], directories: Sequence[Path]) -> list[Path]:
+def write(report: RebaseReport, directories: Sequence[Path]) -> list[Path]:
     """Write ``<stem>.json`` and ``<stem>.md`` into each directory; returns the paths."""
     paths = []
-    stem = file_stem(report)
-    text = (json.dumps(report, indent=2) + "\n").encode()
+    stem = report.file_stem
+    text = (json.dumps(report.to_json(), indent=2) + "\n").encode()
     md = markdown(report).encode()
     for d in directories:
         for path, data in ((d / f"{stem}.json", text), (d / f"{stem}.md", md)):

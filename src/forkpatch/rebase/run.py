@@ -48,7 +48,7 @@ from forkpatch.rebase.plan import (
     classifier_for,
     names_of,
 )
-from forkpatch.rebase.report import Report
+from forkpatch.rebase.report import RebaseReport
 from forkpatch.rebase.state import Journal, RebaseState
 from forkpatch.series import PATCHES_DIR, SERIES_FILE, BaseRef, Series, dump_series, parse_series
 from forkpatch.stackstate import StackPosition
@@ -79,7 +79,7 @@ class RebaseResult:
     """What a finished rebase did."""
 
     plan: Plan
-    report: Report
+    report: RebaseReport
     report_paths: tuple[Path, ...]
     written: tuple[str, ...]  # project-relative paths that changed (rewritten or removed)
 
@@ -412,7 +412,7 @@ def _finish(
         series=series,
         texts=report_mod.Texts(old=old_texts, new=new_texts),
         changed_files=changed_files,
-        options={"three_way": state.three_way, "fuzz": state.fuzz},
+        options=report_mod.ReportOptions(three_way=state.three_way, fuzz=state.fuzz),
     )
     dirs = [project.state_dir / REPORTS_DIR]
     if report_dir is not None:

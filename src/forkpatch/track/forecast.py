@@ -8,12 +8,15 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forkpatch import log
 from forkpatch.errors import ForkRepoError
 from forkpatch.git import Git
 from forkpatch.project import Project
+
+if TYPE_CHECKING:
+    from forkpatch.rebase.plan import Outcome
 
 # =========================================================================== forecast
 
@@ -69,9 +72,16 @@ class ConflictEntry:
         )
 
     @classmethod
-    def from_outcome(cls, outcome: Mapping[str, Any]) -> ConflictEntry:
-        """From a rebase outcome's JSON (``name``, ``files``, ``conflicts``)."""
-        return cls.from_json({**outcome, "patch": outcome["name"]})
+    def from_outcome(cls, outcome: Outcome) -> ConflictEntry:
+        """From a rebase outcome: the patch, its files and each file's conflict."""
+        return cls(
+            patch=outcome.name,
+            files=outcome.files,
+            conflicts=tuple(
+                ConflictSpot(path=c.path, hunks=c.hunks, line=c.line, reason=c.reason)
+                for c in outcome.conflicts
+            ),
+        )
 
 
 @dataclass(frozen=True)
@@ -159,7 +169,7 @@ def fork_branch_head(project: Project) -> tuple[str, str]:
     return branch, commit
 
 
-def _classify_on_branch(project: Project, branch: str, head: str) -> list[Any]:
+def _classify_on_branch(project: Project, branch: str, head: str) -> list[Outcome]:
     """The series' outcomes on a branch head, in memory (nothing written): the same
     classification as ``check --onto`` and the rebase."""
     from forkpatch import rebase as rb
@@ -186,7 +196,5 @@ def forecast(project: Project) -> Forecast:
         branch=branch,
         commit=head,
         patches={o.name: o.status for o in outcomes},
-        conflicts=tuple(
-            ConflictEntry.from_outcome(o.to_json()) for o in outcomes if o.status == "conflict"
-        ),
+        conflicts=tuple(ConflictEntry.from_outcome(o) for o in outcomes if o.status == "conflict"),
     )

@@ -12,7 +12,7 @@ import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from forkpatch import log
 from forkpatch.errors import (
@@ -45,6 +45,9 @@ from forkpatch.track.stages import (
     series_digest,
 )
 from forkpatch.track.workdir import SUMMARY_FILE, WorkDir
+
+if TYPE_CHECKING:
+    from forkpatch.rebase.plan import Plan
 
 
 @dataclass(frozen=True)
@@ -185,7 +188,7 @@ class RunContext:
             with log.step(f"forkpatch check --onto {self.tag}"):
                 plan = rb.check(copy, rb.RebaseOptions(onto=self.tag))
             if not plan.ok:
-                conflict = _conflict_stage(plan.to_json(), fc)
+                conflict = _conflict_stage(plan, fc)
                 return StageOutcome(
                     conflict,
                     stop=True,
@@ -205,14 +208,12 @@ class RunContext:
             return _failed("rebase", exc)
         except ForkpatchError as exc:
             return _failed("rebase", exc)
-        from forkpatch.rebase import report as report_mod
-
-        stem = report_mod.file_stem(result.report)
+        stem = result.report.file_stem
         return StageOutcome(
             RebaseDone(
                 relation=result.plan.relation,
                 note=result.plan.note,
-                summary=dict(result.report["summary"]),
+                summary=result.report.summary,
                 patches={o.name: o.status for o in result.plan.outcomes},
                 changed_files=tuple(result.written),
                 report_json=f"rebase/{stem}.json",
@@ -538,15 +539,16 @@ def _download(url: str, dest_dir: Path) -> Path:
     return dest
 
 
-def _conflict_stage(plan: Mapping[str, Any], fc: Forecast | None) -> RebaseConflict:
-    outcomes = plan["patches"]
-    first = next(o for o in outcomes if o["status"] == "conflict")
+def _conflict_stage(plan: Plan, fc: Forecast | None) -> RebaseConflict:
+    """The rebase stage's result for a plan that conflicts (``plan.ok`` is false)."""
+    outcomes = plan.outcomes
+    at = next(i for i, o in enumerate(outcomes) if o.status == "conflict")
     return RebaseConflict(
-        relation=plan.get("relation"),
-        conflict=ConflictEntry.from_outcome(first),
+        relation=plan.relation,
+        conflict=ConflictEntry.from_outcome(outcomes[at]),
         # Above the first conflict: forecast as if it were skipped (rebase.plan.Forecast).
-        blocked=tuple(o["name"] for o in outcomes[outcomes.index(first) + 1 :]),
-        patches={o["name"]: o["status"] for o in outcomes},
+        blocked=tuple(o.name for o in outcomes[at + 1 :]),
+        patches={o.name: o.status for o in outcomes},
         forecast=fc,
     )
 
