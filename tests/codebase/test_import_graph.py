@@ -149,3 +149,26 @@ def test_the_stack_is_reached_through_its_face():
         if t.startswith("forkpatch.stack.")
     ]
     assert inside == []
+
+
+def test_the_tracker_keeps_its_results_and_views_below_its_actions():
+    """Only `forkpatch track` reaches the track package. Inside it, the stage results,
+    the work directory and the summary are read by jobs on other machines (the bot
+    branch, a later stage): they import neither the stages' work (pipeline, act) nor
+    the machinery it drives (rebase, wheels, smoke, publish, the stack)."""
+    graph = import_graph()
+    track = {m for m in graph if m == "forkpatch.track" or m.startswith("forkpatch.track.")}
+    assert {m for m, targets in graph.items() if targets & track and m not in track} == {
+        "forkpatch.cli_track"
+    }
+    machinery = ("forkpatch.rebase", "forkpatch.wheels", "forkpatch.smoke", "forkpatch.stack")
+    actions = {"forkpatch.track.pipeline", "forkpatch.track.act"}
+    for mod in ("stages", "workdir", "summary", "bot"):
+        targets = graph[f"forkpatch.track.{mod}"]
+        assert not targets & actions, (mod, targets & actions)
+        reached = {t for t in targets if t.startswith(machinery) or t == "forkpatch.publish"}
+        assert not reached, (mod, reached)
+    assert {m for m in track if "forkpatch.track.pipeline" in graph[m]} == {
+        "forkpatch.track",
+        "forkpatch.track.act",
+    }

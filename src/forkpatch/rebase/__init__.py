@@ -14,7 +14,8 @@ The package, in the order a rebase uses it:
   following a symbolic link.
 * :mod:`~forkpatch.rebase.run`: rebase / continue / skip / abort / finish as one
   transaction over the state.
-* :mod:`~forkpatch.rebase.report`: the report (Markdown and JSON) with range-diffs.
+* :mod:`~forkpatch.rebase.report`: the typed :class:`RebaseReport` (its JSON and
+  Markdown) with range-diffs.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from forkpatch.rebase.plan import (
     check,
     classify,
 )
+from forkpatch.rebase.report import RebaseReport
 from forkpatch.rebase.run import (
     RebaseResult,
     RebaseStopped,
@@ -44,6 +46,7 @@ __all__ = [
     "Outcome",
     "Plan",
     "RebaseOptions",
+    "RebaseReport",
     "RebaseResult",
     "RebaseStopped",
     "Target",
