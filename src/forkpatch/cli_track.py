@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -240,10 +240,10 @@ def _track(c: Any, a: _Args) -> None:
             )
         report = core.list_releases(project)
         if a.tag:
-            report.target = core.pick_tag(project, report, a.tag)
-            report.bot_branch = core.bot_branch(project, a.tag)
+            target = core.pick_tag(project, report, a.tag)
+            report = replace(report, target=target, bot_branch=core.bot_branch(project, a.tag))
         if not a.no_forecast:
-            report.forecast = core.forecast_or_warn(project)
+            report = replace(report, forecast=core.forecast_or_warn(project))
         if a.as_json:
             log.emit_json(report.to_json())
         _print_report(report, log.info if a.as_json else log.result)

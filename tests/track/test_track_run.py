@@ -18,10 +18,12 @@ from forkpatch.track import (
     Failed,
     RebaseConflict,
     RebaseDone,
+    RunInfo,
     RunKey,
     Skipped,
     SmokeRun,
     Stages,
+    TagInfo,
     is_final,
     overall_status,
     parse_state_marker,
@@ -213,6 +215,32 @@ def test_stage_results_round_trip_and_bad_files_are_not_trusted():
     assert stage_from_json("build", {"status": "done", "mode": "overlay"}) is None
     assert stage_from_json("build", {"status": "weird"}) is None
     assert stage_from_json("build", ["not", "a", "mapping"]) is None
+
+
+def test_run_info_round_trips_its_release_tags_and_refuses_a_bad_one():
+    """run.json's tags are read back as the typed tags they were (date, pre-release,
+    why held back); a tag that is not one makes the file not a run's."""
+    newer = (
+        TagInfo("v1.3.0rc1", "1.3.0rc1", "c" * 40, 1_786_000_000.0, True, "pre-release"),
+        TagInfo("v1.3.0", "1.3.0", "d" * 40),
+    )
+    info = RunInfo(
+        key=RunKey("v1.3.0", "d" * 40, "b" * 64),
+        tag_version="1.3.0",
+        base_tag="v1.2.1",
+        base_commit="a" * 40,
+        fork_name="fork",
+        fork_url="/srv/fork.git",
+        project="/srv/project",
+        branch="forkpatch/rebase-v1.3.0",
+        newer=newer,
+        forkpatch_version="0",
+    )
+    raw = json.loads(json.dumps(info.to_json()))
+    assert raw["newer"][0]["date"] == "2026-08-06T07:06:40Z"
+    assert RunInfo.from_json(raw) == info
+    for bad in ({"tag": "v1.3.0"}, {**raw["newer"][1], "date": "yesterday"}, "v1.3.0"):
+        assert RunInfo.from_json({**raw, "newer": [bad]}) is None, bad
 
 
 def test_state_marker_parsing():

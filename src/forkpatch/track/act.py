@@ -76,7 +76,7 @@ def _start(project: Project, report: TrackReport, target: TagInfo, work: WorkDir
             fork_url=series.fork.url,
             project=str(project.root),
             branch=bot_branch(project, target.tag),
-            newer=tuple(t.to_json() for t in report.newer),
+            newer=report.newer,
             forkpatch_version=__version__,
         )
         work.save_info(prev)

@@ -10,8 +10,10 @@ versions are reported, never guessed at.
 
 from __future__ import annotations
 
+import calendar
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,8 +31,14 @@ DEFAULT_BOT_BRANCH = "forkpatch/rebase-{tag}"
 # =========================================================================== listing
 
 
-@dataclass
+DATE_FORMAT = "%Y-%m-%dT%H:%M:%SZ"  # a tag's date in JSON (UTC)
+
+
+@dataclass(frozen=True)
 class TagInfo:
+    """A release tag newer than the base: its version, commit and date, and why it is
+    not acted on when it is held back."""
+
     tag: str
     version: str
     commit: str
@@ -41,26 +49,42 @@ class TagInfo:
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"tag": self.tag, "version": self.version, "commit": self.commit}
         if self.date is not None:
-            out["date"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.date))
+            out["date"] = time.strftime(DATE_FORMAT, time.gmtime(self.date))
         if self.prerelease:
             out["prerelease"] = True
         if self.held_back:
             out["held_back"] = self.held_back
         return out
 
+    @classmethod
+    def from_json(cls, raw: object) -> TagInfo:
+        """Read back (run.json): raises KeyError, TypeError or ValueError when it is not one."""
+        if not isinstance(raw, Mapping):
+            raise TypeError(f"a tag is a mapping, not {type(raw).__name__}")
+        date = raw.get("date")
+        held_back = raw.get("held_back")
+        return cls(
+            tag=str(raw["tag"]),
+            version=str(raw["version"]),
+            commit=str(raw["commit"]),
+            date=None if date is None else float(calendar.timegm(time.strptime(date, DATE_FORMAT))),
+            prerelease=raw.get("prerelease") is True,
+            held_back=None if held_back is None else str(held_back),
+        )
 
-@dataclass
+
+@dataclass(frozen=True)
 class TrackReport:
     """Where the series stands against the fork's releases."""
 
     base: str
     base_version: str | None
-    newer: list[TagInfo] = field(default_factory=list)
+    newer: tuple[TagInfo, ...] = ()
     target: TagInfo | None = None
-    unparsable: list[str] = field(default_factory=list)
-    ignored: list[str] = field(default_factory=list)
+    unparsable: list[str] = field(default_factory=list)  # sorted
+    ignored: list[str] = field(default_factory=list)  # sorted
     # Tags that name no commit (a tree, a blob): never a release -> what they name.
-    not_commits: dict[str, str] = field(default_factory=dict)
+    not_commits: Mapping[str, str] = field(default_factory=dict)
     forecast: Forecast | None = None
     bot_branch: str | None = None  # the bot branch for the target
 
@@ -79,9 +103,9 @@ class TrackReport:
             "base_version": self.base_version,
             "newer": [t.to_json() for t in self.newer],
             "target": self.target.to_json() if self.target else None,
-            "unparsable": self.unparsable,
-            "ignored": self.ignored,
-            "not_commits": self.not_commits,
+            "unparsable": list(self.unparsable),
+            "ignored": list(self.ignored),
+            "not_commits": dict(self.not_commits),
             "forecast": self.forecast.to_json() if self.forecast else None,
             "bot_branch": self.bot_branch,
         }
@@ -126,36 +150,33 @@ def list_releases(project: Project, *, now: float | None = None) -> TrackReport:
         )
     fork = project.fork()
     tags, not_commits = fork.source_refs()
-    report = TrackReport(base=series.base.tag, base_version=str(base_v))
     dates = _tag_dates(project) if min_age else {}
+    ignored: list[str] = []
+    unparsable: list[str] = []
+    passed_over: dict[str, str] = {}
     candidates: list[tuple[Version, TagInfo]] = []
     for tag, commit in sorted({**tags, **not_commits}.items()):
         v = parse_tag(tag, pattern)
         if v is None:
-            report.ignored.append(tag)
+            ignored.append(tag)
             continue
         if isinstance(v, str):
-            report.unparsable.append(tag)
+            unparsable.append(tag)
             continue
         if v <= base_v:
             continue
         if tag in not_commits:
-            _not_a_release(report, tag, not_commits[tag])
+            _not_a_release(passed_over, tag, not_commits[tag])
             continue
-        info = TagInfo(
-            tag=tag,
-            version=str(v),
-            commit=commit,
-            date=dates.get(tag),
-            prerelease=v.is_prerelease or v.is_devrelease,
-        )
-        if info.prerelease and not allow_pre:
-            info.held_back = "pre-release (set track.prereleases: true to act on it)"
-        elif min_age and info.date is not None and now - info.date < min_age:
-            days = (now - info.date) / 86400
-            info.held_back = (
-                f"only {days:.1f} day(s) old; track.min-age-days is {min_age / 86400:g}"
-            )
+        date = dates.get(tag)
+        prerelease = v.is_prerelease or v.is_devrelease
+        held_back = None
+        if prerelease and not allow_pre:
+            held_back = "pre-release (set track.prereleases: true to act on it)"
+        elif min_age and date is not None and now - date < min_age:
+            days = (now - date) / 86400
+            held_back = f"only {days:.1f} day(s) old; track.min-age-days is {min_age / 86400:g}"
+        info = TagInfo(tag, str(v), commit, date, prerelease, held_back)
         candidates.append((v, info))
     candidates.sort(key=lambda x: x[0])
     actionable = [info for _, info in candidates if info.held_back is None]
@@ -166,19 +187,23 @@ def list_releases(project: Project, *, now: float | None = None) -> TrackReport:
         if kind == "commit":
             break
         gone = actionable.pop()
-        _not_a_release(report, gone.tag, kind)
+        _not_a_release(passed_over, tag=gone.tag, kind=kind)
         candidates = [c for c in candidates if c[1] is not gone]
-    report.newer = [info for _, info in candidates]
-    report.target = actionable[-1] if actionable else None
-    if report.target is not None:
-        report.bot_branch = bot_branch(project, report.target.tag)
-    report.unparsable.sort()
-    report.ignored.sort()
-    return report
+    target = actionable[-1] if actionable else None
+    return TrackReport(
+        base=series.base.tag,
+        base_version=str(base_v),
+        newer=tuple(info for _, info in candidates),
+        target=target,
+        unparsable=sorted(unparsable),
+        ignored=sorted(ignored),
+        not_commits=passed_over,
+        bot_branch=None if target is None else bot_branch(project, target.tag),
+    )
 
 
-def _not_a_release(report: TrackReport, tag: str, kind: str) -> None:
-    report.not_commits[tag] = kind
+def _not_a_release(passed_over: dict[str, str], tag: str, kind: str) -> None:
+    passed_over[tag] = kind
     log.warn(f"tag '{tag}' names a {kind}, not a commit: it is not a release")
 
 

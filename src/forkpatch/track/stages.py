@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 from forkpatch.fsutil import read_regular
 from forkpatch.project import Project
 from forkpatch.track.forecast import ConflictEntry, Forecast
+from forkpatch.track.releases import TagInfo
 
 RESULT_VERSION = 2
 STEPS = ("rebase", "build", "smoke", "publish")
@@ -58,7 +59,7 @@ class RunInfo:
     fork_url: str
     project: str
     branch: str
-    newer: tuple[dict[str, Any], ...]
+    newer: tuple[TagInfo, ...]
     forkpatch_version: str
 
     @property
@@ -76,7 +77,7 @@ class RunInfo:
             "fork": {"name": self.fork_name, "url": self.fork_url},
             "project": self.project,
             "branch": self.branch,
-            "newer": list(self.newer),
+            "newer": [t.to_json() for t in self.newer],
             "forkpatch_version": self.forkpatch_version,
         }
 
@@ -97,10 +98,10 @@ class RunInfo:
                 fork_url=str(raw["fork"]["url"]),
                 project=str(raw["project"]),
                 branch=str(raw["branch"]),
-                newer=tuple(raw.get("newer") or ()),
+                newer=tuple(TagInfo.from_json(t) for t in raw.get("newer") or ()),
                 forkpatch_version=str(raw.get("forkpatch_version", "?")),
             )
-        except (KeyError, TypeError):
+        except (KeyError, TypeError, ValueError):
             return None
 
 

@@ -55,7 +55,7 @@ def summary_markdown(state: RunState, work: Path | None = None) -> str:
         f"- new release: {_code(tag)} (`{info.key.commit[:12]}`), series base "
         f"{_code(info.base_tag)} (`{info.base_commit[:12]}`)"
     )
-    newer = [t["tag"] + (" (held back)" if t.get("held_back") else "") for t in info.newer]
+    newer = [t.tag + (" (held back)" if t.held_back else "") for t in info.newer]
     if len(newer) > 1:
         out.append(f"- newer tags: {', '.join(newer)}")
     out.append(f"- bot branch: {_code(info.branch)}")
