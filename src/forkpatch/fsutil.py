@@ -586,6 +586,15 @@ def relpath_problem(path: str) -> str | None:
     return None
 
 
+_NOT_IN_A_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def name_part(text: str) -> str:
+    """``text`` (a tag, a branch) as part of a file name: each run of characters other
+    than ASCII letters, digits, ``.``, ``_`` and ``-`` becomes one ``_``."""
+    return _NOT_IN_A_NAME.sub("_", text)
+
+
 def check_relpath(value: object, *, where: str) -> str:
     """Return ``value`` if it is a safe relative POSIX path, else raise PathSafetyError.
 

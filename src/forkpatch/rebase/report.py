@@ -10,14 +10,13 @@ one, so that a reviewer sees exactly what moved.
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from forkpatch.escape import md_cell, md_code, md_fence, md_text
-from forkpatch.fsutil import atomic_write
+from forkpatch.fsutil import atomic_write, name_part
 from forkpatch.rebase.plan import DROPPED, Outcome, Plan
 from forkpatch.series import PATCHES_DIR, Series
 
@@ -154,11 +153,7 @@ class RebaseReport:
     @property
     def file_stem(self) -> str:
         """``rebase-<from>-to-<to>``: the name of the report's files, without suffix."""
-
-        def safe(tag: str) -> str:
-            return re.sub(r"[^A-Za-z0-9._-]+", "_", tag)
-
-        return f"rebase-{safe(self.source.tag)}-to-{safe(self.target.tag)}"
+        return f"rebase-{name_part(self.source.tag)}-to-{name_part(self.target.tag)}"
 
     def to_json(self) -> dict[str, object]:
         """The report file's JSON document (its keys in this order)."""

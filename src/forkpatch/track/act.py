@@ -11,7 +11,7 @@ from typing import Any
 
 from forkpatch import __version__, log
 from forkpatch.errors import ForkpatchError, UsageError
-from forkpatch.fsutil import atomic_write
+from forkpatch.fsutil import atomic_write, name_part
 from forkpatch.project import Project
 from forkpatch.track.pipeline import RunContext, RunOptions
 from forkpatch.track.releases import TagInfo, TrackReport, bot_branch, list_releases, pick_tag
@@ -27,7 +27,7 @@ from forkpatch.track.stages import (
     parse_state_marker,
     series_digest,
 )
-from forkpatch.track.workdir import LATEST_FILE, WorkDir, out_root, safe_name
+from forkpatch.track.workdir import LATEST_FILE, WorkDir, out_root
 
 
 @dataclass(frozen=True)
@@ -124,7 +124,7 @@ def run(project: Project, opts: RunOptions) -> RunResult:
         )
         log.info(note)
         return RunResult(status="unchanged", report=report, note=note)
-    work = WorkDir(root / safe_name(target.tag))
+    work = WorkDir(root / name_part(target.tag))
     state = _start(project, report, target, work)
     atomic_write(root / LATEST_FILE, (work.path.name + "\n").encode())
     ctx = RunContext(project=project, opts=opts, work=work, info=state.info)

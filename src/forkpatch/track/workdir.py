@@ -5,13 +5,12 @@
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
 from forkpatch import log
 from forkpatch.errors import UsageError
-from forkpatch.fsutil import atomic_write, read_regular
+from forkpatch.fsutil import atomic_write, name_part, read_regular
 from forkpatch.project import Project
 from forkpatch.track.stages import (
     STEPS,
@@ -71,10 +70,6 @@ class WorkDir:
         atomic_write(self.path / SUMMARY_FILE, summary_markdown(state, self.path).encode())
 
 
-def safe_name(tag: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", tag)
-
-
 def out_root(project: Project, out_dir: Path | None) -> Path:
     return (out_dir or project.state_dir / DEFAULT_OUT).resolve()
 
@@ -103,7 +98,7 @@ def load_run(project: Project, out_dir: Path | None, tag: str | None) -> tuple[P
                 tip="run `forkpatch track --run` first, or pass --out",
             ) from None
     else:
-        name = safe_name(tag)
+        name = name_part(tag)
     work = WorkDir(root / name)
     info = work.load_info()
     if info is None:
