@@ -32,9 +32,6 @@ CHANGE_BODY_FILE = "change-body.md"
 MAX_BODY = 60_000
 
 
-# =========================================================================== change
-
-
 @dataclass(frozen=True)
 class Change:
     """What the pull/merge request (or issue) for a run should be."""

@@ -18,8 +18,6 @@ from forkpatch.project import Project
 if TYPE_CHECKING:
     from forkpatch.rebase.plan import Outcome
 
-# =========================================================================== forecast
-
 
 @dataclass(frozen=True)
 class ConflictSpot:

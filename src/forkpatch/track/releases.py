@@ -28,9 +28,6 @@ DEFAULT_PATTERN = r"^v(?P<version>.+)$"
 DEFAULT_BOT_BRANCH = "forkpatch/rebase-{tag}"
 
 
-# =========================================================================== listing
-
-
 DATE_FORMAT = "%Y-%m-%dT%H:%M:%SZ"  # a tag's date in JSON (UTC)
 
 

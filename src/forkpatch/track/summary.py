@@ -28,8 +28,6 @@ from forkpatch.track.stages import (
     state_marker,
 )
 
-# =========================================================================== summary
-
 
 def _code(text: Any) -> str:
     return md_code(str(text))

@@ -31,9 +31,6 @@ RUN_FILE = "run.json"
 STAGES_DIR = "stages"
 
 
-# ---------------------------------------------------------------- the work directory
-
-
 class WorkDir:
     """``<out>/<tag>/``: one file per stage, plus the derived result.json / summary.md."""
 
