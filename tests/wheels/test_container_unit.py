@@ -18,10 +18,10 @@ from forkpatch.wheels.container import (
     builder_image_key,
     default_dockerfile,
     size_jobs,
-    write_source_tar,
 )
 from forkpatch.wheels.dist import commit_dist
 from forkpatch.wheels.runner import redact, run
+from forkpatch.wheels.sourcetree import write_source_tar
 from support import REPO_ROOT
 from support.containers import make_synthetic_fork
 

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from forkpatch.errors import BuildError
-from forkpatch.wheels.container import builder_context, write_source_tar
+from forkpatch.wheels.container import builder_context
 from forkpatch.wheels.options import BuildOptions
+from forkpatch.wheels.sourcetree import write_source_tar
 from forkpatch.wheels.wheelhouse import lock_text, serve, stable_port
 from support import REPO_ROOT
 

@@ -14,7 +14,7 @@ import subprocess
 import pytest
 
 from forkpatch.errors import BuildError
-from forkpatch.wheels.container import require_toolchain, toolchain_needs
+from forkpatch.wheels.toolchain import require_toolchain, toolchain_needs
 from support import realfork
 
 FORK_LIKE_PYPROJECT = b"""[build-system]

@@ -28,13 +28,12 @@ import io
 import os
 import re
 import shutil
-import stat
 import sys
 import tarfile
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,15 +51,12 @@ from forkpatch.wheels.options import (
     default_dockerfile,
 )
 from forkpatch.wheels.runner import redact
+from forkpatch.wheels.sourcetree import TreeEntry, source_reader, write_source_tar
+from forkpatch.wheels.toolchain import require_toolchain, toolchain_needs
 
 if TYPE_CHECKING:
     import docker
     from docker.models.containers import Container
-
-#: A file of a source tree handed over without a work tree: (path, mode, bytes).
-#: ``mode`` is a git/stat mode (0o100644, 0o100755, 0o120000 = symlink whose
-#: target is the bytes).
-TreeEntry = tuple[str, int, bytes]
 
 IMAGE_REPO = "forkpatch-builder"
 LABEL_BUILDER_KEY = "org.forkpatch.builder.key"
@@ -84,11 +80,6 @@ REQUIREMENT_FILES = (
 #: Memory one compile job may take: nvcc on vLLM's CUTLASS/Marlin kernels
 #: peaks at 3-5 GiB per process; more jobs than memory allows ends in the OOM killer.
 MEM_PER_JOB = 4 * 1024**3
-
-#: Not copied into the container: VCS data and build leftovers whose absolute
-#: paths would poison the build (a stale CMake cache, egg-info).
-_EXCLUDE_ANYWHERE = frozenset({".git", "__pycache__"})
-_EXCLUDE_AT_ROOT = frozenset({"build", "dist", ".forkpatch", ".eggs", ".venv"})
 
 
 # ---------------------------------------------------------------------------
@@ -294,7 +285,7 @@ def builder_context(
                 tip="it ships next to the builder Dockerfile (ci/ in a checkout, "
                 "forkpatch/data/ when installed)",
             ) from None
-    read = _source_reader(source)
+    read = source_reader(source)
     todo = list(REQUIREMENT_FILES)
     while todo:
         name = todo.pop(0)
@@ -320,75 +311,6 @@ def builder_context(
     return files
 
 
-def _source_reader(source: Path | Sequence[TreeEntry]) -> Any:
-    if isinstance(source, Path):
-
-        def read_path(name: str) -> bytes | None:
-            try:
-                return (source / name).read_bytes()
-            except OSError:
-                return None
-
-        return read_path
-    index = {path: data for path, mode, data in source if stat.S_ISREG(mode)}
-    return index.get
-
-
-#: Build requirements whose import name is not their distribution's name with "_".
-_IMPORT_NAMES = {"pyyaml": "yaml", "setuptools-scm": "setuptools_scm"}
-#: Build requirements that are commands, not modules.
-_COMMANDS = {"cmake": "cmake", "ninja": "ninja"}
-
-
-def toolchain_needs(source: Path | Sequence[TreeEntry], env: Mapping[str, str]) -> list[str]:
-    """What building ``source`` with no toolchain installed by forkpatch (``--toolchain
-    none``) needs from the base image: each ``[build-system] requires`` of the tree's
-    pyproject.toml (``module:NAME`` or ``command:NAME``), and ``command:nvcc`` for a
-    CUDA CMake build. Read from the tree: a fork that needs none of them asks for none."""
-    from packaging.requirements import InvalidRequirement, Requirement
-
-    read = _source_reader(source)
-    needs: list[str] = []
-    pyproject = read("pyproject.toml")
-    if pyproject:
-        block = re.search(
-            rb"^\[build-system\][^\[]*?^requires\s*=\s*\[(.*?)\]", pyproject, re.M | re.S
-        )
-        for item in re.findall(rb"[\"']([^\"']+)[\"']", block.group(1) if block else b""):
-            try:
-                name = Requirement(item.decode("utf-8", "replace")).name.lower()
-            except InvalidRequirement:
-                continue
-            if name in _COMMANDS:
-                needs.append(f"command:{_COMMANDS[name]}")
-            else:
-                needs.append(f"module:{_IMPORT_NAMES.get(name, name.replace('-', '_'))}")
-    cmake = read("CMakeLists.txt") or b""
-    if env.get("VLLM_TARGET_DEVICE", "cuda") == "cuda" and re.search(rb"\bCUDA\b", cmake):
-        needs.append("command:nvcc")
-    return list(dict.fromkeys(needs))
-
-
-def _probe_script(needs: Sequence[str]) -> str:
-    """A shell line printing each of ``needs`` that the image lacks, one a line."""
-    modules = [n.split(":", 1)[1] for n in needs if n.startswith("module:")]
-    commands = [n.split(":", 1)[1] for n in needs if n.startswith("command:")]
-    lines = [f"command -v {c} >/dev/null 2>&1 || echo command:{c}" for c in commands]
-    if modules:
-        probe = (
-            "import importlib.util, sys; [print('module:' + m) for m in sys.argv[1:] "
-            "if importlib.util.find_spec(m) is None]"
-        )
-        lines.append(
-            'py=$(command -v python || command -v python3) && "$py" -c "'
-            + probe
-            + '" '
-            + " ".join(modules)
-            + " || echo command:python"
-        )
-    return "; ".join(lines) or "true"
-
-
 def _included_requirements(name: str, data: bytes) -> list[str]:
     """Files a requirements file pulls in with ``-r``/``-c`` (paths relative to it)."""
     out = []
@@ -399,74 +321,6 @@ def _included_requirements(name: str, data: bytes) -> list[str]:
             if target.startswith("requirements/"):
                 out.append(target)
     return out
-
-
-# ---------------------------------------------------------------------------
-# source archive
-
-
-def write_source_tar(source: Path | Iterable[TreeEntry], fh: IO[bytes], prefix: str = "") -> int:
-    """Write ``source`` (a directory, or tree entries) as a tar stream; return the file count.
-
-    Owners are root, so the build sees the same tree whoever runs forkpatch.
-    ``prefix`` (``"deps/cutlass"``) puts every member under that directory.
-    """
-    count = 0
-    prefix = prefix.strip("/")
-    with tarfile.open(fileobj=fh, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        if prefix:
-            for i in range(1, prefix.count("/") + 2):
-                info = tarfile.TarInfo("/".join(prefix.split("/")[:i]))
-                info.type = tarfile.DIRTYPE
-                info.mode = 0o755
-                tar.addfile(info)
-        if isinstance(source, Path):
-            for rel, path in _walk(source):
-                if prefix:
-                    rel = f"{prefix}/{rel}"
-                info = tar.gettarinfo(str(path), arcname=rel)
-                info.uid = info.gid = 0
-                info.uname = info.gname = "root"
-                if info.isreg():
-                    with open(path, "rb") as fobj:
-                        tar.addfile(info, fobj)
-                else:
-                    tar.addfile(info)
-                count += 1
-        else:
-            for rel, mode, data in source:
-                info = tarfile.TarInfo(f"{prefix}/{rel}" if prefix else rel)
-                info.mtime = 0
-                if stat.S_ISLNK(mode):
-                    info.type = tarfile.SYMTYPE
-                    info.linkname = data.decode("utf-8", "surrogateescape")
-                    info.mode = 0o777
-                    tar.addfile(info)
-                else:
-                    info.mode = 0o755 if mode & 0o111 else 0o644
-                    info.size = len(data)
-                    tar.addfile(info, io.BytesIO(data))
-                count += 1
-    return count
-
-
-def _walk(root: Path) -> Iterator[tuple[str, Path]]:
-    for dirpath, dirnames, filenames in os.walk(root):
-        here = Path(dirpath)
-        at_root = here == root
-        dirnames[:] = sorted(
-            d
-            for d in dirnames
-            if d not in _EXCLUDE_ANYWHERE
-            and not (at_root and (d in _EXCLUDE_AT_ROOT or d.endswith(".egg-info")))
-        )
-        for d in dirnames:
-            # Directories too (empty ones survive); a symlinked one stays a link.
-            yield str((here / d).relative_to(root)), here / d
-        for name in sorted(filenames):
-            if name in _EXCLUDE_ANYWHERE:  # a submodule's .git file
-                continue
-            yield str((here / name).relative_to(root)), here / name
 
 
 # ---------------------------------------------------------------------------
@@ -893,27 +747,6 @@ def _run_in_builder(
     return results
 
 
-def require_toolchain(
-    client: docker.DockerClient, image: str, needs: Sequence[str], base_image: str
-) -> None:
-    """Refuse, before the source is copied in, a base image that lacks what the tree's
-    build needs (``--toolchain none`` installs nothing)."""
-    if not needs:
-        return
-    out = client.containers.run(
-        image, ["sh", "-c", _probe_script(needs)], remove=True, stdout=True, stderr=False
-    )
-    missing = [line for line in out.decode("utf-8", "replace").split() if ":" in line]
-    if missing:
-        raise BuildError(
-            f"the base image {base_image} lacks what the fork's build needs with "
-            f"--toolchain none: {', '.join(m.split(':', 1)[1] for m in missing)} "
-            "(nothing was copied into a container)",
-            tip="use a base image that has them (the CUDA devel image with torch), or let "
-            "forkpatch install the toolchain: --toolchain apt or --toolchain wheels",
-        )
-
-
 def _dep_name(var: str) -> str:
     """``VLLM_CUTLASS_SRC_DIR`` -> ``vllm_cutlass``: the directory under /deps."""
     return var.removesuffix("_SRC_DIR").lower()
@@ -1014,7 +847,6 @@ def _fmt_elapsed(seconds: float) -> str:
 __all__ = [
     "BuildContainer",
     "CacheConfig",
-    "TreeEntry",
     "build_in_container",
     "builder_context",
     "builder_image_key",
@@ -1022,5 +854,4 @@ __all__ = [
     "connect",
     "ensure_builder_image",
     "size_jobs",
-    "write_source_tar",
 ]
