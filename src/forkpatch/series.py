@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 import yaml
 
+from forkpatch import checkids
 from forkpatch.errors import SeriesError
 from forkpatch.fsutil import atomic_write
 from forkpatch.redact import CREDENTIAL_TIP, hide_url_secrets, url_has_credentials
@@ -46,40 +47,10 @@ NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,79}$")
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 
 BUILD_STEPS = ("vllm-dist-info",)
-# The smoke checks a patch may name (``smoke:``), validated on load; the checks are
-# forkpatch.smoke.incheck's registry (a test keeps the two equal).
-SMOKE_CHECKS = (
-    "static.installed-from-wheel",
-    "static.version-metadata",
-    "static.cli-version",
-    "static.import-patched-modules",
-    "static.provenance",
-    "static.capability-floor-cpu",
-    "static.odd-width-padding-cpu",
-    "static.eager-block-cast-cpu",
-    "static.packed-repack-cpu",
-    "static.sm70-warmup-cpu",
-    "gpu.cuda-compute",
-    "sm70.cuda-stack",
-    "sm70.capability",
-    "sm70.ops-registered",
-    "sm70.fp8-per-block-config",
-    "sm70.odd-width-linear",
-    "sm70.warmup",
-    "sm70.tiny-model-generates",
-    "gpu-jit.library",
-    "gpu-jit.capability-floor",
-    "gpu-jit.padding-helpers",
-    "gpu-jit.eager-block-cast",
-    "gpu-jit.odd-width-linear",
-    "gpu-jit.packed-repack",
-    "gpu-jit.warmup",
-    "gpu-jit.kernel-matrix",
-    "gpu-jit.refusals",
-    "gpu-jit.unpadded-width",
-)
-# Checks forkpatch runs on the host (forkpatch.smoke.kernels); a patch may name them too.
-HOST_SMOKE_CHECKS = ("static.kernel-archs",)
+# The smoke checks a patch may name (``smoke:``), validated on load: the suite's own
+# (forkpatch.smoke.incheck registers each) and the host's (forkpatch.smoke.kernels).
+SMOKE_CHECKS = checkids.CHECK_IDS
+HOST_SMOKE_CHECKS = checkids.HOST_CHECK_IDS
 
 # libyaml's loader when PyYAML was built with it (5-10x faster on large series).
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)

@@ -42,7 +42,7 @@ def fake_bin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     script = bindir / "vllm"
     script.write_text(FAKE_VLLM.format(python=sys.executable, version=VERSION))
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
-    monkeypatch.setattr(incheck.sys, "executable", str(bindir / "python"))
+    monkeypatch.setattr(sys, "executable", str(bindir / "python"))
     monkeypatch.delenv("PYTHONPATH", raising=False)
     return bindir
 

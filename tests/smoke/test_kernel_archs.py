@@ -269,8 +269,8 @@ def test_cuda_stack_check(monkeypatch, requires, torch, driver, outcome, says):
     from forkpatch.smoke import incheck
 
     monkeypatch.setattr(md, "requires", lambda dist: requires)
-    monkeypatch.setattr(incheck, "_torch", lambda: _Torch(*torch))
-    monkeypatch.setattr(incheck, "_driver_cuda", lambda: driver)
+    monkeypatch.setattr(incheck.gpu, "import_torch", lambda: _Torch(*torch))
+    monkeypatch.setattr(incheck.gpu, "driver_cuda", lambda: driver)
     defn = incheck.REGISTRY["sm70.cuda-stack"]
     # the device gate is the runner's (it needs a 7.0 card); the check itself here
     got = incheck.run_one(defn, incheck.Ctx(spec={"version": "1.3.0"}, device=_SM70_DEVICE))

@@ -283,7 +283,7 @@ def test_the_ptx_ops_replace_the_static_tiers_cpu_stand_ins(tmp_path):
     torch = pytest.importorskip("torch")
     if hasattr(torch.ops._C, "fp8_sm70_prepare"):
         pytest.skip("a compiled _C library with the SM70 ops is loaded in this process")
-    stand_ins = incheck._reference_ops()
+    stand_ins = incheck.reference_ops()
     stand_ins.install()
     assert hasattr(torch.ops._C, "fp8_sm70_prepare")
     with pytest.raises(incheck.PtxLibraryError, match="no such file"):

@@ -50,21 +50,45 @@ def test_registry_has_the_real_patch_sets_checks():
 
 
 def test_incheck_is_standalone():
-    """incheck.py runs in the smoke venv: stdlib only at import time, no forkpatch."""
+    """The incheck package runs in the smoke venv: stdlib only at import time, relative
+    imports within the package, and outside it the check ids alone (copied with it)."""
     import ast
     import sys
 
-    tree = ast.parse(Path(incheck.__file__).read_text())
-    every = {
-        a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
-    }
-    every |= {
-        (n.module or "").split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
-    }
-    assert "forkpatch" not in every
-    top = {a.name.split(".")[0] for n in tree.body if isinstance(n, ast.Import) for a in n.names}
-    top |= {(n.module or "").split(".")[0] for n in tree.body if isinstance(n, ast.ImportFrom)}
-    assert top <= set(sys.stdlib_module_names) | {"__future__"}, top
+    package = Path(incheck.__file__).parent
+    modules = sorted(package.glob("*.py"))
+    assert len(modules) > 1 and not list(package.glob("*/*.py"))
+    for path in modules:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        absolute = {
+            a.name.split(".")[0]
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Import)
+            for a in n.names
+        }
+        absolute |= {
+            (n.module or "").split(".")[0]
+            for n in ast.walk(tree)
+            if isinstance(n, ast.ImportFrom) and n.level == 0
+        }
+        assert "forkpatch" not in absolute, path.name
+        outside = {
+            (n.level, n.module)
+            for n in ast.walk(tree)
+            if isinstance(n, ast.ImportFrom) and n.level > 1
+        }
+        assert outside <= {(3, "checkids")}, (path.name, outside)
+        top = {
+            a.name.split(".")[0] for n in tree.body if isinstance(n, ast.Import) for a in n.names
+        }
+        top |= {
+            (n.module or "").split(".")[0]
+            for n in tree.body
+            if isinstance(n, ast.ImportFrom) and n.level == 0
+        }
+        assert top <= set(sys.stdlib_module_names) | {"__future__"}, (path.name, top)
+    checkids = ast.parse((package.parents[1] / "checkids.py").read_text(encoding="utf-8"))
+    assert not [n for n in ast.walk(checkids) if isinstance(n, (ast.Import, ast.ImportFrom))]
 
 
 def test_the_projects_real_series_names_only_known_checks():
@@ -87,9 +111,19 @@ def test_unknown_check_id_is_refused_with_a_suggestion():
 
 
 def test_series_knows_every_check_of_the_suite():
-    from forkpatch.series import SMOKE_CHECKS
+    from forkpatch.series import HOST_SMOKE_CHECKS, SMOKE_CHECKS
+    from forkpatch.smoke.kernels import HOST_CHECKS
 
     assert tuple(incheck.REGISTRY) == SMOKE_CHECKS
+    assert tuple(HOST_CHECKS) == HOST_SMOKE_CHECKS
+
+
+def test_a_check_outside_the_shared_id_list_is_refused():
+    for check_id in ("static.not-in-the-list", "sm70.capabilty"):
+        with pytest.raises(ValueError, match=r"not in checkids\.CHECK_IDS"):
+            incheck.check(check_id)
+    with pytest.raises(ValueError, match="registered twice"):
+        incheck.check("static.provenance")(lambda ctx: None)
 
 
 SERIES_HEAD = (

@@ -13,9 +13,9 @@ the CLI's ``main()`` is called in process with the metadata stood in).
 
 This file runs *inside* a Python process whose sys.path starts with a patched
 checkout of the fork (tests/patchset/test_patch_set.py starts it as a
-subprocess), so it imports the fork's ``vllm`` and torch freely. incheck.py is
-loaded by path: it is standalone by design (standard library at import time),
-and importing the ``forkpatch`` package here is not needed.
+subprocess), so it imports the fork's ``vllm`` and torch freely. The incheck package
+is imported from this checkout's src/ (it is standalone by design: standard library at
+import time, so it runs on the fork's Python as it does in the smoke venv).
 
 Command line: ``python patched_checks.py {reference|real} [CHECK...]``; prints
 one ``PASS <check>`` line per check and exits non-zero on the first failure
@@ -25,24 +25,21 @@ one ``PASS <check>`` line per check and exits non-zero on the first failure
 from __future__ import annotations
 
 import contextlib
-import importlib.util
+import importlib
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-INCHECK_PATH = Path(__file__).resolve().parents[2] / "src" / "forkpatch" / "smoke" / "incheck.py"
+SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 def _load_incheck() -> Any:
-    name = "forkpatch_smoke_incheck"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, INCHECK_PATH)
-        assert spec is not None and spec.loader is not None, INCHECK_PATH
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # dataclasses look their module up by name
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    """This checkout's incheck package (forkpatch's src/ first on sys.path: the process
+    may have another forkpatch installed)."""
+    if str(SRC) not in sys.path:
+        sys.path.insert(0, str(SRC))
+    return importlib.import_module("forkpatch.smoke.incheck")
 
 
 incheck = _load_incheck()

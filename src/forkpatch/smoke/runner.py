@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from forkpatch import log
+from forkpatch import checkids, log
 from forkpatch.errors import SmokeError, TierNotRun
 from forkpatch.series import PatchEntry
 from forkpatch.smoke import checks as registry
@@ -479,14 +479,16 @@ def _run_incheck(
     alone can take a minute), with a line every :data:`HEARTBEAT_S` seconds
     while one runs.
     """
-    script = workdir / "forkpatch_incheck.py"
-    shutil.copyfile(incheck.__file__, script)
+    suite = _copy_suite(workdir / "incheck-suite")
     spec_path = workdir / "spec.json"
     spec_path.write_text(json.dumps(spec, indent=2), encoding="utf-8")
     out_path = workdir / "results.jsonl"
     out_path.write_text("", encoding="utf-8")
     output_path = workdir / "incheck.log"
-    cmd = [str(python), "-I", str(script), "--spec", str(spec_path), "--out", str(out_path)]
+    module = f"{SUITE_PACKAGE}.__main__"
+    cmd = incheck.launch_argv(
+        str(python), str(suite), module, "--spec", str(spec_path), "--out", str(out_path)
+    )
     log.info("+ " + " ".join(cmd))
     note = "exited normally"
     progress = _Progress(total=len(spec.get("checks", [])))
@@ -523,6 +525,27 @@ def _run_incheck(
         except ValueError:
             continue
     return records, note
+
+
+# The check suite's copy in the smoke venv: the incheck package and the check ids it
+# reads, at their places relative to each other in forkpatch (the package's relative
+# imports hold), under a top package of the copy's own.
+SUITE_TOP = "forkpatch_suite"
+SUITE_PACKAGE = f"{SUITE_TOP}.smoke.incheck"
+
+
+def _copy_suite(dest: Path) -> Path:
+    """Copy the check suite under ``dest`` (made afresh); the directory for sys.path."""
+    shutil.rmtree(dest, ignore_errors=True)
+    package = Path(incheck.__file__).parent
+    top = dest / SUITE_TOP
+    shutil.copytree(
+        package, top / "smoke" / package.name, ignore=shutil.ignore_patterns("__pycache__")
+    )
+    shutil.copyfile(checkids.__file__, top / "checkids.py")
+    for parent in (top, top / "smoke"):
+        (parent / "__init__.py").write_text("", encoding="utf-8")
+    return dest
 
 
 POLL_S = 0.5
