@@ -272,14 +272,13 @@ def register(cli: click.Group) -> None:
         for p in outcome.written:
             log.info(f"wrote {p}")
         if as_json:
-            log.emit_json(outcome.report)
+            log.emit_json(outcome.report.to_json())
         if not outcome.passed:
             from forkpatch.smoke.runner import failure_tip
 
             failed = [
-                ch["id"] + (f" (declared by {', '.join(ch['patches'])})" if ch["patches"] else "")
-                for ch in outcome.report["checks"]
-                if ch["outcome"] in ("failed", "error")
+                ch.id + (f" (declared by {', '.join(ch.patches)})" if ch.patches else "")
+                for ch in outcome.report.failed()
             ]
             raise SmokeError(
                 f"{len(failed)} smoke check(s) failed: {', '.join(failed)}",

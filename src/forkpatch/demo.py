@@ -209,13 +209,9 @@ def _stage_smoke_publish(ctx: DemoContext) -> None:
     with log.step("forkpatch smoke --tier static <wheel>  (deps: this interpreter's packages)"):
         outcome = run_smoke(SmokeOptions(wheels=(wheel,), tier="static", deps="system"), project)
         print_summary(outcome.report)
-    static = outcome.report["tiers"]["status"]["static"]
-    ctx.summary["team_check"] = next(
-        (c["outcome"] for c in outcome.report["checks"] if c["id"] == TEAM_CHECK), None
-    )
-    ctx.summary.update(
-        {"smoke_passed": outcome.passed, "smoke_tiers": outcome.report["tiers"]["status"]}
-    )
+    static = outcome.report.status("static")
+    ctx.summary["team_check"] = outcome.report.outcomes().get(TEAM_CHECK)
+    ctx.summary.update({"smoke_passed": outcome.passed, "smoke_tiers": outcome.report.statuses()})
     if static != "passed":
         # Not passed (e.g. no torch here, so the patched modules cannot import): the
         # publish gate would refuse, as it should; the demo says so instead of failing.

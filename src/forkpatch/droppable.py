@@ -190,8 +190,8 @@ class _Evaluator:
             run.failure = f"{exc}"
             log.warn(f"the series {label} could not be built and smoked: {exc}")
             return run
-        for c in outcome.report["checks"]:
-            run.checks[c["id"]] = (c["outcome"], c["detail"])
+        for c in outcome.report.checks:
+            run.checks[c.id] = (c.outcome, c.detail)
         return run
 
 

@@ -42,12 +42,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote, unquote, urljoin, urlsplit
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from forkpatch import fsutil, log
+from forkpatch.checkids import TIERS
 from forkpatch.errors import FetchError, PublishError, SmokeError
 from forkpatch.fetch import Auth, Fetcher
 from forkpatch.fsutil import (
@@ -60,7 +61,6 @@ from forkpatch.fsutil import (
     write_event,
 )
 from forkpatch.redact import MIN_SECRET_LENGTH, redact, strip_url_credentials
-from forkpatch.smoke.incheck import TIERS
 from forkpatch.smoke.report import (
     REPORT_SUFFIX,
     CheckedReport,
@@ -73,6 +73,9 @@ from forkpatch.smoke.report import (
 from forkpatch.smoke.wheelinfo import WheelInfo, read_wheel, sha256_file
 from forkpatch.wheels.runner import require_module, tail
 from forkpatch.wheels.runner import run as run_tool
+
+if TYPE_CHECKING:
+    from forkpatch.project import Project
 
 DEFAULT_REQUIRED_TIERS = ("static", "sm70")
 # What one answer of an index may be: a PEP 503 page, a linked file (hashed as it streams).
@@ -140,7 +143,7 @@ def _user() -> str:
 # --------------------------------------------------------------------------- gate
 
 
-def required_tiers(project: Any) -> tuple[str, ...]:
+def required_tiers(project: Project | None) -> tuple[str, ...]:
     if project is not None:
         s = project.series
         for tiers in (s.publish.required_tiers, s.smoke.required_tiers):
@@ -149,7 +152,7 @@ def required_tiers(project: Any) -> tuple[str, ...]:
     return DEFAULT_REQUIRED_TIERS
 
 
-def _candidates(wheel: WheelInfo, project: Any, explicit: Sequence[Path]) -> list[Path]:
+def _candidates(wheel: WheelInfo, project: Project | None, explicit: Sequence[Path]) -> list[Path]:
     out = list(explicit)
     if project is not None:
         out.append(store_path(Path(project.root), wheel.sha256))
@@ -157,7 +160,9 @@ def _candidates(wheel: WheelInfo, project: Any, explicit: Sequence[Path]) -> lis
     return out
 
 
-def find_report(wheel: WheelInfo, project: Any, explicit: Sequence[Path] = ()) -> CheckedReport:
+def find_report(
+    wheel: WheelInfo, project: Project | None, explicit: Sequence[Path] = ()
+) -> CheckedReport:
     """The smoke report for exactly this file (by sha256); PublishError when there is none.
 
     A report that does not validate (:func:`forkpatch.smoke.report.validate_report`) is
@@ -188,7 +193,7 @@ def find_report(wheel: WheelInfo, project: Any, explicit: Sequence[Path] = ()) -
 
 def check_gate(
     wheel: WheelInfo,
-    project: Any,
+    project: Project | None,
     *,
     required: Sequence[str],
     allow_missing: Sequence[str] = (),
@@ -693,7 +698,7 @@ class Published:
         }
 
 
-def publish(opts: PublishOptions, project: Any = None) -> list[Published]:
+def publish(opts: PublishOptions, project: Project | None = None) -> list[Published]:
     """Gate every wheel, check the target for conflicts, then publish (or refuse all)."""
     if not opts.wheels:
         raise PublishError("no wheel given", tip="forkpatch publish dist/*.whl --to URL|DIR")

@@ -319,6 +319,36 @@ def test_tier_status():
     assert r2.to_json()["tiers"]["status"]["sm70"] == "not-run"
 
 
+@pytest.mark.parametrize(
+    "outcomes, requested",
+    [
+        ({"static.version-metadata": "passed", "gpu.cuda-compute": "not-run"}, ("static", "gpu")),
+        (
+            {
+                "static.version-metadata": "passed",
+                "static.packed-repack-cpu": "failed",
+                "sm70.capability": "error",
+                "gpu-jit.library": "not-run",
+            },
+            ("static", "gpu", "sm70"),
+        ),
+        ({"static.cli-version": "not-run", "static.provenance": "passed"}, ("static",)),
+        ({}, ("static", "gpu", "gpu-jit")),
+    ],
+)
+def test_the_reports_readers_say_what_its_json_says(outcomes, requested):
+    """Callers read a SmokeReport's attributes; they agree with the file it writes."""
+    r = _report(outcomes, requested=requested)
+    data = r.to_json()
+    assert r.statuses() == data["tiers"]["status"]
+    assert {t: r.status(t) for t in data["tiers"]["status"]} == data["tiers"]["status"]
+    assert r.not_run() == data["tiers"]["not_run"]
+    assert r.outcomes() == {c["id"]: c["outcome"] for c in data["checks"]}
+    failed = [c["id"] for c in data["checks"] if c["outcome"] in ("failed", "error")]
+    assert [c.id for c in r.failed()] == failed
+    assert r.passed is data["passed"] is (not failed)
+
+
 def test_junit_marks_not_run_as_skipped():
     data = _report(
         {

@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from forkpatch.smoke.wheelinfo import sha256_file
-from support import smoke
+from support import REPO_ROOT, smoke
 from support.cli import Runner
 
 pytestmark = pytest.mark.slow
@@ -88,6 +88,10 @@ def test_static_tier_passes_and_missing_hardware_is_not_run(example_build, tmp_p
 
     stored = project / ".forkpatch" / "smoke" / f"{sha}.json"
     assert json.loads(stored.read_text()) == data
+    # The checks ran from the suite's copy beside the venv, nothing of forkpatch's tree.
+    sys_path = data["environment"]["sys_path"]
+    assert sys_path[0].endswith("incheck-suite"), sys_path
+    assert not [p for p in sys_path if p.startswith(str(REPO_ROOT / "src"))], sys_path
     root = ET.fromstring(junit.read_bytes())
     cases = {c.get("name"): c for c in root.iter("testcase")}
     if not cuda:

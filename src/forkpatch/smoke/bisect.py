@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,7 @@ from forkpatch.project import Project
 from forkpatch.series import SERIES_FILE, PatchEntry, Series
 from forkpatch.smoke.checks import tiers_up_to
 from forkpatch.smoke.incheck import ERROR, FAILED, NOT_RUN
-from forkpatch.smoke.report import CheckedReport
+from forkpatch.smoke.report import CheckedReport, CheckResult
 from forkpatch.smoke.runner import SmokeOptions, run_smoke
 from forkpatch.smoke.scratch import ScratchBuilds
 from forkpatch.smoke.wheelinfo import read_wheel
@@ -133,8 +133,8 @@ class BisectResult:
         }
 
 
-def _failed(report: dict[str, Any]) -> dict[str, str]:
-    return {c["id"]: c["detail"] for c in report["checks"] if c["outcome"] in (FAILED, ERROR)}
+def _failed(checks: Iterable[CheckResult]) -> dict[str, str]:
+    return {c.id: c.detail for c in checks if c.outcome in (FAILED, ERROR)}
 
 
 def _stored_report(project: Project, wheel: Path, opts: BisectOptions) -> CheckedReport | None:
@@ -299,8 +299,8 @@ class _Prefixes:
         probe = Probe(
             prefix=k,
             patches=[e.name for e in entries],
-            outcomes={c["id"]: c["outcome"] for c in report["checks"]},
-            details={c["id"]: c["detail"] for c in report["checks"]},
+            outcomes=report.outcomes(),
+            details={c.id: c.detail for c in report.checks},
             wheel=wheel.name,
             seconds=time.monotonic() - t0,
         )
@@ -386,7 +386,7 @@ def bisect(
         stored = _stored_report(project, wheel, opts) if wheel is not None else None
         if stored is not None:
             result.reused_report = str(stored.path)
-            result.failing = _failed(stored.data)
+            result.failing = _failed(stored.checks)
             full_checked = False
         elif wheel is not None:
             log.info(f"bisect: smoking {wheel.name} to find the failing checks")
@@ -403,7 +403,7 @@ def bisect(
                 project,
             )
             result.smokes += 1
-            result.failing = _failed(outcome.report)
+            result.failing = _failed(outcome.report.checks)
             full_checked = False  # the overlay build of the full series is not smoked yet
         else:
             log.info(

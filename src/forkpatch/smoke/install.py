@@ -12,17 +12,20 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forkpatch.errors import ForkpatchError
 from forkpatch.smoke.incheck import DISTRIBUTIONS, NOT_RUN, missing_modules
+
+if TYPE_CHECKING:
+    from forkpatch.project import Project
 
 REQUIREMENTS = "requirements/cuda.txt"
 SETUP = "setup.py"
 _PIN = re.compile(rb"^\s*torch\s*==\s*([0-9][0-9A-Za-z.+]*)\s*(?:#.*)?$", re.M)
 
 
-def fork_pins(project: Any) -> dict[str, str]:
+def fork_pins(project: Project | None) -> dict[str, str]:
     """Module -> what ``pip install`` takes for it, from the fork at the series' base
     (``{"torch": "torch==2.10.0 --index-url https://download.pytorch.org/whl/cu128"}``);
     empty when the fork or the files are not there (no network is asked)."""

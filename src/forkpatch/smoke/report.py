@@ -84,6 +84,28 @@ class SmokeReport:
         """No check failed or errored (tiers not run do not make a report fail)."""
         return derived_passed(self.checks)
 
+    def status(self, tier: str) -> str:
+        """``tier``'s status (passed / failed / incomplete / not-run), from the checks."""
+        return str(self.tier_status()[tier]["status"])
+
+    def statuses(self) -> dict[str, str]:
+        """Every tier's status, in tier order (the report's ``tiers.status``)."""
+        return {t: str(s["status"]) for t, s in self.tier_status().items()}
+
+    def not_run(self) -> dict[str, str]:
+        """The tiers that did not run, each with why (the report's ``tiers.not_run``)."""
+        return {
+            t: str(s["reason"]) for t, s in self.tier_status().items() if s["status"] == NOT_RUN
+        }
+
+    def failed(self) -> list[CheckResult]:
+        """The checks that failed or errored, in report order."""
+        return [c for c in self.checks if c.outcome in (FAILED, ERROR)]
+
+    def outcomes(self) -> dict[str, str]:
+        """Each check's outcome by id."""
+        return {c.id: c.outcome for c in self.checks}
+
     def per_patch(self) -> list[dict[str, Any]]:
         """Each patch with the checks it declares (``smoke:``) and how they went. A patch
         whose declared check failed is ``declared-check-failed``, not "failed": a check

@@ -21,7 +21,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forkpatch import checkids, log
 from forkpatch.errors import SmokeError, TierNotRun
@@ -46,6 +46,9 @@ from forkpatch.smoke.team import fork_tests as _fork_tests
 from forkpatch.smoke.team import run_team_checks
 from forkpatch.smoke.wheelinfo import WheelInfo, read_wheel, sha256_file
 from forkpatch.wheels.runner import tail
+
+if TYPE_CHECKING:
+    from forkpatch.project import Project
 
 DEFAULT_DISTRIBUTION = "1cat-vllm"
 
@@ -78,7 +81,8 @@ class SmokeOptions:
 
 @dataclass
 class SmokeOutcome:
-    report: dict[str, Any]
+    #: What ran and how; its ``to_json()`` is the report file's content.
+    report: SmokeReport
     written: list[Path] = field(default_factory=list)
     #: tier -> why, for each tier that was asked for (``--tier`` and the tiers below it,
     #: ``smoke.required-tiers``) and did not run or ran incomplete, unless allowed.
@@ -89,7 +93,7 @@ class SmokeOutcome:
     @property
     def passed(self) -> bool:
         """No check failed or errored (a tier that did not run is :attr:`missing`)."""
-        return bool(self.report["passed"])
+        return self.report.passed
 
     def not_run_error(self) -> TierNotRun:
         """The error for :attr:`missing`: each tier with why, and the two ways on."""
@@ -112,7 +116,7 @@ _WHERE = {
 }
 
 
-def required_tiers(tier: str, project: Any) -> dict[str, str]:
+def required_tiers(tier: str, project: Project | None) -> dict[str, str]:
     """The tiers a smoke run up to ``tier`` must run, each with who asks for it: the
     tiers up to ``tier`` (cumulative) and series.yaml's ``smoke.required-tiers``."""
     out = {t: f"--tier {tier}" for t in registry.tiers_up_to(tier)}
@@ -122,24 +126,25 @@ def required_tiers(tier: str, project: Any) -> dict[str, str]:
     return {t: out[t] for t in registry.TIERS if t in out}
 
 
-def missing_tiers(data: dict[str, Any], required: dict[str, str]) -> dict[str, str]:
+def missing_tiers(report: SmokeReport, required: dict[str, str]) -> dict[str, str]:
     """Of ``required`` (tier -> who asks), those the report did not run fully, with why."""
     out = {}
+    tiers = report.tier_status()
     for tier, asked in required.items():
-        status = data["tiers"]["status"].get(tier)
+        status = tiers[tier]["status"] if tier in tiers else None
         if status in (incheck.PASSED, "failed"):
             continue
-        mine = [c for c in data["checks"] if c["tier"] == tier]
-        skipped = [c for c in mine if c["outcome"] == incheck.NOT_RUN]
-        reasons = list(dict.fromkeys(c["detail"] for c in skipped if c["detail"]))
+        mine = [c for c in report.checks if c.tier == tier]
+        skipped = [c for c in mine if c.outcome == incheck.NOT_RUN]
+        reasons = list(dict.fromkeys(c.detail for c in skipped if c.detail))
         if status == INCOMPLETE:
             what = (
                 f"ran incomplete (asked for by {asked}): {len(skipped)} of {len(mine)} "
-                f"check(s) did not run ({', '.join(c['id'] for c in skipped)})"
+                f"check(s) did not run ({', '.join(c.id for c in skipped)})"
             )
         else:
             what = f"did not run (asked for by {asked})"
-        why = "; ".join(reasons) or data["tiers"]["detail"].get(tier, {}).get("reason", "")
+        why = "; ".join(reasons) or str(tiers.get(tier, {}).get("reason", ""))
         out[tier] = f"{what}: {why or 'no reason recorded'}"
     return out
 
@@ -161,7 +166,7 @@ def _pick_primary(infos: Sequence[WheelInfo], distribution: str) -> WheelInfo:
     return mine[0]
 
 
-def _modules_for(project: Any, entries: Sequence[PatchEntry]) -> list[str]:
+def _modules_for(project: Project | None, entries: Sequence[PatchEntry]) -> list[str]:
     """Python modules under vllm/ that the patches create or change."""
     mods = ["vllm"]
     if project is None:
@@ -183,7 +188,7 @@ def _modules_for(project: Any, entries: Sequence[PatchEntry]) -> list[str]:
     return mods
 
 
-def provenance_vs_series(primary: WheelInfo, project: Any) -> list[str]:
+def provenance_vs_series(primary: WheelInfo, project: Project | None) -> list[str]:
     """Integrity of the wheel (RECORD) and where its provenance disagrees with the
     project's series (empty: all is well). Uses the build's own comparison."""
     from forkpatch.wheels.verify import matches_series, verify_wheel
@@ -202,7 +207,7 @@ def provenance_vs_series(primary: WheelInfo, project: Any) -> list[str]:
     return problems + [f"provenance vs {project.rel(project.series_path)}: {d}" for d in diffs]
 
 
-def _forbidden_paths(project: Any, venv: Path) -> list[str]:
+def _forbidden_paths(project: Project | None, venv: Path) -> list[str]:
     cands: list[Path] = []
     if project is not None:
         cands.append(Path(project.root))
@@ -218,7 +223,7 @@ def _forbidden_paths(project: Any, venv: Path) -> list[str]:
     return out
 
 
-def run_smoke(opts: SmokeOptions, project: Any = None) -> SmokeOutcome:
+def run_smoke(opts: SmokeOptions, project: Project | None = None) -> SmokeOutcome:
     """Smoke ``opts.wheels``; write the report; return it (SmokeError when it cannot run).
 
     A failing check does not raise: the caller decides (the CLI exits 1).
@@ -383,9 +388,9 @@ def run_smoke(opts: SmokeOptions, project: Any = None) -> SmokeOutcome:
     )
     data = report.to_json()
     written = _store(data, primary, infos, project, opts)
-    missing = missing_tiers(data, required_tiers(opts.tier, project))
+    missing = missing_tiers(report, required_tiers(opts.tier, project))
     return SmokeOutcome(
-        report=data,
+        report=report,
         written=written,
         missing={t: w for t, w in missing.items() if t not in opts.allow_missing_tiers},
         allowed_missing={t: w for t, w in missing.items() if t in opts.allow_missing_tiers},
@@ -393,7 +398,7 @@ def run_smoke(opts: SmokeOptions, project: Any = None) -> SmokeOutcome:
 
 
 def _install_notes(
-    results: Sequence[CheckResult], env_info: dict[str, Any], project: Any
+    results: Sequence[CheckResult], env_info: dict[str, Any], project: Project | None
 ) -> list[str]:
     from forkpatch.smoke.install import fork_pins, install_notes
 
@@ -419,7 +424,7 @@ def _store(
     data: dict[str, Any],
     primary: WheelInfo,
     infos: Sequence[WheelInfo],
-    project: Any,
+    project: Project | None,
     opts: SmokeOptions,
 ) -> list[Path]:
     # The wheel must not have changed while it was smoked: the report is for a sha256.
@@ -597,28 +602,27 @@ class _Progress:
 NOT_A_PATCH = frozenset({"static.provenance", "static.installed-from-wheel", *HOST_CHECKS})
 
 
-def failure_tip(data: dict[str, Any]) -> str:
+def failure_tip(report: SmokeReport) -> str:
     """What to do about a failed smoke report; ``--bisect`` only when a patch can be at fault."""
-    failed = [c for c in data["checks"] if c["outcome"] in ("failed", "error")]
-    suspects = [c["id"] for c in failed if c["id"] not in NOT_A_PATCH]
-    if suspects and data.get("patches"):
+    failed = report.failed()
+    suspects = [c.id for c in failed if c.id not in NOT_A_PATCH]
+    if suspects and report.patches:
         return (
             "the report above says why; `forkpatch smoke --bisect` finds the patch that "
             f"broke {', '.join(suspects)}"
         )
-    if any(c["id"] == "static.provenance" for c in failed):
+    if any(c.id == "static.provenance" for c in failed):
         return "the wheel does not match series.yaml: rebuild it (`forkpatch build-wheel`)"
     return "the report above says why"
 
 
-def print_summary(data: dict[str, Any]) -> None:
+def print_summary(report: SmokeReport) -> None:
     """The human summary on stderr."""
-    wheel = data["wheel"]
     log.info(
-        f"smoke {wheel['version']} (sha256 {wheel['sha256'][:16]}…), deps "
-        f"{data['environment'].get('deps')}, {data['duration_s']:.1f}s"
+        f"smoke {report.version} (sha256 {report.primary_sha256[:16]}…), deps "
+        f"{report.environment.get('deps')}, {round(report.duration_s, 3):.1f}s"
     )
-    dev = data.get("device", {})
+    dev = report.device
     if dev.get("devices"):
         for d in dev["devices"]:
             log.info(
@@ -627,20 +631,22 @@ def print_summary(data: dict[str, Any]) -> None:
             )
     else:
         log.info(f"  device: none ({dev.get('reason') or 'no CUDA device'})")
-    width = max((len(c["id"]) for c in data["checks"]), default=10)
-    for c in data["checks"]:
-        first = (c["detail"].splitlines() or [""])[0]
-        log.info(f"  {c['outcome']:<8} {c['id']:<{width}} {c['duration_s']:6.2f}s  {first}")
-    for tier, status in data["tiers"]["status"].items():
-        reason = data["tiers"]["not_run"].get(tier, "")
+    width = max((len(c.id) for c in report.checks), default=10)
+    for c in report.checks:
+        first = (c.detail.splitlines() or [""])[0]
+        log.info(f"  {c.outcome:<8} {c.id:<{width}} {c.duration_s:6.2f}s  {first}")
+    not_run = report.not_run()
+    for tier, status in report.statuses().items():
+        reason = not_run.get(tier, "")
         log.info(f"  tier {tier}: {status}" + (f" ({reason})" if reason else ""))
-    for p in data["patches"]:
+    per_patch = report.per_patch()
+    for p in per_patch:
         declared = ", ".join(f"{cid} ({outcome})" for cid, outcome in p["checks"].items())
         log.info(f"  patch {p['name']}: " + (f"declares {declared}" if declared else "no checks"))
-    if any(p["status"] == DECLARED_CHECK_FAILED for p in data["patches"]):
+    if any(p["status"] == DECLARED_CHECK_FAILED for p in per_patch):
         log.info(
             "  a failed check is declared by the patch(es) above; the patch that broke it "
             "may be another one (`forkpatch smoke --bisect` names it)"
         )
-    for n in data.get("notes", []):
+    for n in report.notes:
         log.warn(n)

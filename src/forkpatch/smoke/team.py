@@ -21,7 +21,7 @@ import tarfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forkpatch import log
 from forkpatch.sections import TeamCheck
@@ -30,12 +30,15 @@ from forkpatch.smoke.env import SmokeEnv, clean_env
 from forkpatch.smoke.report import CheckResult
 from forkpatch.wheels.runner import tail
 
+if TYPE_CHECKING:
+    from forkpatch.project import Project
+
 DEFAULT_TIMEOUT_S = 600
 _MISSING = re.compile(r"ModuleNotFoundError: No module named ['\"]([\w.]+)['\"]")
 FORK_TESTS = "tests"
 
 
-def fork_tests(project: Any, workdir: Path) -> Path:
+def fork_tests(project: Project | None, workdir: Path) -> Path:
     """The fork's ``tests/`` at the series' base, exported under ``workdir`` (once)."""
     dest = workdir / "fork-tests"
     if dest.is_dir():

@@ -371,7 +371,7 @@ class RunContext:
         except ForkpatchError as exc:
             return _failed("smoke", exc)
         rep = outcome.report
-        failed = tuple(c["id"] for c in rep["checks"] if c["outcome"] in ("failed", "error"))
+        failed = tuple(c.id for c in rep.failed())
         droppable = self._droppable(copy, build)
         result = SmokeRun(
             passed=outcome.passed,
@@ -379,9 +379,9 @@ class RunContext:
             runner=runner,
             wheels=dict(build.wheels),
             report="smoke/report.json",
-            tiers=dict(rep["tiers"]["status"]),
-            not_run=dict(rep["tiers"]["not_run"]),
-            checks={c["id"]: c["outcome"] for c in rep["checks"]},
+            tiers=rep.statuses(),
+            not_run=rep.not_run(),
+            checks=rep.outcomes(),
             failed=failed,
             missing=dict(outcome.missing),
             droppable=droppable,
