@@ -18,14 +18,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
+from forkpatch import checkids
 from forkpatch.errors import SeriesError
 
-KNOWN_TIERS = (
-    "static",
-    "gpu",
-    "sm70",
-    "gpu-jit",
-)  # forkpatch.smoke.incheck.TIERS (a test keeps them equal)
+KNOWN_TIERS = checkids.TIERS
 BUILD_MODES = ("auto", "overlay", "container")
 CACHE_KINDS = ("ccache", "sccache", "none")
 BOT_BRANCH_FIELDS = ("tag", "version")

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import subprocess
 import time
@@ -494,7 +495,7 @@ def _run_incheck(
     cmd = incheck.launch_argv(
         str(python), str(suite), module, "--spec", str(spec_path), "--out", str(out_path)
     )
-    log.info("+ " + " ".join(cmd))
+    log.info("+ " + shlex.join(cmd))  # quoted: the -c launcher is one argument
     note = "exited normally"
     progress = _Progress(total=len(spec.get("checks", [])))
     with open(output_path, "wb") as output:
