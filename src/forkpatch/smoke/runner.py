@@ -485,7 +485,7 @@ def _run_incheck(
     alone can take a minute), with a line every :data:`HEARTBEAT_S` seconds
     while one runs.
     """
-    suite = _copy_suite(workdir / "incheck-suite")
+    suite = copy_suite(workdir / "incheck-suite")
     spec_path = workdir / "spec.json"
     spec_path.write_text(json.dumps(spec, indent=2), encoding="utf-8")
     out_path = workdir / "results.jsonl"
@@ -540,7 +540,7 @@ SUITE_TOP = "forkpatch_suite"
 SUITE_PACKAGE = f"{SUITE_TOP}.smoke.incheck"
 
 
-def _copy_suite(dest: Path) -> Path:
+def copy_suite(dest: Path) -> Path:
     """Copy the check suite under ``dest`` (made afresh); the directory for sys.path."""
     shutil.rmtree(dest, ignore_errors=True)
     package = Path(incheck.__file__).parent
