@@ -1,0 +1,45 @@
+"""The smoke and publish stages: typed results across stage boundaries, a Project where
+one is taken, and modules split by job (none over 1,000 lines)."""
+
+from __future__ import annotations
+
+import ast
+import typing
+from pathlib import Path
+
+import forkpatch
+from forkpatch.smoke.report import SmokeReport
+from forkpatch.smoke.runner import SmokeOutcome
+
+SRC = Path(forkpatch.__file__).resolve().parent
+
+
+def _stage_modules() -> list[Path]:
+    return [SRC / "publish.py", *sorted((SRC / "smoke").rglob("*.py"))]
+
+
+def test_the_smoke_and_publish_stages_take_a_project_not_any():
+    loose = []
+    for path in _stage_modules():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            a = node.args
+            for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs):
+                if arg.arg == "project" and "Project" not in ast.unparse(arg.annotation or arg):
+                    loose.append(f"{path.relative_to(SRC)}:{node.lineno} {node.name}")
+    assert loose == []
+
+
+def test_a_smoke_run_hands_on_its_typed_report():
+    hints = typing.get_type_hints(SmokeOutcome)
+    assert hints["report"] is SmokeReport
+
+
+def test_no_module_of_the_smoke_suite_or_the_wheel_builders_passes_1000_lines():
+    long = {}
+    for path in [*_stage_modules(), *sorted((SRC / "wheels").glob("*.py"))]:
+        n = len(path.read_text(encoding="utf-8").splitlines())
+        if n > 1000:
+            long[str(path.relative_to(SRC))] = n
+    assert long == {}
