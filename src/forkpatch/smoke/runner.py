@@ -7,7 +7,8 @@
    every patch in the wheel's provenance (looked up in series.yaml);
 3. create the isolated venv (:mod:`forkpatch.smoke.env`) and install exactly
    the given wheels;
-4. run :mod:`forkpatch.smoke.incheck` there with the venv's interpreter;
+4. run :mod:`forkpatch.smoke.incheck` there with the venv's interpreter, from a
+   copy of the package beside the venv (:func:`copy_suite`);
 5. build the report and store it by sha256 (``.forkpatch/smoke/<sha256>.json``
    in the project, else ``<wheel>.smoke.json`` beside the wheel).
 """

@@ -198,9 +198,10 @@ def _make_layer(method: Any, n: int, k: int, device: str, bias: bool) -> Any:
     return layer
 
 
-# The check bodies, on the ops given (reference stand-ins or the real ones). Public:
-# the registered checks below call them, and so does the real-fork tier on a patched
-# source checkout (tests/support/patched_checks.py).
+# The check bodies, on the ops given (reference stand-ins, the real ones or the PTX
+# library's). Public: each tier's registered checks (static.py, gpu.py, gpujit.py) call
+# them, and so does the real-fork tier on a patched source checkout
+# (tests/support/patched_checks.py).
 
 
 def capability_floor_check(ops: Ops) -> str:

@@ -345,7 +345,7 @@ class RealSm70Ops:
         pass
 
 
-Ops = Any  # ReferenceSm70Ops | RealSm70Ops | PtxSm70Ops (kept loose: this file runs on 3.8+)
+Ops = Any  # ReferenceSm70Ops | RealSm70Ops | PtxSm70Ops (kept loose: this package runs on 3.8+)
 
 _REFERENCE: ReferenceSm70Ops | None = None
 
