@@ -178,9 +178,7 @@ def find_report(
             raise PublishError(exc.message, tip=exc.tip) from None
         if wheel.sha256 in checked.sha256s:
             return checked
-        wrong.append(
-            f"{path} is a report for {checked.data['wheel']['sha256'][:16]}…, not this file"
-        )
+        wrong.append(f"{path} is a report for {checked.primary_sha256[:16]}…, not this file")
     msg = f"no smoke report for {wheel.path.name} (sha256 {wheel.sha256})"
     if wrong:
         msg += ": " + "; ".join(wrong)

@@ -10,7 +10,7 @@ import pytest
 from forkpatch.errors import SeriesError, SmokeError
 from forkpatch.series import BaseRef, ForkInfo, PatchEntry, Series, load_series
 from forkpatch.smoke import checks, incheck
-from forkpatch.smoke.report import CheckResult, SmokeReport, junit_xml
+from forkpatch.smoke.report import CheckResult, SmokeReport, junit_xml, read_report, write_report
 from support import REPO_ROOT
 
 # The ids the real patch set's series.yaml uses (what a V100 smoke check must prove).
@@ -336,10 +336,16 @@ def test_tier_status():
         ({}, ("static", "gpu", "gpu-jit")),
     ],
 )
-def test_the_reports_readers_say_what_its_json_says(outcomes, requested):
-    """Callers read a SmokeReport's attributes; they agree with the file it writes."""
+def test_the_reports_readers_say_what_its_json_says(tmp_path, outcomes, requested):
+    """Callers read a SmokeReport's attributes (and a report file's, read back); they
+    agree with the file it writes."""
     r = _report(outcomes, requested=requested)
+    r.started = "2026-12-01T00:00:00Z"
     data = r.to_json()
+    back = read_report(write_report(data, tmp_path / "r.json"))
+    assert r.ran() == back.ran() == data["tiers"]["run"]
+    assert back.primary_sha256 == r.primary_sha256 == data["wheel"]["sha256"]
+    assert back.started == data["started"] and back.deps == data["environment"]["deps"]
     assert r.statuses() == data["tiers"]["status"]
     assert {t: r.status(t) for t in data["tiers"]["status"]} == data["tiers"]["status"]
     assert r.not_run() == data["tiers"]["not_run"]

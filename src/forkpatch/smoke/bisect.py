@@ -155,12 +155,12 @@ def _stored_report(project: Project, wheel: Path, opts: BisectOptions) -> Checke
         except SmokeError as exc:
             log.warn(f"bisect: not using {path}: {exc.message}")
             continue
-        deps = report.data.get("environment", {}).get("deps")
+        deps = report.deps
         if sha not in report.sha256s or not want <= set(report.requested) or deps != opts.deps:
             continue
         log.info(
             f"bisect: {wheel.name} (sha256 {sha[:16]}…) was smoked on "
-            f"{report.data.get('started') or '?'} (tiers {', '.join(report.requested)}, deps "
+            f"{report.started or '?'} (tiers {', '.join(report.requested)}, deps "
             f"{deps}): its failing checks are taken from {path}, no smoke run needed"
         )
         return report

@@ -98,6 +98,10 @@ class SmokeReport:
             t: str(s["reason"]) for t, s in self.tier_status().items() if s["status"] == NOT_RUN
         }
 
+    def ran(self) -> list[str]:
+        """The tiers that ran (passed, failed or incomplete), in tier order."""
+        return ran_tiers(self.tier_status())
+
     def failed(self) -> list[CheckResult]:
         """The checks that failed or errored, in report order."""
         return [c for c in self.checks if c.outcome in (FAILED, ERROR)]
@@ -140,7 +144,7 @@ class SmokeReport:
             "wheels": self.wheels,
             "tiers": {
                 "requested": self.requested_tiers,
-                "run": [t for t in TIERS if tiers[t]["status"] in (PASSED, "failed", "incomplete")],
+                "run": ran_tiers(tiers),
                 "not_run": {t: tiers[t]["reason"] for t in TIERS if tiers[t]["status"] == NOT_RUN},
                 "status": {t: tiers[t]["status"] for t in TIERS},
                 "detail": tiers,
@@ -189,6 +193,11 @@ def derive_tiers(
             },
         }
     return out
+
+
+def ran_tiers(tiers: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Of :func:`derive_tiers`'s result, the tiers that ran, in tier order."""
+    return [t for t in TIERS if tiers[t]["status"] in (PASSED, "failed", INCOMPLETE)]
 
 
 def derived_passed(checks: Sequence[CheckResult]) -> bool:
@@ -245,6 +254,25 @@ class CheckedReport:
 
     def reason(self, tier: str) -> str:
         return str(self.tiers[tier]["reason"])
+
+    @property
+    def primary_sha256(self) -> str:
+        """The sha256 of the wheel the report is for (``wheel.sha256``)."""
+        return str(self.data["wheel"]["sha256"])
+
+    @property
+    def started(self) -> str:
+        return str(self.data.get("started") or "")
+
+    @property
+    def deps(self) -> str | None:
+        """How the smoke environment got the wheel's dependencies (system / none / ...)."""
+        deps = self.data.get("environment", {}).get("deps")
+        return deps if isinstance(deps, str) else None
+
+    def ran(self) -> list[str]:
+        """The tiers that ran (passed, failed or incomplete), from the check results."""
+        return ran_tiers(self.tiers)
 
 
 def read_report(path: Path) -> CheckedReport:

@@ -388,8 +388,7 @@ def run_smoke(opts: SmokeOptions, project: Project | None = None) -> SmokeOutcom
         duration_s=time.monotonic() - t0,
         notes=notes,
     )
-    data = report.to_json()
-    written = _store(data, primary, infos, project, opts)
+    written = _store(report, primary, infos, project, opts)
     missing = missing_tiers(report, required_tiers(opts.tier, project))
     return SmokeOutcome(
         report=report,
@@ -423,7 +422,7 @@ def _device_of(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _store(
-    data: dict[str, Any],
+    report: SmokeReport,
     primary: WheelInfo,
     infos: Sequence[WheelInfo],
     project: Project | None,
@@ -435,10 +434,11 @@ def _store(
             f"{primary.path.name} changed while it was being smoked; no report written",
             tip="run the smoke again on the final file",
         )
+    data = report.to_json()
     written = []
     if project is not None:
         for w in infos:
-            written.append(_keep_or_replace(data, store_path(Path(project.root), w.sha256)))
+            written.append(_keep_or_replace(data, store_path(project.root, w.sha256)))
     else:
         written.append(_keep_or_replace(data, beside_wheel(primary.path)))
     if opts.report_path is not None:
@@ -462,14 +462,12 @@ def _keep_or_replace(data: dict[str, Any], path: Path) -> Path:
         except SmokeError:
             old = None  # not a report to keep: replaced
         if old is not None and data["wheel"]["sha256"] in old.sha256s:
-            ran_before = set(old.data["tiers"].get("run", []))
-            ran_now = set(data["tiers"].get("run", []))
-            lost = sorted(ran_before - ran_now)
+            lost = sorted(set(old.ran()) - set(data["tiers"]["run"]))
             if lost:
                 aside = path.with_name(path.name.removesuffix(".json") + ".latest.json")
                 write_report(data, aside)
                 log.warn(
-                    f"kept {path} (tier {', '.join(lost)} ran there, on {old.data.get('started')}"
+                    f"kept {path} (tier {', '.join(lost)} ran there, on {old.started or None}"
                     f"; this run did not run it) for publish; this run's report is {aside} "
                     f"(`forkpatch publish --report {aside}` publishes from it instead)"
                 )
