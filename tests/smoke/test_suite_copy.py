@@ -64,7 +64,8 @@ def test_the_copy_is_forkpatchs_package_and_ids_unchanged(tmp_path):
     assert not (copy / "stale.py").exists()
 
 
-def test_a_probe_process_loads_the_library_it_is_given(tmp_path):
+@pytest.mark.parametrize("isolated", [True, False])
+def test_a_probe_process_loads_the_library_it_is_given(tmp_path, isolated):
     """The gpu-jit tier's probes (a GEMM that aborts the process, a write past a buffer)
     run in a process of their own: it imports the package from where it runs now and
     takes the library and the probe from its arguments."""
@@ -74,12 +75,17 @@ def test_a_probe_process_loads_the_library_it_is_given(tmp_path):
     lib = tmp_path / "nowhere" / "libfpsm70.so"
     for probe in ("no_kernel_probe", "unpadded_probe"):
         proc = _run(
-            incheck.launch_argv(sys.executable, root, f"{package}.gpujit", str(lib), probe),
+            incheck.launch_argv(
+                sys.executable, root, f"{package}.gpujit", str(lib), probe, isolated=isolated
+            ),
             tmp_path,
         )
         assert proc.returncode != 0
         assert f"PtxLibraryError: PTX library {lib}: no such file" in proc.stderr, proc.stderr
     proc = _run(
-        incheck.launch_argv(sys.executable, root, f"{package}.gpujit", str(lib), "nope"), tmp_path
+        incheck.launch_argv(
+            sys.executable, root, f"{package}.gpujit", str(lib), "nope", isolated=isolated
+        ),
+        tmp_path,
     )
     assert proc.returncode != 0 and "KeyError: 'nope'" in proc.stderr, proc.stderr

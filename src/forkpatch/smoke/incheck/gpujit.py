@@ -272,10 +272,12 @@ def jit_refusals(ctx: Ctx) -> str:
 
 
 def _probe_argv(probe: str) -> list[str]:
-    """A process of its own running ``probe`` (one of :data:`PROBES`) with the library."""
+    """A process of its own running ``probe`` (one of :data:`PROBES`) with the library,
+    isolated as this one is (the check process in the smoke venv is)."""
     root, package = this_copy()
     lib = str(run_spec()["ptx_lib"])
-    return launch_argv(sys.executable, root, f"{package}.gpujit", lib, probe)
+    module = f"{package}.gpujit"
+    return launch_argv(sys.executable, root, module, lib, probe, isolated=bool(sys.flags.isolated))
 
 
 def no_kernel_probe() -> dict[str, Any]:

@@ -203,19 +203,22 @@ def run_spec() -> dict[str, Any]:
     return _SPEC
 
 
-# A process of its own running one module of this package (its main()): isolated mode
-# (-I: no PYTHON* variables, no script or current directory on sys.path) with only the
-# directory above the package's top put first, so the package imports as it does here.
+# A process of its own running one module of this package (its main()), with the
+# directory above the package's top put first on sys.path, so the package imports as
+# it does here; in isolated mode (-I: no PYTHON* variables, no user site, no script or
+# current directory on sys.path) that directory is the only one added.
 _LAUNCH = (
     "import importlib, sys; sys.path.insert(0, sys.argv.pop(1)); "
     "sys.exit(importlib.import_module(sys.argv.pop(1)).main())"
 )
 
 
-def launch_argv(python: str, root: str, module: str, *args: str) -> list[str]:
+def launch_argv(
+    python: str, root: str, module: str, *args: str, isolated: bool = True
+) -> list[str]:
     """The command that runs ``module``'s ``main()`` (``args`` in its sys.argv[1:])
     with ``python``, importing from ``root``."""
-    return [python, "-I", "-c", _LAUNCH, root, module, *args]
+    return [python, *(["-I"] if isolated else []), "-c", _LAUNCH, root, module, *args]
 
 
 def this_copy() -> tuple[str, str]:
