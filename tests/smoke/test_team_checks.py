@@ -150,11 +150,33 @@ def test_team_checks_run_in_the_smoke_environment(example_build, tmp_path, capsy
     assert "--bisect" in err  # a team check a patch can break offers the bisect
 
 
-def test_failure_tip_offers_bisect_for_a_team_check():
+@pytest.mark.parametrize(
+    ("failed", "patches", "says"),
+    [
+        ("static.ours", ["p"], "`forkpatch smoke --bisect` finds the patch that broke static.ours"),
+        ("static.ours", [], "the report above says why"),  # no patch to blame
+        ("static.provenance", ["p"], "rebuild it (`forkpatch build-wheel`)"),
+    ],
+)
+def test_failure_tip_offers_bisect_for_a_team_check(failed, patches, says):
+    from forkpatch.smoke.report import CheckResult, SmokeReport
     from forkpatch.smoke.runner import failure_tip
 
-    data = {"checks": [{"id": "static.ours", "outcome": "failed"}], "patches": [{"name": "p"}]}
-    assert "--bisect" in failure_tip(data) and "static.ours" in failure_tip(data)
+    report = SmokeReport(
+        wheels=[{"sha256": "a" * 64}],
+        primary_sha256="a" * 64,
+        version="1",
+        requested_tiers=["static"],
+        checks=[
+            CheckResult(failed, "static", "failed"),
+            CheckResult("static.x", "static", "passed"),
+        ],
+        environment={},
+        device={},
+        patches=patches,
+    )
+    assert says in failure_tip(report)
+    assert ("--bisect" in failure_tip(report)) is (failed == "static.ours" and bool(patches))
 
 
 def test_sections_keep_team_checks_through_with_patches(tmp_path: Path):
