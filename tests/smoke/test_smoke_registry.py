@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -339,8 +340,7 @@ def test_tier_status():
 def test_the_reports_readers_say_what_its_json_says(tmp_path, outcomes, requested):
     """Callers read a SmokeReport's attributes (and a report file's, read back); they
     agree with the file it writes."""
-    r = _report(outcomes, requested=requested)
-    r.started = "2026-12-01T00:00:00Z"
+    r = replace(_report(outcomes, requested=requested), started="2026-12-01T00:00:00Z")
     data = r.to_json()
     back = read_report(write_report(data, tmp_path / "r.json"))
     assert r.ran() == back.ran() == data["tiers"]["run"]

@@ -58,7 +58,7 @@ class CheckResult:
         }
 
 
-@dataclass
+@dataclass(frozen=True)
 class SmokeReport:
     wheels: list[dict[str, Any]]
     primary_sha256: str
