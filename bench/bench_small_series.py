@@ -421,7 +421,7 @@ def clone_at(fork: Path, rev: str, env: dict[str, str]) -> Callable[[Path], None
 
 
 def generated_tools(data: Data, onto: str, work: Path, env: dict[str, str]) -> list[Tool]:
-    template = work / "project-template"
+    template = data.fork.parent / "project"  # beside the data it was made from
     fp = forkpatch_argv()
     if not (template / "series.yaml").is_file():
         rmtree(template)
@@ -627,6 +627,11 @@ class CountedForkpatch(Forkpatch):
             }
         )
         return got
+
+    def stopped(self, t: Timing) -> bool:
+        # cProfile's runner exits 0 whatever forkpatch's status: a stop leaves the journal.
+        journal = self.dir / ".forkpatch" / "rebase" / "state.json"
+        return super().stopped(t) or (self.profile is not None and journal.is_file())
 
 
 def count_git(

@@ -115,6 +115,7 @@ def rebase(project: Project, options: RebaseOptions) -> RebaseResult:
         stack=stack,
         upstream=tuple((n, c, e) for n, (c, e) in classifier.upstream.matches().items()),
         renames=classifier.known_renames(),
+        references=classifier.references.known(),
     )
     if walk.conflict is not None:
         # For the stops to come: the merge bases computed so far, as blobs in the store.
@@ -163,6 +164,8 @@ def _resume(project: Project, journal: Journal, state: RebaseState) -> Classifie
         classifier.upstream.preload(matches)
     if state.renames is not None:
         classifier.preload_renames(dict(state.renames))
+    if state.references is not None:
+        classifier.references.preload(state.references)
     return classifier
 
 
@@ -322,6 +325,7 @@ def _go_on(
         outcomes=outcomes,
         head=walk.head,
         conflict=conflict,
+        references=step.classifier.references.known(),
     )
     journal.save(state)
     project.fork().store.update_ref(HEAD_REF, state.head)

@@ -394,6 +394,18 @@ class ReferenceChecker:
         self.fork: ForkRepo | None = None  # for the shallow-clone check, when known
         self._commits: dict[str, tuple[str, str] | None] = {}  # ref -> (commit, subject)
 
+    def known(self) -> tuple[tuple[str, str | None, str | None], ...]:
+        """Every reference resolved so far: (reference, commit, subject), commit and
+        subject None for one that is not in the target's history (for a resumed rebase)."""
+        return tuple(
+            (ref, *(got if got is not None else (None, None))) for ref, got in self._commits.items()
+        )
+
+    def preload(self, known: Sequence[tuple[str, str | None, str | None]]) -> None:
+        """References resolved by an earlier step of the rebase: not resolved again."""
+        for ref, commit, subject in known:
+            self._commits[ref] = (commit, subject) if commit and subject is not None else None
+
     def prefetch(self, entries: Sequence[PatchEntry]) -> None:
         """Resolve every reference the series entries name at once (three git processes,
         however many patches name a commit): which exist, which are in the target's
