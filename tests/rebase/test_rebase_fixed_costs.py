@@ -15,7 +15,8 @@ import pytest
 
 from forkpatch.forkrepo import ForkRepo
 from forkpatch.git import FAST_IMPORT_REF, FastImport, FileChange, Git, init_bare
-from support.git import GitCalls, ScratchRepo, numbered, replace_once
+from support.git import GitCalls, ScratchRepo, git, numbered, replace_once
+from support.projects import load, snapshot
 
 DATE = "@1700000000 +0000"
 
@@ -172,3 +173,36 @@ def test_a_local_forks_tag_resolves_in_a_few_processes(tmp_path, monkeypatch, ca
     assert (got.name, got.commit, got.kind) == (tag, second, "tag")
     assert len(made) <= most, made
     assert repo.store.out("rev-parse", f"refs/tags/{tag}") == fork.rev(f"refs/tags/{tag}")
+
+
+def test_a_step_that_stops_again_leaves_the_editing_work_tree_alone(
+    scenario, tmp_path, monkeypatch
+):
+    """With the series applied (an editing work tree) and two stops: the first
+    --continue stops again without a `git status` of the editing work tree, whose
+    untracked file does not hold it up; the step that ends the rebase (and would move
+    the editing stack) refuses, changing nothing, until the edit is put aside."""
+    n = 4
+    s = _series(scenario, n)
+    s.run("apply")
+    wt = s.project / ".forkpatch" / "worktree"
+    s.run("rebase", "--onto", "v2", expect=3)
+    _resolve(s, n)
+    (wt / "notes.txt").write_text("my notes, in no object\n")
+    calls = GitCalls(tmp_path / "calls")
+    monkeypatch.setenv("PATH", calls.path)
+    s.run("rebase", "--continue", expect=3)
+    monkeypatch.undo()
+    looked = [c for c in calls.take() if f"--work-tree={wt}" in c]
+    assert looked == [], looked
+    _resolve(s, n)
+    owned = snapshot(s.project)
+    _, _, err = s.run("rebase", "--continue", expect=1)
+    assert "notes.txt (new, untracked)" in err and "nothing was changed" in err, err
+    assert snapshot(s.project) == owned
+    assert (wt / "notes.txt").read_text() == "my notes, in no object\n"
+    git(wt, "stash", "push", "-q", "-u")
+    s.run("rebase", "--continue")
+    git(wt, "stash", "pop", "-q")
+    assert (wt / "notes.txt").read_text() == "my notes, in no object\n"
+    assert load(s.project).base.tag == "v2"
