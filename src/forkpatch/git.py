@@ -324,12 +324,18 @@ class Git:
         return FastImport(self, keep_pack=keep_pack)
 
     def repack_if_many(self, limit: int = 40) -> bool:
-        """Merge this repository's own packs (not its alternates') into one when there are
-        more than ``limit`` (after many imports that kept their packs)."""
+        """Merge this repository's own small packs (not its alternates') when there are
+        more than ``limit`` (after many imports that kept their packs).
+
+        Geometric: the small packs are rolled up together (and with the next bigger one
+        where the sizes ask for it), so a big pack, the fork's objects fetched into the
+        store, is neither read nor rewritten, and the cost follows the imports since the
+        last repack, not the store's size. Every object of the rolled-up packs is kept,
+        reachable or not (nothing here decides what forkpatch may still need)."""
         packs = list((self.git_dir / "objects" / "pack").glob("*.pack"))
         if len(packs) <= limit:
             return False
-        self.run("repack", "-a", "-d", "-l", "-q")
+        self.run("repack", "--geometric=2", "-d", "-l", "-q")
         return True
 
 

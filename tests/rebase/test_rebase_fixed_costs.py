@@ -75,11 +75,12 @@ def _series(scenario, n: int):
 
     def upstream(fork) -> None:
         for i in range(n):
-            text = "# header\n" + LINES
-            if i in (0, n - 1):
-                text = replace_once(text, "line 20\n", "line 20 upstream\n")
+            fork.add_file(f"m{i:02d}.py", "# header\n" + LINES)
+        fork.commit("upstream headers")
+        for i in (0, n - 1):  # each alone: a candidate for upstream detection
+            text = replace_once("# header\n" + LINES, "line 20\n", "line 20 upstream\n")
             fork.add_file(f"m{i:02d}.py", text)
-        fork.commit("upstream")
+            fork.commit(f"upstream fix in m{i:02d}")
         fork.tag("v2")
 
     s = scenario(files, patches, upstream)
@@ -117,6 +118,8 @@ def test_a_stop_costs_the_same_git_processes_however_long_the_series(
         started = calls.take()
         # the commits' date (the target's) is read through the walk's object reader
         assert not [c for c in started if " show " in f" {c} "], started
+        # the upstream commits' and the patches' patch-ids from one process
+        assert len([c for c in started if " patch-id " in f" {c} "]) == 1, started
         _resolve(s, n)
         s.run("rebase", second, expect=3)
         monkeypatch.undo()
@@ -206,3 +209,28 @@ def test_a_step_that_stops_again_leaves_the_editing_work_tree_alone(
     git(wt, "stash", "pop", "-q")
     assert (wt / "notes.txt").read_text() == "my notes, in no object\n"
     assert load(s.project).base.tag == "v2"
+
+
+def test_many_small_packs_are_rolled_up_without_rewriting_the_big_one(tmp_path):
+    """The store after many stops: one big pack (a fork's objects fetched into it) and a
+    small pack per import. The repack at the end of a rebase merges the small ones only,
+    leaves the big pack's file as it is, and keeps every object, reachable or not."""
+    git = init_bare(tmp_path / "store.git")
+    pack_dir = git.git_dir / "objects" / "pack"
+    fi = git.fast_import(keep_pack=True)
+    blobs = [fi.blob(f"file {i}\n".encode() * 200) for i in range(300)]
+    big = fi.finish()
+    (big_pack,) = pack_dir.glob("*.pack")
+    for i in range(45):
+        fi = git.fast_import(keep_pack=True)
+        fi.blob(f"import {i}\n".encode())
+        fi.blob(f"import {i}, again\n".encode())  # a one-object import is unpacked
+        fi.finish()
+    objects = set(git.out("cat-file", "--batch-all-objects", "--batch-check=%(objectname)").split())
+    assert len(list(pack_dir.glob("*.pack"))) == 46
+    assert git.repack_if_many() is True
+    packs = sorted(pack_dir.glob("*.pack"))
+    assert len(packs) <= 2 and big_pack in packs, packs
+    after = set(git.out("cat-file", "--batch-all-objects", "--batch-check=%(objectname)").split())
+    assert after == objects and {big[b] for b in blobs} <= after
+    assert git.repack_if_many() is False  # few packs now: nothing to do
