@@ -27,6 +27,8 @@ git rebase runs in a clone with the series checked out, git am -3 in one at the 
 base. The rounds are interleaved (one run of each tool in turn) so that the load
 falls on every tool alike; figures are medians, with the load average beside them.
 
+``--ab SRC`` adds forkpatch rows run from another source tree (``git archive <commit>
+src | tar -x -C /tmp/old``, then ``--ab /tmp/old/src``), in the same interleaved rounds.
 ``--count-git`` adds one untimed round of forkpatch with a logging ``git`` first on
 PATH and prints the git processes of each call (``--profile DIR`` writes a cProfile
 of each call there).
@@ -45,6 +47,7 @@ import statistics
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -272,6 +275,9 @@ class Tool:
         return t.rc != 0
 
     def tree_dir(self) -> Path: ...
+    def in_progress(self) -> bool:
+        return True
+
     def resume(self, files: list[str]) -> list[Timing]: ...
     def skip(self) -> Timing: ...
     def result_tree(self) -> str: ...
@@ -300,6 +306,12 @@ class Tool:
             unknown = [f for f in files if f not in resolutions]
             if unknown:
                 result.error = f"{self.name}: a conflict the table does not know: {unknown}"
+                return result
+            if not files and not self.in_progress():
+                result.error = (
+                    f"{self.name}: exit {t.rc}, not stopped: "
+                    + (t.stderr + t.stdout).decode(errors="replace")[-600:]
+                )
                 return result
             if not files or any(resolutions[f] is None for f in files):
                 t = self.skip()
@@ -341,6 +353,10 @@ class GitRebase(Tool):
     def tree_dir(self) -> Path:
         return self.dir
 
+    def in_progress(self) -> bool:
+        state = git("rev-parse", "--git-path", "rebase-merge", cwd=self.dir, env=self.env)
+        return (self.dir / state).is_dir()
+
     def resume(self, files: list[str]) -> list[Timing]:
         add = self.t(["git", "add", "--", *files], self.dir)
         return [add, self.t(["git", "rebase", "--continue"], self.dir)]
@@ -363,6 +379,10 @@ class GitAm(GitRebase):
 
     def start(self) -> Timing:
         return self.t(["git", "am", "-q", "-3", str(self.mbox)], self.dir)
+
+    def in_progress(self) -> bool:
+        state = git("rev-parse", "--git-path", "rebase-apply", cwd=self.dir, env=self.env)
+        return (self.dir / state).is_dir()
 
     def resume(self, files: list[str]) -> list[Timing]:
         add = self.t(["git", "add", "--", *files], self.dir)
@@ -420,7 +440,9 @@ def clone_at(fork: Path, rev: str, env: dict[str, str]) -> Callable[[Path], None
     return setup
 
 
-def generated_tools(data: Data, onto: str, work: Path, env: dict[str, str]) -> list[Tool]:
+def generated_tools(
+    data: Data, onto: str, work: Path, env: dict[str, str], suffix: str = ""
+) -> list[Tool]:
     template = data.fork.parent / "project"  # beside the data it was made from
     fp = forkpatch_argv()
     if not (template / "series.yaml").is_file():
@@ -443,19 +465,36 @@ def generated_tools(data: Data, onto: str, work: Path, env: dict[str, str]) -> l
 
     return [
         GitRebase(work, env, clone_at(data.fork, "origin/series", env), onto, BASE),
-        Forkpatch(work, env, warm, onto, "forkpatch warm"),
-        Forkpatch(work, env, cold, onto, "forkpatch cold"),
+        Forkpatch(work, env, warm, onto, "forkpatch warm" + suffix),
+        Forkpatch(work, env, cold, onto, "forkpatch cold" + suffix),
         GitAm(work, env, clone_at(data.fork, onto, env), data.mbox),
     ]
 
 
-def real_tools(fork: str, work: Path, env: dict[str, str]) -> list[Tool]:
+def real_tools(fork: str, work: Path, env: dict[str, str], suffix: str = "") -> list[Tool]:
     mbox, base, _tree = series_mbox(fork, work)
     onto = git(f"--git-dir={fork}", "rev-parse", f"{REAL_ONTO}^{{commit}}", env=env)
     fp = [*forkpatch_argv(), "--fork-repo", fork]
 
+    def checkout(dest: Path, rev: str) -> None:
+        borrowed_checkout(Path(fork), dest, rev)
+        # The fixture's placeholder blobs (fixtures/README.md) hash to other ids than the
+        # tree names: git sees those files as changed whenever it re-reads them, and a
+        # rebase refuses. Marked unchanged, untimed, as a checkout of the real fork is.
+        staged = run(["git", "ls-files", "-s", "-z", "--", "docs"], cwd=dest, env=env).stdout
+        entries = [e.decode().split("\t", 1) for e in staged.split(b"\0") if e]
+        names = "\n".join(path for _, path in entries).encode()
+        hashed = run(["git", "hash-object", "--stdin-paths"], cwd=dest, env=env, input=names)
+        paths = [
+            path
+            for (meta, path), oid in zip(entries, hashed.stdout.decode().split(), strict=True)
+            if meta.split()[1] != oid
+        ]
+        if paths:
+            run(["git", "update-index", "--assume-unchanged", "--", *paths], cwd=dest, env=env)
+
     def series_checkout(dest: Path) -> None:
-        borrowed_checkout(Path(fork), dest, base)
+        checkout(dest, base)
         run(["git", "am", "-q", str(mbox)], cwd=dest, env=env)
 
     def cold(dest: Path) -> None:
@@ -467,14 +506,29 @@ def real_tools(fork: str, work: Path, env: dict[str, str]) -> list[Tool]:
 
     tools: list[Tool] = [
         GitRebase(work, env, series_checkout, onto, base),
-        Forkpatch(work, env, warm, REAL_ONTO, "forkpatch warm"),
-        Forkpatch(work, env, cold, REAL_ONTO, "forkpatch cold"),
-        GitAm(work, env, lambda d: borrowed_checkout(Path(fork), d, onto), mbox),
+        Forkpatch(work, env, warm, REAL_ONTO, "forkpatch warm" + suffix),
+        Forkpatch(work, env, cold, REAL_ONTO, "forkpatch cold" + suffix),
+        GitAm(work, env, lambda d: checkout(d, onto), mbox),
     ]
     for tool in tools:
         if isinstance(tool, Forkpatch):
             tool.fp = fp
     return tools
+
+
+def with_other_source(
+    tools: list[Tool], make: Callable[[dict[str, str], str], list[Tool]], other: Path | None
+) -> list[Tool]:
+    """``tools``, and after its forkpatch rows the same rows run from the forkpatch source
+    tree ``other`` (``--ab``: an older checkout's ``src``), in the same rounds."""
+    if other is None:
+        return tools
+    run([sys.executable, "-m", "compileall", "-q", str(other)], env=bench_env())
+    env = bench_env({"PYTHONPATH": str(other.resolve())})
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    extra = [t for t in make(env, f" ({other})") if isinstance(t, Forkpatch)]
+    at = max(i for i, t in enumerate(tools) if isinstance(t, Forkpatch)) + 1
+    return [*tools[:at], *extra, *tools[at:]]
 
 
 # --------------------------------------------------------------------------- the bench
@@ -668,6 +722,9 @@ def main(argv: list[str] | None = None) -> int:
         "--json", action="store_true", help="the results as JSON on stdout (tables on stderr)"
     )
     ap.add_argument("--quick", action="store_true", help="a tiny size and one round (for CI)")
+    ap.add_argument(
+        "--ab", type=Path, help="also time forkpatch from this source tree (e.g. an older src/)"
+    )
     ap.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR / "small-series")
     a = ap.parse_args(argv)
     if a.quick:
@@ -689,6 +746,9 @@ def main(argv: list[str] | None = None) -> int:
             data = make_data(work, sizes)
             onto = STOPS_TAG if scenario == "stops" else NOSTOP_TAG
             tools = generated_tools(data, onto, work / "generated", env)
+            tools = with_other_source(
+                tools, partial(generated_tools, data, onto, work / "generated"), a.ab
+            )
             resolutions = data.resolutions
             what = f"{a.patches} patches, {a.files + 1} files, {a.drift} drift commits" + (
                 f" + {a.conflicts} conflicting ({a.conflicts - 1} resolved, 1 skipped)"
@@ -701,6 +761,7 @@ def main(argv: list[str] | None = None) -> int:
                 say(f"real: no fork repository at {fork} (FORKPATCH_FORK_REPO): left out")
                 continue
             tools = real_tools(fork, work / "real", env)
+            tools = with_other_source(tools, partial(real_tools, fork, work / "real"), a.ab)
             resolutions = {}
             what = f"the repository's own series {REAL_BASE} -> {REAL_ONTO} on the fork"
         else:
