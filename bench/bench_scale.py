@@ -132,8 +132,11 @@ def measure(project: Path, args: list[str], shim_dir: Path, log: Path) -> dict[s
 def _subcommands(log: Path) -> dict[str, int]:
     out: dict[str, int] = {}
     for line in log.read_text().splitlines():
-        words = [w for w in line.split() if not w.startswith("-")]
-        key = words[0] if words else "?"
+        words = line.split()
+        # the first word that is neither an option nor a `-c NAME=VALUE` setting
+        key = next(
+            (w for i, w in enumerate(words) if w[0] != "-" and words[i - 1 : i] != ["-c"]), "?"
+        )
         out[key] = out.get(key, 0) + 1
     return dict(sorted(out.items()))
 

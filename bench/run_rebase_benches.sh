@@ -5,7 +5,8 @@
 #
 # generates the dataset when missing (gen_tree.py), then times, side by side with
 # git rebase and git am -3: a rebase without conflicts (bench_rebase.py) and one with
-# CONFLICTS stops resolved by a script (bench_conflicts.py). Output: the tables on
+# CONFLICTS stops resolved by a script (bench_conflicts.py), then small series on
+# small and real trees (bench_small_series.py, not with SKIP_GIT). Output: the tables on
 # stdout and in bench/out/*.txt, the runs in bench/out/*.json.
 # Environment: PYTHON (python3), REPS (3), N (300 patches), CONFLICTS (20),
 # SKIP_GIT=1 to time forkpatch only (e.g. an older checkout put first on PYTHONPATH).
@@ -29,3 +30,7 @@ fi
     --skip "$skip_rebase" | tee "$here/out/rebase-$n$tag.txt"
 "$py" "$here/bench_conflicts.py" --workdir "$work" -n "$n" --conflicts "$k" --reps "$reps" \
     ${skip_conflicts:+--skip "$skip_conflicts"} | tee "$here/out/conflicts-$n-$k$tag.txt"
+if [ "${SKIP_GIT:-0}" != 1 ]; then
+    "$py" "$here/bench_small_series.py" --workdir "$work/small-series" --rounds "$reps" --count-git \
+        | tee "$here/out/small-series$tag.txt"
+fi

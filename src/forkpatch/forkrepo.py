@@ -296,7 +296,9 @@ class ForkRepo:
         commit = None
         if not refresh:
             commit = self.store.commit_of(f"refs/tags/{tag}")
-        if commit is None:
+        elif self.local:
+            commit = self._local_tag(tag)
+        if commit is None:  # not a tag of a commit here: the checks below say why
             tags, others = self.source_refs()
             if tag in others:
                 self._refuse_non_commit(
@@ -348,15 +350,18 @@ class ForkRepo:
         else:
             candidates.append((name, "tag" if name.startswith("refs/tags/") else "ref"))
         for ref, kind in candidates:
-            commit = self._source_git.commit_of(ref)
-            if commit is None:
-                if kind == "tag":  # a tag of a tree or a blob: named as such
-                    tag = ref[len("refs/tags/") :]
-                    self._refuse_non_commit(tag, self._source_git.rev_parse(f"{ref}^{{}}"))
-                continue
             if kind == "tag":
                 tag = ref[len("refs/tags/") :]
-                return ResolvedRef(tag, self.resolve_tag(tag), "tag", ref)
+                peeled = self._peel_local(ref)
+                if peeled is None:
+                    continue
+                if peeled[2] != "commit":  # a tag of a tree or a blob: named as such
+                    self._refuse_non_commit(tag, peeled[1], peeled[2])
+                commit = self._local_tag(tag, peeled)
+                return ResolvedRef(tag, commit or self.resolve_tag(tag), "tag", ref)
+            commit = self._source_git.commit_of(ref)
+            if commit is None:
+                continue
             if kind == "ref" and ref.startswith("refs/heads/"):
                 kind = "branch"
             elif kind == "ref" and ref.startswith("refs/remotes/"):
@@ -488,6 +493,35 @@ class ForkRepo:
             return any(self._source_git.rev_parse(ref) is not None for ref in refs)
         branch = name[len("origin/") :] if name.startswith("origin/") else name
         return self.store.rev_parse(f"refs/fork/heads/{branch}") is not None
+
+    def _peel_local(self, ref: str) -> tuple[str, str, str] | None:
+        """(the object ``ref`` names, that object peeled of every tag object, its type)
+        in a local fork, from one git process; None when there is no such ref."""
+        out = self._source_git.run(
+            "cat-file",
+            "--batch-check=%(objectname) %(objecttype)",
+            input=f"{ref}\n{ref}^{{}}\n".encode("utf-8", "surrogateescape"),
+            check=False,
+        ).stdout.decode("utf-8", "replace")
+        lines = [line.split() for line in out.splitlines()]
+        kinds = ("commit", "tree", "blob", "tag")  # else "missing" or "ambiguous"
+        if len(lines) != 2 or any(len(parts) != 2 or parts[1] not in kinds for parts in lines):
+            return None
+        return lines[0][0], lines[1][0], lines[1][1]
+
+    def _local_tag(self, tag: str, peeled: tuple[str, str, str] | None = None) -> str | None:
+        """The commit a local fork's tag names, with the store's tag made the fork's (its
+        objects are borrowed, so no fetch): two git processes, three when the tag is new
+        or moved. None when the fork has no such tag of a commit."""
+        got = peeled or self._peel_local(f"refs/tags/{tag}")
+        if got is None or got[2] != "commit":
+            return None
+        own, commit, _kind = got
+        if self.store.rev_parse(f"refs/tags/{tag}") != own:
+            if self.store.commit_of(own) != commit:  # the fork's objects are not borrowed
+                return None
+            self.store.update_ref(f"refs/tags/{tag}", own)
+        return commit
 
     def _copy_local_tag(self, tag: str, commit: str) -> bool:
         """For a local fork, point the store's tag at the fork's tag object directly:

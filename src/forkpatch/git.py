@@ -324,12 +324,18 @@ class Git:
         return FastImport(self, keep_pack=keep_pack)
 
     def repack_if_many(self, limit: int = 40) -> bool:
-        """Merge this repository's own packs (not its alternates') into one when there are
-        more than ``limit`` (after many imports that kept their packs)."""
+        """Merge this repository's own small packs (not its alternates') when there are
+        more than ``limit`` (after many imports that kept their packs).
+
+        Geometric: the small packs are rolled up together (and with the next bigger one
+        where the sizes ask for it), so a big pack, the fork's objects fetched into the
+        store, is neither read nor rewritten, and the cost follows the imports since the
+        last repack, not the store's size. Every object of the rolled-up packs is kept,
+        reachable or not (nothing here decides what forkpatch may still need)."""
         packs = list((self.git_dir / "objects" / "pack").glob("*.pack"))
         if len(packs) <= limit:
             return False
-        self.run("repack", "-a", "-d", "-l", "-q")
+        self.run("repack", "--geometric=2", "-d", "-l", "-q")
         return True
 
 
@@ -465,11 +471,17 @@ class FileChange:
         return self.mode is None
 
 
+FAST_IMPORT_REF = "refs/forkpatch/fast-import"
+
+
 class FastImport:
     """Collects commits and writes them with one ``git fast-import`` run.
 
     Commits are referenced by marks until :meth:`finish` returns the real ids.
-    Nothing becomes reachable from a branch: callers move refs afterwards.
+    Nothing becomes reachable from a branch: callers move refs afterwards. (The
+    commits name a ref, as fast-import wants; the stream ends by resetting it to
+    nothing, so that fast-import never writes it and no process is needed to
+    delete it.)
     """
 
     def __init__(self, git: Git, *, keep_pack: bool = False) -> None:
@@ -479,6 +491,7 @@ class FastImport:
         self._chunks: list[bytes] = []
         self._mark = 0
         self._keep_pack = keep_pack
+        self._refs: set[str] = set()
 
     def commit(
         self,
@@ -487,7 +500,7 @@ class FastImport:
         changes: Iterable[FileChange],
         message: str,
         date: str,
-        ref: str = "refs/forkpatch/fast-import",
+        ref: str = FAST_IMPORT_REF,
     ) -> str:
         """Queue a commit on top of ``parent`` (an id or a ``:mark``). Returns its mark."""
         self._mark += 1
@@ -518,6 +531,7 @@ class FastImport:
                 out.append(f"M {ch.mode} {ch.oid} ".encode() + path + b"\n")
         out.append(b"\n")
         self._chunks.extend(out)
+        self._refs.add(ref)
         return mark
 
     def blob(self, data: bytes) -> str:
@@ -535,7 +549,9 @@ class FastImport:
             return {}
         with tempfile.TemporaryDirectory(prefix="forkpatch-fi-") as tmp:
             marks = Path(tmp) / "marks"
-            stream = b"".join(self._chunks) + b"done\n"
+            # `reset` without `from`: the ref is left as it was (absent), not written.
+            resets = b"".join(b"reset " + ref.encode() + b"\n\n" for ref in sorted(self._refs))
+            stream = b"".join(self._chunks) + resets + b"done\n"
             # Light compression (the store is private; building the trees, not zlib, is
             # most of the work); kept packs are not unpacked either.
             limit = ["-c", "pack.compression=1"]
@@ -554,7 +570,6 @@ class FastImport:
             for line in marks.read_text(encoding="utf-8").splitlines():
                 mark, oid = line.split()
                 result[mark] = oid
-        self._git.delete_ref("refs/forkpatch/fast-import")
         return result
 
 

@@ -146,6 +146,9 @@ def _tamper_cases(outside: Path):
     def commit_not_an_id(project):
         _rewrite(_journal(project), lambda d: d.update(head="HEAD~1; rm -rf /"))
 
+    def reference_not_an_id(project):  # a resolved upstream reference, crafted
+        _rewrite(_journal(project), lambda d: d.update(references=[["abc1234", "HEAD~1", "s"]]))
+
     def wrong_types(project):
         _rewrite(_journal(project), lambda d: d.update(fuzz="2", outcomes={"p0": "clean"}))
 
@@ -177,6 +180,7 @@ def _tamper_cases(outside: Path):
         ("other bundle", other_bundle, "does not match"),
         ("conflict path", conflict_path, "not a plain relative path"),
         ("commit", commit_not_an_id, "is not a commit id"),
+        ("reference", reference_not_an_id, "expected a commit id and its subject"),
         ("types", wrong_types, "must be a int"),
         ("journal symlink", journal_symlink, "symbolic link"),
         ("patches symlink", patches_symlink, "symbolic link"),

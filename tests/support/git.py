@@ -197,3 +197,31 @@ def write_diff(path: Path, text: str | bytes) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(text.encode() if isinstance(text, str) else text)
     return path
+
+
+class GitCalls:
+    """A logging ``git`` to put first on PATH: which git processes a command starts.
+
+    ``path`` is the PATH value to run with; :meth:`take` returns each call's arguments
+    (one string per process, in order) and empties the log.
+    """
+
+    def __init__(self, root: Path) -> None:
+        import shutil
+        import stat
+
+        real = shutil.which("git")
+        assert real, "git is not on PATH"
+        self.dir = root / "git-shim"
+        self.dir.mkdir(parents=True)
+        self.log = root / "git-calls.log"
+        self.log.write_text("")
+        shim = self.dir / "git"
+        shim.write_text(f'#!/bin/sh\necho "$*" >> "{self.log}"\nexec "{real}" "$@"\n')
+        shim.chmod(shim.stat().st_mode | stat.S_IXUSR)
+        self.path = f"{self.dir}{os.pathsep}{os.environ['PATH']}"
+
+    def take(self) -> list[str]:
+        calls = self.log.read_text().splitlines()
+        self.log.write_text("")
+        return calls

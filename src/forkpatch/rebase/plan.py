@@ -504,7 +504,8 @@ class Classifier:
     def date(self) -> str:
         """The date of the commits made on the target (the target's own: reproducible ids)."""
         if self._date is None:
-            self._date = commit_date(self.git, self.target.commit)
+            # Through the open object reader when there is one: no process of its own.
+            self._date = commit_date(self.git, self.target.commit, self._reader)
         return self._date
 
     @date.setter

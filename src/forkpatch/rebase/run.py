@@ -54,6 +54,7 @@ from forkpatch.series import PATCHES_DIR, SERIES_FILE, BaseRef, Series, dump_ser
 from forkpatch.stackstate import StackPosition
 
 REPORTS_DIR = "reports"
+CONTINUE = "`forkpatch rebase --continue`"
 HEAD_REF = "refs/forkpatch/rebase/head"
 PAUSE_ENV = "FORKPATCH_TEST_PAUSE_AFTER"
 
@@ -115,6 +116,7 @@ def rebase(project: Project, options: RebaseOptions) -> RebaseResult:
         stack=stack,
         upstream=tuple((n, c, e) for n, (c, e) in classifier.upstream.matches().items()),
         renames=classifier.known_renames(),
+        references=classifier.references.known(),
     )
     if walk.conflict is not None:
         # For the stops to come: the merge bases computed so far, as blobs in the store.
@@ -163,6 +165,8 @@ def _resume(project: Project, journal: Journal, state: RebaseState) -> Classifie
         classifier.upstream.preload(matches)
     if state.renames is not None:
         classifier.preload_renames(dict(state.renames))
+    if state.references is not None:
+        classifier.references.preload(state.references)
     return classifier
 
 
@@ -212,8 +216,8 @@ def continue_(project: Project, report_dir: Path | None = None) -> RebaseResult:
     """Take the resolved work tree (or finish interrupted writes) and go on."""
     journal = Journal(project)
     state = journal.load()
-    _guard_stack(project, state, "`forkpatch rebase --continue`")
     if state.phase == "writing":
+        _guard_stack(project, state, CONTINUE)
         return _finish(project, journal, state, report_dir)
     tree = ConflictTree(project)
     if not tree.exists() or not journal.holds_stop(state):
@@ -264,7 +268,7 @@ def continue_(project: Project, report_dir: Path | None = None) -> RebaseResult:
             moved=outcome.moved,
         )
     log.info(f"[{index + 1}/{len(classifier.items)}] {outcome.name} ... {outcome.status}")
-    step = _Step(state, outcome, head, classifier, recorded=True)
+    step = _Step(state, outcome, head, classifier, recorded=True, doing=CONTINUE)
     return _go_on(project, journal, step, report_dir)
 
 
@@ -277,7 +281,6 @@ def skip(project: Project, report_dir: Path | None = None) -> RebaseResult:
             "the rebase is not stopped at a conflict",
             tip="`forkpatch rebase --continue` finishes it",
         )
-    _guard_stack(project, state, "`forkpatch rebase --skip`")
     index = state.conflict_index
     old = state.outcomes[index]
     outcome = Outcome(
@@ -288,7 +291,8 @@ def skip(project: Project, report_dir: Path | None = None) -> RebaseResult:
     )
     log.info(f"[{index + 1}/{len(state.outcomes)}] {outcome.name} ... skipped")
     classifier = _resume(project, journal, state)
-    return _go_on(project, journal, _Step(state, outcome, state.head, classifier), report_dir)
+    step = _Step(state, outcome, state.head, classifier, doing="`forkpatch rebase --skip`")
+    return _go_on(project, journal, step, report_dir)
 
 
 @dataclass(frozen=True)
@@ -300,6 +304,7 @@ class _Step:
     head: str
     classifier: Classifier
     recorded: bool = False  # the conflict work tree's changes are staged
+    doing: str = CONTINUE  # the command, for a refusal
 
 
 def _go_on(
@@ -322,7 +327,13 @@ def _go_on(
         outcomes=outcomes,
         head=walk.head,
         conflict=conflict,
+        references=step.classifier.references.known(),
     )
+    if conflict is None:
+        # This step ends the rebase, which moves the editing stack: refused here, before
+        # anything but objects is written, when the editing work tree holds edits. A step
+        # that stops again leaves the stack alone and need not look at it.
+        _guard_stack(project, step.state, step.doing)
     journal.save(state)
     project.fork().store.update_ref(HEAD_REF, state.head)
     if conflict is not None:

@@ -92,6 +92,9 @@ class RebaseState:
     # 3-way merge bases of the conflicting patches, as blobs in the store:
     # (patch, path, blob before, blob after); the next stops need not replay them.
     images: tuple[tuple[str, str, str | None, str | None], ...] = ()
+    # The upstream commits the series names, resolved once: (reference, commit, subject),
+    # commit and subject None where the reference is not in the target's history.
+    references: tuple[tuple[str, str | None, str | None], ...] | None = None
 
     @property
     def target(self) -> Target:
@@ -130,6 +133,7 @@ class RebaseState:
             "upstream": None if self.upstream is None else [list(u) for u in self.upstream],
             "renames": None if self.renames is None else [list(r) for r in self.renames],
             "images": [list(i) for i in self.images],
+            "references": None if self.references is None else [list(r) for r in self.references],
         }
 
 
@@ -332,7 +336,26 @@ class _Reader:
             upstream=None if upstream is None else tuple(upstream),
             renames=None if renames is None else tuple(renames),
             images=tuple(images),
+            references=self.references(d),
         )
+
+    def references(
+        self, d: Mapping[str, object]
+    ) -> tuple[tuple[str, str | None, str | None], ...] | None:
+        if d.get("references") is None:
+            return None
+        out: list[tuple[str, str | None, str | None]] = []
+        for i, r in enumerate(self.items(d, "references", "references")):
+            where = f"references[{i}]"
+            if not (isinstance(r, list) and len(r) == 3 and isinstance(r[0], str) and r[0]):
+                raise self.fail(where, "expected [reference, commit, subject]")
+            if r[1] is None and r[2] is None:
+                out.append((r[0], None, None))
+            elif isinstance(r[1], str) and _OID.match(r[1]) and isinstance(r[2], str):
+                out.append((r[0], r[1], r[2]))
+            else:
+                raise self.fail(where, "expected a commit id and its subject, or two nulls")
+        return tuple(out)
 
     def date(self, d: Mapping[str, object]) -> str:
         value = self.text(d, "date", "date")

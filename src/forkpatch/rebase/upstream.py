@@ -158,15 +158,19 @@ class UpstreamIndex:
             elif line.startswith(b"author ") and current:
                 authors.setdefault(current, line[7:].decode("utf-8", "replace").lower())
         self._find_alike(log_p, authors, age_of)
-        # The newest commit (smallest age) wins for a patch-id seen more than once.
-        for pid, commit in self._patch_ids(log_p):
-            age = age_of.get(commit, len(age_of))
-            if pid not in self._upstream or age < self._upstream[pid][0]:
-                self._upstream[pid] = (age, commit)
+        # One patch-id run for both: the upstream commits, then the patches (and their
+        # reverses) under ids no commit has.
+        stream = log_p + (b"" if log_p.endswith(b"\n") else b"\n") + b"".join(chunks)
         found: dict[str, dict[bool, str]] = {}
-        for pid, oid in self._patch_ids(b"".join(chunks)):
-            name, rev = fake[oid]
-            found.setdefault(name, {})[rev] = pid
+        for pid, oid in self._patch_ids(stream):
+            if oid in fake:
+                name, rev = fake[oid]
+                found.setdefault(name, {})[rev] = pid
+                continue
+            # The newest commit (smallest age) wins for a patch-id seen more than once.
+            age = age_of.get(oid, len(age_of))
+            if pid not in self._upstream or age < self._upstream[pid][0]:
+                self._upstream[pid] = (age, oid)
         for name, pids in found.items():
             if False in pids:
                 self._series[name] = (pids[False], pids.get(True))
@@ -393,6 +397,18 @@ class ReferenceChecker:
         self.git, self.target_name, self.target_commit = git, target_name, target_commit
         self.fork: ForkRepo | None = None  # for the shallow-clone check, when known
         self._commits: dict[str, tuple[str, str] | None] = {}  # ref -> (commit, subject)
+
+    def known(self) -> tuple[tuple[str, str | None, str | None], ...]:
+        """Every reference resolved so far: (reference, commit, subject), commit and
+        subject None for one that is not in the target's history (for a resumed rebase)."""
+        return tuple(
+            (ref, *(got if got is not None else (None, None))) for ref, got in self._commits.items()
+        )
+
+    def preload(self, known: Sequence[tuple[str, str | None, str | None]]) -> None:
+        """References resolved by an earlier step of the rebase: not resolved again."""
+        for ref, commit, subject in known:
+            self._commits[ref] = (commit, subject) if commit and subject is not None else None
 
     def prefetch(self, entries: Sequence[PatchEntry]) -> None:
         """Resolve every reference the series entries name at once (three git processes,
