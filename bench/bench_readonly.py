@@ -83,8 +83,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{medians[name]:.3f}",
             f"{min(v):.3f}-{max(v):.3f}",
             f"{medians[name] / git_s:.1f}x",
-            "-" if name == "git status" else f"<= {TARGET} s "
-            + ("MET" if medians[name] <= TARGET else "MISSED"),
+            "-"
+            if name == "git status"
+            else f"<= {TARGET} s " + ("MET" if medians[name] <= TARGET else "MISSED"),
         ]
         for name, v in seconds.items()
     ]
