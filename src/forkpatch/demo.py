@@ -196,7 +196,7 @@ def _stage_rebase(ctx: DemoContext) -> None:
 def _stage_smoke_publish(ctx: DemoContext) -> None:
     """Smoke the wheel the build stage made (static tier), then publish it to a directory."""
     from forkpatch.project import Project
-    from forkpatch.publish import PublishOptions, publish
+    from forkpatch.publish import PublishOptions, install_line, publish
     from forkpatch.smoke import SmokeOptions, run_smoke
     from forkpatch.smoke.runner import print_summary
 
@@ -222,8 +222,6 @@ def _stage_smoke_publish(ctx: DemoContext) -> None:
         done = publish(
             PublishOptions(wheels=(wheel,), to=str(index), allow_missing_tiers=("sm70",)), project
         )
-    from forkpatch.cli_smoke import install_line
-
     line = install_line(str(index), None, [p.file for p in done])
     log.info(f"    {line}")
     ctx.summary.update(

@@ -802,3 +802,26 @@ def _merge_sums(directory: Path, files: Mapping[str, str]) -> None:
     """Update the lines for ``files`` (name -> sha256) in directory/SHA256SUMS, keeping
     the others (the wheel's line is the gated sha256, not a new read of the file)."""
     fsutil.write_sums(directory, {**fsutil.read_sums(directory), **files})
+
+
+def install_line(to: str, simple_url: str | None, files: list[str]) -> str:
+    """The pip command that installs what was published to ``to``.
+
+    ``--extra-index-url``, not ``--index-url``: the target holds only our wheels,
+    and their dependencies (the fork's requirements) come from the default index.
+    The exact pin keeps it safe from a same-named package elsewhere: a local
+    version (``+fp.<label>``) cannot be on PyPI.
+    """
+    target = open_target(to, simple_url=simple_url)
+    if isinstance(target, DirTarget):
+        index = target.simple.as_uri() + "/"
+    else:
+        assert isinstance(target, IndexTarget)
+        index = target.simple_url
+    pins = []
+    for f in files:
+        name, version, _build, _tags = parse_wheel_filename(Path(f).name)
+        pin = f"'{name}=={version}'"
+        if pin not in pins:
+            pins.append(pin)
+    return f"pip install --extra-index-url {index} {' '.join(pins)}"

@@ -35,7 +35,7 @@ LAZY = [
 def test_rebase_start_up_leaves_rare_modules_out():
     code = (
         "import json, sys\n"
-        "import forkpatch.cli, forkpatch.cli_rebase, forkpatch.rebase.run\n"
+        "import forkpatch.cli, forkpatch.cli.rebase, forkpatch.rebase.run\n"
         f"print(json.dumps([m for m in {LAZY!r} if m in sys.modules]))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True, text=True)

@@ -10,8 +10,10 @@ from typing import Any
 import click
 
 from forkpatch import log
+from forkpatch.cli.context import Ctx, pass_ctx
 from forkpatch.errors import NewRelease, UsageError
 from forkpatch.fsutil import read_regular
+from forkpatch.kinds import BUILD_MODES, HARDWARE_TIERS, SMOKE_DEPS
 
 HELP = """Compare the series' base with the fork's release tags; act on the newest.
 
@@ -61,108 +63,105 @@ def _steps(value: str | None) -> tuple[str, ...]:
     return steps
 
 
-def register(cli: click.Group) -> None:
-    from forkpatch.cli_context import Ctx, pass_ctx
-
-    @cli.command(help=HELP)
-    @click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
-    @click.option(
-        "--no-forecast", is_flag=True, help="Skip the check against the fork's default branch."
-    )
-    @click.option("--run", "do_run", is_flag=True, help="Act on the release (see above).")
-    @click.option(
-        "--make-branch",
-        is_flag=True,
-        help="Commit the last run's series on the bot branch (see above).",
-    )
-    @click.option(
-        "--tag",
-        metavar="TAG",
-        help="Act on TAG instead of the newest release (even a held-back one).",
-    )
-    @click.option(
-        "--out",
-        "out_dir",
-        type=click.Path(file_okay=False, path_type=Path),
-        envvar="FORKPATCH_OUT",
-        show_envvar=True,
-        help="Output directory (default: .forkpatch/track in the project).",
-    )
-    @click.option(
-        "--steps",
-        metavar="LIST",
-        help="Comma-separated stages to run: rebase,build,smoke,publish (default: "
-        "all). A pipeline runs one per job, passing --out along.",
-    )
-    @click.option("--no-publish", is_flag=True, help="Do everything but publish.")
-    @click.option(
-        "--publish-to",
-        metavar="URL|DIR",
-        envvar="FORKPATCH_PUBLISH_TO",
-        show_envvar=True,
-        help="Publish target (default: publish.to).",
-    )
-    @click.option(
-        "--allow-missing-tier",
-        "allow_missing",
-        multiple=True,
-        type=click.Choice(["static", "gpu", "sm70"]),
-        help="Smoke and publish although this tier (asked for by --smoke-tier or "
-        "required) did not run (recorded).",
-    )
-    @click.option(
-        "--base-wheel",
-        metavar="PATH|URL",
-        envvar="FORKPATCH_BASE_WHEEL",
-        show_envvar=True,
-        help="The fork's released wheel for the tag, for an overlay build; "
-        "{tag} and {version} are filled in (default: build.base-wheel).",
-    )
-    @click.option(
-        "--build-mode",
-        type=click.Choice(["auto", "overlay", "container"]),
-        help="Build mode (default: build.mode, else auto).",
-    )
-    @click.option(
-        "--smoke-tier",
-        type=click.Choice(["static", "gpu", "sm70"]),
-        default="sm70",
-        show_default=True,
-        help="Highest smoke tier; a tier this machine lacks is reported as not run and "
-        "the run exits 5 (publish waits) unless --allow-missing-tier accepts it.",
-    )
-    @click.option(
-        "--smoke-deps",
-        type=click.Choice(["system", "index", "none"]),
-        help="Where the smoke environment's dependencies come from (default system).",
-    )
-    @click.option(
-        "--smoke-python",
-        metavar="PYTHON",
-        help="Interpreter for the smoke environment (default: smoke.python).",
-    )
-    @click.option(
-        "--smoke-with",
-        "smoke_with",
-        multiple=True,
-        type=click.Path(exists=True, dir_okay=False, path_type=Path),
-        help="Another wheel to install in the smoke environment (e.g. a pinned torch); repeatable.",
-    )
-    @click.option(
-        "--proposed",
-        "proposed_file",
-        type=click.Path(dir_okay=False, path_type=Path),
-        help="--run: the body of the open change for the release (a missing or empty "
-        "file is no change).",
-    )
-    @click.option(
-        "--repo",
-        type=click.Path(file_okay=False, path_type=Path),
-        help="--make-branch: the project's git repository (default: around it).",
-    )
-    @pass_ctx
-    def track(c: Ctx, /, **options: Any) -> None:
-        _track(c, _Args(**options))
+@click.command(help=HELP)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
+@click.option(
+    "--no-forecast", is_flag=True, help="Skip the check against the fork's default branch."
+)
+@click.option("--run", "do_run", is_flag=True, help="Act on the release (see above).")
+@click.option(
+    "--make-branch",
+    is_flag=True,
+    help="Commit the last run's series on the bot branch (see above).",
+)
+@click.option(
+    "--tag",
+    metavar="TAG",
+    help="Act on TAG instead of the newest release (even a held-back one).",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    envvar="FORKPATCH_OUT",
+    show_envvar=True,
+    help="Output directory (default: .forkpatch/track in the project).",
+)
+@click.option(
+    "--steps",
+    metavar="LIST",
+    help="Comma-separated stages to run: rebase,build,smoke,publish (default: "
+    "all). A pipeline runs one per job, passing --out along.",
+)
+@click.option("--no-publish", is_flag=True, help="Do everything but publish.")
+@click.option(
+    "--publish-to",
+    metavar="URL|DIR",
+    envvar="FORKPATCH_PUBLISH_TO",
+    show_envvar=True,
+    help="Publish target (default: publish.to).",
+)
+@click.option(
+    "--allow-missing-tier",
+    "allow_missing",
+    multiple=True,
+    type=click.Choice(HARDWARE_TIERS),
+    help="Smoke and publish although this tier (asked for by --smoke-tier or "
+    "required) did not run (recorded).",
+)
+@click.option(
+    "--base-wheel",
+    metavar="PATH|URL",
+    envvar="FORKPATCH_BASE_WHEEL",
+    show_envvar=True,
+    help="The fork's released wheel for the tag, for an overlay build; "
+    "{tag} and {version} are filled in (default: build.base-wheel).",
+)
+@click.option(
+    "--build-mode",
+    type=click.Choice(BUILD_MODES),
+    help="Build mode (default: build.mode, else auto).",
+)
+@click.option(
+    "--smoke-tier",
+    type=click.Choice(HARDWARE_TIERS),
+    default="sm70",
+    show_default=True,
+    help="Highest smoke tier; a tier this machine lacks is reported as not run and "
+    "the run exits 5 (publish waits) unless --allow-missing-tier accepts it.",
+)
+@click.option(
+    "--smoke-deps",
+    type=click.Choice(SMOKE_DEPS),
+    help="Where the smoke environment's dependencies come from (default system).",
+)
+@click.option(
+    "--smoke-python",
+    metavar="PYTHON",
+    help="Interpreter for the smoke environment (default: smoke.python).",
+)
+@click.option(
+    "--smoke-with",
+    "smoke_with",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Another wheel to install in the smoke environment (e.g. a pinned torch); repeatable.",
+)
+@click.option(
+    "--proposed",
+    "proposed_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="--run: the body of the open change for the release (a missing or empty "
+    "file is no change).",
+)
+@click.option(
+    "--repo",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="--make-branch: the project's git repository (default: around it).",
+)
+@pass_ctx
+def track(c: Ctx, /, **options: Any) -> None:
+    _track(c, _Args(**options))
 
 
 @dataclass(frozen=True)
@@ -219,7 +218,7 @@ class _Args:
         )
 
 
-def _track(c: Any, a: _Args) -> None:
+def _track(c: Ctx, a: _Args) -> None:
     from forkpatch import track as core
 
     if a.do_run and a.make_branch:

@@ -1,5 +1,5 @@
-"""What every command gets (the project directory and global switches), for cli.py and the
-cli_* modules that register their commands on it (so that none of them imports cli.py)."""
+"""What every command gets (the project directory and global switches), for the command
+modules of this package (none of them imports the group in :mod:`forkpatch.cli.app`)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,15 @@ class Ctx:
         from forkpatch.project import open_project
 
         return open_project(self.directory, self.fork_repo)
+
+    def project_or_none(self) -> Project | None:
+        """The project when there is a series.yaml (smoke and publish also work without one)."""
+        from forkpatch.errors import NoProjectError
+
+        try:
+            return self.project()
+        except NoProjectError:
+            return None
 
     def stack(self) -> Stack:
         from forkpatch.stack import Stack

@@ -1,0 +1,193 @@
+"""`forkpatch build-wheel` and `forkpatch verify`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from forkpatch import log
+from forkpatch.cli.context import Ctx, pass_ctx
+from forkpatch.errors import VerifyMismatch
+from forkpatch.kinds import BUILD_MODES, TOOLCHAINS
+
+
+@click.command(name="build-wheel")
+@click.option(
+    "--mode",
+    type=click.Choice(BUILD_MODES),
+    default="auto",
+    show_default=True,
+    help="overlay: patch the released wheel (Python-only series); container: "
+    "build from source in the CUDA 12.8 builder image.",
+)
+@click.option(
+    "--base-wheel",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The fork's released wheel for the base tag (overlay mode).",
+)
+@click.option(
+    "-o",
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Output directory (default: build.dist-dir or dist/).",
+)
+@click.option("--arch-list", help="TORCH_CUDA_ARCH_LIST (default: build.arch-list or 7.0).")
+@click.option("--base-image", help="Base image of the builder (default: CUDA 12.8 devel).")
+@click.option(
+    "--toolchain",
+    type=click.Choice(TOOLCHAINS),
+    default="apt",
+    show_default=True,
+    help="How the builder image gets Python packages: apt (nvidia/cuda devel base, "
+    "deadsnakes, PyTorch index; network), wheels (hash-pinned PyPI wheels of "
+    "ci/cuda-wheels.lock; offline with --wheelhouse), none (the base has everything).",
+)
+@click.option(
+    "--no-toolchain-install",
+    is_flag=True,
+    help="Same as --toolchain none.",
+)
+@click.option(
+    "--wheelhouse",
+    help="wheels toolchain: a directory of the locked wheels (served to the image "
+    "build on the host's loopback) or a --find-links URL. Default: PyPI.",
+)
+@click.option("--python-version", help="The builder's Python (default 3.12).")
+@click.option(
+    "--fork-source",
+    "fork_sources",
+    multiple=True,
+    metavar="VAR=DIR",
+    help="A local copy of a dependency the fork's CMake downloads, e.g. "
+    "VLLM_CUTLASS_SRC_DIR=../cutlass (repeatable).",
+)
+@click.option("--max-jobs", type=int, help="MAX_JOBS (default: sized to the engine host).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable result on stdout.")
+@pass_ctx
+def build_wheel_cmd(
+    c: Ctx,
+    mode: str,
+    base_wheel: Path | None,
+    out_dir: Path | None,
+    arch_list: str | None,
+    base_image: str | None,
+    toolchain: str,
+    no_toolchain_install: bool,
+    wheelhouse: str | None,
+    python_version: str | None,
+    fork_sources: tuple[str, ...],
+    max_jobs: int | None,
+    as_json: bool,
+) -> None:
+    """Build the patched fork's wheel(s) into dist/ with a SHA256SUMS."""
+    from forkpatch.wheels.buildwheel import build_wheel
+    from forkpatch.wheels.options import BuildOptions
+
+    sources = {}
+    for item in fork_sources:
+        var, sep, path = item.partition("=")
+        if not sep or not var or not path:
+            raise click.BadParameter(f"{item!r} is not VAR=DIR", param_hint="--fork-source")
+        sources[var] = Path(path).resolve()
+    project = c.project()
+    opts = BuildOptions(
+        mode=mode,
+        base_wheel=base_wheel,
+        out_dir=out_dir,
+        arch_list=arch_list,
+        base_image=base_image,
+        toolchain="none" if no_toolchain_install else toolchain,
+        wheelhouse=(
+            None
+            if wheelhouse is None
+            else wheelhouse
+            if "://" in wheelhouse
+            else Path(wheelhouse).resolve()
+        ),
+        python_version=python_version,
+        sources=sources,
+        max_jobs=max_jobs,
+    )
+    with project.locked("build-wheel"):
+        result = build_wheel(project, opts)
+    for w in result.wheels:
+        log.info(f"built {w} ({result.sha256[w.name][:16]}...)")
+    if result.log_path:
+        log.info(f"full build log: {result.log_path}")
+    log.info(f"version {result.version}, {result.mode} build in {result.seconds:.1f}s")
+    if as_json:
+        log.emit_json(result.to_json())
+
+
+@click.command()
+@click.argument("wheel", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable result on stdout.")
+@pass_ctx
+def verify(c: Ctx, wheel: Path, as_json: bool) -> None:
+    """Check a wheel's RECORD hashes and whether it matches the current series.
+
+    In a project, a wheel without forkpatch provenance (the fork's own, another
+    project's) is a mismatch (exit 1); outside one only the RECORD is checked.
+    """
+    from forkpatch.wheels.buildwheel import expected_provenance, series_wheel_files
+    from forkpatch.wheels.verify import content_differences, matches_series, verify_wheel
+
+    report = verify_wheel(wheel)
+    differences: list[str] | None = None
+    try:
+        project = c.project()
+    except Exception:
+        project = None
+    if project is not None and report.provenance is not None:
+        expected = expected_provenance(project, report.provenance.builder)
+        differences = matches_series(report, expected)
+        if report.provenance.builder.mode == "overlay" and not differences:
+            # The bytes, not only the metadata: the series re-applied in memory.
+            changed, tree = series_wheel_files(project)
+            differences = content_differences(report, changed, tree)
+    elif project is not None:
+        # In a project the question is "is this the series' wheel?": a wheel
+        # without provenance (the fork's base wheel, another project's) is not.
+        differences = [
+            (
+                "it carries no forkpatch provenance, so it was not built from this "
+                "series (the fork's own wheel, or another project's?)"
+            )
+        ]
+    if as_json:
+        log.emit_json(
+            {
+                "wheel": str(wheel),
+                "version": report.version,
+                "record_ok": report.ok,
+                "problems": report.problems(),
+                "provenance": report.provenance.to_dict() if report.provenance else None,
+                "matches_series": None if differences is None else not differences,
+                "differences": differences or [],
+                "notes": report.notes,
+            }
+        )
+    else:
+        log.info(f"{wheel.name}: version {report.version}, {report.members} members")
+        log.info("RECORD: ok" if report.ok else "RECORD: FAILED")
+        for p in report.problems():
+            log.info(f"  - {p}")
+        for n in report.notes:
+            log.info(f"note: {n}")
+        if report.provenance is None:
+            log.info(
+                "provenance: none (not built by forkpatch)"
+                + ("; so it does NOT match the current series" if differences else "")
+            )
+        elif differences is None:
+            log.info("provenance: present (no series here to compare with)")
+        elif differences:
+            log.info("provenance: does NOT match the current series:")
+            for d in differences:
+                log.info(f"  - {d}")
+        else:
+            log.info("provenance: matches the current series")
+    if not report.ok or differences:
+        raise VerifyMismatch(str(wheel))

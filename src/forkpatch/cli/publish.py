@@ -1,0 +1,79 @@
+"""``forkpatch publish``: wheels that passed the smoke suite, to an index or a directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from forkpatch import log
+from forkpatch.cli.context import Ctx, pass_ctx
+from forkpatch.errors import UsageError
+from forkpatch.kinds import TIERS
+from forkpatch.publish import install_line
+
+
+@click.command()
+@click.argument("wheels", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--to",
+    "to",
+    metavar="URL|DIR",
+    help="An upload index (http[s]://...) or a directory to keep as a static "
+    "PEP 503 index (default: series publish.to).",
+)
+@click.option(
+    "--allow-missing-tier",
+    "allow_missing",
+    multiple=True,
+    type=click.Choice(TIERS),
+    help="Publish although this required tier did not run (logged, and written "
+    "into the published report). Never covers a failed tier.",
+)
+@click.option(
+    "--report",
+    "reports",
+    multiple=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A smoke report file to consider (default: the project's store, then <wheel>.smoke.json).",
+)
+@click.option(
+    "--simple-url", metavar="URL", help="The index's PEP 503 pages (default: <URL>/simple/)."
+)
+@click.option("--json", "as_json", is_flag=True, help="What was published, on stdout.")
+@pass_ctx
+def publish(
+    c: Ctx,
+    wheels: tuple[Path, ...],
+    to: str | None,
+    allow_missing: tuple[str, ...],
+    reports: tuple[Path, ...],
+    simple_url: str | None,
+    as_json: bool,
+) -> None:
+    """Publish WHEEL(s) that passed the smoke suite to an index or a directory.
+
+    Credentials: TWINE_USERNAME / TWINE_PASSWORD or the keyring, never options.
+    """
+    from forkpatch.publish import PublishOptions
+    from forkpatch.publish import publish as do_publish
+
+    project = c.project_or_none()
+    target = to or (project.series.publish.to if project else None)
+    if not target:
+        raise UsageError("no target", tip="pass --to URL|DIR or set publish.to in series.yaml")
+    opts = PublishOptions(
+        wheels=wheels,
+        to=str(target),
+        allow_missing_tiers=allow_missing,
+        reports=reports,
+        simple_url=simple_url,
+    )
+    done = do_publish(opts, project)
+    for p in done:
+        extra = f" (without tier(s) {', '.join(p.overrides)})" if p.overrides else ""
+        log.info(f"{p.action}: {p.file}{extra}")
+    if done:
+        log.info("install: " + install_line(str(target), simple_url, [p.file for p in done]))
+    if as_json:
+        log.emit_json({"target": str(target), "published": [p.to_json() for p in done]})

@@ -1,0 +1,252 @@
+"""``forkpatch smoke``: the smoke suite over wheels, or the bisect of a failing check."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from forkpatch import log
+from forkpatch.cli.context import Ctx, pass_ctx
+from forkpatch.errors import SmokeError, UsageError
+from forkpatch.kinds import SMOKE_DEPS, TIERS
+from forkpatch.sections import SmokeConfig
+
+
+def _bisect(
+    c: Ctx,
+    target: Path,
+    wheels: tuple[Path, ...],
+    *,
+    base_wheel: Path | None,
+    tier: str,
+    deps: str | None,
+    python: str | None,
+    index_url: str | None,
+    keep_env: bool,
+    timeout_s: float,
+    as_json: bool,
+) -> None:
+    from forkpatch.smoke.bisect import BisectOptions, bisect, print_result
+
+    if wheels:
+        raise UsageError(
+            "--bisect takes one WHEEL or series, not more arguments",
+            tip="forkpatch smoke --bisect dist/1cat_vllm-*.whl",
+        )
+    project = c.project_or_none()
+    smoke_cfg = project.series.smoke if project is not None else SmokeConfig()
+    opts = BisectOptions(
+        target=None if str(target) == "." and project is not None else target,
+        base_wheel=base_wheel,
+        tier=tier,
+        deps=deps or "system",
+        python=python or smoke_cfg.python,
+        index_url=index_url or smoke_cfg.index_url,
+        keep_env=keep_env,
+        timeout_s=timeout_s,
+    )
+    result = bisect(opts, project, fork_override=c.fork_repo)
+    print_result(result)
+    if as_json:
+        log.emit_json(result.to_json())
+
+
+@click.command()
+@click.argument("wheels", nargs=-1, type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--tier",
+    type=click.Choice(TIERS),
+    default="sm70",
+    show_default=True,
+    help="Highest tier to run (cumulative; gpu-jit, the fork's SM70 kernels as PTX on "
+    "any GPU of capability 7.0+, runs static, gpu and gpu-jit and never counts as "
+    "sm70). Tiers whose hardware is absent are "
+    "reported as not run, never as passed.",
+)
+@click.option(
+    "--deps",
+    type=click.Choice(SMOKE_DEPS),
+    default=None,
+    help="Where the wheels' dependencies come from: the interpreter's own "
+    "packages (system, the default: torch/CUDA of the box), the index "
+    "(index), or nowhere (none; checks needing torch are not run).",
+)
+@click.option(
+    "--python",
+    "python",
+    metavar="PYTHON",
+    help="Interpreter for the smoke venv (default: series smoke.python, else "
+    "this one). On a V100 box: the python that has torch.",
+)
+@click.option(
+    "--index-url",
+    metavar="URL",
+    help="Index for --deps index (default: series smoke.index-url, else pip's configuration).",
+)
+@click.option(
+    "--allow-missing-tier",
+    "allow_missing",
+    multiple=True,
+    type=click.Choice(TIERS),
+    help="Exit 0 although this tier (asked for by --tier or smoke.required-tiers) "
+    "did not run or ran incomplete; the report still says it did not run. "
+    "Without it such a run exits 5. Repeatable.",
+)
+@click.option("--json", "as_json", is_flag=True, help="The report on stdout.")
+@click.option(
+    "--junit",
+    "junit",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write a JUnit XML report to FILE.",
+)
+@click.option(
+    "--report",
+    "report_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write the JSON report to FILE.",
+)
+@click.option(
+    "--keep-env",
+    is_flag=True,
+    help="Keep the smoke venv for debugging [env: FORKPATCH_KEEP_SMOKE_ENV=1].",
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=float,
+    default=3600.0,
+    show_default=True,
+    help="Seconds the checks may take in all.",
+)
+@click.option(
+    "--ptx-lib",
+    "ptx_lib",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="For --tier gpu-jit: the fork's SM70 FP8 kernels built as compute_70 PTX "
+    "(ci/sm70-ptx-lib.sh prints its path).",
+)
+@click.option("--list-checks", is_flag=True, help="List the known checks and exit.")
+@click.option(
+    "--bisect",
+    "bisect",
+    metavar="WHEEL|SERIES",
+    is_flag=False,
+    flag_value=".",
+    default=None,
+    type=click.Path(path_type=Path),
+    help="Find the first patch whose addition makes a check fail: smoke WHEEL "
+    "(built from this series) or the series (series.yaml or its project "
+    "directory; default: this project), then build (overlay path) and "
+    "smoke prefixes of the series.",
+)
+@click.option(
+    "--base-wheel",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="With --bisect: the fork's released wheel the prefixes are overlaid on "
+    "(default: series build.base-wheel).",
+)
+@pass_ctx
+def smoke(
+    c: Ctx,
+    wheels: tuple[Path, ...],
+    tier: str,
+    deps: str | None,
+    python: str | None,
+    index_url: str | None,
+    allow_missing: tuple[str, ...],
+    as_json: bool,
+    junit: Path | None,
+    report_path: Path | None,
+    keep_env: bool,
+    timeout_s: float,
+    ptx_lib: Path | None,
+    list_checks: bool,
+    bisect: Path | None,
+    base_wheel: Path | None,
+) -> None:
+    """Install WHEEL(s) in a fresh environment and run the smoke checks there.
+
+    The report is stored by the wheel's sha256 (.forkpatch/smoke/<sha256>.json in
+    the project, else <wheel>.smoke.json); `forkpatch publish` requires it.
+    Exit code 1 when a check failed; 5 when no check failed but a tier asked for
+    (--tier and the tiers below it, smoke.required-tiers) did not run or ran
+    incomplete (--allow-missing-tier accepts that).
+    """
+    from forkpatch.smoke import checks
+
+    if list_checks:
+        rows = [
+            [s.id, s.tier, "yes" if s.baseline else "", ", ".join(s.needs), s.summary]
+            for s in checks.registry(getattr(c.project_or_none(), "series", None)).values()
+        ]
+        from forkpatch.views import table
+
+        click.echo(table(rows, ["check", "tier", "baseline", "needs", "what it proves"]))
+        return
+    if bisect is not None:
+        if junit is not None or report_path is not None or allow_missing:
+            raise UsageError(
+                "--junit, --report and --allow-missing-tier are about one smoke run, not a bisect",
+                tip="use --json for the bisect's result",
+            )
+        _bisect(
+            c,
+            bisect,
+            wheels,
+            base_wheel=base_wheel,
+            tier=tier,
+            deps=deps,
+            python=python,
+            index_url=index_url,
+            keep_env=keep_env,
+            timeout_s=timeout_s,
+            as_json=as_json,
+        )
+        return
+    if base_wheel is not None:
+        raise UsageError(
+            "--base-wheel goes with --bisect",
+            tip="forkpatch smoke --bisect WHEEL|series.yaml --base-wheel PATH",
+        )
+    if not wheels:
+        raise UsageError("no wheel given", tip="forkpatch smoke dist/1cat_vllm-*.whl")
+    from forkpatch.smoke import SmokeOptions, run_smoke
+    from forkpatch.smoke.runner import print_summary
+
+    project = c.project_or_none()
+    smoke_cfg = project.series.smoke if project is not None else SmokeConfig()
+    opts = SmokeOptions(
+        wheels=wheels,
+        tier=tier,
+        deps=deps or "system",
+        python=python or smoke_cfg.python,
+        index_url=index_url or smoke_cfg.index_url,
+        keep_env=keep_env,
+        timeout_s=timeout_s,
+        report_path=report_path,
+        junit_path=junit,
+        ptx_lib=ptx_lib,
+        allow_missing_tiers=allow_missing,
+    )
+    outcome = run_smoke(opts, project)
+    print_summary(outcome.report)
+    for p in outcome.written:
+        log.info(f"wrote {p}")
+    if as_json:
+        log.emit_json(outcome.report.to_json())
+    if not outcome.passed:
+        from forkpatch.smoke.runner import failure_tip
+
+        failed = [
+            ch.id + (f" (declared by {', '.join(ch.patches)})" if ch.patches else "")
+            for ch in outcome.report.failed()
+        ]
+        raise SmokeError(
+            f"{len(failed)} smoke check(s) failed: {', '.join(failed)}",
+            tip=failure_tip(outcome.report),
+        )
+    for tier, why in outcome.allowed_missing.items():
+        log.warn(f"tier {tier} {why} [accepted: --allow-missing-tier {tier}]")
+    if outcome.missing:
+        raise outcome.not_run_error()

@@ -1,0 +1,53 @@
+"""The closed sets of words forkpatch's options, files and results use, each written once.
+
+Each set is a ``Literal`` type (for annotations and mypy); the tuple of its words
+(``typing.get_args``) is what the command line offers as choices and what the loaders
+accept, so that a word added here is added everywhere.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+HardwareTier = Literal["static", "gpu", "sm70"]
+"""The smoke tiers a machine has or lacks, cumulative: sm70 runs gpu and static too."""
+
+Tier = Literal[HardwareTier, "gpu-jit"]
+"""Every smoke tier: gpu-jit runs the fork's SM70 kernels as PTX on any GPU of capability
+7.0 or newer (static, gpu and gpu-jit), and never counts as sm70."""
+
+BuildMode = Literal["auto", "overlay", "container"]
+"""How a wheel is built: overlay patches the released wheel, container builds from
+source in the builder image, auto picks one from what the series changes."""
+
+Toolchain = Literal["apt", "wheels", "none"]
+"""How the container builder's image gets its Python packages."""
+
+SmokeDeps = Literal["system", "index", "none"]
+"""Where a smoke environment's dependencies come from."""
+
+PatchStatus = Literal["clean", "offset", "fuzz", "merged", "upstreamed", "conflict", "blocked"]
+"""How a patch applied to a tree (the engine's result), from the best to the worst."""
+
+AppliedStatus = Literal["clean", "offset", "fuzz", "merged", "resolved"]
+"""A rebase's outcomes after which a patch keeps a commit on the new base."""
+
+DroppedStatus = Literal["upstreamed", "skipped"]
+"""A rebase's outcomes that take a patch out of the series."""
+
+OutcomeStatus = Literal[AppliedStatus, DroppedStatus, "conflict"]
+"""Every outcome a patch can have in a rebase."""
+
+RebasePhase = Literal["conflict", "writing"]
+"""Where a rebase in progress stands: stopped at a conflict, or writing its result."""
+
+HARDWARE_TIERS: tuple[HardwareTier, ...] = get_args(HardwareTier)
+TIERS: tuple[Tier, ...] = get_args(Tier)
+BUILD_MODES: tuple[BuildMode, ...] = get_args(BuildMode)
+TOOLCHAINS: tuple[Toolchain, ...] = get_args(Toolchain)
+SMOKE_DEPS: tuple[SmokeDeps, ...] = get_args(SmokeDeps)
+PATCH_STATUSES: tuple[PatchStatus, ...] = get_args(PatchStatus)
+APPLIED_STATUSES: tuple[AppliedStatus, ...] = get_args(AppliedStatus)
+DROPPED_STATUSES: tuple[DroppedStatus, ...] = get_args(DroppedStatus)
+OUTCOME_STATUSES: tuple[OutcomeStatus, ...] = get_args(OutcomeStatus)
+REBASE_PHASES: tuple[RebasePhase, ...] = get_args(RebasePhase)
