@@ -27,8 +27,9 @@ _TERMINAL_UNSAFE = re.compile(
     "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
 )
 # What XML 1.0 does not allow in a document (section 2.2, Char), plus the C1 controls and
-# DEL it discourages: a reader of JUnit must never see them raw.
-_XML_UNSAFE = re.compile("[^\t\n\r\x20-\x7e\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+# DEL it discourages: a reader of JUnit must never see them raw. Compiled when first used
+# (only a JUnit report needs it): this class costs milliseconds to compile, every start-up.
+_XML_UNSAFE = "[^\t\n\r\x20-\x7e\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]"
 
 
 def _visible(match: re.Match[str]) -> str:
@@ -45,7 +46,7 @@ def terminal(text: str) -> str:
 
 def xml_text(text: str) -> str:
     """``text`` with every character XML 1.0 forbids (or a terminal would act on) escaped."""
-    return _XML_UNSAFE.sub(_visible, terminal(text))
+    return re.sub(_XML_UNSAFE, _visible, terminal(text))
 
 
 def md_text(text: str) -> str:

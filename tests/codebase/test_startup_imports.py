@@ -1,8 +1,10 @@
 """What a command's start-up imports: every `rebase --continue` of a conflict-heavy
-rebase pays for it again, so modules only rare paths need are imported where used.
+rebase, every `status` and `top` between two edits, pays for it again, so modules only
+rare paths need are imported where used.
 
 A subprocess imports what `forkpatch rebase --continue` imports (the CLI and the
-rebase runner) and reports which of the heavy or rarely needed modules came along.
+rebase runner) and reports which of the heavy or rarely needed modules came along;
+`forkpatch status` and `forkpatch top` run on a project and report what they loaded.
 """
 
 from __future__ import annotations
@@ -10,6 +12,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+
+import pytest
+
+from support.cli import env
+from support.projects import copy_example
 
 # Each is imported only by the commands (or the rare inputs) that need it.
 LAZY = [
@@ -40,6 +47,49 @@ def test_rebase_start_up_leaves_rare_modules_out():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True, text=True)
     assert json.loads(out.stdout) == [], "imported at start-up; import it where it is used"
+
+
+# What the read-only commands leave out besides: the other command groups, the rebase
+# (a rebase in progress is noted only when its journal exists), the forges.
+READ_ONLY_LAZY = [
+    *(m for m in LAZY if m != "forkpatch.stack"),
+    "forkpatch.rebase",
+    "forkpatch.droppable",
+    "forkpatch.upstream_status",
+    "forkpatch.fetch",
+    "forkpatch.cli.build",
+    "forkpatch.cli.droppable",
+    "forkpatch.cli.publish",
+    "forkpatch.cli.rebase",
+    "forkpatch.cli.smoke",
+    "forkpatch.cli.track",
+    "click.shell_completion",
+    "unicodedata",
+]
+
+_RUN_AND_LIST = (
+    "import atexit, json, sys\n"
+    "atexit.register(lambda: print(json.dumps(sorted(sys.modules)), file=sys.stderr))\n"
+    "from forkpatch.entry import main\n"
+    "sys.argv[0] = 'forkpatch'\n"
+    "raise SystemExit(main())\n"
+)
+
+
+@pytest.mark.parametrize("command", [["status"], ["top"], ["status", "--json"], ["st"]])
+def test_read_only_commands_leave_the_other_groups_out(tmp_path, capsys, command):
+    ex = copy_example(tmp_path, capsys)
+    ex.run("apply")
+    out = subprocess.run(
+        [sys.executable, "-c", _RUN_AND_LIST, *command],
+        cwd=ex.project,
+        env=env(),
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
+    loaded = set(json.loads(out.stderr.splitlines()[-1]))
+    assert sorted(loaded.intersection(READ_ONLY_LAZY)) == [], "import it where it is used"
 
 
 def test_subjects_without_encoded_words_skip_email_header():
