@@ -22,6 +22,7 @@ from pathlib import Path
 from forkpatch import applier, binarypatch
 from forkpatch.errors import PathSafetyError
 from forkpatch.git import FastImport, FileChange, Git, ObjectReader, commit_date, git_env
+from forkpatch.kinds import PATCH_STATUSES
 from forkpatch.patchfile import FilePatch, PatchFile, check_paths
 from forkpatch.patchheader import description_of
 from forkpatch.series import PatchEntry
@@ -33,7 +34,7 @@ TRAILER = "Forkpatch-Patch"
 CONFLICT_MARKER = re.compile(rb"^(<{7} |>{7} |\|{7} )", re.M)
 #: The same markers on an added line of a diff.
 DIFF_CONFLICT_MARKER = re.compile(rb"^\+(<{7} |>{7} |\|{7} )", re.M)
-STATUS_ORDER = ("clean", "offset", "fuzz", "merged", "upstreamed", "conflict", "blocked")
+STATUS_ORDER = PATCH_STATUSES
 
 
 def worst(statuses: Iterable[str]) -> str:

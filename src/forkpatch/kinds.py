@@ -26,6 +26,9 @@ Toolchain = Literal["apt", "wheels", "none"]
 SmokeDeps = Literal["system", "index", "none"]
 """Where a smoke environment's dependencies come from."""
 
+CacheKind = Literal["ccache", "sccache", "none"]
+"""The container build's compiler cache: a local volume, a shared bucket, or none."""
+
 PatchStatus = Literal["clean", "offset", "fuzz", "merged", "upstreamed", "conflict", "blocked"]
 """How a patch applied to a tree (the engine's result), from the best to the worst."""
 
@@ -46,6 +49,7 @@ TIERS: tuple[Tier, ...] = get_args(Tier)
 BUILD_MODES: tuple[BuildMode, ...] = get_args(BuildMode)
 TOOLCHAINS: tuple[Toolchain, ...] = get_args(Toolchain)
 SMOKE_DEPS: tuple[SmokeDeps, ...] = get_args(SmokeDeps)
+CACHE_KINDS: tuple[CacheKind, ...] = get_args(CacheKind)
 PATCH_STATUSES: tuple[PatchStatus, ...] = get_args(PatchStatus)
 APPLIED_STATUSES: tuple[AppliedStatus, ...] = get_args(AppliedStatus)
 DROPPED_STATUSES: tuple[DroppedStatus, ...] = get_args(DroppedStatus)

@@ -20,10 +20,9 @@ from typing import Any, ClassVar
 
 from forkpatch import checkids
 from forkpatch.errors import SeriesError
+from forkpatch.kinds import BUILD_MODES, CACHE_KINDS
 
 KNOWN_TIERS = checkids.TIERS
-BUILD_MODES = ("auto", "overlay", "container")
-CACHE_KINDS = ("ccache", "sccache", "none")
 BOT_BRANCH_FIELDS = ("tag", "version")
 
 _TIP = "fix series.yaml and run again"

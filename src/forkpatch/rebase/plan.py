@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, overload
 from forkpatch import log
 from forkpatch.engine import Item, PatchResult, SeriesApplier, TreeState, commit_message
 from forkpatch.git import FileChange, Git, ObjectReader, commit_date
+from forkpatch.kinds import APPLIED_STATUSES, DROPPED_STATUSES, OUTCOME_STATUSES
 from forkpatch.patchfile import PatchFile
 from forkpatch.rebase.upstream import ReferenceChecker, UpstreamIndex
 from forkpatch.series import BaseRef, PatchEntry
@@ -38,11 +39,11 @@ if TYPE_CHECKING:
     from forkpatch.project import Project
 
 # Statuses after which a patch keeps a commit on the new base.
-APPLIED = ("clean", "offset", "fuzz", "merged", "resolved")
+APPLIED = APPLIED_STATUSES
 # Statuses that take a patch out of the series.
-DROPPED = ("upstreamed", "skipped")
+DROPPED = DROPPED_STATUSES
 # Every status an outcome can have.
-STATUSES = (*APPLIED, *DROPPED, "conflict")
+STATUSES = OUTCOME_STATUSES
 RELATIONS = ("same", "forward", "backwards", "diverged")
 
 

@@ -41,6 +41,7 @@ from forkpatch.fsutil import (
     parse_state,
     read_regular,
 )
+from forkpatch.kinds import REBASE_PHASES
 from forkpatch.patchfile import PatchFile, parse_patch
 from forkpatch.project import COMMIT_JOURNAL, REBASE_JOURNAL, Project
 from forkpatch.rebase.plan import (
@@ -62,7 +63,7 @@ STOP_FILE = "worktree-stop"  # which stop the conflict work tree holds (see Jour
 KIND = "rebase"
 ORIGINAL_KIND = "rebase-original"
 VERSION = 2
-PHASES = ("conflict", "writing")
+PHASES = REBASE_PHASES
 _OID = re.compile(r"\A[0-9a-f]{40}\Z")
 
 

@@ -31,10 +31,11 @@ from pathlib import Path
 
 from forkpatch import log
 from forkpatch.errors import SmokeError
+from forkpatch.kinds import SMOKE_DEPS
 from forkpatch.wheels.runner import redact
 from forkpatch.wheels.runner import tail as _tail
 
-DEPS_MODES = ("system", "index", "none")
+DEPS_MODES = SMOKE_DEPS
 KEEP_ENV_VAR = "FORKPATCH_KEEP_SMOKE_ENV"
 
 

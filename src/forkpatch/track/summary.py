@@ -10,6 +10,7 @@ from typing import Any
 
 from forkpatch.escape import md_cell, md_code
 from forkpatch.fsutil import read_regular
+from forkpatch.kinds import TIERS
 from forkpatch.track.forecast import ConflictSpot
 from forkpatch.track.stages import (
     BuildDone,
@@ -214,7 +215,7 @@ def _smoke_section(stages: Stages) -> list[str]:
     out.append(f"- {verdict} (requested up to tier {st.tier}, runner {st.runner})")
     # In a fixed order: the stage file keeps its keys sorted, and the body must not
     # change between the run that made it and one that reads it back.
-    order = {t: i for i, t in enumerate(("static", "gpu", "sm70", "gpu-jit"))}
+    order: dict[str, int] = {t: i for i, t in enumerate(TIERS)}
     for tier, missing in sorted(st.missing.items(), key=lambda kv: (order.get(kv[0], 9), kv[0])):
         out.append(f"- **tier {tier} {missing}**: do not merge before it has run")
     for tier, s in sorted(st.tiers.items(), key=lambda kv: (order.get(kv[0], 9), kv[0])):

@@ -28,6 +28,7 @@ from forkpatch import __version__, log
 from forkpatch.engine import SeriesApplier
 from forkpatch.errors import BuildError, PatchApplyError
 from forkpatch.fsutil import file_sha256, sweep_temps
+from forkpatch.kinds import BUILD_MODES
 from forkpatch.project import Project
 from forkpatch.series import PatchEntry, Series
 from forkpatch.wheels.dist import commit_dist, dist_changes, recover_dist
@@ -47,7 +48,7 @@ from forkpatch.wheels.overlay import (
     tree_path_to_wheel_path,
 )
 
-MODES = ("auto", "overlay", "container")
+MODES = BUILD_MODES
 # The multi-file commit journal of a dist directory outside the project.
 
 

@@ -13,9 +13,10 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from forkpatch.errors import BuildError
+from forkpatch.kinds import TOOLCHAINS, CacheKind
 
 #: The production base of the builder image, pinned by digest (ci/builder.Dockerfile
 #: says where the digest comes from and that it was not checked against the registry).
@@ -25,7 +26,6 @@ DEFAULT_BASE_IMAGE = (
 )
 
 #: How the builder image gets its toolchain (ci/builder.Dockerfile, ARG TOOLCHAIN).
-TOOLCHAINS = ("apt", "wheels", "none")
 
 #: The fork's own variables for local copies of what its CMake would otherwise
 #: download at configure time (FetchContent). Any of them may be given in
@@ -117,7 +117,7 @@ class CacheConfig:
     environment at build time (``SCCACHE_*``, ``AWS_*``) and never stored here.
     """
 
-    kind: Literal["ccache", "sccache", "none"] = "ccache"
+    kind: CacheKind = "ccache"
     volume: str = "forkpatch-ccache"
     ccache_dir: str = "/root/.ccache"
     ccache_max_size: str = "20G"
