@@ -56,6 +56,22 @@ def test_help_lists_the_commands_as_click_would(width: int) -> None:
     assert all(f"  {name} " in cli.get_help(ctx) for name in COMMANDS)
 
 
+@pytest.mark.parametrize("args", [["stat"], ["tops"], ["bulid-wheel"], ["nothing-like-it"]])
+def test_an_unknown_command_is_answered_as_click_would(args: list[str]) -> None:
+    """With the same suggestion as a group holding every command."""
+    ctx = click.Context(cli, info_name="forkpatch")
+    eager = click.Group(
+        name=cli.name,
+        commands={n: cli.get_command(ctx, n) for n in COMMANDS},  # type: ignore[misc]
+    )
+    messages = []
+    for group in (cli, eager):
+        with pytest.raises(click.UsageError) as caught:
+            group.main(args, prog_name="forkpatch", standalone_mode=False)
+        messages.append(caught.value.format_message())
+    assert messages[0] == messages[1]
+
+
 def test_help_and_a_command_import_only_their_own_module(tmp_path) -> None:
     code = (
         "import json, sys\n"

@@ -19,7 +19,7 @@ import sys
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import ClassVar, Literal, NamedTuple
+from typing import Any, ClassVar, Literal, NamedTuple
 
 import click
 
@@ -137,6 +137,10 @@ command); ``summary`` is the first paragraph of that command's help (a test hold
 equal), so that listing the commands imports none of them."""
 
 
+# click 8.4+ says "did you mean" for an unknown command (older ones fail without it).
+_NO_SUCH_COMMAND: Any = getattr(click.exceptions, "NoSuchCommand", ())
+
+
 class LazyGroup(click.Group):
     """The group of :data:`COMMANDS`, each imported when it is asked for."""
 
@@ -157,7 +161,13 @@ class LazyGroup(click.Group):
     def resolve_command(
         self, ctx: click.Context, args: list[str]
     ) -> tuple[str | None, click.Command | None, list[str]]:
-        _, cmd, rest = super().resolve_command(ctx, args)
+        try:
+            _, cmd, rest = super().resolve_command(ctx, args)
+        except _NO_SUCH_COMMAND as exc:
+            # click suggests from the commands it holds: these are in the table.
+            raise _NO_SUCH_COMMAND(
+                exc.command_name, possibilities=self.list_commands(ctx), ctx=ctx
+            ) from None
         return (cmd.name if cmd else None), cmd, rest
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
