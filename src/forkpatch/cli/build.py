@@ -9,7 +9,7 @@ import click
 from forkpatch import log
 from forkpatch.cli.context import Ctx, pass_ctx
 from forkpatch.errors import VerifyMismatch
-from forkpatch.kinds import BUILD_MODES, TOOLCHAINS
+from forkpatch.kinds import BUILD_MODES, TOOLCHAINS, BuildMode, Toolchain
 
 
 @click.command(name="build-wheel")
@@ -68,12 +68,12 @@ from forkpatch.kinds import BUILD_MODES, TOOLCHAINS
 @pass_ctx
 def build_wheel_cmd(
     c: Ctx,
-    mode: str,
+    mode: BuildMode,
     base_wheel: Path | None,
     out_dir: Path | None,
     arch_list: str | None,
     base_image: str | None,
-    toolchain: str,
+    toolchain: Toolchain,
     no_toolchain_install: bool,
     wheelhouse: str | None,
     python_version: str | None,

@@ -9,7 +9,7 @@ import click
 from forkpatch import log
 from forkpatch.cli.context import Ctx, pass_ctx
 from forkpatch.errors import PatchesDroppable
-from forkpatch.kinds import SMOKE_DEPS
+from forkpatch.kinds import SMOKE_DEPS, SmokeDeps
 
 HELP = """Which patches the series no longer needs, on evidence.
 
@@ -58,7 +58,7 @@ def droppable(
     names: tuple[str, ...],
     onto: str | None,
     base_wheel: Path | None,
-    smoke_deps: str,
+    smoke_deps: SmokeDeps,
     smoke_python: str | None,
     as_json: bool,
 ) -> None:

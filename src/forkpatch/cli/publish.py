@@ -9,7 +9,7 @@ import click
 from forkpatch import log
 from forkpatch.cli.context import Ctx, pass_ctx
 from forkpatch.errors import UsageError
-from forkpatch.kinds import TIERS
+from forkpatch.kinds import TIERS, Tier
 from forkpatch.publish import install_line
 
 
@@ -46,7 +46,7 @@ def publish(
     c: Ctx,
     wheels: tuple[Path, ...],
     to: str | None,
-    allow_missing: tuple[str, ...],
+    allow_missing: tuple[Tier, ...],
     reports: tuple[Path, ...],
     simple_url: str | None,
     as_json: bool,

@@ -9,7 +9,7 @@ import click
 from forkpatch import log
 from forkpatch.cli.context import Ctx, pass_ctx
 from forkpatch.errors import SmokeError, UsageError
-from forkpatch.kinds import SMOKE_DEPS, TIERS
+from forkpatch.kinds import SMOKE_DEPS, TIERS, SmokeDeps, Tier
 from forkpatch.sections import SmokeConfig
 
 
@@ -19,8 +19,8 @@ def _bisect(
     wheels: tuple[Path, ...],
     *,
     base_wheel: Path | None,
-    tier: str,
-    deps: str | None,
+    tier: Tier,
+    deps: SmokeDeps | None,
     python: str | None,
     index_url: str | None,
     keep_env: bool,
@@ -150,11 +150,11 @@ def _bisect(
 def smoke(
     c: Ctx,
     wheels: tuple[Path, ...],
-    tier: str,
-    deps: str | None,
+    tier: Tier,
+    deps: SmokeDeps | None,
     python: str | None,
     index_url: str | None,
-    allow_missing: tuple[str, ...],
+    allow_missing: tuple[Tier, ...],
     as_json: bool,
     junit: Path | None,
     report_path: Path | None,
@@ -246,7 +246,7 @@ def smoke(
             f"{len(failed)} smoke check(s) failed: {', '.join(failed)}",
             tip=failure_tip(outcome.report),
         )
-    for tier, why in outcome.allowed_missing.items():
-        log.warn(f"tier {tier} {why} [accepted: --allow-missing-tier {tier}]")
+    for accepted, why in outcome.allowed_missing.items():
+        log.warn(f"tier {accepted} {why} [accepted: --allow-missing-tier {accepted}]")
     if outcome.missing:
         raise outcome.not_run_error()

@@ -13,7 +13,14 @@ from forkpatch import log
 from forkpatch.cli.context import Ctx, pass_ctx
 from forkpatch.errors import NewRelease, UsageError
 from forkpatch.fsutil import read_regular
-from forkpatch.kinds import BUILD_MODES, HARDWARE_TIERS, SMOKE_DEPS
+from forkpatch.kinds import (
+    BUILD_MODES,
+    HARDWARE_TIERS,
+    SMOKE_DEPS,
+    BuildMode,
+    HardwareTier,
+    SmokeDeps,
+)
 
 HELP = """Compare the series' base with the fork's release tags; act on the newest.
 
@@ -177,11 +184,11 @@ class _Args:
     steps: str | None
     no_publish: bool
     publish_to: str | None
-    allow_missing: tuple[str, ...]
+    allow_missing: tuple[HardwareTier, ...]
     base_wheel: str | None
-    build_mode: str | None
-    smoke_tier: str
-    smoke_deps: str | None
+    build_mode: BuildMode | None
+    smoke_tier: HardwareTier
+    smoke_deps: SmokeDeps | None
     smoke_python: str | None
     smoke_with: tuple[Path, ...]
     proposed_file: Path | None
