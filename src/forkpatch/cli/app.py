@@ -337,7 +337,7 @@ def _report_interrupt(directory: Path | None) -> None:
     log.error(f"interrupted (Ctrl-C): {state}")
 
 
-def _hint_pending_operation(directory: Path | None = None) -> bool:
+def _hint_pending_operation(directory: Path | None) -> None:
     """A note on stderr when a rebase is in progress in the project (its journal exists);
     the rebase package is imported only then."""
     from forkpatch.forkrepo import STORE_DIR
@@ -346,15 +346,14 @@ def _hint_pending_operation(directory: Path | None = None) -> bool:
     try:
         journal = find_root(directory or Path.cwd()) / STORE_DIR / REBASE_JOURNAL
         if not (journal.is_file() or journal.is_symlink()):
-            return False
+            return
         from forkpatch.rebase import pending_hint
 
         hint = pending_hint(directory or Path.cwd())
     except Exception:
-        return False
+        return
     if hint:
         log.detail(f"  note: {hint}")
-    return bool(hint)
 
 
 def _command_of(args: list[str]) -> tuple[str | None, Path | None]:
