@@ -44,8 +44,7 @@ def test_the_summary_is_the_first_paragraph_of_the_help(name: str) -> None:
 @pytest.mark.parametrize("width", [60, 80, 100])
 def test_help_lists_the_commands_as_click_would(width: int) -> None:
     """The lazy listing against click's own, from the imported commands."""
-    ctx = click.Context(cli, info_name="forkpatch", terminal_width=width)
-    ctx.max_content_width = 100
+    ctx = click.Context(cli, info_name="forkpatch", terminal_width=width, **cli.context_settings)
     eager = click.Group(
         name=cli.name,
         commands={n: cli.get_command(ctx, n) for n in COMMANDS},  # type: ignore[misc]
