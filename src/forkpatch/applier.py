@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from forkpatch.kinds import HUNK_STATUSES, HunkStatus
 from forkpatch.patchfile import (
     FilePatch,
     Hunk,
@@ -33,7 +34,7 @@ from forkpatch.patchfile import (
 
 __all__ = ["FileApplyResult", "HunkFailed", "HunkResult", "apply_file_patch", "reverse"]
 
-_RANK = {"clean": 0, "offset": 1, "fuzz": 2}
+_RANK = {status: rank for rank, status in enumerate(HUNK_STATUSES)}
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ class HunkResult:
     """
 
     index: int
-    status: str  # 'clean' | 'offset' | 'fuzz'
+    status: HunkStatus
     offset: int
     fuzz: int
     line: int
@@ -57,7 +58,7 @@ class FileApplyResult:
     """The new content of one file (None: the file is deleted) and per-hunk results."""
 
     content: bytes | None
-    status: str  # worst of the hunks: 'clean' < 'offset' < 'fuzz'
+    status: HunkStatus  # worst of the hunks: 'clean' < 'offset' < 'fuzz'
     hunks: tuple[HunkResult, ...]
 
 
@@ -113,7 +114,7 @@ def apply_file_patch(
     deleting = fp.new_path is None
     lines = split_lines(original)
     content, results = _apply_hunks(lines, fp.hunks, 0 if deleting else max_fuzz, allow_offset)
-    status = max((r.status for r in results), key=_RANK.__getitem__, default="clean")
+    status: HunkStatus = max((r.status for r in results), key=_RANK.__getitem__, default="clean")
     if deleting:
         if content:
             raise HunkFailed(
@@ -144,7 +145,7 @@ def _apply_hunks(
         cursor = end
         start = _expected_index(hunk, 0)
         shift = (pos - lead) - start
-        status = "fuzz" if fuzz else ("offset" if shift else "clean")
+        status: HunkStatus = "fuzz" if fuzz else ("offset" if shift else "clean")
         results.append(HunkResult(index, status, shift, fuzz, pos - lead + 1))
     pieces.extend(lines[cursor:])
     return b"".join(pieces), tuple(results)

@@ -22,7 +22,7 @@ from pathlib import Path
 from forkpatch import applier, binarypatch
 from forkpatch.errors import PathSafetyError
 from forkpatch.git import FastImport, FileChange, Git, ObjectReader, commit_date, git_env
-from forkpatch.kinds import PATCH_STATUSES
+from forkpatch.kinds import PATCH_STATUSES, PatchStatus
 from forkpatch.patchfile import FilePatch, PatchFile, check_paths
 from forkpatch.patchheader import description_of
 from forkpatch.series import PatchEntry
@@ -37,7 +37,7 @@ DIFF_CONFLICT_MARKER = re.compile(rb"^\+(<{7} |>{7} |\|{7} )", re.M)
 STATUS_ORDER = PATCH_STATUSES
 
 
-def worst(statuses: Iterable[str]) -> str:
+def worst(statuses: Iterable[str]) -> PatchStatus:
     ranked = [STATUS_ORDER.index(s) for s in statuses if s in STATUS_ORDER]
     return STATUS_ORDER[max(ranked)] if ranked else "clean"
 
@@ -82,7 +82,7 @@ class Conflict:
 @dataclass
 class PatchResult:
     name: str
-    status: str
+    status: PatchStatus
     files: list[str] = field(default_factory=list)
     added: int = 0
     removed: int = 0
@@ -238,7 +238,7 @@ class TreeState:
 
 @dataclass
 class _FileOutcome:
-    status: str
+    status: PatchStatus
     changes: list[tuple[str, str | None, bytes | None]]  # (path, mode or None=delete, data)
     detail: list[str]
     conflict: Conflict | None = None
@@ -342,7 +342,8 @@ class SeriesApplier:
                 new_data = binarypatch.apply_binary(old_data, fp, self.git)
             except binarypatch.BinaryPatchError as exc:
                 return _FileOutcome("conflict", [], [], Conflict(path, str(exc)))
-            result_status, detail = "clean", []
+            result_status: PatchStatus = "clean"
+            detail: list[str] = []
         else:
             try:
                 res = applier.apply_file_patch(old_data, fp, max_fuzz=self.max_fuzz)

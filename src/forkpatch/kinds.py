@@ -29,7 +29,11 @@ SmokeDeps = Literal["system", "index", "none"]
 CacheKind = Literal["ccache", "sccache", "none"]
 """The container build's compiler cache: a local volume, a shared bucket, or none."""
 
-PatchStatus = Literal["clean", "offset", "fuzz", "merged", "upstreamed", "conflict", "blocked"]
+HunkStatus = Literal["clean", "offset", "fuzz"]
+"""How a hunk applied: where its context said, at other line numbers, or with context
+lines ignored."""
+
+PatchStatus = Literal[HunkStatus, "merged", "upstreamed", "conflict", "blocked"]
 """How a patch applied to a tree (the engine's result), from the best to the worst."""
 
 AppliedStatus = Literal["clean", "offset", "fuzz", "merged", "resolved"]
@@ -50,6 +54,7 @@ BUILD_MODES: tuple[BuildMode, ...] = get_args(BuildMode)
 TOOLCHAINS: tuple[Toolchain, ...] = get_args(Toolchain)
 SMOKE_DEPS: tuple[SmokeDeps, ...] = get_args(SmokeDeps)
 CACHE_KINDS: tuple[CacheKind, ...] = get_args(CacheKind)
+HUNK_STATUSES: tuple[HunkStatus, ...] = get_args(HunkStatus)
 PATCH_STATUSES: tuple[PatchStatus, ...] = get_args(PatchStatus)
 APPLIED_STATUSES: tuple[AppliedStatus, ...] = get_args(AppliedStatus)
 DROPPED_STATUSES: tuple[DroppedStatus, ...] = get_args(DroppedStatus)

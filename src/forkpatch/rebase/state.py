@@ -41,7 +41,7 @@ from forkpatch.fsutil import (
     parse_state,
     read_regular,
 )
-from forkpatch.kinds import REBASE_PHASES
+from forkpatch.kinds import REBASE_PHASES, RebasePhase
 from forkpatch.patchfile import PatchFile, parse_patch
 from forkpatch.project import COMMIT_JOURNAL, REBASE_JOURNAL, Project
 from forkpatch.rebase.plan import (
@@ -71,7 +71,7 @@ _OID = re.compile(r"\A[0-9a-f]{40}\Z")
 class RebaseState:
     """Everything a resumed rebase needs, validated on load (see the module docstring)."""
 
-    phase: str  # conflict: stopped at ``conflict``; writing: every patch has its outcome
+    phase: RebasePhase  # conflict: stopped at ``conflict``; writing: every patch has its outcome
     onto: str
     onto_commit: str
     base: str
