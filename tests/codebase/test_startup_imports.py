@@ -92,6 +92,35 @@ def test_read_only_commands_leave_the_other_groups_out(tmp_path, capsys, command
     assert sorted(loaded.intersection(READ_ONLY_LAZY)) == [], "import it where it is used"
 
 
+# What `forkpatch --help` and `--version` need: the group alone, no project.
+NO_PROJECT_LAZY = [
+    "forkpatch.fsutil",
+    "forkpatch.git",
+    "forkpatch.sections",
+    "forkpatch.series",
+    "forkpatch.project",
+    "forkpatch.engine",
+    "forkpatch.stack",
+    "yaml",
+    "unidiff",
+    "subprocess",
+]
+
+
+@pytest.mark.parametrize("option", ["--help", "--version"])
+def test_help_and_version_load_no_project(tmp_path, option):
+    out = subprocess.run(
+        [sys.executable, "-c", _RUN_AND_LIST, option],
+        cwd=tmp_path,
+        env=env(),
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
+    loaded = set(json.loads(out.stderr.splitlines()[-1]))
+    assert sorted(loaded.intersection(NO_PROJECT_LAZY)) == [], "import it where it is used"
+
+
 def test_subjects_without_encoded_words_skip_email_header():
     """The fast path gives what email.header gives for a plain subject."""
     from forkpatch.patchheader import _decode_rfc2047
