@@ -161,7 +161,7 @@ def test_the_tracker_keeps_its_results_and_views_below_its_actions():
     graph = import_graph()
     track = {m for m in graph if m == "forkpatch.track" or m.startswith("forkpatch.track.")}
     assert {m for m, targets in graph.items() if targets & track and m not in track} == {
-        "forkpatch.cli_track"
+        "forkpatch.cli.track"
     }
     machinery = ("forkpatch.rebase", "forkpatch.wheels", "forkpatch.smoke", "forkpatch.stack")
     actions = {"forkpatch.track.pipeline", "forkpatch.track.act"}

@@ -18,6 +18,7 @@ import signal
 import sys
 import threading
 from collections.abc import Mapping
+from gettext import gettext as _
 from pathlib import Path
 from typing import Any, ClassVar, Literal, NamedTuple
 
@@ -180,7 +181,7 @@ class LazyGroup(click.Group):
             if cmd is not None and not cmd.hidden:
                 listed.append((name, cmd))
         limit = formatter.width - 6 - max(len(name) for name, _ in listed)
-        with formatter.section("Commands"):
+        with formatter.section(_("Commands")):  # click's heading, translated as click does
             formatter.write_dl([(name, cmd.get_short_help_str(limit)) for name, cmd in listed])
 
 
