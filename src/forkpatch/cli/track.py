@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -21,6 +21,9 @@ from forkpatch.kinds import (
     HardwareTier,
     SmokeDeps,
 )
+
+if TYPE_CHECKING:
+    from forkpatch.track import Change, RunOptions, TrackReport
 
 HELP = """Compare the series' base with the fork's release tags; act on the newest.
 
@@ -204,7 +207,7 @@ class _Args:
             or self.proposed_file
         )
 
-    def run_options(self) -> Any:
+    def run_options(self) -> RunOptions:
         from forkpatch import track as core
 
         return core.RunOptions(
@@ -276,7 +279,7 @@ def _read_optional(path: Path | None) -> str | None:
         return None
 
 
-def _print_report(report: Any, emit: Callable[[str], None]) -> None:
+def _print_report(report: TrackReport, emit: Callable[[str], None]) -> None:
     """The releases and the forecast, through ``emit`` (stdout, or stderr beside --json);
     warnings on stderr."""
     emit(f"base {report.base}; {len(report.newer)} newer release tag(s)")
@@ -302,10 +305,10 @@ def _print_report(report: Any, emit: Callable[[str], None]) -> None:
         emit("up to date")
 
 
-def _print_change(change: Any, emit: Callable[[str], None]) -> None:
+def _print_change(change: Change, emit: Callable[[str], None]) -> None:
     if change.kind == "pull":
         emit(
-            f"branch {change.branch} -> {change.commit[:12]} "
+            f"branch {change.branch} -> {(change.commit or '')[:12]} "
             f"({'updated' if change.updated else 'unchanged'}); title: {change.title}"
         )
     elif change.kind == "issue":
