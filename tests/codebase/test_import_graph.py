@@ -9,6 +9,7 @@ the importer is itself inside ``a``.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import forkpatch
@@ -32,6 +33,7 @@ def _resolve(name: str, modules: dict[str, Path]) -> str | None:
     return name or None
 
 
+@functools.cache  # the sources do not change during a run; no test changes the graph
 def import_graph() -> dict[str, set[str]]:
     modules = _modules()
     graph: dict[str, set[str]] = {m: set() for m in modules}
