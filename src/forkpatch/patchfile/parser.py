@@ -505,11 +505,7 @@ class _Parser(HunkReader):
                 raise self.error(i, f"diff line before any @@ hunk header: {show_line(ln)}")
             if hunks and ln[:1] in (b" ", b"+", b"-") and not self.is_trailer(i):
                 last = hunks[-1]
-                raise self.error(
-                    i,
-                    f"hunk {last.header} of {path} has more lines than its header counts "
-                    f"({last.old_len} old, {last.new_len} new): {show_line(ln)}",
-                )
+                raise self.overflow(i, last.header, path, ln, last.old_len, last.new_len)
             i = self.skip_junk(i)
             break
         return tuple(hunks), i
