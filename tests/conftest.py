@@ -20,6 +20,29 @@ from support import HIDDEN_ENV
 from support.cli import Runner
 from support.git import ScratchRepo
 from support.smoke import ExampleBuild, build_example
+from support.tiers import NOT_QUICK, holds_quick_tests, quick_path
+
+TESTS = Path(__file__).resolve().parent
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Under ``-m quick`` alone the other test modules are not even imported."""
+    if config.getoption("markexpr") != "quick" or collection_path == TESTS:
+        return None
+    if not collection_path.is_relative_to(TESTS):
+        return None
+    rel = collection_path.relative_to(TESTS).as_posix()
+    inside = holds_quick_tests(rel) if collection_path.is_dir() else quick_path(rel)
+    return None if inside else True
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if not item.path.is_relative_to(TESTS):
+            continue
+        rel = item.path.relative_to(TESTS).as_posix()
+        if quick_path(rel) and not any(item.get_closest_marker(m) for m in NOT_QUICK):
+            item.add_marker(pytest.mark.quick)
 
 
 @pytest.fixture(autouse=True)

@@ -524,7 +524,7 @@ def project_lock(lock_path: Path, *, command: str = "forkpatch") -> Iterator[str
 
 #: How long a refused command waits for a holder that is just starting (its record
 #: not written yet) or just ending (its record cleared, the lock not yet released).
-_LOCK_SETTLE_S = 1.0
+LOCK_SETTLE_S = 1.0
 
 
 def _take_lock(fd: int) -> None:
@@ -532,7 +532,7 @@ def _take_lock(fd: int) -> None:
     naming the holder: its pid and command as it recorded them."""
     import time
 
-    deadline = time.monotonic() + _LOCK_SETTLE_S
+    deadline = time.monotonic() + LOCK_SETTLE_S
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

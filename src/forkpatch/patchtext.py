@@ -48,7 +48,7 @@ from forkpatch.patchfile import (
 from forkpatch.patchheader import HeaderLayout
 from forkpatch.series import PatchEntry
 
-__all__ = ["PatchTexts", "Rendered", "split_tail"]
+__all__ = ["PatchTexts", "Rendered", "git_index_lines", "split_tail"]
 
 
 @dataclass(frozen=True)
@@ -612,7 +612,7 @@ class PatchTexts:
         if width != 3:  # hunks as wide as the file's (a hand-made -U1, quilt's -U5)
             raw_diff = self.git.run("diff-tree", *DIFF_OPTIONS, f"-U{width}", parent, commit).stdout
         canon_new = parse_patch(canonical_diff(raw_diff), source=commit)
-        full_index = _index_lines(raw_diff)
+        full_index = git_index_lines(raw_diff)
         if len(full_index) != len(canon_new.files):  # not git's own diff: parse it
             raw_files = parse_patch(raw_diff, source=commit).files
             full_index = [_index_line(_split_section(f).head) for f in raw_files]
@@ -656,7 +656,7 @@ def _index_line(head: bytes) -> bytes | None:
     return next((ln for ln in split_lines(head) if ln.startswith(b"index ")), None)
 
 
-def _index_lines(raw_diff: bytes) -> list[bytes | None]:
+def git_index_lines(raw_diff: bytes) -> list[bytes | None]:
     """The ``index`` line of each file section of git's diff (``diff-tree`` output),
     in order, without parsing the hunks: a section starts at each ``diff --git`` line
     (a hunk line never does) and its index line comes before the first ``--- ``."""

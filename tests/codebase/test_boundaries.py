@@ -5,6 +5,7 @@ fsutil.read_regular."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import forkpatch
@@ -14,6 +15,7 @@ SRC = Path(forkpatch.__file__).resolve().parent
 OUTSIDE_THE_PROCESS = ("smoke/incheck/", "smoke/env.py", "example.py")
 
 
+@functools.cache  # parsed once for the tests below, which only read the trees
 def _modules() -> list[tuple[str, ast.Module]]:
     out = []
     for path in sorted(SRC.rglob("*.py")):

@@ -9,6 +9,7 @@ the importer is itself inside ``a``.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import forkpatch
@@ -32,6 +33,7 @@ def _resolve(name: str, modules: dict[str, Path]) -> str | None:
     return name or None
 
 
+@functools.cache  # the sources do not change during a run; no test changes the graph
 def import_graph() -> dict[str, set[str]]:
     modules = _modules()
     graph: dict[str, set[str]] = {m: set() for m in modules}
@@ -68,7 +70,7 @@ def import_graph() -> dict[str, set[str]]:
             parent = target
             while "." in parent:
                 parent = parent.rpartition(".")[0]
-                if parent in modules and not mod.startswith(parent + "."):
+                if parent in modules and parent != mod and not mod.startswith(parent + "."):
                     graph[mod].add(parent)
     return graph
 
@@ -174,3 +176,30 @@ def test_the_tracker_keeps_its_results_and_views_below_its_actions():
         "forkpatch.track",
         "forkpatch.track.act",
     }
+
+
+# The patch-file package from the bottom up: a module imports only the rows below
+# its own (and, of the rest of forkpatch, only errors and fsutil); the package's
+# face imports nothing but its own modules.
+PATCHFILE_LAYERS = (
+    ("model", "lines", "names", "binary", "refs"),
+    ("hunks", "safety", "render"),
+    ("parser",),
+)
+
+
+def test_the_patch_file_modules_import_from_the_bottom_up():
+    graph = import_graph()
+    package = "forkpatch.patchfile"
+    inside = {m for m in graph if m.startswith(package + ".")}
+    layered = [f"{package}.{name}" for row in PATCHFILE_LAYERS for name in row]
+    assert sorted(layered) == sorted(inside), "a new module of patchfile/: give it a row"
+    below: set[str] = {"forkpatch.errors", "forkpatch.fsutil"}
+    wrong = []
+    for row in PATCHFILE_LAYERS:
+        names = {f"{package}.{name}" for name in row}
+        for mod in sorted(names):
+            wrong += [f"{mod} -> {target}" for target in sorted(graph[mod] - below)]
+        below |= names
+    assert wrong == []
+    assert graph[package] <= inside  # the face only re-exports

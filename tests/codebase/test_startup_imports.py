@@ -122,16 +122,23 @@ def test_help_and_version_load_no_project(tmp_path, option):
 
 
 def test_subjects_without_encoded_words_skip_email_header():
-    """The fast path gives what email.header gives for a plain subject."""
-    from forkpatch.patchheader import _decode_rfc2047
-
-    for value in [
-        "[PATCH 2/5] fix  the\tthing ",
-        "plain",
-        "  a = b ? c  ",
-        "=?utf-8?q?caf=C3=A9?= x",
-    ]:
-        got = _decode_rfc2047(value)
-        assert got == " ".join(got.split())
-    assert _decode_rfc2047("[PATCH 2/5] fix  the\tthing ") == "[PATCH 2/5] fix the thing"
-    assert _decode_rfc2047("=?utf-8?q?caf=C3=A9?= x") == "café x"
+    """A mail's plain subject is read without email.header, and reads as an encoded one
+    does: whitespace collapsed, tags kept."""
+    code = (
+        "import json, sys\n"
+        "from forkpatch.patchheader import HeaderLayout\n"
+        "def subject(value):\n"
+        "    return HeaderLayout.parse(f'From: A <a@b.c>\\nSubject: {value}\\n\\nBody.\\n').subject_raw\n"
+        "plain = [subject(v) for v in json.loads(sys.argv[1])]\n"
+        "loaded = 'email.header' in sys.modules\n"
+        "print(json.dumps([plain, loaded, subject(sys.argv[2])]))\n"
+    )
+    values = ["[PATCH 2/5] fix  the\tthing ", "plain", "  a = b ? c  "]
+    args = [json.dumps(values), "=?utf-8?q?caf=C3=A9?=  x"]
+    out = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, check=True, text=True
+    )
+    plain, loaded, encoded = json.loads(out.stdout)
+    assert plain == ["[PATCH 2/5] fix the thing", "plain", "a = b ? c"]
+    assert loaded is False, "a plain subject imported email.header"
+    assert encoded == "café x"

@@ -300,7 +300,7 @@ def test_the_lock_never_reports_a_half_written_holder(
     from forkpatch.errors import LockError
 
     content, then, expect = LOCK_RACES[case]
-    monkeypatch.setattr(fsutil, "_LOCK_SETTLE_S", 0.5)
+    monkeypatch.setattr(fsutil, "LOCK_SETTLE_S", 0.5)
     lock = tmp_path / "s" / "lock"
     fd = _hold(lock, content)
     actions = {

@@ -479,12 +479,12 @@ def test_unidiff_failures_become_parse_errors(
 ) -> None:
     import unidiff
 
-    import forkpatch.patchfile as patchfile_module
+    import forkpatch.patchfile.hunks as hunks_module
 
     def broken(_lines: object) -> object:
         raise exc if exc is not None else unidiff.UnidiffParseError("Hunk is longer than expected")
 
-    monkeypatch.setattr(patchfile_module, "PatchSet", broken)
+    monkeypatch.setattr(hunks_module, "PatchSet", broken)
     msg = _parse_error(GOOD_HEAD + b"@@ -1 +1 @@\n-a\n+b\n")
     assert f"{SRC} line 6:" in msg and "unidiff cannot parse hunk @@ -1 +1 @@ of vllm/x.py" in msg
 
@@ -494,7 +494,7 @@ def test_unidiff_reading_a_hunk_differently_is_a_parse_error(
 ) -> None:
     import unidiff
 
-    import forkpatch.patchfile as patchfile_module
+    import forkpatch.patchfile.hunks as hunks_module
 
     real = unidiff.PatchSet
 
@@ -503,7 +503,7 @@ def test_unidiff_reading_a_hunk_differently_is_a_parse_error(
         patched[0][0].source_start += 1
         return patched
 
-    monkeypatch.setattr(patchfile_module, "PatchSet", shifted)
+    monkeypatch.setattr(hunks_module, "PatchSet", shifted)
     msg = _parse_error(GOOD_HEAD + b"@@ -1 +1 @@\n-a\n+b\n")
     assert f"{SRC} line 6:" in msg and "differently" in msg
 

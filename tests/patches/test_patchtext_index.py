@@ -1,12 +1,13 @@
 """The rewrite of a patch reads each file's full ``index`` line from git's diff
-without parsing the hunks again: it must find what a full parse finds."""
+without parsing the hunks again (``git_index_lines``): it must find what a full
+parse finds."""
 
 from __future__ import annotations
 
 import pytest
 
-from forkpatch.patchfile import parse_patch
-from forkpatch.patchtext import _index_line, _index_lines, _split_section
+from forkpatch.patchfile import FilePatch, parse_patch, split_lines
+from forkpatch.patchtext import git_index_lines
 from support.git import git_diff
 
 TEXT = b"".join(b"line %d\n" % i for i in range(40))
@@ -31,15 +32,21 @@ CASES = {
 }
 
 
+def _parsed_index_line(fp: FilePatch) -> bytes | None:
+    """The ``index`` line of a parsed file section: no hunk line (' ', '-', '+', '\\',
+    '@@') and no base85 line of a binary block (no spaces) starts with "index "."""
+    return next((ln for ln in split_lines(fp.raw) if ln.startswith(b"index ")), None)
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_index_lines_match_a_full_parse(tmp_path, name):
     before, after, modes = CASES[name]
     raw = git_diff(tmp_path, before, after, modes)
-    parsed = [_index_line(_split_section(f).head) for f in parse_patch(raw, source="x").files]
-    assert _index_lines(raw) == parsed
+    parsed = [_parsed_index_line(f) for f in parse_patch(raw, source="x").files]
+    assert git_index_lines(raw) == parsed
     assert len(parsed) >= 1
 
 
 def test_index_lines_of_no_diff_or_another_tool_ask_for_a_parse():
-    assert _index_lines(b"") == []
-    assert _index_lines(b"--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n") == []
+    assert git_index_lines(b"") == []
+    assert git_index_lines(b"--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n") == []

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from forkpatch.smoke.report import CheckResult, SmokeReport, read_report
-from forkpatch.smoke.runner import _keep_or_replace
+from forkpatch.smoke.runner import store_report
 from support.smoke import passing_report
 
 
@@ -45,7 +45,7 @@ def test_a_report_with_fewer_tiers_does_not_replace_the_stored_one(
     path = passing_report(wheel, stored)
     before = path.read_bytes()
     data = _report(wheel, new)
-    written = _keep_or_replace(data, path)
+    written = store_report(data, path)
     err = capsys.readouterr().err
     if kept:
         assert path.read_bytes() == before
@@ -62,5 +62,5 @@ def test_a_report_for_another_wheel_is_replaced(tmp_path):
     wheel.write_bytes(b"old bytes")
     path = passing_report(wheel, ("static", "sm70"))
     wheel.write_bytes(b"new bytes: another build")
-    assert _keep_or_replace(_report(wheel, ("static",)), path) == path
+    assert store_report(_report(wheel, ("static",)), path) == path
     assert read_report(path).data["tiers"]["run"] == ["static"]

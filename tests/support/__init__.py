@@ -11,7 +11,8 @@
 - :mod:`support.smoke`, :mod:`support.track`, :mod:`support.github`: the example wheel,
   the tracker's set-ups and CI runs, the GitHub workflow emulation;
 - :mod:`support.realfork`: the real-fork tier's fork and pre-checks;
-- :mod:`support.reliability`: docs/reliability.md from the hardening suite's tables.
+- :mod:`support.reliability`: docs/reliability.md from the hardening suite's tables;
+- :mod:`support.tiers`: the quick tier's paths (the ``quick`` marker).
 
 Fixtures live in ``conftest.py`` files (shared ones in ``tests/conftest.py``); this
 package holds plain functions and classes, imported by name.

@@ -8,6 +8,10 @@ import http.server
 import json
 import shutil
 import threading
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
 
 from forkpatch.cli import main
 from forkpatch.track import (
@@ -30,7 +34,6 @@ from forkpatch.track import (
     stage_from_json,
     stage_to_json,
 )
-from forkpatch.track.bot import _bounded
 from support.git import git
 from support.track import make_setup, tag_release
 
@@ -147,6 +150,28 @@ def test_pre_release_tags_are_ignored_by_run(tmp_path, capsys):
     assert not (setup.out / "v1.3.0rc1").exists()
 
 
+@pytest.mark.parametrize("note", [MAX_BODY // 2, MAX_BODY + 10, 3 * MAX_BODY])
+def test_the_change_body_is_within_the_forges_limit_and_keeps_its_state(tmp_path, capsys, note):
+    """A body over what GitHub takes is cut at a line, says where the full summary is,
+    and still ends with the state marker that the next run reads back."""
+    setup = make_setup(tmp_path, tag_v130=True)
+    assert _run(setup, "--steps", "rebase") == 0
+    stage = setup.out / "v1.3.0" / "stages" / "rebase.json"
+    done = stage_from_json("rebase", json.loads(stage.read_text()))
+    assert isinstance(done, RebaseDone)
+    long = replace(done, note=" ".join(["a long note"] * (note // 11)))
+    stage.write_text(json.dumps(stage_to_json(long)))
+    capsys.readouterr()
+    args = ["-C", str(setup.project), "track", "--no-forecast", "--out", str(setup.out)]
+    assert main([*args, "--make-branch", "--json"]) == 0
+    body = Path(json.loads(capsys.readouterr().out)["body_file"]).read_text()
+    assert len(body) <= MAX_BODY
+    assert ("cut at" in body) is (note > MAX_BODY // 2)
+    assert body.rstrip("\n").splitlines()[-1].startswith("<!-- forkpatch-state: ")
+    prior = parse_state_marker(body)
+    assert prior is not None and prior.status == "rebased"
+
+
 def _rebased() -> RebaseDone:
     return RebaseDone(
         relation=None,
@@ -166,7 +191,7 @@ def _smoked(passed: bool, missing: dict[str, str] | None = None) -> SmokeRun:
     )
 
 
-def test_overall_status_finality_and_body_bound():
+def test_overall_status_and_finality():
     built = BuildDone("overlay", "r", "1.0", {"w.whl": "1"}, None, {})
     assert overall_status(Stages()) == "pending"
     conflict = RebaseConflict(None, ConflictEntry("p", (), ()), (), {"p": "conflict"})
@@ -186,11 +211,6 @@ def test_overall_status_finality_and_body_bound():
     assert not_run.status == "not-run"
     unsmoked = Stages(rebase=_rebased(), build=built, smoke=not_run, publish=Skipped("x"))
     assert overall_status(unsmoked) == "built" and not is_final(unsmoked)
-    text = "line\n" * (MAX_BODY // 4)
-    marker = "<!-- forkpatch-state: {} -->"
-    cut = _bounded(text, marker)
-    assert len(cut) <= MAX_BODY and "cut at" in cut and cut.endswith(marker + "\n")
-    assert _bounded("short") == "short"
 
 
 def test_stage_results_round_trip_and_bad_files_are_not_trusted():

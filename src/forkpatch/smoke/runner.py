@@ -438,9 +438,9 @@ def _store(
     written = []
     if project is not None:
         for w in infos:
-            written.append(_keep_or_replace(data, store_path(project.root, w.sha256)))
+            written.append(store_report(data, store_path(project.root, w.sha256)))
     else:
-        written.append(_keep_or_replace(data, beside_wheel(primary.path)))
+        written.append(store_report(data, beside_wheel(primary.path)))
     if opts.report_path is not None:
         written.append(write_report(data, opts.report_path))
     if opts.junit_path is not None:
@@ -451,7 +451,7 @@ def _store(
     return written
 
 
-def _keep_or_replace(data: dict[str, Any], path: Path) -> Path:
+def store_report(data: dict[str, Any], path: Path) -> Path:
     """Write the report at ``path`` (where publish looks for it), unless the report
     there is for the same wheel and ran a tier this run did not (an sm70 run on a V100
     box, then a static run on a laptop): that one stays for publish, and this run's
