@@ -26,8 +26,7 @@ from forkpatch.kinds import PATCH_STATUSES, PatchStatus
 from forkpatch.patchfile import FilePatch, PatchFile, check_paths
 from forkpatch.patchheader import description_of
 from forkpatch.series import PatchEntry
-
-TRAILER = "Forkpatch-Patch"
+from forkpatch.trailer import TRAILER
 
 # Worst wins when a patch's files end differently.
 #: A conflict marker line as ``git merge-file`` writes it (``<<<<<<< ``, ``||||||| ``, ``>>>>>>> ``).
@@ -51,23 +50,6 @@ def commit_message(entry: PatchEntry, header: str) -> str:
         parts.append(description)
     parts.append(f"{TRAILER}: {entry.name}")
     return "\n\n".join(parts) + "\n"
-
-
-def parse_commit_message(message: str) -> tuple[str | None, str, str]:
-    """Split a forkpatch commit message into (name, summary, header)."""
-    lines = message.rstrip("\n").split("\n")
-    name = None
-    body = lines[1:]
-    while body and not body[-1].strip():
-        body.pop()
-    if body and body[-1].startswith(f"{TRAILER}:"):
-        name = body.pop().split(":", 1)[1].strip()
-    subject = lines[0] if lines else ""
-    summary = subject
-    if name and subject.startswith(f"{name}: "):
-        summary = subject[len(name) + 2 :]
-    header = "\n".join(body).strip("\n")
-    return name, summary, header
 
 
 @dataclass

@@ -10,9 +10,9 @@ import stat
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from forkpatch import log, stackstate
-from forkpatch.engine import Item
 from forkpatch.errors import (
     InputFileError,
     LockError,
@@ -33,14 +33,6 @@ from forkpatch.fsutil import (
     sweep_temps,
 )
 from forkpatch.git import Git, blob_id
-from forkpatch.patchfile import (
-    PatchFile,
-    crlf_throughout,
-    format_patch,
-    in_line_endings_of,
-    lf_form,
-    parse_patch,
-)
 from forkpatch.series import (
     NAME_RE,
     PATCHES_DIR,
@@ -76,6 +68,14 @@ def find_root(start: Path) -> Path:
         f"no {SERIES_FILE} in {start} or any parent directory",
         tip="run `forkpatch init --fork-url URL --base TAG` to start a series, or pass -C DIR",
     )
+
+
+if TYPE_CHECKING:
+    from forkpatch.engine import Item
+    from forkpatch.patchfile import PatchFile
+
+# The patch parser and the engine load with the first patch file a command reads:
+# reading the stack (top) needs neither.
 
 
 class _Unread:
@@ -183,6 +183,8 @@ class Project:
                 "which does not exist",
                 tip=f"restore the file, or remove the entry with `forkpatch delete {entry.name}`",
             )
+        from forkpatch.patchfile import parse_patch
+
         return parse_patch(self._lf_form(path, data), source=self.rel(path))
 
     def patch_bytes(self, entry: PatchEntry) -> bytes | None:
@@ -195,6 +197,8 @@ class Project:
         """A patch file with CRLF line endings throughout is read as LF, as import reads
         one, and said once: a checkout converted it (git never writes a CR at the
         end of a diff's header lines)."""
+        from forkpatch.patchfile import crlf_throughout, lf_form
+
         if not crlf_throughout(data):
             return data
         rel = self.rel(path)
@@ -234,6 +238,8 @@ class Project:
         return blob
 
     def items(self, entries: list[PatchEntry] | tuple[PatchEntry, ...] | None = None) -> list[Item]:
+        from forkpatch.engine import Item
+
         chosen = self.series.patches if entries is None else entries
         return [Item(entry=e, patch=self.load_patch(e)) for e in chosen]
 
@@ -276,6 +282,8 @@ class Project:
         series.yaml is rendered and parsed back first: nothing is written that could
         not be read again.
         """
+        from forkpatch.patchfile import format_patch, in_line_endings_of
+
         changes: dict[Path, bytes | Path | None] = {}
         for entry, content in (patches or {}).items():
             path = self.patch_path(entry)

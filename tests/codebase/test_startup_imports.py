@@ -92,6 +92,35 @@ def test_read_only_commands_leave_the_other_groups_out(tmp_path, capsys, command
     assert sorted(loaded.intersection(READ_ONLY_LAZY)) == [], "import it where it is used"
 
 
+# What `forkpatch top` reads (series.yaml, state.json, one `git log`) needs neither
+# the engine nor the patch files' parser and writer.
+TOP_LAZY = [
+    "forkpatch.engine",
+    "forkpatch.applier",
+    "forkpatch.patchfile",
+    "forkpatch.patchtext",
+    "forkpatch.stack.commands",
+    "forkpatch.stack.editing",
+    "unidiff",
+]
+
+
+def test_top_reads_the_stack_without_the_engine_or_the_patch_parser(tmp_path, capsys):
+    ex = copy_example(tmp_path, capsys)
+    ex.run("apply")
+    out = subprocess.run(
+        [sys.executable, "-c", _RUN_AND_LIST, "top"],
+        cwd=ex.project,
+        env=env(),
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "cli-version"
+    loaded = set(json.loads(out.stderr.splitlines()[-1]))
+    assert sorted(loaded.intersection(TOP_LAZY)) == [], "import it where it is used"
+
+
 # What `forkpatch --help` and `--version` need: the group alone, no project.
 NO_PROJECT_LAZY = [
     "forkpatch.fsutil",

@@ -19,9 +19,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from forkpatch.engine import canonical_diff, parse_commit_message
+from forkpatch.engine import canonical_diff
 from forkpatch.git import DIFF_OPTIONS
 from forkpatch.patchfile import format_patch
+from forkpatch.trailer import parse_commit_message
 from support import realfork
 from support.cli import Runner
 from support.projects import snapshot

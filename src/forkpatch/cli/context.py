@@ -10,7 +10,7 @@ import click
 
 if TYPE_CHECKING:
     from forkpatch.project import Project
-    from forkpatch.stack import Stack
+    from forkpatch.stack import Stack, StackModel
 
 
 class Ctx:
@@ -39,6 +39,12 @@ class Ctx:
         from forkpatch.stack import Stack
 
         return Stack(self.project())
+
+    def stack_model(self) -> StackModel:
+        """The stack to read (``top``): neither the engine nor the patch parser loads."""
+        from forkpatch.stack import StackModel
+
+        return StackModel(self.project())
 
 
 pass_ctx = click.make_pass_decorator(Ctx)

@@ -74,7 +74,7 @@ def pop(c: Ctx, name: str | None, all_: bool, force: bool) -> None:
 @pass_ctx
 def top(c: Ctx) -> None:
     """Print the name of the top applied patch."""
-    name = c.stack().top()
+    name = c.stack_model().top()
     if name is None:  # exit 1 as quilt's "No patches applied": a state, not a usage error
         raise StateError("no patch is applied", tip="`forkpatch push` applies the next one")
     click.echo(log.shown(name))

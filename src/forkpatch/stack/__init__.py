@@ -11,17 +11,32 @@ export, new, delete, rename, move, import) first compute everything in memory
 and write patch files and series.yaml last, each atomically.
 """
 
-from forkpatch.stack.commands import Stack
-from forkpatch.stack.model import BRANCH, AppliedPatch, OutsideChange
+from typing import TYPE_CHECKING
+
+from forkpatch.stack.model import BRANCH, AppliedPatch, OutsideChange, StackModel
 from forkpatch.stack.worktree import describe_changes
 from forkpatch.stackstate import StackPosition, StackState
+
+if TYPE_CHECKING:
+    from forkpatch.stack.commands import Stack
 
 __all__ = [
     "BRANCH",
     "AppliedPatch",
     "OutsideChange",
     "Stack",
+    "StackModel",
     "StackPosition",
     "StackState",
     "describe_changes",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``Stack`` (the commands, with the engine and the patch texts) loads when first
+    asked for: a command that only reads the stack takes :class:`StackModel`."""
+    if name == "Stack":
+        from forkpatch.stack.commands import Stack
+
+        return Stack
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

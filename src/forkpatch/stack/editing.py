@@ -25,7 +25,6 @@ from forkpatch.engine import (
     canonical_diff,
     commit_message,
     diffs_of_commits,
-    parse_commit_message,
 )
 from forkpatch.errors import (
     ConflictError,
@@ -43,6 +42,7 @@ from forkpatch.stackstate import (
     Editing,
     StackState,
 )
+from forkpatch.trailer import parse_commit_message
 
 
 class EditLoop(StackModel):

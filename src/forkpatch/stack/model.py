@@ -16,21 +16,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forkpatch import log
-from forkpatch.engine import (
-    SeriesApplier,
-    SeriesResult,
-    diffs_between,
-    parse_commit_message,
-)
 from forkpatch.errors import (
     PatchApplyError,
     StateError,
 )
 from forkpatch.git import Git
-from forkpatch.patchtext import PatchTexts, Rendered
 from forkpatch.project import Project
 from forkpatch.series import SERIES_FILE, PatchEntry
 from forkpatch.stack import worktree
@@ -43,6 +36,14 @@ from forkpatch.stackstate import (
     SyncRecord,
     dirs_of,
 )
+from forkpatch.trailer import parse_commit_message
+
+if TYPE_CHECKING:
+    from forkpatch.engine import SeriesResult
+    from forkpatch.patchtext import Rendered
+
+# The engine and the patch texts load with the first command that applies or writes a
+# patch: reading the stack (top, status) needs neither.
 
 BRANCH = "forkpatch/stack"
 DEFAULT_WORKTREE = "worktree"
@@ -381,6 +382,8 @@ class StackModel:
             for a in applied
             if by_name.get(a.name) and by_name[a.name].file is None and len(a.commits) > 1
         ]
+        from forkpatch.patchtext import PatchTexts
+
         with PatchTexts(self.store) as texts:
             texts.prefetch((self._parent(wt, a), a.commit) for a in mine)
             for a in mine:
@@ -401,6 +404,8 @@ class StackModel:
     def _diffs(self, wt: Git, applied: list[AppliedPatch]) -> dict[str, bytes]:
         """Each applied patch's diff (its parent to its last commit), keyed by that last
         commit: one git process for the whole stack, not three per patch."""
+        from forkpatch.engine import diffs_between
+
         return diffs_between(wt, [(self._parent(wt, a), a.commit) for a in applied])
 
     @staticmethod
@@ -670,6 +675,8 @@ class StackModel:
     def _merge_bases(self) -> dict[str, dict[str, tuple[bytes | None, bytes | None]]]:
         """Each patch's pre/post file images on the series' own base: the 3-way base."""
         base = self.project.series.base.commit
+        from forkpatch.engine import SeriesApplier
+
         res = SeriesApplier(self.store, base).run(
             self.project.items(), write=False, stop_at_conflict=False
         )
@@ -762,6 +769,8 @@ class StackModel:
         order = series.names()
         count = max((order.index(n) + 1 for n in names if n in order), default=0)
         entries = list(series.patches[:count])
+        from forkpatch.engine import SeriesApplier
+
         result = SeriesApplier(self.store, self.base_commit(), step_commits=True).run(
             self.project.items(entries), write=True
         )
@@ -847,6 +856,8 @@ class StackModel:
         entry, its file's bytes now, the rendered file and the commit's summary."""
         by_name = {p.name: p for p in self.project.series.patches}
         diffs = self._diffs(wt, mine)  # one git process, whatever the number of patches
+        from forkpatch.patchtext import PatchTexts
+
         with PatchTexts(self.store) as texts:
             texts.prefetch((self._parent(wt, a), a.commit) for a in mine)
             for a in mine:
