@@ -246,17 +246,16 @@ class Git:
         """The canonical diff between two trees (see DIFF_OPTIONS)."""
         return self.run("diff-tree", *DIFF_OPTIONS, old, new).stdout
 
-    def stage(self, paths: Iterable[str], *, force: bool = True) -> None:
+    def stage(self, paths: Iterable[str]) -> None:
         """Stage ``paths`` of the work tree as they are now (written, changed or gone),
         whatever the tree's ignore rules say: files forkpatch wrote itself are the
-        patch's files, and ``git add -A`` alone leaves an ignored new file out.
-        ``force=False``: as ``git add -A`` would, for those paths only."""
+        patch's files, and ``git add -A`` alone leaves an ignored new file out."""
         todo = sorted(set(paths))
         if todo:
             self.run(
                 "add",
                 "-A",
-                *(["-f"] if force else []),
+                "-f",
                 "--pathspec-from-file=-",
                 "--pathspec-file-nul",
                 input=b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in todo),

@@ -209,8 +209,10 @@ class EditLoop(StackModel):
         if changed is None:
             self._write(wt, "add", "-A")
         else:
+            # What status names is tracked, or new and not ignored: staged whatever the
+            # ignore rules say (a tracked file in an ignored directory is still the patch's).
             self._forget_status()
-            wt.stage(changed, force=False)
+            wt.stage(changed)
         wt.stage(written)
         self._forget_status()
         tree = wt.out("write-tree")
