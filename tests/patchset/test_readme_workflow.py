@@ -322,9 +322,15 @@ def test_readme_workflow_on_the_real_series(tmp_path, capsys, monkeypatch):
     assert "patch 'team-note' does not apply to v1.3.0" in err, err
     notes = w.wt / "vllm" / "team_notes.txt"  # the editing work tree, not the conflict's
     notes.write_text("ask upstream about the 1.0 check\n")
-    for how in ("--continue", "--skip"):
-        _, err = w.step("rebase", how, expect=1)
-        assert "vllm/team_notes.txt (new, untracked)" in err and "rebase --abort" in err, err
+    # --continue before the conflict is resolved: said so; a step that stops again does
+    # not touch the editing work tree, so the edit there stays where it is.
+    _, err = w.step("rebase", "--continue", expect=3)
+    assert "conflict markers remain in vllm/version.py" in err, err
+    assert notes.read_text() == "ask upstream about the 1.0 check\n"
+    # --skip drops team-note, the last patch: the rebase would end and rebuild the
+    # editing work tree, so it is refused, the edit named.
+    _, err = w.step("rebase", "--skip", expect=1)
+    assert "vllm/team_notes.txt (new, untracked)" in err and "rebase --abort" in err, err
     _, err = w.step("rebase", "--abort")
     assert "are kept" in err and "vllm/team_notes.txt" in err, err
     assert notes.read_text() == "ask upstream about the 1.0 check\n"
