@@ -34,12 +34,3 @@ def test_the_smoke_and_publish_stages_take_a_project_not_any():
 def test_a_smoke_run_hands_on_its_typed_report():
     hints = typing.get_type_hints(SmokeOutcome)
     assert hints["report"] is SmokeReport
-
-
-def test_no_module_of_the_smoke_suite_or_the_wheel_builders_passes_1000_lines():
-    long = {}
-    for path in [*_stage_modules(), *sorted((SRC / "wheels").glob("*.py"))]:
-        n = len(path.read_text(encoding="utf-8").splitlines())
-        if n > 1000:
-            long[str(path.relative_to(SRC))] = n
-    assert long == {}
