@@ -1,5 +1,5 @@
-"""The smoke and publish stages: typed results across stage boundaries, a Project where
-one is taken, and modules split by job (none over 1,000 lines)."""
+"""The smoke and publish stages: typed results across stage boundaries, and a Project
+where one is taken (module sizes: test_code_shape)."""
 
 from __future__ import annotations
 
