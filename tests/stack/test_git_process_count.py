@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from forkpatch.fsutil import file_sha256
-from support.git import GIT_ENV, ScratchRepo
+from support.git import GIT_ENV, GitCalls, ScratchRepo
 
 
 def _series(tmp_path: Path, n: int) -> Path:
@@ -168,18 +168,9 @@ def test_a_rebase_refreshing_mail_form_files_starts_a_fixed_number_of_gits(
     assert counts[0] == counts[1], counts
 
 
-def _status(tmp_path: Path, project: Path) -> tuple[dict[str, str], str]:
+def _status(calls: GitCalls, project: Path) -> tuple[dict[str, str], str]:
     """``status --json``'s verdicts by patch, and every git command it started."""
-    shim_dir = tmp_path / "argv-shim"
-    log = tmp_path / "argv.log"
-    if not shim_dir.exists():
-        shim_dir.mkdir()
-        real = subprocess.run(["which", "git"], capture_output=True, text=True).stdout.strip()
-        shim = shim_dir / "git"
-        shim.write_text(f'#!/bin/sh\necho "$*" >> "{log}"\nexec "{real}" "$@"\n')
-        shim.chmod(shim.stat().st_mode | stat.S_IXUSR)
-    log.write_text("")
-    env = {**os.environ, **GIT_ENV, "PATH": f"{shim_dir}{os.pathsep}{os.environ['PATH']}"}
+    env = {**os.environ, **GIT_ENV, "PATH": calls.path}
     env.pop("FORKPATCH_FORK_REPO", None)
     got = subprocess.run(
         [sys.executable, "-m", "forkpatch", "status", "--json"],
@@ -193,7 +184,7 @@ def _status(tmp_path: Path, project: Path) -> tuple[dict[str, str], str]:
     import json
 
     verdicts = {p["name"]: p["status"] for p in json.loads(got.stdout)["patches"]}
-    return verdicts, log.read_text()
+    return verdicts, "\n".join(calls.take())
 
 
 def test_a_status_with_nothing_changed_is_read_back_and_any_change_recomputes_it(
@@ -204,18 +195,19 @@ def test_a_status_with_nothing_changed_is_read_back_and_any_change_recomputes_it
     its files). A patch file changed, the base changed, or the kept answer damaged: the
     answer is computed again, and is right."""
     project = _series(tmp_path, 6)
-    first, calls = _status(tmp_path, project)
+    shim = GitCalls(tmp_path)
+    first, calls = _status(shim, project)
     assert set(first.values()) == {"clean"} and "ls-tree" in calls
-    again, calls = _status(tmp_path, project)
+    again, calls = _status(shim, project)
     assert again == first and "ls-tree" not in calls and "cat-file" not in calls
     # A patch file changed outside forkpatch (now it conflicts): computed again.
     p2 = project / "patches" / "p002.patch"
     p2.write_text(p2.read_text().replace("-v3 = 3\n", "-v3 = 333\n"))
-    changed, calls = _status(tmp_path, project)
+    changed, calls = _status(shim, project)
     assert changed["p002"] == "conflict" and "ls-tree" in calls
     # Damaged, or sealed but for another answer: never trusted.
     cache = project / ".forkpatch" / "status-cache.json"
     for damage in (b"{not json", cache.read_bytes().replace(b'"conflict"', b'"clean"')):
         cache.write_bytes(damage)
-        got, calls = _status(tmp_path, project)
+        got, calls = _status(shim, project)
         assert got == changed and "ls-tree" in calls

@@ -1,14 +1,11 @@
-"""The editable stack: a work tree with one commit per applied patch.
+"""The stack as data and the checks every command runs.
 
-The work tree is a ``git worktree`` of forkpatch's private store (never of the
-user's clone of the fork), on the branch ``forkpatch/stack``. The commits from
-the base to HEAD are the applied patches, each carrying its name in a
-``Forkpatch-Patch:`` trailer; commits a developer makes by hand on top belong
-to the patch below them until the next ``refresh`` folds them in.
-
-``patches/`` stays the source of truth: commands that change it (refresh,
-export, new, delete, rename, move, import) first compute everything in memory
-and write patch files and series.yaml last, each atomically.
+Where the work tree is and on which base, which patches are applied (one ``git log``),
+what the work tree holds that is in no object (one ``git status`` per command), what
+changed in patches/ and series.yaml outside forkpatch, and the verbs a rebase needs to
+move the stack (:meth:`StackModel.position`, :meth:`~StackModel.guard_move`,
+:meth:`~StackModel.put_back`). The commands that change the stack build on it
+(:mod:`forkpatch.stack.editing`, :mod:`forkpatch.stack.commands`).
 """
 
 from __future__ import annotations
