@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_real_apply import FIXTURE, borrowed_checkout, fresh_project
+from bench_real_apply import borrowed_checkout, fork_source, fresh_project
 from common import (
     DEFAULT_WORKDIR,
     bench_env,
@@ -43,9 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR / "readonly")
     ap.add_argument("--json", action="store_true", help="the figures as JSON on stdout")
     args = ap.parse_args(argv)
-    fork = os.environ.get("FORKPATCH_FORK_REPO") or str(FIXTURE)
-    if not Path(fork).is_dir():
-        print(f"no fork repository at {fork}: set FORKPATCH_FORK_REPO", file=sys.stderr)
+    fork = fork_source()
+    if fork is None:
         return 2
     work = args.workdir
     work.mkdir(parents=True, exist_ok=True)

@@ -56,6 +56,16 @@ def _git(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None)
     ).stdout.strip()
 
 
+def fork_source() -> str | None:
+    """The fork to read (FORKPATCH_FORK_REPO, else the fixture); None, said on stderr,
+    when there is none."""
+    fork = os.environ.get("FORKPATCH_FORK_REPO") or str(FIXTURE)
+    if not Path(fork).is_dir():
+        print(f"no fork repository at {fork}: set FORKPATCH_FORK_REPO", file=sys.stderr)
+        return None
+    return fork
+
+
 def fresh_project(dest: Path) -> Path:
     rmtree(dest)
     dest.mkdir(parents=True)
@@ -121,9 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR / "real-apply")
     args = ap.parse_args(argv)
-    fork = os.environ.get("FORKPATCH_FORK_REPO") or str(FIXTURE)
-    if not Path(fork).is_dir():
-        print(f"no fork repository at {fork}: set FORKPATCH_FORK_REPO", file=sys.stderr)
+    fork = fork_source()
+    if fork is None:
         return 2
     work = args.workdir
     work.mkdir(parents=True, exist_ok=True)
