@@ -40,6 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_real_apply import fork_source
 from common import (
     DEFAULT_WORKDIR,
     REPO_ROOT,
@@ -55,7 +56,6 @@ from common import (
     timed,
 )
 
-FIXTURE = REPO_ROOT.parent / "shared" / "fixtures" / "1cat-vllm.git"
 BASE = "v1.2.1"
 FILES = 5  # the series spreads over this many files of the fork
 SPACING = 30  # lines between two patches' lines in one file: no shared context
@@ -342,9 +342,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR / "edit-loop")
     args = ap.parse_args(argv)
-    source = os.environ.get("FORKPATCH_FORK_REPO") or str(FIXTURE)
-    if not Path(source).is_dir():
-        print(f"no fork repository at {source}: set FORKPATCH_FORK_REPO", file=sys.stderr)
+    source = fork_source()
+    if source is None:
         return 2
     info = machine_info()
     print_machine(info)
