@@ -636,9 +636,11 @@ def print_summary(report: SmokeReport) -> None:
         first = (c.detail.splitlines() or [""])[0]
         log.info(f"  {c.outcome:<8} {c.id:<{width}} {c.duration_s:6.2f}s  {first}")
     not_run = report.not_run()
+    detail = report.tier_status()
     for tier, status in report.statuses().items():
         reason = not_run.get(tier, "")
-        log.info(f"  tier {tier}: {status}" + (f" ({reason})" if reason else ""))
+        ran = "" if reason else f", {detail[tier]['ran']} of its {detail[tier]['of']} checks ran"
+        log.info(f"  tier {tier}: {status}{ran}" + (f" ({reason})" if reason else ""))
     per_patch = report.per_patch()
     for p in per_patch:
         declared = ", ".join(f"{cid} ({outcome})" for cid, outcome in p["checks"].items())

@@ -178,7 +178,7 @@ def jit_warmup(ctx: Ctx) -> str:
     return sm70_warmup_check(_ptx_ops())
 
 
-@check("gpu-jit.kernel-matrix")
+@check("gpu-jit.kernel-matrix", baseline=True)
 def jit_kernel_matrix(ctx: Ctx) -> str:
     """fp8_sm70_prepare + fp8_gemm_sm70_out over N in {4,120 padded to 4,224, 4,096,
     1,024, 384} x M in {1, 3, 16, 64, 257}: within FP8 tolerance of a float64
@@ -215,7 +215,7 @@ def jit_kernel_matrix(ctx: Ctx) -> str:
     return f"K={JIT_K}, max abs error {worst:.3g}; " + "; ".join(rows)
 
 
-@check("gpu-jit.refusals")
+@check("gpu-jit.refusals", baseline=True)
 def jit_refusals(ctx: Ctx) -> str:
     """The ops refuse what the fork's glue refuses, with its messages; and K % 16 == 8
     (which prepare takes) finds no SM70 kernel: TurboMind aborts the process (a probe
@@ -345,7 +345,7 @@ def _run_probe(
     return proc.returncode, proc.stdout + proc.stderr
 
 
-@check("gpu-jit.unpadded-width")
+@check("gpu-jit.unpadded-width", baseline=True)
 def jit_unpadded_width(ctx: Ctx) -> str:
     """The negative case: a 4,120-wide weight packed unpadded (N % 32 != 0) makes
     fp8_sm70_prepare write past its buffer (compute-sanitizer, where it runs) and the

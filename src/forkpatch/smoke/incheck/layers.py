@@ -10,7 +10,15 @@ from collections.abc import Iterator
 from typing import Any
 
 from .ptxlib import PtxSm70Ops
-from .registry import BLOCK, ODD_WIDTH, SM70, NotRun, import_vllm_module, patched
+from .registry import (
+    BLOCK,
+    HOOK_ABSENT,
+    ODD_WIDTH,
+    SM70,
+    NotRun,
+    import_vllm_module,
+    patched,
+)
 from .sm70ops import SM70_WARMUP_GATES, Ops, RealSm70Ops, ReferenceSm70Ops, cdiv, round_up
 
 
@@ -375,6 +383,12 @@ def _packed_layer(
         method.process_weights_after_loading(layer)
     assert len(casts) == 1, f"fp8_sm70_prepare called {len(casts)} times for one layer"
     padded = round_up(n, BLOCK)
+    for hook in ("sm70_fp8_turbomind", "fp8_true_n", "sm70_fp8_meta", "sm70_fp8_k_ld", "sm70_fp8_q_ld"):
+        if not hasattr(layer, hook):  # set by the patch's process_weights_after_loading
+            raise AssertionError(
+                f"{HOOK_ABSENT}: the processed {n}x{k} layer has no {hook} (packed-repack "
+                "sets it when it packs for the SM70 GEMM)"
+            )
     assert layer.sm70_fp8_turbomind and layer.fp8_true_n == n, (
         f"sm70_fp8_turbomind={getattr(layer, 'sm70_fp8_turbomind', None)}, "
         f"fp8_true_n={getattr(layer, 'fp8_true_n', None)}, want True and {n}"
