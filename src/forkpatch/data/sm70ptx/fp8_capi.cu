@@ -168,7 +168,7 @@ int workspace_for(int device, cudaStream_t stream, tg::Workspace*& out)
 // the library wrong on purpose, so that the gpu-jit tier's negative controls show that
 // the checks catch a wrong kernel. A plain build never reads the variable.
 //   scale=F           the GEMM's output multiplied by F
-//   zero-cols=A-B     output columns A..B-1 set to 0
+//   zero-cols=A-B     output columns A to B (both included) set to 0
 //   misplaced-scales  fp8_sm70_prepare packs the block scales one 128-column block over
 struct Fault {
     int   kind  = 0;  // 0 none, 1 scale, 2 zero-cols, 3 misplaced-scales
@@ -214,7 +214,7 @@ __global__ void fault_output(__half* out, int rows, int cols, int64_t stride0, F
         if (f.kind == 1) {
             v = __float2half(__half2float(v) * f.scale);
         }
-        else if (f.kind == 2 && c >= f.first && c < f.last) {
+        else if (f.kind == 2 && c >= f.first && c <= f.last) {
             v = __float2half(0.f);
         }
     }
