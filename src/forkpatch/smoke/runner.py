@@ -336,6 +336,7 @@ def run_smoke(opts: SmokeOptions, project: Project | None = None) -> SmokeOutcom
         for rec in records:
             if rec.get("kind") == "env":
                 device = rec.get("device", {})
+                notes.extend(str(n) for n in rec.get("notes") or [])
                 env_info.update(
                     {
                         "python": rec.get("python"),
