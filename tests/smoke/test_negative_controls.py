@@ -82,9 +82,7 @@ def _device_rounded(q: Any, stride: int) -> Any:
 
 
 @pytest.mark.parametrize(("n", "k", "m", "stride"), [(4120, 256, 6, 997), (512, 384, 10, 499)])
-def test_a_reference_of_the_cpus_cast_fails_where_the_kernel_used_the_devices(
-    n, k, m, stride
-):
+def test_a_reference_of_the_cpus_cast_fails_where_the_kernel_used_the_devices(n, k, m, stride):
     """The bug the reference fix removed: the kernel computes with the device's cast (a
     code in ~1,000 one step off), the old reference recomputed the CPU's. Against the
     layer's own cast it passes; against the CPU's it fails."""

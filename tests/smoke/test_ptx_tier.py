@@ -293,9 +293,7 @@ def _constructor_library(tmp_path: Path, marker: Path) -> Path:
     "change",
     [
         pytest.param(lambda lib: lib.write_bytes(lib.read_bytes() + b"\0"), id="appended"),
-        pytest.param(
-            lambda lib: lib.write_bytes(lib.read_bytes()[:-1] + b"\1"), id="last-byte"
-        ),
+        pytest.param(lambda lib: lib.write_bytes(lib.read_bytes()[:-1] + b"\1"), id="last-byte"),
         pytest.param(lambda lib: None, id="other-sha-in-manifest"),
     ],
 )
@@ -363,7 +361,7 @@ def test_the_manifest_is_read_as_a_bounded_regular_file(tmp_path, make, message)
 def test_a_library_that_is_no_regular_file_is_refused(tmp_path):
     (tmp_path / "lib.so").symlink_to("/dev/zero")
     _manifest(tmp_path)
-    with pytest.raises(incheck.PtxLibraryError, match="no such file|not a regular file"):
+    with pytest.raises(incheck.PtxLibraryError, match=r"no such file|not a regular file"):
         incheck.load_ptx_library(str(tmp_path / "lib.so"))
 
 

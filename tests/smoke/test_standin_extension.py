@@ -68,8 +68,8 @@ def test_without_the_stand_in_the_platform_import_fails(tmp_path):
     stand-in is not installed)."""
     site = _vllm(tmp_path, compiled=None)
     proc = subprocess.run(
-        [sys.executable, "-I", "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
-         "import vllm.platforms_cuda", str(site)],
+        [sys.executable, "-I", "-c", ("import sys; sys.path.insert(0, sys.argv[1]); "
+         "import vllm.platforms_cuda"), str(site)],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert proc.returncode != 0 and "No module named 'vllm._C'" in proc.stderr

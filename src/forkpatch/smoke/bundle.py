@@ -27,7 +27,8 @@ from forkpatch.errors import BuildError, ForkpatchError
 from forkpatch.escape import terminal
 
 #: The manylinux tags pip matches exactly (--platform): those a current x86-64 Linux takes.
-PLATFORMS = tuple(f"manylinux_2_{n}_x86_64" for n in range(39, 4, -1)) + (
+PLATFORMS = (
+    *(f"manylinux_2_{n}_x86_64" for n in range(39, 4, -1)),
     "manylinux2014_x86_64",
     "manylinux2010_x86_64",
     "manylinux1_x86_64",
@@ -46,7 +47,7 @@ def read_freeze(path: Path) -> dict[str, str]:
         raise BuildError(f"{path}: cannot read it ({exc.strerror})") from None
     if len(raw) > FREEZE_MAX_BYTES:
         raise BuildError(f"{path}: over {FREEZE_MAX_BYTES} bytes: not a package list")
-    have = {}
+    have: dict[str, str] = {}
     for line in raw.decode("utf-8", "replace").splitlines():
         name, sep, version = line.strip().partition("==")
         if sep and name and version and " " not in name:
@@ -63,7 +64,9 @@ def marker_env(python_version: str) -> dict[str, str]:
     """The environment markers of a CPython ``python_version`` on x86-64 Linux."""
     return {
         "python_version": ".".join(python_version.split(".")[:2]),
-        "python_full_version": python_version if python_version.count(".") == 2 else python_version + ".0",
+        "python_full_version": python_version
+        if python_version.count(".") == 2
+        else python_version + ".0",
         "implementation_name": "cpython",
         "implementation_version": python_version,
         "platform_python_implementation": "CPython",
@@ -79,7 +82,9 @@ def marker_env(python_version: str) -> dict[str, str]:
 def wheel_requires(wheel: Path) -> list[str]:
     """The Requires-Dist lines of ``wheel``'s METADATA."""
     with zipfile.ZipFile(wheel) as zf:
-        names = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1]
+        names = [
+            n for n in zf.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1
+        ]
         if not names:
             raise BuildError(f"{wheel.name}: no .dist-info/METADATA")
         headers = BytesHeaderParser().parsebytes(zf.read(names[0]))

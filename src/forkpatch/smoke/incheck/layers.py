@@ -290,7 +290,7 @@ def _check_cast(w: Any, cast: tuple[Any, Any]) -> int:
 
 def _make_layer(method: Any, n: int, k: int, device: str, bias: bool) -> Any:
     """An online fp8_per_block layer [n, k] made by ``method`` and loaded with
-    random fp16 weights; its first 128 rows are of SMALL_AMPLITUDE."""
+    random fp16 weights; its first 128 rows (and their bias) are of SMALL_AMPLITUDE."""
     import torch
     from vllm.model_executor import parameter
 
@@ -316,7 +316,11 @@ def _make_layer(method: Any, n: int, k: int, device: str, bias: bool) -> Any:
     layer.register_parameter("weight", torch.nn.Parameter(w, requires_grad=False))
     layer.bias = None
     if bias:
-        b = (torch.randn(n, generator=gen) * 0.1).to(torch.float16).to(device)
+        b = torch.randn(n, generator=gen) * 0.1
+        # The small rows' bias is as small as their outputs: a bias far larger would round
+        # away (in fp16) the very outputs a wrong kernel gets wrong there.
+        b[:BLOCK] *= SMALL_AMPLITUDE / 0.05
+        b = b.to(torch.float16).to(device)
         layer.bias = torch.nn.Parameter(b, requires_grad=False)
     return layer
 
@@ -498,12 +502,7 @@ def _packed_layer(
         method.process_weights_after_loading(layer)
     assert len(casts) == 1, f"fp8_sm70_prepare called {len(casts)} times for one layer"
     padded = round_up(n, BLOCK)
-    for hook in ("sm70_fp8_turbomind", "fp8_true_n", "sm70_fp8_meta", "sm70_fp8_k_ld", "sm70_fp8_q_ld"):
-        if not hasattr(layer, hook):  # set by the patch's process_weights_after_loading
-            raise AssertionError(
-                f"{HOOK_ABSENT}: the processed {n}x{k} layer has no {hook} (packed-repack "
-                "sets it when it packs for the SM70 GEMM)"
-            )
+    require_layer_hooks(layer, n, k)
     assert layer.sm70_fp8_turbomind and layer.fp8_true_n == n, (
         f"sm70_fp8_turbomind={getattr(layer, 'sm70_fp8_turbomind', None)}, "
         f"fp8_true_n={getattr(layer, 'fp8_true_n', None)}, want True and {n}"
@@ -522,6 +521,26 @@ def _packed_layer(
             f"packed scales {tuple(layer.weight_scale_inv.shape)}, want {want}"
         )
     return method, layer, w, b, casts[0]
+
+
+# What packed-repack's process_weights_after_loading sets on a layer it packs.
+LAYER_HOOKS = (
+    "sm70_fp8_turbomind",
+    "fp8_true_n",
+    "sm70_fp8_meta",
+    "sm70_fp8_k_ld",
+    "sm70_fp8_q_ld",
+)
+
+
+def require_layer_hooks(layer: Any, n: int, k: int) -> None:
+    """A failure naming the first of :data:`LAYER_HOOKS` the processed layer lacks."""
+    for hook in LAYER_HOOKS:
+        if not hasattr(layer, hook):
+            raise AssertionError(
+                f"{HOOK_ABSENT}: the processed {n}x{k} layer has no {hook} (packed-repack "
+                "sets it when it packs for the SM70 GEMM)"
+            )
 
 
 def _check_against_reference(

@@ -157,7 +157,7 @@ def load_ptx_library(path: str) -> tuple[Any, dict[str, Any]]:
 
 
 def fault_state(lib: Any) -> str:
-    """"" for a plain library; for the test-only fault-switch build, which fault is on."""
+    """ "" for a plain library; for the test-only fault-switch build, which fault is on."""
     return str(lib.fpsm70_fault().decode("utf-8", "replace"))
 
 

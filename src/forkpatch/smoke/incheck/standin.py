@@ -117,7 +117,7 @@ def install() -> list[str]:
     if not _INSTALLED:
         names = missing_extensions()
         if names:
-            sys.meta_path.append(_Finder(names))  # type: ignore[arg-type]
+            sys.meta_path.append(_Finder(names))
             _INSTALLED.extend(names)
     return list(_INSTALLED)
 
