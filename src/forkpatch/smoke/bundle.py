@@ -124,7 +124,7 @@ def resolve(
     dest.mkdir(parents=True, exist_ok=True)
     own = {canonicalize_name(n) for w in wheels if (n := _wheel_name(w))}
     queue: list[tuple[str, tuple[str, ...]]] = [(r, ()) for w in wheels for r in wheel_requires(w)]
-    seen: set[str] = set()
+    seen: dict[str, tuple[Path, set[str]]] = {}  # name -> its wheel, the extras asked for
     kept = {canonicalize_name(n) for n in keep}
     saved: list[Path] = []
     while queue:
@@ -136,21 +136,41 @@ def resolve(
         if not _applies(req, env, extras):
             continue
         name = canonicalize_name(req.name)
-        if name in own or name in seen:
+        if name in own or name in kept:
+            continue
+        if name in seen:
+            # Resolved already; a requirement naming extras not asked for before brings
+            # what those extras require (mistral_common asks pydantic-extra-types[pycountry]
+            # after fastapi[standard] asked for plain pydantic-extra-types).
+            new = set(req.extras) - seen[name][1]
+            if new:
+                seen[name][1].update(new)
+                queue.extend((r, tuple(new)) for r in _extra_requires(seen[name][0], new))
             continue
         got = have.get(name)
-        if name in kept:
-            continue
         if got is not None and (not req.specifier or req.specifier.contains(got, prereleases=True)):
             continue
-        seen.add(name)
-        if len(seen) > MAX_DOWNLOADS:
+        if len(seen) >= MAX_DOWNLOADS:
             raise BuildError(f"over {MAX_DOWNLOADS} packages to download: stopped")
         spec = f"{req.name}{req.specifier}"
         wheel = _download(spec, name, python_version, dest, pip)
+        seen[name] = (wheel, set(req.extras))
         saved.append(wheel)
         queue.extend((r, tuple(req.extras)) for r in wheel_requires(wheel))
     return saved
+
+
+def _extra_requires(wheel: Path, extras: Iterable[str]) -> list[str]:
+    """The requirements of ``wheel`` that only ``extras`` bring (marker names one)."""
+    out = []
+    for text in wheel_requires(wheel):
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            continue
+        if req.marker is not None and "extra" in str(req.marker):
+            out.append(text)
+    return [t for t in out if any(f'"{e}"' in t or f"'{e}'" in t for e in extras)]
 
 
 def _download(spec: str, name: str, python_version: str, dest: Path, pip: Sequence[str]) -> Path:
