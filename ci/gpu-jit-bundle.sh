@@ -67,7 +67,7 @@ echo "== the fork's Python-only wheel at $tag for Python $version" >&2
 mkdir "$work/src" "$work/torch-stand-in"
 git --git-dir="$fork" archive "$tag" | tar -x -C "$work/src"
 # setuptools-scm lists a package's data files from git: a repository of the tag's files.
-git -C "$work/src" init -q && git -C "$work/src" add -A
+git -C "$work/src" init -q && git -C "$work/src" add -A --force  # every archived file was tracked
 git -C "$work/src" -c user.name=forkpatch -c user.email=forkpatch@localhost commit -qm "$tag"
 # The fork's setup.py imports torch to read its CUDA/ROCm versions, which an `empty`
 # (Python-only) build does not use; a build-time stand-in that has none, not in the wheel.
