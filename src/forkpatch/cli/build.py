@@ -112,11 +112,12 @@ def build_wheel_cmd(
     )
     with project.locked("build-wheel"):
         result = build_wheel(project, opts)
+    say = log.info if as_json else log.result
     for w in result.wheels:
-        log.info(f"built {w} ({result.sha256[w.name][:16]}...)")
+        say(f"built {w} ({result.sha256[w.name][:16]}...)")
     if result.log_path:
-        log.info(f"full build log: {result.log_path}")
-    log.info(f"version {result.version}, {result.mode} build in {result.seconds:.1f}s")
+        say(f"full build log: {result.log_path}")
+    say(f"version {result.version}, {result.mode} build in {result.seconds:.1f}s")
     if as_json:
         log.emit_json(result.to_json())
 

@@ -70,10 +70,11 @@ def publish(
         simple_url=simple_url,
     )
     done = do_publish(opts, project)
+    say = log.info if as_json else log.result
     for p in done:
         extra = f" (without tier(s) {', '.join(p.overrides)})" if p.overrides else ""
-        log.info(f"{p.action}: {p.file}{extra}")
+        say(f"{p.action}: {p.file}{extra}")
     if done:
-        log.info("install: " + install_line(str(target), simple_url, [p.file for p in done]))
+        say("install: " + install_line(str(target), simple_url, [p.file for p in done]))
     if as_json:
         log.emit_json({"target": str(target), "published": [p.to_json() for p in done]})
