@@ -18,15 +18,15 @@ from __future__ import annotations
 import json
 import shlex
 import shutil
-import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from forkpatch import checkids, log
+from forkpatch import checkids, log, proc
 from forkpatch.errors import SmokeError, TierNotRun
+from forkpatch.proc import Deadline, tail
 from forkpatch.series import PatchEntry
 from forkpatch.smoke import checks as registry
 from forkpatch.smoke import incheck
@@ -47,7 +47,6 @@ from forkpatch.smoke.report import (
 from forkpatch.smoke.team import fork_tests as _fork_tests
 from forkpatch.smoke.team import run_team_checks
 from forkpatch.smoke.wheelinfo import WheelInfo, read_wheel, sha256_file
-from forkpatch.wheels.runner import tail
 
 if TYPE_CHECKING:
     from forkpatch.project import Project
@@ -231,6 +230,8 @@ def run_smoke(opts: SmokeOptions, project: Project | None = None) -> SmokeOutcom
     A failing check does not raise: the caller decides (the CLI exits 1).
     """
     started, t0 = now_iso(), time.monotonic()
+    # One deadline for the whole run: the environment, the check process, each team check.
+    deadline = Deadline(opts.timeout_s)
     tiers = registry.tiers_up_to(opts.tier)
     if opts.ptx_lib is not None and not opts.ptx_lib.is_file():
         raise SmokeError(
@@ -299,6 +300,7 @@ def run_smoke(opts: SmokeOptions, project: Project | None = None) -> SmokeOutcom
         python=opts.python,
         index_url=opts.index_url,
         keep=opts.keep_env,
+        deadline=deadline,
     ) as senv:
         spec = {
             "checks": [cid for cid in to_run if cid not in HOST_CHECKS and cid not in team],
@@ -317,21 +319,26 @@ def run_smoke(opts: SmokeOptions, project: Project | None = None) -> SmokeOutcom
             "base_python": senv.base_python,
             "ptx_lib": str(opts.ptx_lib.resolve()) if opts.ptx_lib else None,
         }
+        in_env = [cid for cid in to_run if cid not in HOST_CHECKS and cid not in team]
         with log.step(
-            f"run {len(to_run)} check(s) in the smoke environment (tiers {', '.join(tiers)})"
+            f"run {len(in_env)} check(s) in the smoke environment (tiers {', '.join(tiers)})"
         ):
-            records, proc_note = _run_incheck(senv.python, senv.path.parent, spec, opts.timeout_s)
-        if any(cid in team for cid in to_run):
-            results.update(
-                run_team_checks(
-                    {cid: team[cid] for cid in to_run if cid in team},
-                    senv,
-                    plan,
-                    device=_device_of(records),
-                    root=opts.checks_root or (Path(project.root) if project is not None else None),
-                    fork_tests=lambda: _fork_tests(project, senv.path.parent),
+            records, proc_note = _run_incheck(senv.python, senv.path.parent, spec, deadline)
+        mine = {cid: team[cid] for cid in to_run if cid in team}
+        if mine:
+            with log.step(f"run {len(mine)} team check(s) in the smoke environment"):
+                results.update(
+                    run_team_checks(
+                        mine,
+                        senv,
+                        plan,
+                        device=_device_of(records),
+                        root=opts.checks_root
+                        or (Path(project.root) if project is not None else None),
+                        fork_tests=lambda: _fork_tests(project, senv.path.parent),
+                        deadline=deadline,
+                    )
                 )
-            )
         env_info = senv.to_json()
         for rec in records:
             if rec.get("kind") == "env":
@@ -476,20 +483,20 @@ def store_report(data: dict[str, Any], path: Path) -> Path:
 
 
 def _run_incheck(
-    python: Path, workdir: Path, spec: dict[str, Any], timeout_s: float
+    python: Path, workdir: Path, spec: dict[str, Any], deadline: Deadline
 ) -> tuple[list[dict[str, Any]], str]:
     """Run the checks in the venv; the records it wrote, and how the process ended.
 
     Each check is reported as it starts and ends (the checks of the static tier
     alone can take a minute), with a line every :data:`HEARTBEAT_S` seconds
-    while one runs.
+    while one runs. The process runs in a session of its own, ended as a group at
+    the smoke run's ``deadline``; its output is kept as a bounded tail on disk.
     """
     suite = copy_suite(workdir / "incheck-suite")
     spec_path = workdir / "spec.json"
     spec_path.write_text(json.dumps(spec, indent=2), encoding="utf-8")
     out_path = workdir / "results.jsonl"
     out_path.write_text("", encoding="utf-8")
-    output_path = workdir / "incheck.log"
     module = f"{SUITE_PACKAGE}.__main__"
     cmd = incheck.launch_argv(
         str(python), str(suite), module, "--spec", str(spec_path), "--out", str(out_path)
@@ -497,31 +504,29 @@ def _run_incheck(
     log.info("+ " + shlex.join(cmd))  # quoted: the -c launcher is one argument
     note = "exited normally"
     progress = _Progress(total=len(spec.get("checks", [])))
-    with open(output_path, "wb") as output:
-        proc = subprocess.Popen(
-            cmd, cwd=workdir, env=clean_env(), stdout=output, stderr=subprocess.STDOUT
-        )
-        deadline = time.monotonic() + timeout_s
-        with open(out_path, encoding="utf-8", errors="replace") as results:
-            while True:
-                try:
-                    proc.wait(timeout=POLL_S)
-                    finished = True
-                except subprocess.TimeoutExpired:
-                    finished = False
-                progress.feed(results.read())
-                if finished:
-                    break
-                if time.monotonic() > deadline:
-                    proc.kill()
-                    proc.wait()
-                    note = f"timed out after {timeout_s:.0f} s"
-                    log.warn(f"the check process {note}")
-                    break
-                progress.heartbeat()
-    text = output_path.read_text(encoding="utf-8", errors="replace")
-    if proc.returncode not in (0, None) and note == "exited normally":
-        note = f"exit code {proc.returncode}; last output:\n{tail(text, 15)}"
+    with open(out_path, encoding="utf-8", errors="replace") as results:
+
+        def tick() -> None:
+            progress.feed(results.read())
+            progress.heartbeat()
+
+        try:
+            done = proc.run(
+                cmd,
+                cwd=workdir,
+                env=clean_env(),
+                deadline=deadline,
+                log_path=workdir / "incheck.log",
+                tick=tick,
+            )
+        except OSError as exc:
+            raise SmokeError(f"cannot start the check process: {exc}") from None
+        progress.feed(results.read())
+    if done.timed_out:
+        note = f"timed out after {done.timeout_s:.0f} s (the smoke run's --timeout)"
+        log.warn(f"the check process {note}")
+    elif done.returncode != 0:
+        note = f"{done.ended()}; last output:\n{tail(done.output, 15)}"
         log.warn(f"the check process {note}")
     records = []
     for line in out_path.read_text(encoding="utf-8", errors="replace").splitlines():
@@ -553,7 +558,6 @@ def copy_suite(dest: Path) -> Path:
     return dest
 
 
-POLL_S = 0.5
 HEARTBEAT_S = 30.0
 
 
