@@ -56,11 +56,12 @@ def _os_spawns() -> list[str]:
         rel = path.relative_to(SRC).as_posix()
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-                f = node.func
-                if isinstance(f.value, ast.Name) and f.value.id == "os":
-                    if f.attr in ("system", "popen") or f.attr.startswith(("spawn", "exec")):
-                        found.append(f"{rel}:{node.lineno} os.{f.attr}")
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            f = node.func
+            starts = f.attr in ("system", "popen") or f.attr.startswith(("spawn", "exec"))
+            if isinstance(f.value, ast.Name) and f.value.id == "os" and starts:
+                found.append(f"{rel}:{node.lineno} os.{f.attr}")
     return found
 
 
