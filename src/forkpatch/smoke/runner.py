@@ -35,6 +35,7 @@ from forkpatch.smoke.kernels import HOST_CHECKS, host_not_applicable, run_host_c
 from forkpatch.smoke.report import (
     DECLARED_CHECK_FAILED,
     INCOMPLETE,
+    CheckedReport,
     CheckResult,
     SmokeReport,
     beside_wheel,
@@ -460,26 +461,58 @@ def _store(
 
 def store_report(data: dict[str, Any], path: Path) -> Path:
     """Write the report at ``path`` (where publish looks for it), unless the report
-    there is for the same wheel and ran a tier this run did not (an sm70 run on a V100
-    box, then a static run on a laptop): that one stays for publish, and this run's
-    report is written beside it as ``<name>.latest.json``."""
+    there is for the same wheel and holds better evidence of a tier than this run
+    (:func:`weaker_tiers`: an sm70 run on a V100 box, then a static run on a laptop; a
+    static run that passed, then one with ``--deps none`` whose static tier is
+    incomplete): that one stays for publish, and this run's report is written beside
+    it as ``<name>.latest.json``. A run in which a tier failed always replaces it: the
+    gate must not read an older pass of a wheel that now fails."""
     if path.is_file():
         try:
             old = read_report(path)
         except SmokeError:
             old = None  # not a report to keep: replaced
         if old is not None and data["wheel"]["sha256"] in old.sha256s:
-            lost = sorted(set(old.ran()) - set(data["tiers"]["run"]))
-            if lost:
+            weaker = weaker_tiers(old, data)
+            if weaker:
                 aside = path.with_name(path.name.removesuffix(".json") + ".latest.json")
                 write_report(data, aside)
+                why = "; ".join(f"tier {t}: {w}" for t, w in weaker.items())
                 log.warn(
-                    f"kept {path} (tier {', '.join(lost)} ran there, on {old.started or None}"
-                    f"; this run did not run it) for publish; this run's report is {aside} "
-                    f"(`forkpatch publish --report {aside}` publishes from it instead)"
+                    f"kept {path} (from {old.started or 'an earlier run'}) for publish: it "
+                    f"holds more of the wheel's evidence than this run ({why}); this run's "
+                    f"report is {aside} (`forkpatch publish --report {aside}` publishes from "
+                    "it instead)"
                 )
                 return aside
     return write_report(data, path)
+
+
+def weaker_tiers(old: CheckedReport, data: dict[str, Any]) -> dict[str, str]:
+    """tier -> how the new report ``data`` has less evidence of it than ``old`` (the
+    stored report of the same wheel): the tier ran there and not here, ran complete
+    there and incomplete here, or checks of it ran there that did not run here. Empty
+    when the new report is as good for every tier, or when a tier failed in it."""
+    status = dict(data.get("tiers", {}).get("status", {}))
+    if incheck.FAILED in status.values():
+        return {}
+    ran_new: dict[str, set[str]] = {}
+    for c in data.get("checks", []):
+        if c.get("outcome") != incheck.NOT_RUN:
+            ran_new.setdefault(str(c.get("tier")), set()).add(str(c.get("id")))
+    out = {}
+    for tier in old.ran():
+        now = status.get(tier, incheck.NOT_RUN)
+        before = old.status(tier)
+        mine = {c.id for c in old.checks if c.tier == tier and c.outcome != incheck.NOT_RUN}
+        lost = sorted(mine - ran_new.get(tier, set()))
+        if now == incheck.NOT_RUN:
+            out[tier] = f"ran there ({before}), did not run in this one"
+        elif now == INCOMPLETE and before != INCOMPLETE:
+            out[tier] = f"{before} there, incomplete in this one ({', '.join(lost)} did not run)"
+        elif lost:
+            out[tier] = f"{', '.join(lost)} ran there and not in this one"
+    return out
 
 
 def _run_incheck(
