@@ -47,7 +47,7 @@ def _bisect(
         timeout_s=timeout_s,
     )
     result = bisect(opts, project, fork_override=c.fork_repo)
-    print_result(result)
+    print_result(result, emit=log.info if as_json else log.result)
     if as_json:
         log.emit_json(result.to_json())
 
