@@ -380,7 +380,7 @@ def run_smoke(opts: SmokeOptions, project: Project | None = None) -> SmokeOutcom
     if not device.get("devices"):
         device.setdefault("devices", [])
     ordered = [results[cid] for cid in plan]
-    notes += _install_notes(ordered, env_info, project)
+    notes += _install_notes(ordered, env_info, project, device)
     report = SmokeReport(
         wheels=[w.to_json() for w in infos],
         primary_sha256=primary.sha256,
@@ -407,9 +407,12 @@ def run_smoke(opts: SmokeOptions, project: Project | None = None) -> SmokeOutcom
 
 
 def _install_notes(
-    results: Sequence[CheckResult], env_info: dict[str, Any], project: Project | None
+    results: Sequence[CheckResult],
+    env_info: dict[str, Any],
+    project: Project | None,
+    device: dict[str, Any],
 ) -> list[str]:
-    from forkpatch.smoke.install import fork_pins, install_notes
+    from forkpatch.smoke.install import fork_pins, host_has_cuda, install_notes
 
     checks = [c.to_json() for c in results]
     if not any(incheck.missing_modules(c["detail"]) for c in checks):
@@ -419,6 +422,7 @@ def _install_notes(
         python=str(env_info.get("base_python") or "python3"),
         deps=str(env_info.get("deps") or "system"),
         pins=fork_pins(project),
+        cuda=bool(device.get("devices")) or host_has_cuda(),
     )
 
 
@@ -653,6 +657,24 @@ def failure_tip(report: SmokeReport) -> str:
     return "the report above says why"
 
 
+#: Lines of a check's detail shown under its first (the report has them all).
+DETAIL_LINES = {incheck.PASSED: 6}
+DETAIL_LINES_NOT_PASSED = 20
+
+
+def _detail_lines(rest: Sequence[str], outcome: str) -> list[str]:
+    """The detail's lines after the first, as many as the terminal shows for ``outcome``
+    (a failure's last output, what each kernel module carries or why it was unreadable)."""
+    rest = [ln for ln in rest if ln.strip()]
+    keep = DETAIL_LINES.get(outcome, DETAIL_LINES_NOT_PASSED)
+    if len(rest) <= keep:
+        return rest
+    more = f"... {len(rest) - keep + 1} more line(s) in the report"
+    if outcome == incheck.PASSED:
+        return [*rest[: keep - 1], more]
+    return [more, *rest[-(keep - 1) :]]  # a failure's output: its end says why
+
+
 def print_summary(report: SmokeReport) -> None:
     """The human summary on stderr."""
     log.info(
@@ -670,8 +692,10 @@ def print_summary(report: SmokeReport) -> None:
         log.info(f"  device: none ({dev.get('reason') or 'no CUDA device'})")
     width = max((len(c.id) for c in report.checks), default=10)
     for c in report.checks:
-        first = (c.detail.splitlines() or [""])[0]
+        first, *rest = c.detail.splitlines() or [""]
         log.info(f"  {c.outcome:<8} {c.id:<{width}} {c.duration_s:6.2f}s  {first}")
+        for line in _detail_lines(rest, c.outcome):
+            log.info(f"  {'':<8} {'':<{width}}          {line}")
     not_run = report.not_run()
     for tier, status in report.statuses().items():
         reason = not_run.get(tier, "")

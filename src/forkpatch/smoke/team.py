@@ -107,7 +107,7 @@ def run_team_checks(
     env["PATH"] = os.pathsep.join([str(senv.bin_dir), env.get("PATH", "")])
     env["VIRTUAL_ENV"] = str(senv.path)
     out: dict[str, CheckResult] = {}
-    for cid, tc in checks.items():
+    for n, (cid, tc) in enumerate(checks.items(), 1):
         tier = cid.partition(".")[0]
         t0 = time.monotonic()
         outcome, detail = _run_one(
@@ -116,7 +116,7 @@ def run_team_checks(
         out[cid] = CheckResult(
             cid, tier, outcome, time.monotonic() - t0, detail, list(plan.get(cid, []))
         )
-        log.info(f"    [team] {outcome:<8} {cid} ({time.monotonic() - t0:.1f}s)")
+        log.info(f"    [{n}/{len(checks)}] {outcome:<8} {cid} ({time.monotonic() - t0:.1f}s)")
     return out
 
 
