@@ -16,6 +16,7 @@ import pytest
 
 from forkpatch import proc
 from forkpatch.proc import Deadline
+from support.reliability import Row
 
 PY = sys.executable
 
@@ -42,14 +43,14 @@ def _gone(pid: int, within: float = 5.0) -> bool:
     return False
 
 
-@pytest.mark.parametrize(
-    "script",
-    [
-        "kill 0",  # the shell's own group
-        "kill -TERM 0; sleep 5",
-        "kill -KILL -$$",  # the group by its id
-    ],
-)
+SELF_KILLS = [
+    "kill 0",  # the shell's own group
+    "kill -TERM 0; sleep 5",
+    "kill -KILL -$$",  # the group by its id
+]
+
+
+@pytest.mark.parametrize("script", SELF_KILLS)
 def test_a_program_that_signals_its_group_reaches_only_itself(script: str) -> None:
     done = proc.run(["sh", "-c", script], timeout=30)
     assert done.returncode < 0  # it killed itself
@@ -58,14 +59,14 @@ def test_a_program_that_signals_its_group_reaches_only_itself(script: str) -> No
     assert os.getpgrp() != 0
 
 
-@pytest.mark.parametrize(
-    "script",
-    [
-        "sleep 300 & echo $! > {pid}; sleep 300",  # still running at the timeout
-        "(sleep 300; echo never) & echo $! > {pid}; exec sleep 300",
-        "sh -c 'trap \"\" TERM; sleep 300' & echo $! > {pid}; sleep 300",  # ignores SIGTERM
-    ],
-)
+TIMEOUTS = [
+    "sleep 300 & echo $! > {pid}; sleep 300",  # still running at the timeout
+    "(sleep 300; echo never) & echo $! > {pid}; exec sleep 300",
+    "sh -c 'trap \"\" TERM; sleep 300' & echo $! > {pid}; sleep 300",  # ignores SIGTERM
+]
+
+
+@pytest.mark.parametrize("script", TIMEOUTS)
 def test_at_the_timeout_the_whole_group_is_ended(tmp_path: Path, script: str) -> None:
     pidfile = tmp_path / "pid"
     t0 = time.monotonic()
@@ -75,13 +76,13 @@ def test_at_the_timeout_the_whole_group_is_ended(tmp_path: Path, script: str) ->
     assert _gone(int(pidfile.read_text())), "a background child outlived the timeout"
 
 
-@pytest.mark.parametrize(
-    "script",
-    [
-        "sleep 300 & echo $! > {pid}; echo started",  # exits, its child holds the pipe
-        "nohup sleep 300 > /dev/null 2>&1 & echo $! > {pid}",  # a detached child
-    ],
-)
+LEFT_BEHIND = [
+    "sleep 300 & echo $! > {pid}; echo started",  # exits, its child holds the pipe
+    "nohup sleep 300 > /dev/null 2>&1 & echo $! > {pid}",  # a detached child
+]
+
+
+@pytest.mark.parametrize("script", LEFT_BEHIND)
 def test_children_left_behind_are_ended_when_the_program_exits(tmp_path: Path, script: str) -> None:
     pidfile = tmp_path / "pid"
     t0 = time.monotonic()
@@ -91,18 +92,18 @@ def test_children_left_behind_are_ended_when_the_program_exits(tmp_path: Path, s
     assert _gone(int(pidfile.read_text()))
 
 
-@pytest.mark.parametrize(
-    ("code", "limit"),
-    [
-        # 40 MB in lines
-        (
-            "import sys\nfor i in range(400_000): sys.stdout.write('x' * 99 + '\\n')\nprint('END')",
-            4096,
-        ),
-        # 40 MB in one line without an end, then a short last line on stderr
-        ("import sys\nsys.stdout.write('y' * 40_000_000)\nsys.stderr.write('\\nEND\\n')", 65536),
-    ],
-)
+FLOODS = [
+    # 40 MB in lines
+    (
+        "import sys\nfor i in range(400_000): sys.stdout.write('x' * 99 + '\\n')\nprint('END')",
+        4096,
+    ),
+    # 40 MB in one line without an end, then a short last line on stderr
+    ("import sys\nsys.stdout.write('y' * 40_000_000)\nsys.stderr.write('\\nEND\\n')", 65536),
+]
+
+
+@pytest.mark.parametrize(("code", "limit"), FLOODS)
 def test_output_is_kept_as_a_bounded_tail(code: str, limit: int, tmp_path: Path) -> None:
     done = proc.run([PY, "-c", code], timeout=120, limit=limit)
     assert done.ok and done.truncated
@@ -128,16 +129,16 @@ def test_streamed_lines_are_bounded_and_redacted(monkeypatch: pytest.MonkeyPatch
     assert "ghp_streamedsecret123" not in "".join(lines) + done.output
 
 
-@pytest.mark.parametrize(
-    ("name", "value"),
-    [
-        ("TWINE_PASSWORD", "pypi-AgEIcHlwaS5vcmcCJGI"),
-        ("GITHUB_TOKEN", "ghp_16C7e42F292c6912E7710c838347Ae178B4a"),
-        ("CI_JOB_TOKEN", "glcbt-64_abcdefghij"),
-        ("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMI/K7MDENG/bPxRfiCY"),
-        ("MY_API_KEY", "0123456789abcdef"),
-    ],
-)
+ENV_SECRETS = [
+    ("TWINE_PASSWORD", "pypi-AgEIcHlwaS5vcmcCJGI"),
+    ("GITHUB_TOKEN", "ghp_16C7e42F292c6912E7710c838347Ae178B4a"),
+    ("CI_JOB_TOKEN", "glcbt-64_abcdefghij"),
+    ("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMI/K7MDENG/bPxRfiCY"),
+    ("MY_API_KEY", "0123456789abcdef"),
+]
+
+
+@pytest.mark.parametrize(("name", "value"), ENV_SECRETS)
 def test_the_environments_secrets_are_redacted(
     name: str, value: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -219,3 +220,41 @@ def test_ctrl_c_ends_the_programs_group(tmp_path: Path) -> None:
         runner.kill()
         runner.wait()
     assert _gone(int(pidfile.read_text()))
+
+
+RELIABILITY = [
+    Row(
+        "external programs",
+        "a program that signals its own process group (kill 0, kill -TERM 0, kill -KILL -$$)",
+        f"{len(SELF_KILLS)} scripts",
+        "only the program's own session is reached: forkpatch carries on and reports how it ended",
+    ),
+    Row(
+        "external programs",
+        "a program still running at its timeout, with background children (one ignoring "
+        "SIGTERM); one that exits leaving children; Ctrl-C while one runs",
+        f"{len(TIMEOUTS)} + {len(LEFT_BEHIND)} scripts + 1 interrupt",
+        "the whole group is ended (SIGTERM, then SIGKILL); no child outlives it",
+    ),
+    Row(
+        "external programs",
+        "a program printing 40 MB in lines or in one line without an end, in memory and on "
+        "disk; a streamed line of 300 kB",
+        f"{len(FLOODS)} outputs x (memory, disk) + 1 stream",
+        "a bounded tail is kept (the files on disk each at most the limit); never read whole",
+    ),
+    Row(
+        "external programs",
+        "several programs under one deadline; a program that waits for input",
+        "2 cases",
+        "the second is ended with what was left of the deadline; stdin is empty",
+    ),
+    Row(
+        "secrets",
+        "credential variables of the environment (TWINE_PASSWORD, GITHUB_TOKEN, CI_JOB_TOKEN, "
+        "AWS_SECRET_ACCESS_KEY, *_API_KEY) printed by a program, split across reads",
+        f"{len(ENV_SECRETS)} variables x (inherited, given) x (merged, split stderr)",
+        "hidden in the output kept and in every line streamed; a 1-character value is not "
+        "hidden inside other words",
+    ),
+]

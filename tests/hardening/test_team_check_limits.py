@@ -22,6 +22,7 @@ from forkpatch.smoke.env import SmokeEnv
 from forkpatch.smoke.team import run_team_checks
 from support import smoke
 from support.cli import Runner
+from support.reliability import Row
 
 C = "a" * 40
 HEAD = (
@@ -72,18 +73,18 @@ def _run(tmp_path: Path, checks: dict[str, TeamCheck], deadline: Deadline | None
     )
 
 
-@pytest.mark.parametrize(
-    "nodeid",
-    [
-        "../outside/test_x.py::t",
-        "tests/../../outside/test_x.py",
-        "/etc/passwd",
-        "~/test_home.py::t",
-        "--rootdir=/",
-        "-p evil",
-        "tests\\..\\..\\x.py",
-    ],
-)
+OUTSIDE_IDS = [
+    "../outside/test_x.py::t",
+    "tests/../../outside/test_x.py",
+    "/etc/passwd",
+    "~/test_home.py::t",
+    "--rootdir=/",
+    "-p evil",
+    "tests\\..\\..\\x.py",
+]
+
+
+@pytest.mark.parametrize("nodeid", OUTSIDE_IDS)
 def test_a_node_id_outside_the_project_is_refused_on_load(nodeid: str) -> None:
     text = HEAD + f"smoke:\n  checks:\n    static.ours:\n      pytest: {json.dumps(nodeid)}\n"
     with pytest.raises(SeriesError) as exc:
@@ -121,27 +122,27 @@ def test_a_node_id_through_a_link_out_of_the_project_is_not_run(tmp_path: Path) 
     assert not ran.exists()
 
 
-@pytest.mark.parametrize(
-    "command",
-    [
-        ["sh", "-c", "kill 0"],
-        ["sh", "-c", "trap '' TERM; kill -KILL 0"],
-        ["sh", "-c", "kill -TERM -$$; sleep 5"],
-    ],
-)
+GROUP_KILLS = [
+    ["sh", "-c", "kill 0"],
+    ["sh", "-c", "trap '' TERM; kill -KILL 0"],
+    ["sh", "-c", "kill -TERM -$$; sleep 5"],
+]
+
+
+@pytest.mark.parametrize("command", GROUP_KILLS)
 def test_a_check_that_kills_its_group_fails_alone(tmp_path: Path, command: list[str]) -> None:
     got = _run(tmp_path, {"static.killer": TeamCheck(command=tuple(command))})
     result = got["static.killer"]
     assert result.outcome == "failed" and "killed by SIG" in result.detail
 
 
-@pytest.mark.parametrize(
-    "script",
-    [
-        "sleep 300 & echo $! > {pid}; sleep 300",
-        "sh -c 'trap \"\" TERM; sleep 300' & echo $! > {pid}; exec sleep 300",
-    ],
-)
+TIMED_OUT = [
+    "sleep 300 & echo $! > {pid}; sleep 300",
+    "sh -c 'trap \"\" TERM; sleep 300' & echo $! > {pid}; exec sleep 300",
+]
+
+
+@pytest.mark.parametrize("script", TIMED_OUT)
 def test_at_its_timeout_a_checks_children_end_with_it(tmp_path: Path, script: str) -> None:
     pidfile = tmp_path / "pid"
     t0 = time.monotonic()
@@ -175,21 +176,21 @@ def test_one_deadline_for_every_check(tmp_path: Path) -> None:
     assert outcomes[-1] == "not-run" and "--timeout 3 s" in got["static.c4"].detail
 
 
-@pytest.mark.parametrize(
-    "code",
-    [
-        # 1 GiB in lines
-        (
-            "import sys\nb = ('x' * 1023 + '\\n') * 1024\nfor _ in range(1024): sys.stdout.write(b)\n"
-            "print('LAST LINE'); sys.exit(3)"
-        ),
-        # 512 MiB in one line
-        (
-            "import sys\nb = 'y' * (1 << 20)\nfor _ in range(512): sys.stdout.write(b)\n"
-            "sys.stdout.write('\\nLAST LINE\\n'); sys.exit(3)"
-        ),
-    ],
-)
+GIGABYTES = [
+    # 1 GiB in lines
+    (
+        "import sys\nb = ('x' * 1023 + '\\n') * 1024\nfor _ in range(1024): sys.stdout.write(b)\n"
+        "print('LAST LINE'); sys.exit(3)"
+    ),
+    # 512 MiB in one line
+    (
+        "import sys\nb = 'y' * (1 << 20)\nfor _ in range(512): sys.stdout.write(b)\n"
+        "sys.stdout.write('\\nLAST LINE\\n'); sys.exit(3)"
+    ),
+]
+
+
+@pytest.mark.parametrize("code", GIGABYTES)
 def test_a_check_that_prints_gigabytes_is_kept_as_a_tail(tmp_path: Path, code: str) -> None:
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     result = _run(tmp_path, {"static.loud": TeamCheck(command=("python", "-c", code))})[
@@ -248,3 +249,43 @@ def test_secrets_a_failing_check_echoes_reach_no_report(
     )
     # the terminal report shows the failure's output under its first line
     assert "last output:" in err2 and "**** ****" in err2.split("static.leaks ", 1)[1]
+
+
+RELIABILITY = [
+    Row(
+        "external programs",
+        "a team smoke check that kills its process group (kill 0, with SIGTERM trapped, "
+        "by the group's id)",
+        f"{len(GROUP_KILLS)} commands",
+        "that check fails with the signal named; the smoke run goes on and writes its report",
+    ),
+    Row(
+        "external programs",
+        "a team check past its timeout with background children (one ignoring SIGTERM); "
+        "a passing check that leaves a child; five checks of 2 s under a 3 s --timeout",
+        f"{len(TIMED_OUT)} + 1 + 1 cases",
+        "the group is ended and no child outlives it; one deadline for the whole smoke run: "
+        "a check cut by it or not started says so",
+    ),
+    Row(
+        "external programs",
+        "a team check printing 1 GiB in lines or 512 MiB in one line",
+        f"{len(GIGABYTES)} outputs",
+        "failed with the last lines of its output; a bounded tail on disk; forkpatch's "
+        "memory stays flat",
+    ),
+    Row(
+        "path safety",
+        "a team check's pytest node id outside the project (.., absolute, ~, backslashes, "
+        "an option) on load; one through a symlinked file or directory at run time",
+        f"{len(OUTSIDE_IDS)} node ids + 2 links",
+        "refused on load naming series.yaml:LINE; a linked one is an error and never run",
+        refused=str(len(OUTSIDE_IDS) + 2),
+    ),
+    Row(
+        "secrets",
+        "TWINE_PASSWORD and GITHUB_TOKEN echoed by a failing and a passing team check",
+        "1 smoke run x (stored report, --report, JUnit, --json, the terminal report)",
+        "in no report, JUnit file or output line",
+    ),
+]
