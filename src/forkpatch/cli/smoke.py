@@ -117,7 +117,8 @@ def _bisect(
     type=float,
     default=3600.0,
     show_default=True,
-    help="Seconds the checks may take in all.",
+    help="Seconds the whole smoke run may take: the environment, the checks and each "
+    "team check share this one deadline.",
 )
 @click.option(
     "--ptx-lib",
