@@ -55,6 +55,7 @@ ORDER = [
     "wheel integrity",
     "package index",
     "untrusted text",
+    "external programs",
 ]
 
 INTRO = """\
@@ -115,6 +116,11 @@ counted). What each category proves:
   (`fsutil.read_regular`: fstat after open, bounded reads), never read.
 - **untrusted text**: control characters and escape sequences from outside are escaped
   at each boundary (terminal, JUnit XML, Markdown); `--json` stays valid JSON.
+- **external programs**: every program but git (pip, a venv's python, a team's smoke
+  check) runs through `forkpatch.proc` in a session of its own, ended as a group at its
+  timeout or the operation's one deadline, on Ctrl-C and when it leaves children; its
+  output is read into a bounded tail, never whole; the environment's credentials are
+  hidden in what it printed wherever that is shown or stored.
 """
 
 
