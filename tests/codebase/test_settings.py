@@ -74,7 +74,9 @@ def _names_in_code() -> tuple[dict[str, list[str]], list[str]]:
                 bypass.append(f"{rel}:{node.lineno}: {node.value}")
         text = path.read_text(encoding="utf-8")
         if rel != "settings.py":
-            for m in re.finditer(r"(?:environ\.get|getenv|environ\[)\(?\s*([A-Z_]*ENV[A-Z_]*)", text):
+            for m in re.finditer(
+                r"(?:environ\.get|getenv|environ\[)\(?\s*([A-Z_]*ENV[A-Z_]*)", text
+            ):
                 line = text.count("\n", 0, m.start()) + 1
                 bypass.append(f"{rel}:{line}: os.environ read of {m.group(1)}")
     return found, bypass
