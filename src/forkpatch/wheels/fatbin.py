@@ -270,7 +270,10 @@ def _stripped_archs(r: _Reader, ident: bytes) -> list[tuple[int, int]] | None:
     stray magic number that does not parse as one is passed over."""
     magic = struct.pack("<I", FATBIN_MAGIC)
     found: list[tuple[int, int]] = []
-    for seg_off, seg_size in sorted(_segments(r, ident)):
+    segments = _segments(r, ident)
+    if not segments:
+        raise FatbinFormatError("section headers stripped and no loadable segment to read")
+    for seg_off, seg_size in sorted(segments):
         hits: list[int] = []
         carry = b""
         for at, piece in r.pieces(seg_off, seg_size):
@@ -375,6 +378,9 @@ def wheel_archs(wheel: Path, *, seconds: float = WHEEL_S) -> tuple[list[ModuleAr
                 )
             except (zlib.error, EOFError) as exc:
                 unreadable.append(f"{info.filename}: its compressed data is damaged ({exc})")
-            except (OSError, RuntimeError) as exc:
+            except Exception as exc:
+                # A decompressor's own error (lzma, bz2, zstd where Python has it, an
+                # encrypted member): whatever it is, this member cannot be told, and the
+                # check says so by name instead of stopping as an internal error.
                 unreadable.append(f"{info.filename}: {type(exc).__name__}: {exc}")
     return found, unreadable
