@@ -35,6 +35,7 @@ from forkpatch.series import PatchEntry, load_series, save_series
 from support.cli import fp
 from support.git import git
 from support.projects import example_project
+from support.reliability import Row
 
 TOKEN = "ghp_forge_trust_secret_789"
 GL_TOKEN = "glpat-forge-trust-secret-012"
@@ -365,3 +366,42 @@ def test_a_hostile_cache_is_ignored_in_bounded_time(project, case):
     ups = {p["name"]: p["upstream"] for p in json.loads(got.stdout)["patches"]}
     assert ups["capability-floor"]["state"] == "unknown"
     assert "upstream.json" in got.stderr  # said that it was ignored
+
+
+RELIABILITY = [
+    Row(
+        "forge answers",
+        'answers of another shape: nested 100,000 deep, wrong types ("merged": "no"), '
+        "unknown states, a merge commit that is no commit id, NaN / -Infinity, HTML, a list; "
+        "GitHub and GitLab shapes",
+        f"{len(BAD_PR_ANSWERS)} + 4",
+        "unknown with the reason naming the field; never read as merged; status exits 0",
+        refused=str(len(BAD_PR_ANSWERS) + 4),
+    ),
+    Row(
+        "forge answers",
+        "where a token goes: a merge request on another host, a configured API, a request "
+        "to another origin than the token's; URLs with credentials in series.yaml and in an "
+        "imported patch's Forwarded:",
+        "3 + 3 + 1",
+        "the token only to the API it is configured for (asserted on the servers); "
+        "credentials refused with a tip, never written or shown",
+        refused="4",
+    ),
+    Row(
+        "forge answers",
+        "without a token (the public API), rate limits (403 with no requests left, 429 "
+        "with a year of Retry-After), an answer from another API origin in the cache",
+        "1 + 2 + 1",
+        "asked unauthenticated; a rate limit stops the asking at that API, not waited "
+        "for; the cache is keyed by the API URL asked",
+    ),
+    Row(
+        "forge answers",
+        "the cache file as a FIFO, a link to /dev/zero, a directory, larger than a cache, "
+        "nested 100,000 deep, NaN / -Infinity / 1e400 times, wrong types, not UTF-8",
+        f"{len(CACHES)} cases",
+        "ignored with a warning naming the file, in bounded time; status exits 0",
+        refused=str(len(CACHES)),
+    ),
+]

@@ -24,6 +24,7 @@ from forkpatch.smoke.incheck import FAILED, NOT_RUN, PASSED
 from forkpatch.wheels import fatbin
 from forkpatch.wheels.fatbin import Deadline, FatbinFormatError, module_archs, wheel_archs
 from support.elfwriter import KIND_PTX, KIND_SASS, Section, container, entry, fatbin_elf, write_elf
+from support.reliability import Row
 
 GIB = 1 << 30
 
@@ -243,3 +244,25 @@ def test_a_read_past_the_time_bound_stops(tmp_path, monkeypatch):
     wheel = _wheel(tmp_path / "b-1-py3-none-any.whl", {"vllm/a.so": big, "vllm/b.so": big})
     modules, unreadable = wheel_archs(wheel, seconds=0.2)
     assert any("took more than 0.2 s" in u for u in unreadable), (modules, unreadable)
+
+
+RELIABILITY = [
+    Row(
+        "hostile wheels",
+        "ELF modules for static.kernel-archs: a 1.1 GiB fat binary (a file; 256 MiB "
+        "deflated in a wheel), 65,535 sections with a 64 MiB name table, a name shared as "
+        "a suffix, a read slower than the time bound",
+        "5 cases",
+        "headers read, payloads skipped: under 150 MiB and 20 s for 1.1 GiB; the time bound "
+        "names what it stopped",
+    ),
+    Row(
+        "hostile wheels",
+        "modules that cannot be read or are read another way: damaged deflate, zstd, AES, "
+        "section headers stripped (sm_90 only, sm_70; none; no loadable segment)",
+        "3 + 2 + 2",
+        "cannot tell, naming the module and why: the check fails, never not applicable; "
+        "stripped modules read through their program headers",
+        refused="4",
+    ),
+]
