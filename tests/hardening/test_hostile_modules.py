@@ -169,7 +169,8 @@ def test_an_unreadable_member_is_cannot_tell_never_not_applicable(tmp_path, dama
     damage(wheel)
     outcome, detail = kernels.kernel_archs(wheel)
     assert outcome == FAILED, detail
-    assert says in detail and "could not be read" in detail, detail
+    first = detail.splitlines()[0]  # the line the terminal report prints
+    assert says in first and "could not be read" in first, detail
     assert "Traceback" not in detail
     assert kernels.host_not_applicable({kernels.KERNEL_ARCHS: []}, wheel) == {}
 
@@ -195,7 +196,7 @@ def test_stripped_section_headers_are_read_through_the_program_headers(
     module = fatbin_elf(tmp_path / "s.so", *entries, strip_sections=True)
     wheel = _zip_write(tmp_path / "s-1-py3-none-any.whl", {"vllm/_C.abi3.so": module}, 8)
     got, detail = kernels.kernel_archs(wheel)
-    assert got == outcome and says in detail, detail
+    assert got == outcome and says in detail.splitlines()[0], detail
     assert kernels.host_not_applicable({kernels.KERNEL_ARCHS: []}, wheel) == {}
 
 

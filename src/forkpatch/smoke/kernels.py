@@ -72,6 +72,13 @@ def _cannot_tell(unreadable: str) -> str:
     return f"{name}: cannot tell what it carries ({why})"
 
 
+def _brief(lines: Sequence[str], most: int = 3) -> str:
+    """The first ``most`` module lines, for the detail's first line (the one the terminal
+    report prints): what each carries or why it could not be read."""
+    more = f"; {len(lines) - most} more below" if len(lines) > most else ""
+    return " [" + "; ".join(lines[:most]) + more + "]"
+
+
 def not_applicable_reason(n_modules: int) -> str:
     what = (
         "no compiled modules (a Python-only wheel)"
@@ -100,15 +107,20 @@ def kernel_archs(wheel: Path) -> tuple[str, str]:
                 + "): their kernels cannot run on a compute capability "
                 f"{REQUIRED_SASS // 10}.{REQUIRED_SASS % 10} GPU (build with "
                 "TORCH_CUDA_ARCH_LIST including 7.0 and a CUDA older than 13)"
+                + _brief([m.describe() for m in missing])
             )
         if unreadable:
             head.append(
                 f"{len(unreadable)} compiled module(s) could not be read, so whether they "
                 f"carry sm_{REQUIRED_SASS} SASS cannot be told"
+                + _brief([_cannot_tell(u) for u in unreadable])
             )
         return FAILED, "; ".join(head) + "\n" + "\n".join(lines)
     return PASSED, (
-        f"{len(cuda)} CUDA module(s), all with sm_{REQUIRED_SASS} SASS\n" + "\n".join(lines)
+        f"{len(cuda)} CUDA module(s), all with sm_{REQUIRED_SASS} SASS"
+        + _brief([m.describe() for m in cuda])
+        + "\n"
+        + "\n".join(lines)
     )
 
 
