@@ -41,6 +41,9 @@ TOKEN = "ghp_forge_trust_secret_789"
 GL_TOKEN = "glpat-forge-trust-secret-012"
 
 
+TRICKLE = -1
+
+
 class _Forge(http.server.BaseHTTPRequestHandler):
     """Answers ``routes[path] = (status, headers, raw body bytes)``; 404 JSON otherwise."""
 
@@ -50,6 +53,16 @@ class _Forge(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         self.seen.append({"path": self.path, **{k.lower(): v for k, v in self.headers.items()}})
         status, headers, body = self.routes.get(self.path, (404, {}, b'{"message": "Not Found"}'))
+        if status == TRICKLE:  # a byte every 0.3 s, a body that never ends on time
+            self.send_response(200)
+            self.send_header("Content-Length", "100000")
+            self.end_headers()
+            with contextlib.suppress(OSError):
+                for _ in range(100):
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+                    time.sleep(0.3)
+            return
         self.send_response(status)
         for k, v in headers.items():
             self.send_header(k, v)
@@ -297,6 +310,33 @@ def test_a_rate_limit_stops_the_asking(project, monkeypatch, capsys, limit):
         assert "GITHUB_TOKEN raises the limit" in ups["capability-floor"]["reason"]
 
 
+# -- the guards that hold: hostile answers end bounded and clean -------------------------
+
+HOSTILE = {
+    "a trickle": ((TRICKLE, {}, b""), "no answer in time"),
+    "a redirect to file://": ((302, {"Location": "file:///etc/passwd"}, b""), "HTTP 302"),
+    "a redirect loop": ((302, {"Location": PR7}, b""), "HTTP 302"),
+    "a body past 1 MiB": ((200, {}, b" " * (2 << 20)), "more than 1048576 bytes"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_a_hostile_forge_ends_bounded_and_clean(project, monkeypatch, capsys, case):
+    root, _ = project
+    route, reason = HOSTILE[case]
+    with _serve({PR7: route, PR8: (200, {}, _json(GOOD_PR))}) as (url, _seen):
+        monkeypatch.setenv("FORKPATCH_GITHUB_API", url)
+        monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+        monkeypatch.setenv("FORKPATCH_FORGE_TIMEOUT", "1500ms")  # read with its unit
+        t0 = time.monotonic()
+        code, ups, text = _status(root, capsys)
+    assert code == 0 and time.monotonic() - t0 < 10
+    got = ups["capability-floor"]
+    assert got["state"] == "unknown" and reason in got["reason"], got
+    assert ups["odd-width-padding"]["state"] == "open"
+    assert TOKEN not in text and "Traceback" not in text and "root:" not in text
+
+
 # -- the cache: keyed by what was asked where; read as a state file -----------------------
 
 
@@ -395,6 +435,14 @@ RELIABILITY = [
         "1 + 2 + 1",
         "asked unauthenticated; a rate limit stops the asking at that API, not waited "
         "for; the cache is keyed by the API URL asked",
+    ),
+    Row(
+        "forge answers",
+        "hostile forges: " + ", ".join(sorted(HOSTILE)) + "; FORKPATCH_FORGE_TIMEOUT in ms",
+        f"{len(HOSTILE)} cases",
+        "unknown with the reason, within the request's deadline; the other patch still "
+        "read; the token never shown",
+        refused=str(len(HOSTILE)),
     ),
     Row(
         "forge answers",
