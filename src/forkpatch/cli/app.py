@@ -1,7 +1,7 @@
 """The ``forkpatch`` command line: the group, its table of commands, and :func:`main`.
 
-Each command parses its options, opens the project and calls one core function; the
-commands live by group in the modules of this package and are imported only when they
+Each command parses its options, opens the project, calls the core and hands the
+result to one view; the commands live by group in the modules of this package and are imported only when they
 run (the table below names each one's module and function, and carries the short help
 that `forkpatch --help` lists). Errors derived from :class:`ForkpatchError` are reported
 in one place (:func:`main`) with their exit code; tracebacks only with ``--debug``. A

@@ -732,11 +732,6 @@ def write_zip(dest: Path, source: WheelZip, members: Sequence[OutMember]) -> Non
         raise
 
 
-def iter_names(members: Sequence[OutMember]) -> Iterator[str]:
-    for m in members:
-        yield m.out_name
-
-
 # --------------------------------------------------------------------------- RECORD
 
 
