@@ -24,11 +24,10 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from urllib.parse import urlsplit
 
 from forkpatch.errors import UsageError
-
-SettingKind = Literal["duration", "size", "boolean", "count", "path", "text"]
+from forkpatch.kinds import SettingKind
 
 
 @dataclass(frozen=True)
@@ -72,14 +71,14 @@ SETTINGS: dict[str, Setting] = {
         ),
         _s(
             "FORKPATCH_GITHUB_API",
-            "text",
+            "url",
             "https://api.github.com",
             "the GitHub API `status --upstream` asks (a GitHub Enterprise server)",
             "https://github.example.com/api/v3",
         ),
         _s(
             "FORKPATCH_GITLAB_API",
-            "text",
+            "url",
             "https://<host>/api/v4",
             "the GitLab API `status --upstream` asks (default: the merge request's host)",
             "https://gitlab.example.com/api/v4",
@@ -184,6 +183,7 @@ _EXAMPLES: dict[SettingKind, str] = {
     "size": "17179869184, 512MiB, 1.5GB or 16G",
     "boolean": "1 or 0 (true/false, yes/no, on/off)",
     "count": "0, 1, 2 ...",
+    "url": "an http(s) URL without credentials",
     "path": "a path",
     "text": "a word",
 }
@@ -283,11 +283,34 @@ def text(name: str, env: Mapping[str, str] | None = None) -> str | None:
     return _raw(name, env) or None
 
 
+def url(name: str, env: Mapping[str, str] | None = None) -> str | None:
+    """The setting ``name`` as an http(s) URL with a host and no user name, password or
+    token in it (a token is the forge's own variable's), None when unset."""
+    value = _raw(name, env)
+    if not value:
+        return None
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 (a port that is no number raises here)
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise _bad(name, value, "an http(s) URL")
+    if "@" in parts.netloc or parts.query:
+        raise UsageError(
+            f"{name} holds a URL with credentials or a query; forkpatch never sends one",
+            tip=f"set it to the API's plain URL (for example {name}="
+            f"{SETTINGS[name].example}); the token goes in the forge's own variable",
+        )
+    return value
+
+
 _READERS: dict[SettingKind, Callable[[str, Mapping[str, str] | None], object]] = {
     "duration": lambda name, env: duration(name, 1.0, env),
     "size": lambda name, env: size(name, 1, env),
     "count": lambda name, env: count(name, 0, env),
     "boolean": flag,
+    "url": url,
     "path": text,
     "text": text,
 }

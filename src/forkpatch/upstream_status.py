@@ -111,7 +111,7 @@ def reference(entry: PatchEntry) -> Reference | None:
     text = entry.upstream
     if m := _GITHUB_PR.search(text):
         owner, repo, number = m.groups()
-        base = (settings.text("FORKPATCH_GITHUB_API") or GITHUB_API).rstrip("/")
+        base = (settings.url("FORKPATCH_GITHUB_API") or GITHUB_API).rstrip("/")
         api = f"{base}/repos/{owner}/{repo}/pulls/{number}"
         return Reference(
             "github-pr",
@@ -123,7 +123,7 @@ def reference(entry: PatchEntry) -> Reference | None:
         )
     if m := _GITLAB_MR.search(text):
         host, path, iid = m.groups()
-        configured = settings.text("FORKPATCH_GITLAB_API")
+        configured = settings.url("FORKPATCH_GITLAB_API")
         base = (configured or f"https://{host}/api/v4").rstrip("/")
         quoted = urllib.parse.quote(path, safe="")
         api = f"{base}/projects/{quoted}/merge_requests/{iid}"

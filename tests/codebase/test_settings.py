@@ -24,7 +24,7 @@ pytestmark = pytest.mark.quick
 SRC = Path(forkpatch.__file__).resolve().parent
 README = SRC.parent.parent / "README.md"
 NAME = re.compile(r"FORKPATCH_[A-Z0-9_]+")
-READERS = {"duration", "size", "count", "flag", "flag_or_false", "text"}
+READERS = {"duration", "size", "count", "flag", "flag_or_false", "url", "text"}
 WRITTEN = {"FORKPATCH_COMPILE_ONLY"}  # set for the build script in the container, never read
 
 

@@ -39,7 +39,9 @@ BAD = {
     "size": ["16X", "lots", "-5G", "0", "16i", "iB", "nan", "1e3"],
     "boolean": ["2", "yes please", "maybe"],
     "count": ["-1", "three", "1.5"],
+    "url": ["api.github.com", "ftp://api.example.com", "https://", "https://h:port/api"],
 }
+URL_SECRETS = ["https://ghp_secret123@api.github.com", "https://u:pw12345678@h/api?x=1"]
 
 
 @pytest.mark.parametrize(("text", "seconds"), sorted(DURATIONS.items()))
@@ -65,6 +67,7 @@ NAMES = {
     "size": "FORKPATCH_WHEEL_MAX_BYTES",
     "boolean": "FORKPATCH_KEEP_SMOKE_ENV",
     "count": "FORKPATCH_TEST_KILL_AT",
+    "url": "FORKPATCH_GITHUB_API",
 }
 BAD_CASES = [(kind, value) for kind, values in BAD.items() for value in values]
 
@@ -78,6 +81,14 @@ def test_a_value_that_does_not_read_names_the_variable_and_an_example(kind, valu
     text = str(err.value)
     assert name in text and repr(value) in text
     assert f"{name}={settings.SETTINGS[name].example}" in text  # a value that would do
+
+
+@pytest.mark.parametrize("value", URL_SECRETS)
+def test_an_api_url_with_credentials_is_refused_without_showing_them(value):
+    with pytest.raises(UsageError) as err:
+        settings.check_environment({"FORKPATCH_GITLAB_API": value})
+    assert "FORKPATCH_GITLAB_API" in str(err.value) and "credentials" in str(err.value)
+    assert "secret123" not in str(err.value) and "pw12345678" not in str(err.value)
 
 
 def test_an_empty_value_is_the_default():
@@ -126,12 +137,13 @@ RELIABILITY = [
     Row(
         "the user's environment",
         "forkpatch's own settings written with units (500ms, 5m, 1h, 16G, 512MiB, 1.5GB, "
-        "yes/no) and written wrong (5 fortnights, -1, nan, 1e400, 16X, maybe), read through "
-        "one reader (settings.py)",
-        f"{len(DURATIONS) + len(SIZES) + len(FLAGS)} good + {len(BAD_CASES)} bad + "
+        "yes/no) and written wrong (5 fortnights, -1, nan, 1e400, 16X, maybe, an API URL "
+        "without a scheme or with a token in it), read through one reader (settings.py)",
+        f"{len(DURATIONS) + len(SIZES) + len(FLAGS)} good + "
+        f"{len(BAD_CASES) + len(URL_SECRETS)} bad + "
         f"{len(COMMAND_CASES)} through commands",
         "units read as written; a wrong value is exit 2 naming the variable, what it holds "
         "and a valid example, before the command does anything (--version too)",
-        refused=str(len(BAD_CASES) + len(COMMAND_CASES)),
+        refused=str(len(BAD_CASES) + len(URL_SECRETS) + len(COMMAND_CASES)),
     ),
 ]
