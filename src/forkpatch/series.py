@@ -285,6 +285,35 @@ def _scalar(node: yaml.Node, loc: _Loc, what: str, *, allow_empty: bool = False)
     return value
 
 
+_URL_IN_TEXT = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s<>\"')\]]+")
+UPSTREAM_CREDENTIAL_TIP = (
+    "name the pull/merge request by its plain URL (https://host/owner/repo/pull/N): "
+    "status --upstream takes the forge's token from GITHUB_TOKEN / GITLAB_TOKEN"
+)
+
+
+def upstream_credentials(text: str) -> str | None:
+    """The first URL in an ``upstream:`` text that carries a user name, password or
+    token, shown with its secret hidden (None when there is none)."""
+    for m in _URL_IN_TEXT.finditer(text):
+        url = m.group(0).rstrip(".,;:")
+        if url_has_credentials(url) or "@" in url.split("://", 1)[1].split("/", 1)[0]:
+            return hide_url_secrets(url)
+    return None
+
+
+def _upstream(node: yaml.Node, loc: _Loc, what: str) -> str:
+    value = _scalar(node, loc, f"{what}: upstream", allow_empty=True)
+    shown = upstream_credentials(value)
+    if shown is not None:
+        raise loc.err(
+            node,
+            f"{what}: upstream URL {shown} carries credentials; series.yaml never holds one",
+            tip="remove the user/token part of the URL. " + UPSTREAM_CREDENTIAL_TIP,
+        )
+    return value
+
+
 def _native(node: yaml.Node, loc: _Loc) -> Any:
     """The Python value of a composed node (SafeLoader rules), errors with the node's line.
 
@@ -554,9 +583,7 @@ def _parse_entry(item: yaml.Node, loc: _Loc, known: Iterable[str] = ()) -> Patch
         build_step=build_step,
         summary=_scalar(_required(m, "summary", loc, what, item), loc, f"{what}: summary"),
         why=_scalar(m["why"], loc, f"{what}: why", allow_empty=True) if "why" in m else "",
-        upstream=_scalar(m["upstream"], loc, f"{what}: upstream", allow_empty=True)
-        if "upstream" in m
-        else "",
+        upstream=_upstream(m["upstream"], loc, what) if "upstream" in m else "",
         origin=_scalar(m["origin"], loc, f"{what}: origin", allow_empty=True)
         if "origin" in m
         else "",
