@@ -87,6 +87,15 @@ def fork_version(tag: str) -> str:
         ) from None
 
 
+def series_fork_version(project: Project) -> str:
+    """The fork's version at the series' base: its release tag's, or counted from the
+    nearest release below a base no release tag names (:mod:`forkpatch.baseversion`)."""
+    from forkpatch.baseversion import base_version
+
+    series = project.series
+    return base_version(project.fork(), series.base, series.track.pattern).version
+
+
 def _patch_bytes(project: Project, entry: PatchEntry) -> bytes:
     data = project.raw_patch_bytes(entry)
     if data is None:
@@ -135,12 +144,12 @@ def build_steps(series: Series) -> list[Any]:
 def apply_in_memory(project: Project, base: str) -> tuple[str, list[str]]:
     """The series applied to ``base`` in memory: (the result's commit, files it touched)."""
     series = project.series
-    with log.step(f"apply {len(series.patches)} patch(es) to {series.base.tag} in memory"):
+    with log.step(f"apply {len(series.patches)} patch(es) to {series.base.label} in memory"):
         result = SeriesApplier(project.fork().store, base).run(project.items(), write=True)
         bad = result.first_conflict()
         if bad is not None:
             raise PatchApplyError(
-                bad.describe_failure(series.base.tag),
+                bad.describe_failure(series.base.label),
                 tip="fix the series first (`forkpatch status`)",
             )
     return result.head or base, sorted({f for r in result.results for f in r.files})
@@ -193,9 +202,8 @@ def build_wheel(project: Project, opts: BuildOptions) -> BuildResult:
         sweep_temps(out_dir)
 
     head, touched = apply_in_memory(project, base)
-    version = build_version(
-        fork_version(series.base.tag), patchset_label(base, patch_items(project, series))
-    )
+    fork_v = series_fork_version(project)
+    version = build_version(fork_v, patchset_label(base, patch_items(project, series)))
     patterns = DEFAULT_COMPILED_PATTERNS if cfg.compiled_patterns is None else cfg.compiled_patterns
     compiled = compiled_paths_touched(touched, patterns)
     base_wheel = opts.base_wheel or (Path(cfg.base_wheel) if cfg.base_wheel else None)
@@ -214,7 +222,7 @@ def build_wheel(project: Project, opts: BuildOptions) -> BuildResult:
         )
     if mode == "overlay" and base_wheel is None:
         raise BuildError(
-            f"an overlay build needs the fork's released wheel for {series.base.tag}",
+            f"an overlay build needs the fork's released wheel for {series.base.label}",
             tip="pass --base-wheel PATH or set build.base-wheel in series.yaml",
         )
     if mode == "auto":
@@ -241,7 +249,7 @@ def build_wheel(project: Project, opts: BuildOptions) -> BuildResult:
         stage = Path(tempfile.mkdtemp(prefix=".forkpatch-stage-", dir=out_dir))
         try:
             staged, prov = _overlay(
-                project, fork.store, head, touched, version, base_wheel, stage, series
+                project, fork.store, head, touched, (version, fork_v), base_wheel, stage, series
             )
             if out_dir.is_relative_to(project.root):
                 project.commit(extra=dist_changes(out_dir, staged))
@@ -274,11 +282,12 @@ def _overlay(
     store: Any,
     head: str,
     touched: list[str],
-    version: str,
+    versions: tuple[str, str],
     base_wheel: Path,
     out_dir: Path,
     series: Series,
 ) -> tuple[list[Path], Provenance]:
+    version, fork_v = versions
     if not base_wheel.is_file():
         raise BuildError(
             f"base wheel {base_wheel} does not exist",
@@ -295,7 +304,7 @@ def _overlay(
             provenance=prov,
             out_dir=out_dir,
             extra_steps=build_steps(series),
-            expected_fork_version=fork_version(series.base.tag),
+            expected_fork_version=fork_v,
             expected_distribution=series.fork.distribution,
         )
     return [wheel], prov

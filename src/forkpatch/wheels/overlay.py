@@ -407,6 +407,29 @@ def _record_lines(record: bytes, source: str) -> dict[str, tuple[str, str]]:
     return out
 
 
+_NODE_RE = re.compile(r"^g([0-9a-f]{7,40})$")
+
+
+def fork_version_matches(found: str, expected: str) -> bool:
+    """Whether a base wheel of version ``found`` is the fork at ``expected``: equal, or,
+    for a base between releases (``1.3.1.dev8+gae13773a0dee``), the same public version
+    and a ``g<commit>`` local segment naming the same commit at another length (the
+    fork's own setuptools-scm abbreviates it as git does, and may add ``.empty``)."""
+    try:
+        have, want = Version(found), Version(expected)
+    except InvalidVersion:
+        return False
+    if have == want:
+        return True
+    if have.public != want.public or not want.local or not have.local:
+        return False
+    nodes = [m.group(1) for part in have.local.split(".") if (m := _NODE_RE.match(part))]
+    wanted = [m.group(1) for part in want.local.split(".") if (m := _NODE_RE.match(part))]
+    if not nodes or not wanted:
+        return False
+    return any(a.startswith(b) or b.startswith(a) for a in nodes for b in wanted)
+
+
 def overlay_wheel(
     base_wheel: Path,
     *,
@@ -504,14 +527,14 @@ def overlay_wheel(
                 f"fork's {expected_distribution!r} (series.yaml fork.distribution)",
                 tip=f"give --base-wheel the fork's own {expected_distribution} wheel",
             )
-        if expected_fork_version is not None and Version(base_version) != Version(
-            expected_fork_version
+        if expected_fork_version is not None and not fork_version_matches(
+            base_version, expected_fork_version
         ):
             raise BuildError(
-                f"base wheel {base_wheel.name} is version {base_version}, but the series is based "
-                f"on {expected_fork_version}",
-                tip=f"download the fork's {expected_fork_version} wheel, or rebase the series "
-                f"onto the tag of {base_version}",
+                f"base wheel {base_wheel.name} is the fork's {base_version}, but the series "
+                f"being built is on the fork's {expected_fork_version}",
+                tip=f"pass the fork's {expected_fork_version} wheel (`forkpatch base-wheel` "
+                "builds a Python-only one from the series' base)",
             )
         for path, new_bytes in replacements.items():
             if new_bytes is None and path not in src.by_name:
