@@ -425,9 +425,7 @@ def write_example_patches(fork: Path, tag: str, out_dir: Path) -> list[Path]:
     return paths
 
 
-def build_release_wheel(
-    fork: Path, tag: str, out_dir: Path, *, version: str | None = None
-) -> Path:
+def build_release_wheel(fork: Path, tag: str, out_dir: Path, *, version: str | None = None) -> Path:
     """The fork's "released wheel" for ``tag``, built without network or setuptools.
     ``tag`` may be any commit of the fork when ``version`` names its version (a
     build between releases: ``1.3.1.dev2+g<commit>``).
@@ -441,9 +439,9 @@ def build_release_wheel(
     import hashlib
     import zipfile
 
-    from forkpatch.git import git_env
-
     from packaging.version import Version
+
+    from forkpatch.git import git_env
 
     version = version or tag.lstrip("v")
     listing = _git(fork, "ls-tree", "-r", "--name-only", "-z", tag)

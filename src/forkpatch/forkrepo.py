@@ -569,7 +569,9 @@ class ForkRepo:
             "refs/tags",
             check=False,
         )
-        names = set(proc.stdout.decode("utf-8", "replace").split()) if proc.returncode == 0 else set()
+        names = (
+            set(proc.stdout.decode("utf-8", "replace").split()) if proc.returncode == 0 else set()
+        )
         return {t: c for t, c in self.source_tags().items() if t in names}
 
     def distance(self, ancestor: str, commit: str) -> int:

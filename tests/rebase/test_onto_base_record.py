@@ -121,7 +121,7 @@ def test_a_rebase_records_what_the_target_resolved_to_and_later_commands_work(
 
     # track: releases past the one the base counts from are newer; no "set track.pattern".
     newer = version.startswith("1.2.2")
-    code, out, err = run("track", "--json", "--no-forecast", expect=10 if newer else 0)
+    _code, out, err = run("track", "--json", "--no-forecast", expect=10 if newer else 0)
     report = json.loads(out)
     assert [t["tag"] for t in report["newer"]] == (["v1.3.0"] if newer else [])
     assert "track.pattern" not in err
@@ -146,7 +146,9 @@ def test_a_series_an_older_forkpatch_wrote_with_a_ref_under_tag_still_works(
     path = project / "series.yaml"
     text = path.read_text(encoding="utf-8")
     name = head if legacy == "commit-id" else "next"
-    path.write_text(text.replace("base:\n", f"base:\n  tag: {name}\n").replace("  branch: next\n", ""))
+    path.write_text(
+        text.replace("base:\n", f"base:\n  tag: {name}\n").replace("  branch: next\n", "")
+    )
     base = load_series(path).base
     assert base.tag == ("" if legacy == "commit-id" else "next")
     _, _, err = run("status")

@@ -183,7 +183,7 @@ def export_tree(project: Project, commit: str, dest: Path) -> None:
         if hasattr(tarfile, "data_filter"):
             tf.extractall(dest, filter="data")
         else:  # pragma: no cover - Pythons before the tarfile filters
-            tf.extractall(dest)  # noqa: S202 - git archive of the fork's own tree
+            tf.extractall(dest)
     if not (dest / "setup.py").is_file() and not (dest / "pyproject.toml").is_file():
         raise BuildError(
             f"the fork's tree at {commit[:12]} has no setup.py or pyproject.toml: "

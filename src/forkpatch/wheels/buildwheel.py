@@ -30,7 +30,7 @@ from forkpatch.errors import BuildError, PatchApplyError
 from forkpatch.fsutil import file_sha256, sweep_temps
 from forkpatch.kinds import BUILD_MODES
 from forkpatch.project import Project
-from forkpatch.series import PatchEntry, Series
+from forkpatch.series import BaseRef, PatchEntry, Series
 from forkpatch.wheels.dist import commit_dist, dist_changes, recover_dist
 from forkpatch.wheels.identity import (
     BuilderInfo,
@@ -85,6 +85,34 @@ def fork_version(tag: str) -> str:
             f"the base tag '{tag}' is not a version; cannot name the wheel",
             tip="base the series on a release tag such as v1.2.1",
         ) from None
+
+
+def fill_base_wheel(template: str, tag: str, version: str) -> str:
+    """build.base-wheel with its placeholders filled in for one base of the fork:
+    ``{tag}`` (the tag, or the commit id for a base no tag names) and ``{version}``
+    (the fork's version there). build-wheel, droppable and track all use it."""
+    return template.replace("{tag}", tag).replace("{version}", version)
+
+
+def configured_base_wheel(
+    project: Project, base: BaseRef, version: str, given: Path | None = None
+) -> tuple[Path | None, str]:
+    """The base wheel for the fork at ``base`` (version ``version``) and where it comes
+    from: ``given`` (--base-wheel), else build.base-wheel filled in for ``base``, else
+    the one `forkpatch base-wheel` built for its commit; (None, "") when none."""
+    from forkpatch.wheels.basewheel import cached
+
+    if given is not None:
+        return given, "--base-wheel"
+    template = project.series.build.base_wheel
+    if template:
+        path = Path(fill_base_wheel(template, base.tag or base.commit, version)).expanduser()
+        return (path if path.is_absolute() else project.root / path), "build.base-wheel"
+    hit = cached(project, base.commit, version)
+    if hit is not None:
+        log.info(f"base wheel: {hit} (built by `forkpatch base-wheel` for {base.describe()})")
+        return hit, "forkpatch base-wheel"
+    return None, ""
 
 
 def series_fork_version(project: Project) -> str:
@@ -206,9 +234,7 @@ def build_wheel(project: Project, opts: BuildOptions) -> BuildResult:
     version = build_version(fork_v, patchset_label(base, patch_items(project, series)))
     patterns = DEFAULT_COMPILED_PATTERNS if cfg.compiled_patterns is None else cfg.compiled_patterns
     compiled = compiled_paths_touched(touched, patterns)
-    base_wheel = opts.base_wheel or (Path(cfg.base_wheel) if cfg.base_wheel else None)
-    if base_wheel is not None and not base_wheel.is_absolute():
-        base_wheel = project.root / base_wheel
+    base_wheel, _source = configured_base_wheel(project, series.base, fork_v, opts.base_wheel)
 
     mode = opts.mode if opts.mode != "auto" else (cfg.mode or "auto")
     if mode not in MODES:
@@ -222,8 +248,9 @@ def build_wheel(project: Project, opts: BuildOptions) -> BuildResult:
         )
     if mode == "overlay" and base_wheel is None:
         raise BuildError(
-            f"an overlay build needs the fork's released wheel for {series.base.label}",
-            tip="pass --base-wheel PATH or set build.base-wheel in series.yaml",
+            f"an overlay build needs the fork's wheel for {series.base.describe()} ({fork_v})",
+            tip=f"pass --base-wheel PATH, set build.base-wheel in series.yaml (it may hold "
+            f"{{tag}} and {{version}}), or build a Python-only one: {BASE_WHEEL_COMMAND}",
         )
     if mode == "auto":
         if compiled:
@@ -233,6 +260,7 @@ def build_wheel(project: Project, opts: BuildOptions) -> BuildResult:
             )
         elif base_wheel is None:
             mode, reason = "container", "no base wheel is configured (--base-wheel)"
+            _say_why_container(series.base, fork_v, opts)
         else:
             mode, reason = (
                 "overlay",
@@ -261,9 +289,20 @@ def build_wheel(project: Project, opts: BuildOptions) -> BuildResult:
             shutil.rmtree(stage, ignore_errors=True)
         log_path = None
     else:
-        wheels, prov, log_path = _container(
-            project, fork.store, head, version, out_dir, series, opts
-        )
+        try:
+            wheels, prov, log_path = _container(
+                project, fork.store, head, version, out_dir, series, opts
+            )
+        except BuildError as exc:
+            if not (opts.mode == "auto" and not compiled and base_wheel is None):
+                raise
+            # Chosen only for want of a base wheel: the way that needs no container.
+            raise type(exc)(
+                f"{exc.message}\n(auto mode built in a container because no base wheel of "
+                f"the fork's {fork_v} was given; the series touches only Python files)",
+                tip=f"pass --base-wheel with the fork's {fork_v} wheel, or run "
+                f"{BASE_WHEEL_COMMAND}" + (f"; or: {exc.tip}" if exc.tip else ""),
+            ) from exc
     res = BuildResult(
         mode=mode,
         reason=reason,
@@ -275,6 +314,26 @@ def build_wheel(project: Project, opts: BuildOptions) -> BuildResult:
         sha256={w.name: file_sha256(w) for w in wheels},
     )
     return res
+
+
+BASE_WHEEL_COMMAND = "`forkpatch base-wheel` (then build-wheel takes it)"
+
+
+def _say_why_container(base: BaseRef, fork_v: str, opts: BuildOptions) -> None:
+    """auto mode on a Python-only series without a base wheel: the overlay path is
+    the one that needs no Docker and no network; say so before the container build."""
+    offline = (
+        "it needs a Docker engine and installs its toolchain from the network"
+        if opts.toolchain == "apt"
+        else f"it needs a Docker engine (--toolchain {opts.toolchain})"
+    )
+    log.warn(
+        "the series touches only Python files, but there is no base wheel of the fork's "
+        f"{fork_v} ({base.describe()}) to overlay, so this is a container build from source: "
+        f"{offline}. Without them, pass --base-wheel with the fork's wheel for the base, "
+        f"or build a Python-only one with {BASE_WHEEL_COMMAND}; offline container builds "
+        "take --toolchain wheels --wheelhouse DIR"
+    )
 
 
 def _overlay(
