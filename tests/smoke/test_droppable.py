@@ -71,7 +71,12 @@ def test_verdicts_at_the_base(project, example_build, capsys):
     got = {p["name"]: p for p in data["patches"]}
     assert data["target"] == "v1.2.1" and data["droppable"] == ["capability-floor"]
     assert got["capability-floor"]["verdict"] == "droppable"
-    assert got["capability-floor"]["checks_without_patch"] == {"static.cli-version": "passed"}
+    # its own condition, and the checks of the patches that stay (vllm-dist-info's)
+    assert got["capability-floor"]["checks_without_patch"] == {
+        "static.cli-version": "passed",
+        "static.version-metadata": "passed",
+    }
+    assert "so do the checks of the patches that stay" in got["capability-floor"]["evidence"]
     # a tier this machine lacks: not evaluated, naming the tier and why
     odd = got["odd-width-padding"]
     assert odd["verdict"] == "not-evaluated" and odd["missing"] == ["tier sm70"]
