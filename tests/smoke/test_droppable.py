@@ -134,7 +134,9 @@ def test_without_a_wheel_of_the_target_nothing_is_guessed(project, capsys):
     got = {p["name"]: p for p in json.loads(out)["patches"]}
     assert got["cli-version"]["verdict"] == "droppable"
     assert got["capability-floor"]["verdict"] == "not-evaluated"
-    assert "no base wheel of v1.3.0" in got["capability-floor"]["evidence"]
+    evidence = got["capability-floor"]["evidence"]
+    assert "no base wheel of the fork at v1.3.0 (1.3.0)" in evidence
+    assert "`forkpatch base-wheel --onto v1.3.0`" in evidence
     # nothing droppable: exit 0
     _code, out, _err = run("droppable", "capability-floor", "--json", expect=0)
     assert json.loads(out)["droppable"] == []
