@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -33,8 +32,10 @@ CASES = {
         "static.uses-eager-cast",
         USES_EAGER_CAST,
         "needed",
-        "static.uses-eager-cast, the check of 'cli-version' (which stays), passes with the "
-        "patch and failed without it",
+        (
+            "static.uses-eager-cast, the check of 'cli-version' (which stays), passes with the "
+            "patch and failed without it"
+        ),
     ),
     "broken-anyway": (
         "static.always-fails",
@@ -46,8 +47,10 @@ CASES = {
         "gpu.uses-eager-cast",
         USES_EAGER_CAST,
         "not-evaluated",
-        "the checks of the patches that stay did not all run: gpu.uses-eager-cast of "
-        "'cli-version' not run: ",
+        (
+            "the checks of the patches that stay did not all run: gpu.uses-eager-cast of "
+            "'cli-version' not run: "
+        ),
     ),
 }
 

@@ -46,9 +46,7 @@ def test_a_wheel_of_the_base_given_for_another_target_names_both(project, exampl
     run = Runner(project, capsys)
     args = ["droppable", "--onto", "v1.3.0", "--base-wheel", str(example_build.base_wheel)]
     _code, _out, err = run(*args, expect=2)
-    assert (
-        "is the fork's 1.2.1, but the series rebased onto v1.3.0 is on the fork's 1.3.0" in err
-    )
+    assert "is the fork's 1.2.1, but the series rebased onto v1.3.0 is on the fork's 1.3.0" in err
     assert "`forkpatch base-wheel --onto v1.3.0`" in err
     assert "rebase the series onto" not in err and "based on 1.3.0" not in err
 
@@ -62,8 +60,9 @@ def test_build_base_wheel_covers_the_base_only_and_says_so(project, example_buil
     _code, out, _err = run("droppable", "capability-floor", "--onto", "v1.3.0", "--json")
     (got,) = json.loads(out)["patches"]
     assert got["verdict"] == "not-evaluated" and got["missing"] == ["build"]
-    assert f"build.base-wheel (release/{wheel.name}) is the wheel of the series' base v1.2.1" in (
-        got["evidence"]
+    assert (
+        f"build.base-wheel (release/{wheel.name}) is the wheel of the series' base v1.2.1"
+        in (got["evidence"])
     )
     assert "{tag} or {version}" in got["evidence"] and "set build.base-wheel" not in got["evidence"]
     # At the base itself it is the right wheel.
@@ -109,11 +108,13 @@ def test_a_check_that_did_not_run_for_want_of_a_module_says_so(project, example_
     got = {p["name"]: p for p in json.loads(out)["patches"]}
     floor, odd = got["capability-floor"], got["odd-width-padding"]
     assert floor["verdict"] == "not-evaluated" and floor["missing"] == ["module torch"], floor
-    assert "static.capability-floor-cpu (tier static) not run: needs the module 'torch'" in (
-        floor["evidence"]
+    assert (
+        "static.capability-floor-cpu (tier static) not run: needs the module 'torch'"
+        in (floor["evidence"])
     )
     assert "pip install" in floor["evidence"], floor
     assert odd["verdict"] == "not-evaluated", odd
-    assert "static.odd-width-padding-cpu: not-run with, not-run without (needs the module " in (
-        odd["evidence"]
+    assert (
+        "static.odd-width-padding-cpu: not-run with, not-run without (needs the module "
+        in (odd["evidence"])
     )
