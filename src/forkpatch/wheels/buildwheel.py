@@ -43,7 +43,9 @@ from forkpatch.wheels.identity import (
 from forkpatch.wheels.options import DEFAULT_BASE_IMAGE, BuildOptions
 from forkpatch.wheels.overlay import (
     DEFAULT_COMPILED_PATTERNS,
+    by_importance,
     compiled_paths_touched,
+    describe_compiled,
     overlay_wheel,
     tree_path_to_wheel_path,
 )
@@ -241,9 +243,8 @@ def build_wheel(project: Project, opts: BuildOptions) -> BuildResult:
         raise BuildError(f"unknown build mode '{mode}'", tip=f"use one of {', '.join(MODES)}")
     if mode == "overlay" and compiled:
         raise BuildError(
-            "an overlay build cannot include changes to compiled code; the series touches: "
-            + ", ".join(compiled[:10])
-            + (" ..." if len(compiled) > 10 else ""),
+            "an overlay build cannot include changes to compiled code; the series touches "
+            + describe_compiled(compiled),
             tip="build with --mode container",
         )
     if mode == "overlay" and base_wheel is None:
@@ -256,7 +257,11 @@ def build_wheel(project: Project, opts: BuildOptions) -> BuildResult:
         if compiled:
             mode, reason = (
                 "container",
-                ("the series touches compiled code (" + ", ".join(compiled[:3]) + ")"),
+                (
+                    "the series touches compiled code ("
+                    + ", ".join(by_importance(compiled)[:3])
+                    + ")"
+                ),
             )
         elif base_wheel is None:
             mode, reason = "container", "no base wheel is configured (--base-wheel)"

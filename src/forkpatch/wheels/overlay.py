@@ -47,7 +47,9 @@ __all__ = [
     "DEFAULT_COMPILED_PATTERNS",
     "BuildStep",
     "WheelMembers",
+    "by_importance",
     "compiled_paths_touched",
+    "describe_compiled",
     "dist_info_dirname",
     "overlay_wheel",
     "record_hash",
@@ -130,6 +132,70 @@ def compiled_paths_touched(
         if any(r.match(p) for r in regexes) and path not in hits:
             hits.append(path)
     return hits
+
+
+#: Top-level directories of the fork whose files are never built into the wheel.
+_OUTSIDE_THE_BUILD = ("benchmarks", "tests", "examples", "docs", "tools", ".github", ".buildkite")
+_COMPILED_SUFFIXES = (
+    ".cu",
+    ".cuh",
+    ".cpp",
+    ".cc",
+    ".c",
+    ".h",
+    ".hpp",
+    ".pyx",
+    ".pxd",
+    ".rs",
+    ".so",
+)
+_BUILD_FILES = ("CMakeLists.txt", "setup.py", "pyproject.toml", "setup.cfg")
+#: What a touched path means for the compiled part of the wheel, most important first.
+IMPORTANCE = (
+    "compiled into the wheel",
+    "the build's configuration",
+    "packaging metadata",
+    "outside the build",
+)
+
+
+def importance(path: str) -> int:
+    """How much a change to ``path`` matters for the wheel's compiled part (an index of
+    :data:`IMPORTANCE`): sources compiled into it (``csrc/``, the bundled
+    flash-attention, CUDA/C++ anywhere the build reads) first, then what configures the
+    build (CMake, setup.py), then packaging files (MANIFEST.in, requirements), then
+    files the build never reads (benchmarks, tests, examples)."""
+    p = path.lstrip("/").removeprefix("./")
+    parts = PurePosixPath(p).parts
+    if parts and parts[0] in _OUTSIDE_THE_BUILD:
+        return 3
+    name = parts[-1] if parts else p
+    if parts and parts[0] in ("csrc", "flash-attention-v100"):
+        return 0 if name.endswith(_COMPILED_SUFFIXES) or name == "CMakeLists.txt" else 1
+    if name.endswith(_COMPILED_SUFFIXES):
+        return 0
+    if name in _BUILD_FILES or (parts and parts[0] == "cmake") or name == "Cargo.toml":
+        return 1
+    return 2
+
+
+def by_importance(paths: Iterable[str]) -> list[str]:
+    """``paths`` ordered by :func:`importance` (stable within one kind)."""
+    return sorted(paths, key=importance)
+
+
+def describe_compiled(paths: Sequence[str], limit: int = 10) -> str:
+    """The touched compiled/build paths for a message, most important first, grouped:
+    ``compiled into the wheel: csrc/a.cu, ...; packaging metadata: MANIFEST.in``."""
+    ordered = by_importance(paths)
+    shown = ordered[:limit]
+    groups: dict[int, list[str]] = {}
+    for path in shown:
+        groups.setdefault(importance(path), []).append(path)
+    text = "; ".join(f"{IMPORTANCE[k]}: {', '.join(v)}" for k, v in sorted(groups.items()))
+    if len(ordered) > limit:
+        text += f" (and {len(ordered) - limit} more)"
+    return text
 
 
 def tree_path_to_wheel_path(path: str, packages: Sequence[str] = ("vllm",)) -> str | None:
