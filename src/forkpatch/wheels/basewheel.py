@@ -42,10 +42,9 @@ CACHE_DIR = "base-wheels"
 #: What the fork's Python-only build imports (its setup.py and build backend).
 TOOLCHAIN = ("setuptools", "setuptools_scm", "setuptools_rust", "wheel", "build", "torch")
 TOOLCHAIN_INSTALL = (
-    "-m pip install 'setuptools>=77.0.3,<81' 'setuptools-scm>=8' 'setuptools-rust>=1.9' "
-    "wheel build torch --index-url https://download.pytorch.org/whl/cpu "
-    "--extra-index-url https://pypi.org/simple"
+    "-m pip install 'setuptools>=77.0.3,<81' 'setuptools-scm>=8' 'setuptools-rust>=1.9' wheel build"
 )
+TORCH_INSTALL = "-m pip install torch --index-url https://download.pytorch.org/whl/cpu"
 BUILD_TIMEOUT_S = 1800.0
 
 
@@ -161,8 +160,9 @@ def check_toolchain(python: str) -> None:
     if missing:
         raise ToolMissing(
             f"the fork's Python-only wheel build needs {', '.join(missing)} in {python}",
-            tip=f"install them there: {python} {TOOLCHAIN_INSTALL} (or give --python an "
-            "interpreter that has them)",
+            tip=f"install them there: `{python} {TOOLCHAIN_INSTALL}`"
+            + (f" and a CPU torch: `{python} {TORCH_INSTALL}`" if "torch" in missing else "")
+            + " (or give --python an interpreter that has them)",
         )
 
 
