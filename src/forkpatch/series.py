@@ -426,13 +426,6 @@ def _parse_series(text: str, *, path: str) -> Series:
             f"base.commit must be a full 40-hex commit id, got '{commit}'",
             tip="`git rev-parse TAG^{commit}` prints it",
         )
-    if "tag" in bm and not tag:
-        raise loc.err(
-            bm["tag"],
-            "base.tag is empty",
-            tip="name the fork's tag of base.commit, or leave the key out for a series "
-            "based on a commit no tag names",
-        )
     if tag and re.fullmatch(r"[0-9a-f]{4,40}", tag) and commit.startswith(tag):
         # Written by an older forkpatch for a rebase onto a commit id: that is no tag.
         tag = ""
