@@ -57,7 +57,10 @@ _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 TOP_KEYS = ("version", "fork", "base", "patches", "build", "smoke", "publish", "track")
 FORK_KEYS = ("name", "url", "distribution")
-BASE_KEYS = ("tag", "commit")
+# ``commit`` is what the series is on; ``tag`` the fork's tag that names that commit
+# (absent for a commit no tag names); ``branch`` the branch a rebase took it from,
+# for the record only (the branch moves on, the series stays on the commit).
+BASE_KEYS = ("tag", "commit", "branch")
 PATCH_KEYS = (
     "name",
     "file",
@@ -86,8 +89,24 @@ class ForkInfo:
 
 @dataclass(frozen=True)
 class BaseRef:
+    """What the series is applied to: a commit of the fork, the tag that names it
+    (``""`` when none does: a series rebased onto a commit or a branch head no tag
+    names) and, for the record, the branch a rebase took it from."""
+
     tag: str
     commit: str
+    branch: str = ""
+
+    @property
+    def label(self) -> str:
+        """The base in messages and file names: its tag, else its commit id (12 digits)."""
+        return self.tag or self.commit[:12]
+
+    def describe(self) -> str:
+        """``v1.3.0``; ``commit ae13773a0dee (branch main)``: for messages."""
+        if self.tag:
+            return self.tag
+        return f"commit {self.commit[:12]}" + (f" (branch {self.branch})" if self.branch else "")
 
 
 @dataclass(frozen=True)
@@ -418,8 +437,9 @@ def _parse_series(text: str, *, path: str) -> Series:
     base_node = _required(top, "base", loc, "top level", root)
     bm = _mapping(base_node, loc, "base")
     _check_keys(bm, BASE_KEYS, loc, "base", base_node)
-    tag = _scalar(_required(bm, "tag", loc, "base", base_node), loc, "base.tag")
     commit_node = _required(bm, "commit", loc, "base", base_node)
+    tag = _scalar(bm["tag"], loc, "base.tag") if "tag" in bm else ""
+    branch = _scalar(bm["branch"], loc, "base.branch") if "branch" in bm else ""
     if (
         isinstance(commit_node, yaml.ScalarNode)
         and not commit_node.style
@@ -435,7 +455,10 @@ def _parse_series(text: str, *, path: str) -> Series:
             f"base.commit must be a full 40-hex commit id, got '{commit}'",
             tip="`git rev-parse TAG^{commit}` prints it",
         )
-    base = BaseRef(tag=tag, commit=commit)
+    if tag and re.fullmatch(r"[0-9a-f]{4,40}", tag) and commit.startswith(tag):
+        # Written by an older forkpatch for a rebase onto a commit id: that is no tag.
+        tag = ""
+    base = BaseRef(tag=tag, commit=commit, branch=branch)
 
     # The sections first: the team's own smoke checks are names a patch may use.
     sections: dict[str, SectionConfig] = {}
@@ -801,7 +824,11 @@ def dump_series(series: Series) -> str:
             0,
         )
     )
-    out.extend(_emit_value("base", {"tag": series.base.tag, "commit": series.base.commit}, 0))
+    base: dict[str, str] = {"tag": series.base.tag} if series.base.tag else {}
+    base["commit"] = series.base.commit
+    if series.base.branch:
+        base["branch"] = series.base.branch
+    out.extend(_emit_value("base", base, 0))
     if not series.patches:
         out.append("patches: []")
     else:

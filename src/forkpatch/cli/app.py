@@ -45,6 +45,11 @@ COMMANDS: Mapping[str, Entry] = {
     "apply": Entry(
         _STACK, "apply", "Create the work tree: the fork at the base, one commit per patch."
     ),
+    "base-wheel": Entry(
+        "forkpatch.cli.build",
+        "base_wheel_cmd",
+        "Build the fork's Python-only wheel at the series' base (or REF), for overlay builds.",
+    ),
     "build-wheel": Entry(
         "forkpatch.cli.build",
         "build_wheel_cmd",

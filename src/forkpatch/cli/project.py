@@ -41,7 +41,7 @@ def init(
     )
     s = project.series
     log.result(
-        f"wrote {project.series_path} (base {s.base.tag} = {s.base.commit[:12]}) and "
+        f"wrote {project.series_path} (base {s.base.label} = {s.base.commit[:12]}) and "
         f"{project.patches_dir}/"
     )
     log.info(

@@ -155,7 +155,7 @@ class Stack(EditLoop):
         bad = result.first_conflict()
         if bad is not None:
             raise PatchApplyError(
-                bad.describe_failure(f"{series.base.tag} with the patches below it")
+                bad.describe_failure(f"{series.base.label} with the patches below it")
                 + f"\nthe work tree {path} holds the patches below it",
                 tip=f"fix patches/{series.get(bad.name).file}, or run `forkpatch push --merge` "
                 "to bring it in with conflict markers and resolve them",

@@ -184,7 +184,7 @@ class StackModel:
             return None
         return (
             f"the work tree {state.worktree} is built on {built_on[:12]}, but "
-            f"{SERIES_FILE} names base {series.base.tag} ({series.base.commit[:12]}): "
+            f"{SERIES_FILE} names base {series.base.label} ({series.base.commit[:12]}): "
             f"{SERIES_FILE} was changed outside forkpatch (a rebase undone with git?)"
         )
 
