@@ -547,7 +547,7 @@ def _parse_entry(item: yaml.Node, loc: _Loc, known: Iterable[str] = ()) -> Patch
         upstream_commits = tuple(ids)
     drop_when, passes_without, upstreamed = "", tuple[str, ...](), False
     if "drop-when" in m:
-        drop_when, passes_without, upstreamed = _drop_when(m["drop-when"], loc, what)
+        drop_when, passes_without, upstreamed = _drop_when(m["drop-when"], loc, what, known)
     return PatchEntry(
         name=name,
         file=file,
@@ -569,8 +569,11 @@ def _parse_entry(item: yaml.Node, loc: _Loc, known: Iterable[str] = ()) -> Patch
     )
 
 
-def _drop_when(node: yaml.Node, loc: _Loc, what: str) -> tuple[str, tuple[str, ...], bool]:
-    """``drop-when``: a text, or a mapping of its text and the conditions to evaluate."""
+def _drop_when(
+    node: yaml.Node, loc: _Loc, what: str, known: tuple[str, ...]
+) -> tuple[str, tuple[str, ...], bool]:
+    """``drop-when``: a text, or a mapping of its text and the conditions to evaluate;
+    ``known``: the check ids ``passes-without`` may name (checked here, as ``smoke:``)."""
     if not isinstance(node, yaml.MappingNode):
         return _scalar(node, loc, f"{what}: drop-when", allow_empty=True), (), False
     m = _mapping(node, loc, f"{what}: drop-when")
@@ -590,6 +593,14 @@ def _drop_when(node: yaml.Node, loc: _Loc, what: str) -> tuple[str, tuple[str, .
         checks = tuple(
             _scalar(n, loc, f"{what}: drop-when.passes-without check") for n in seq.value
         )
+        for n, cid in zip(seq.value, checks, strict=True):
+            if cid not in known:
+                raise loc.err(
+                    n,
+                    f"{what}: drop-when.passes-without names unknown smoke check "
+                    f"'{cid}'{_suggest(cid, known)}",
+                    tip="`forkpatch smoke --list-checks` lists the known checks",
+                )
     upstreamed = False
     if "upstreamed" in m:
         value = _native(m["upstreamed"], loc)
