@@ -13,8 +13,14 @@ from forkpatch.views import print_results
 
 
 @click.command()
-@click.option("--fork-url", required=True, help="Git URL (or path) of the fork.")
-@click.option("--base", "base_tag", required=True, help="Tag of the fork the series applies to.")
+@click.option(
+    "--fork-url", help="Git URL (or path) of the fork (needed unless series.yaml exists)."
+)
+@click.option(
+    "--base",
+    "base_tag",
+    help="Tag of the fork the series applies to (needed unless series.yaml exists).",
+)
 @click.option("--name", "fork_name", help="Fork name (default: from the URL).")
 @click.option(
     "--distribution",
@@ -25,13 +31,22 @@ from forkpatch.views import print_results
 @click.option("--force", is_flag=True, help="Overwrite an existing series.yaml.")
 @pass_ctx
 def init(
-    c: Ctx, fork_url: str, base_tag: str, fork_name: str | None, distribution: str, force: bool
+    c: Ctx,
+    fork_url: str | None,
+    base_tag: str | None,
+    fork_name: str | None,
+    distribution: str,
+    force: bool,
 ) -> None:
-    """Start a series: write series.yaml and patches/ for the fork at BASE."""
+    """Start a series: write series.yaml and patches/ for the fork at BASE (in a clone
+    of a project that has series.yaml: set the clone up, keeping it)."""
     from forkpatch.ops import init_project
+    from forkpatch.series import SERIES_FILE
 
+    root = (c.directory or Path.cwd()).resolve()
+    existed = (root / SERIES_FILE).exists() and not force
     project = init_project(
-        c.directory or Path.cwd(),
+        root,
         fork_url=fork_url,
         base_tag=base_tag,
         fork_name=fork_name,
@@ -40,6 +55,14 @@ def init(
         force=force,
     )
     s = project.series
+    if existed:
+        log.result(
+            f"{project.series_path} is already a series (base {s.base.tag} = "
+            f"{s.base.commit[:12]}, {len(s.patches)} patch(es)): kept as it is; patches/ "
+            "and the .gitignore lines for .forkpatch/ and dist/ are in place"
+        )
+        log.info("next: `forkpatch status`, then `forkpatch apply` to work on the patches")
+        return
     log.result(
         f"wrote {project.series_path} (base {s.base.tag} = {s.base.commit[:12]}) and "
         f"{project.patches_dir}/"
