@@ -301,7 +301,7 @@ def test_init_in_a_clone_of_the_project_is_idempotent(tmp_path, capsys, gitignor
     series_before = (mate / "series.yaml").read_bytes()
     patches_before = {p.name: p.read_bytes() for p in (mate / "patches").iterdir()}
     run = Runner(mate, capsys)
-    _, out, err = run("init", *args)
+    _, out, _err = run("init", *args)
     assert "already a series" in out and "kept as it is" in out
     assert (mate / "series.yaml").read_bytes() == series_before
     assert {p.name: p.read_bytes() for p in (mate / "patches").iterdir()} == patches_before
