@@ -268,6 +268,7 @@ def series_status(project: Project) -> StatusReport:
     # series.yaml names a file that does not exist: load_patch's error.
     missing = {
         e.name: f"{SERIES_FILE}:{e.line}: {project.rel(project.patch_path(e))} does not exist"
+        + (f" (did you mean patches/{meant}?)" if (meant := project.meant_file(e)) else "")
         for e in series.patches
         if has_worktree and e.file is not None and not project.patch_path(e).exists()
     }

@@ -178,10 +178,18 @@ class Project:
         path = self.patch_path(entry)
         data = self.raw_patch_bytes(entry)
         if data is None:
+            meant = self.meant_file(entry)
+            if meant is not None:
+                raise SeriesError(
+                    f"{SERIES_FILE}:{entry.line}: patch '{entry.name}' names {self.rel(path)}, "
+                    f"which does not exist; did you mean {PATCHES_DIR}/{meant}? (it is in "
+                    f"{PATCHES_DIR}/ and no entry names it: a typo in `file:`?)",
+                    tip=f"correct `file: {entry.file}` to `file: {meant}` in {SERIES_FILE}",
+                )
             raise SeriesError(
                 f"{SERIES_FILE}:{entry.line}: patch '{entry.name}' names {self.rel(path)}, "
                 "which does not exist",
-                tip=f"restore the file, or remove the entry with `forkpatch delete {entry.name}`",
+                tip=self.missing_tip(entry),
             )
         from forkpatch.patchfile import parse_patch
 
@@ -259,6 +267,37 @@ class Project:
                     if rel not in listed:
                         out.append(rel)
         return sorted(out)
+
+    def meant_file(self, entry: PatchEntry) -> str | None:
+        """For an entry whose ``file:`` does not exist: the file in patches/ that no entry
+        names and that it most likely meant (a typo), or None."""
+        if entry.file is None:
+            return None
+        import difflib
+
+        close = difflib.get_close_matches(entry.file, self.orphans(), n=1, cutoff=0.6)
+        return close[0] if close else None
+
+    def meant_by(self, orphan: str) -> PatchEntry | None:
+        """The entry whose missing ``file:`` most likely meant the orphan ``orphan``."""
+        for entry in self.series.patches:
+            if (
+                entry.file is not None
+                and not os.path.lexists(self.patch_path(entry))
+                and self.meant_file(entry) == orphan
+            ):
+                return entry
+        return None
+
+    def missing_tip(self, entry: PatchEntry) -> str:
+        """The ways out for an entry whose patch file was deleted (by hand, a merge)."""
+        assert entry.file is not None
+        return (
+            f"restore it: `git checkout -- {PATCHES_DIR}/{entry.file}` (the committed "
+            "version), or, when the work tree holds the patch, `forkpatch export --force` "
+            f"(writes it from the work tree); or remove the patch: `forkpatch delete "
+            f"{entry.name}`"
+        )
 
     def save_series(self, series: Series) -> bool:
         changed = save_series(series, self.series_path)

@@ -119,15 +119,26 @@ def status(c: Ctx, as_json: bool, upstream: bool) -> None:
             log.warn(f"{report.worktree_problem}; `forkpatch apply --force` rebuilds it")
         for change in report.changes:
             log.warn(change.describe())
-        sides = {ch.side for ch in report.changes if ch.applied and not ch.unrecorded}
+            if (way := change.way_out()) is not None:
+                log.detail(f"  tip: {way}")
+        takes = [ch for ch in report.changes if ch.way_out() is None]
+        sides = {ch.side for ch in takes if ch.applied and not ch.unrecorded}
         if "file" in sides:
             log.info("`forkpatch apply` (or `edit NAME`) takes the files into the work tree")
-        if "both" in sides or any(ch.unrecorded for ch in report.changes):
+        if "both" in sides or any(ch.unrecorded for ch in takes):
             log.info(
                 "where both sides changed: `forkpatch export --force` keeps the work tree, "
                 "`forkpatch apply --force` takes the files (discarding the work tree's edits)"
             )
         for o in report.orphans:
+            meant = project.meant_by(o)
+            if meant is not None:
+                # Importing it would make a second patch of the same change.
+                log.warn(
+                    f"patches/{o} is not listed in series.yaml: entry '{meant.name}' names "
+                    f"patches/{meant.file}, which does not exist; did you mean `file: {o}`?"
+                )
+                continue
             log.warn(
                 f"patches/{o} is not listed in series.yaml (orphan); "
                 f"`forkpatch import patches/{o}` adds it"
