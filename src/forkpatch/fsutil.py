@@ -62,13 +62,52 @@ def _fire(label: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+@contextlib.contextmanager
+def naming(path: Path | str) -> Iterator[None]:
+    """An OSError raised inside without a file name (a write on a full disk, past a
+    quota or a size limit: ``os.write`` and ``fsync`` name none) gets ``path``, the
+    file forkpatch was writing, so that the message says which file it was."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None and exc.errno is not None:
+            raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from None
+        raise
+
+
+_UMASK: int | None = None
+
+
+def umask() -> int:
+    """The process's umask (read once: from /proc without changing it where it can be)."""
+    global _UMASK
+    if _UMASK is None:
+        try:
+            with open("/proc/self/status", encoding="ascii", errors="replace") as fh:
+                line = next((x for x in fh if x.startswith("Umask:")), None)
+            _UMASK = int(line.split()[1], 8) if line else None
+        except (OSError, ValueError, IndexError):
+            _UMASK = None
+        if _UMASK is None:
+            _UMASK = os.umask(0o022)
+            os.umask(_UMASK)
+    return _UMASK
+
+
+def new_file_mode(executable: bool = False) -> int:
+    """The mode of a file forkpatch creates (0666 or 0777 less the umask), as the
+    user's other tools would create it: under umask 077 nobody else reads it."""
+    return (0o777 if executable else 0o666) & ~umask()
+
+
 def write_temp(
     path: Path, data: bytes, *, mode: int | None = None, sync: bool = True
 ) -> str | None:
     """Write ``data`` to a new temporary file beside ``path`` (for a later rename).
 
     Returns None, writing nothing, when ``path`` already holds exactly ``data``.
-    The temporary file gets ``mode``, else the mode of ``path``, else 0644; it is
+    The temporary file gets ``mode``, else the mode of ``path``, else
+    :func:`new_file_mode` (the umask's); it is
     named ``.<name>.<random>.forkpatch-tmp`` so that a killed process's leftovers
     are recognised and removed. ``sync=False`` leaves flushing to the caller
     (:func:`fsync_files` for a batch).
@@ -81,13 +120,14 @@ def write_temp(
         if stat.S_ISREG(st.st_mode) and st.st_size == len(data) and path.read_bytes() == data:
             return None
         if not stat.S_ISREG(st.st_mode):
-            current = 0o644
+            current = new_file_mode()
     except FileNotFoundError:
-        current = 0o644
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TMP_SUFFIX, dir=path.parent)
+        current = new_file_mode()
+    with naming(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TMP_SUFFIX, dir=path.parent)
     try:
-        with os.fdopen(fd, "wb") as fh:
+        with naming(path), os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
             if sync:
@@ -446,7 +486,8 @@ def write_sums(directory: Path, files: Mapping[str, Path | str]) -> Path:
 def _fsync_path(path: str) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
-        os.fsync(fd)
+        with naming(path):
+            os.fsync(fd)
     finally:
         os.close(fd)
 
@@ -659,6 +700,8 @@ def write_in_tree(
 ) -> None:
     """Create or replace ``root/rel`` with ``data`` (a file, or a symlink to ``data``).
 
+    ``mode`` is the file's git mode (0644 or 0755), less the umask, as git checks out.
+
     Never follows a symbolic link at any component: parents must be real
     directories (created when missing); an existing symlink at ``rel`` is
     replaced by the new file, not written through. The write is atomic (a
@@ -674,10 +717,15 @@ def write_in_tree(
                 tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=fd
             )
             try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(wfd, view) :]
-                os.fchmod(wfd, mode)
+                with naming(root / rel):
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(wfd, view) :]
+                os.fchmod(wfd, mode & ~umask())
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp, dir_fd=fd)
+                raise
             finally:
                 os.close(wfd)
         try:

@@ -55,6 +55,8 @@ from forkpatch.fsutil import (
     TMP_SUFFIX,
     atomic_write,
     commit_files,
+    naming,
+    new_file_mode,
     pause_point,
     project_lock,
     recover_files,
@@ -390,8 +392,9 @@ class DirTarget:
                     prefix=f".{dest.name}.", suffix=TMP_SUFFIX, dir=self.packages
                 )
                 os.close(fd)
-                shutil.copyfile(gate.source, tmp)
-                os.chmod(tmp, 0o644)
+                with naming(dest):
+                    shutil.copyfile(gate.source, tmp)
+                os.chmod(tmp, new_file_mode())
                 if sha256_file(Path(tmp)) != wheel.sha256:
                     raise PublishError(
                         f"{wheel.path.name} changed while it was being copied",
