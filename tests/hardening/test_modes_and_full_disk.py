@@ -99,7 +99,7 @@ def test_every_file_forkpatch_writes_follows_the_umask(made, tmp_path, umask):
     assert any(f.startswith("dist/") and f.endswith(".whl") for f in files)
     assert "dist/SHA256SUMS" in files
     assert ".forkpatch/worktree/vllm/entrypoints/cli/main.py" in files
-    wrong = {f: f"{m:03o}" for f, m in files.items() if m & umask or not m & 0o600 == 0o600}
+    wrong = {f: f"{m:03o}" for f, m in files.items() if m & umask or m & 0o600 != 0o600}
     assert wrong == {}, wrong
     # The wheel's members keep their fixed modes, whatever the umask.
     with zipfile.ZipFile(next((project / "dist").glob("*.whl"))) as zf:
