@@ -345,15 +345,28 @@ def recover_files(
     return [str(root / op[-1]) for op in checked]
 
 
-def sweep_temps(directory: Path, *, recursive: bool = False) -> list[Path]:
+def sweep_temps(
+    directory: Path, *, recursive: bool = False, older_than: float | None = None
+) -> list[Path]:
     """Remove temporary files a killed forkpatch left in ``directory``.
 
     Only under the project lock: a running forkpatch's temporary files look the same.
+    ``older_than`` (seconds): only files not modified for that long (a directory that
+    commands without the lock write too: nobody writes a file that has not moved).
     """
     if not directory.is_dir():
         return []
+    import time
+
     found = []
+    now = time.time()
     for p in directory.rglob(".*") if recursive else directory.glob(".*"):
+        if older_than is not None:
+            try:
+                if now - p.lstat().st_mtime < older_than:
+                    continue
+            except OSError:
+                continue
         if TMP_NAME.match(p.name) and (p.is_file() or p.is_symlink()):
             p.unlink(missing_ok=True)
             found.append(p)

@@ -362,13 +362,31 @@ class Project:
                 + ", ".join(self.rel(Path(p)) for p in done)
                 + " (an earlier forkpatch was interrupted after deciding to write them)"
             )
-        for d, recursive in (
+        for d, recursive in self._temp_dirs(interrupted is not None):
+            # .forkpatch/ is also written by read-only commands (status's cache), which
+            # take no lock: there only what nobody has touched for a minute goes.
+            young = d == self.state_dir and not interrupted
+            sweep_temps(d, recursive=recursive, older_than=60.0 if young else None)
+        return done
+
+    def _temp_dirs(self, everywhere: bool) -> list[tuple[Path, bool]]:
+        """Where forkpatch's writers leave temporary files when killed: series.yaml's
+        directory, patches/, dist/, .forkpatch/ (state files) and the rebase journal's
+        directory; ``everywhere`` (the last holder of the lock was killed): also all of
+        .forkpatch/ and the work tree (files written into a work tree one by one)."""
+        dirs = [
             (self.root, False),
             (self.patches_dir, True),
             (self.root / "dist", False),
-        ):
-            sweep_temps(d, recursive=recursive)
-        return done
+            (self.state_dir / "rebase", False),
+        ]
+        dirs.append((self.state_dir, everywhere))
+        if everywhere:
+            with contextlib.suppress(StateError, OSError):
+                state = self.read_state()
+                if state is not None and state.worktree is not None:
+                    dirs.append((state.worktree, True))
+        return [(d, r) for d, r in dirs if d.is_dir() and not d.is_symlink()]
 
     def _clear_stale_git_locks(self, holder: str) -> None:
         """Remove the lock files git leaves when it is killed (``index.lock``,
@@ -410,10 +428,12 @@ class Project:
             not (self.state_dir / COMMIT_JOURNAL).exists()
             and not any(
                 TMP_NAME.match(p.name)
-                for d in (self.root, self.patches_dir, self.root / "dist")
-                if d.is_dir() and not d.is_symlink()
+                for d, recursive in self._temp_dirs(False)
+                if not recursive and d != self.state_dir
                 for p in d.iterdir()
             )
+            and not any(TMP_NAME.match(p.name) for p in self.patches_dir.rglob(".*"))
+            and not self._lock_left_behind()
             and not self.moved()
         ):
             return
@@ -423,6 +443,14 @@ class Project:
                 self.relocate_if_moved()
         except LockError:
             pass  # the holder will (or is about to) finish it
+
+    def _lock_left_behind(self) -> bool:
+        """Whether the lock file still names a holder: one that is running, or one that
+        was killed (its temporary files and git locks are to be cleaned up)."""
+        try:
+            return (self.state_dir / "lock").stat().st_size > 0
+        except OSError:
+            return False
 
     def moved(self) -> bool:
         """Whether this project's links name another directory (it was moved or copied)."""

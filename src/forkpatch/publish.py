@@ -60,6 +60,7 @@ from forkpatch.fsutil import (
     pause_point,
     project_lock,
     recover_files,
+    sweep_temps,
     write_event,
 )
 from forkpatch.redact import MIN_SECRET_LENGTH, redact, strip_url_credentials
@@ -355,6 +356,10 @@ class DirTarget:
                 + ", ".join(Path(p).name for p in done)
                 + " (an earlier publish was interrupted)"
             )
+        # Every writer's temporary files: the journal's (in the root), the wheels' and
+        # reports', the index pages'.
+        sweep_temps(self.root)
+        sweep_temps(self.simple, recursive=True)
         if not self.packages.is_dir():
             return
         for p in self.packages.iterdir():
