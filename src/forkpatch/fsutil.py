@@ -173,8 +173,14 @@ def commit_files(
     journal: Path,
     root: Path | None = None,
     allowed: Callable[[str], bool] | None = None,
+    expect: Mapping[Path, bytes | None] | None = None,
 ) -> list[Path]:
     """Create, replace or delete several files as one unit; returns the paths that changed.
+
+    ``expect``: for targets the caller read before deciding what to write, the bytes it
+    read (None: absent then). Checked against the disk just before the commit point,
+    after every temporary file is written: a target that changed meanwhile (another
+    process wrote it) raises :class:`ChangedOnDisk` naming it, and nothing is written.
 
     A value is the new bytes, a ``Path`` to an already written file to move into
     place (same file system), or None to delete. Unchanged files are skipped.
@@ -217,6 +223,8 @@ def commit_files(
             write_event(f"temp-written {path.name}")
         if not ops:
             return []
+        pause_point("commit-files")
+        _check_expected(root, ops, expect or {})
         if len(ops) == 1 and temps:
             # One file written (the common refresh): its own rename is all or nothing,
             # so it is the commit point; a temp left by a kill is swept by the next command.
@@ -236,6 +244,45 @@ def commit_files(
     journal.unlink()
     fsync_dir(journal.parent)
     return [root / op[-1] for op in ops]
+
+
+class ChangedOnDisk(StateError):
+    """A file forkpatch read and was about to replace changed on disk meanwhile."""
+
+    def __init__(self, message: str, *, tip: str | None = None, paths: list[str]) -> None:
+        super().__init__(message, tip=tip)
+        self.paths = paths
+
+
+def _check_expected(root: Path, ops: list[list[str]], expect: Mapping[Path, bytes | None]) -> None:
+    """Refuse the commit when a target in ``expect`` is no longer what was read."""
+    if not expect:
+        return
+    wanted = {Path(os.path.abspath(p)): data for p, data in expect.items()}
+    changed = []
+    for op in ops:
+        target = root / op[-1]
+        if target not in wanted:
+            continue
+        try:
+            now: bytes | None = read_regular(target, follow=False)
+        except FileNotFoundError:
+            now = None
+        except (OSError, InputFileError):
+            now = b"\0<not a regular file>"
+        if now != wanted[target]:
+            changed.append(op[-1])
+    if changed:
+        raise ChangedOnDisk(
+            f"{', '.join(changed)} changed on disk while forkpatch was working (another "
+            "process wrote it: a `git pull` or an editor in another terminal); nothing was "
+            "written, so that neither version is lost",
+            tip="the work tree keeps forkpatch's side and the file the other one: "
+            "`forkpatch status` names both; keep the file with `forkpatch apply --force` "
+            "(the work tree's edits are discarded), or the work tree with "
+            "`forkpatch export --force`",
+            paths=changed,
+        )
 
 
 def _commit_rel(

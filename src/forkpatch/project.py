@@ -40,7 +40,7 @@ from forkpatch.series import (
     PatchEntry,
     Series,
     dump_series,
-    load_series,
+    load_series_bytes,
     parse_series,
     save_series,
 )
@@ -96,6 +96,9 @@ class Project:
     _blobs: dict[str, tuple[tuple[int, int, int, int], str]] = field(
         default_factory=dict, repr=False
     )
+    # The bytes of each file of the project this process read (None: it was absent):
+    # what a write of that file expects still to find on disk (commit_files' expect).
+    _read: dict[Path, bytes | None] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self._stack_state = _UNREAD
@@ -117,13 +120,15 @@ class Project:
         if self._series is None:
             # Parsed once per process for the same bytes (series.parse_series keeps
             # the last results by text: exact, unlike an mtime/size key).
-            self._series = load_series(self.series_path)
+            self._series, data = load_series_bytes(self.series_path)
+            self._read[self.series_path] = data
         return self._series
 
     def reload(self) -> Series:
         """Read series.yaml and state.json again (another step of this process wrote them)."""
         self._series = None
         self._stack_state = _UNREAD
+        self._read.clear()  # what is on disk now is this process's
         return self.series
 
     def fork(self) -> ForkRepo:
@@ -164,13 +169,16 @@ class Project:
         (:func:`forkpatch.fsutil.read_regular`)."""
         path = self.patch_path(entry)
         try:
-            return read_regular(
+            data: bytes | None = read_regular(
                 path,
                 tip=f"patches/ holds patch files: replace {PATCHES_DIR}/{entry.file} by the patch "
                 f"file itself, or remove the entry with `forkpatch delete {entry.name}`",
             )
         except FileNotFoundError:
-            return None
+            data = None
+        # The first read is what the command decided on; a write expects to find it.
+        self._read.setdefault(path, data)
+        return data
 
     def load_patch(self, entry: PatchEntry) -> PatchFile | None:
         if entry.file is None:
@@ -302,6 +310,7 @@ class Project:
     def save_series(self, series: Series) -> bool:
         changed = save_series(series, self.series_path)
         self._series = series
+        self._read.pop(self.series_path, None)
         return changed
 
     def commit(
@@ -339,8 +348,18 @@ class Project:
         changes.update(extra or {})
         self.state_dir.mkdir(parents=True, exist_ok=True)
         changed = commit_files(
-            changes, journal=self.state_dir / COMMIT_JOURNAL, root=self.root, allowed=_owned
+            changes,
+            journal=self.state_dir / COMMIT_JOURNAL,
+            root=self.root,
+            allowed=_owned,
+            expect={p: self._read[p] for p in changes if p in self._read},
         )
+        for p, written in changes.items():
+            if p in self._read:  # what is on disk now is this process's
+                if isinstance(written, Path):
+                    del self._read[p]
+                else:
+                    self._read[p] = written
         if series is not None:
             self._series = series
         return [self.rel(p) for p in changed]

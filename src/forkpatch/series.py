@@ -651,6 +651,11 @@ def _header_comment(text: str) -> str:
 
 
 def load_series(path: Path) -> Series:
+    return load_series_bytes(path)[0]
+
+
+def load_series_bytes(path: Path) -> tuple[Series, bytes]:
+    """series.yaml parsed, with the bytes it was parsed from."""
     from forkpatch.fsutil import read_regular
 
     try:
@@ -661,6 +666,11 @@ def load_series(path: Path) -> Series:
             tip="run `forkpatch init --fork-url URL --base TAG` to start a series, "
             "or run forkpatch in the project directory (-C DIR)",
         ) from None
+    return parse_series_bytes(data, path), data
+
+
+def parse_series_bytes(data: bytes, path: Path) -> Series:
+    """series.yaml's bytes (read from ``path``) parsed."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
