@@ -27,10 +27,12 @@ from forkpatch.fsutil import (
     atomic_write,
     check_inside,
     commit_files,
+    merge_markers,
     project_lock,
     read_regular,
     recover_files,
     sweep_temps,
+    unresolved_merge,
 )
 from forkpatch.git import Git, blob_id
 from forkpatch.series import (
@@ -201,13 +203,29 @@ class Project:
             )
         from forkpatch.patchfile import parse_patch
 
+        self._refuse_markers(path, data)
         return parse_patch(self._lf_form(path, data), source=self.rel(path))
 
     def patch_bytes(self, entry: PatchEntry) -> bytes | None:
         """A patch file's bytes as forkpatch reads them (LF line endings, see
-        :meth:`_lf_form`); None when it does not exist."""
+        :meth:`_lf_form`); None when it does not exist. A file with git's conflict
+        markers is refused as an unresolved merge."""
         data = self.raw_patch_bytes(entry)
-        return None if data is None else self._lf_form(self.patch_path(entry), data)
+        if data is None:
+            return None
+        path = self.patch_path(entry)
+        self._refuse_markers(path, data)
+        return self._lf_form(path, data)
+
+    def _refuse_markers(self, path: Path, data: bytes) -> None:
+        markers = merge_markers(data)
+        if markers is not None:
+            raise unresolved_merge(
+                self.rel(path),
+                markers,
+                "run `forkpatch status`; with a work tree, `forkpatch apply` takes the "
+                "resolved file into it",
+            )
 
     def _lf_form(self, path: Path, data: bytes) -> bytes:
         """A patch file with CRLF line endings throughout is read as LF, as import reads

@@ -334,6 +334,16 @@ def parse_series(text: str, *, path: str = SERIES_FILE) -> Series:
 
 
 def _parse_series(text: str, *, path: str) -> Series:
+    from forkpatch.fsutil import merge_markers, unresolved_merge
+
+    markers = merge_markers(text.encode("utf-8", "surrogateescape"))
+    if markers is not None:
+        raise unresolved_merge(
+            path,
+            markers,
+            "run `forkpatch status` (with a work tree, `forkpatch apply` takes the merged "
+            "series into it)",
+        )
     loc = _Loc(path)
     _check_no_aliases(text, loc)
     try:
