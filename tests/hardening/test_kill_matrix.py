@@ -163,6 +163,7 @@ CASES: list[Case] = [
     Case("rename", ("rename", "eager-block-cast", "eager-cast"), _applied),
     Case("move", ("move", "cli-version", "--before", "odd-width-padding"), _applied),
     Case("delete", ("delete", "cli-version"), _applied),
+    Case("delete-middle", ("delete", "odd-width-padding"), _applied),
     Case("new", ("new", "extra-fix", "-m", "An extra fix"), _applied),
 ]
 
