@@ -382,6 +382,16 @@ def parse_series(text: str, *, path: str = SERIES_FILE) -> Series:
 
 
 def _parse_series(text: str, *, path: str) -> Series:
+    from forkpatch.fsutil import merge_markers, unresolved_merge
+
+    markers = merge_markers(text.encode("utf-8", "surrogateescape"))
+    if markers is not None:
+        raise unresolved_merge(
+            path,
+            markers,
+            "run `forkpatch status` (with a work tree, `forkpatch apply` takes the merged "
+            "series into it)",
+        )
     loc = _Loc(path)
     _check_no_aliases(text, loc)
     try:
@@ -599,7 +609,7 @@ def _parse_entry(item: yaml.Node, loc: _Loc, known: Iterable[str] = ()) -> Patch
         upstream_commits = tuple(ids)
     drop_when, passes_without, upstreamed = "", tuple[str, ...](), False
     if "drop-when" in m:
-        drop_when, passes_without, upstreamed = _drop_when(m["drop-when"], loc, what)
+        drop_when, passes_without, upstreamed = _drop_when(m["drop-when"], loc, what, known)
     return PatchEntry(
         name=name,
         file=file,
@@ -619,8 +629,11 @@ def _parse_entry(item: yaml.Node, loc: _Loc, known: Iterable[str] = ()) -> Patch
     )
 
 
-def _drop_when(node: yaml.Node, loc: _Loc, what: str) -> tuple[str, tuple[str, ...], bool]:
-    """``drop-when``: a text, or a mapping of its text and the conditions to evaluate."""
+def _drop_when(
+    node: yaml.Node, loc: _Loc, what: str, known: tuple[str, ...]
+) -> tuple[str, tuple[str, ...], bool]:
+    """``drop-when``: a text, or a mapping of its text and the conditions to evaluate;
+    ``known``: the check ids ``passes-without`` may name (checked here, as ``smoke:``)."""
     if not isinstance(node, yaml.MappingNode):
         return _scalar(node, loc, f"{what}: drop-when", allow_empty=True), (), False
     m = _mapping(node, loc, f"{what}: drop-when")
@@ -640,6 +653,14 @@ def _drop_when(node: yaml.Node, loc: _Loc, what: str) -> tuple[str, tuple[str, .
         checks = tuple(
             _scalar(n, loc, f"{what}: drop-when.passes-without check") for n in seq.value
         )
+        for n, cid in zip(seq.value, checks, strict=True):
+            if cid not in known:
+                raise loc.err(
+                    n,
+                    f"{what}: drop-when.passes-without names unknown smoke check "
+                    f"'{cid}'{_suggest(cid, known)}",
+                    tip="`forkpatch smoke --list-checks` lists the known checks",
+                )
     upstreamed = False
     if "upstreamed" in m:
         value = _native(m["upstreamed"], loc)
@@ -690,6 +711,11 @@ def _header_comment(text: str) -> str:
 
 
 def load_series(path: Path) -> Series:
+    return load_series_bytes(path)[0]
+
+
+def load_series_bytes(path: Path) -> tuple[Series, bytes]:
+    """series.yaml parsed, with the bytes it was parsed from."""
     from forkpatch.fsutil import read_regular
 
     try:
@@ -700,6 +726,11 @@ def load_series(path: Path) -> Series:
             tip="run `forkpatch init --fork-url URL --base TAG` to start a series, "
             "or run forkpatch in the project directory (-C DIR)",
         ) from None
+    return parse_series_bytes(data, path), data
+
+
+def parse_series_bytes(data: bytes, path: Path) -> Series:
+    """series.yaml's bytes (read from ``path``) parsed."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -298,6 +298,8 @@ _ENVIRONMENT_ERRORS = {
     errno.EROFS: "that file system is read-only: choose another place",
     errno.ENOSPC: "the disk is full: free some space and run the command again",
     errno.EDQUOT: "your disk quota is used up: free some space and run the command again",
+    errno.EFBIG: "the file is larger than this process may write (`ulimit -f`, or the file "
+    "system's limit): raise the limit or choose another place",
 }
 
 
