@@ -92,7 +92,7 @@ def test_keep_installed_takes_the_machines_version(tmp_path, index):
 def test_a_requirement_with_no_wheel_names_it(tmp_path, index):
     _repo, pip = index
     fork = _wheel(tmp_path / "fork", "1cat-vllm", "1.2.1", "nowhere>=1")
-    with pytest.raises(BuildError, match="pip download nowhere>=1 for CPython 3.12 failed"):
+    with pytest.raises(BuildError, match=r"pip download nowhere>=1 for CPython 3\.12 failed"):
         bundle.resolve([fork], {}, python_version="3.12", dest=tmp_path / "o", pip=pip)
 
 

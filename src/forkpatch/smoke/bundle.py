@@ -12,7 +12,6 @@ Command line: ``python -m forkpatch.smoke.bundle --wheel W [--wheel W ...] --hav
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import zipfile
 from collections.abc import Iterable, Sequence
@@ -36,6 +35,7 @@ PLATFORMS = (
 )
 FREEZE_MAX_BYTES = 1 << 20
 MAX_DOWNLOADS = 400
+DOWNLOAD_TIMEOUT_S = 600.0
 
 
 def read_freeze(path: Path) -> dict[str, str]:
@@ -179,11 +179,16 @@ def _download(spec: str, name: str, python_version: str, dest: Path, pip: Sequen
     for platform in PLATFORMS:
         cmd += ["--platform", platform]
     cmd += ["-d", str(dest), spec]
-    proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", check=False)
-    if proc.returncode != 0:
+    from forkpatch import proc as programs
+
+    try:
+        done = programs.run(cmd, timeout=DOWNLOAD_TIMEOUT_S)
+    except OSError as exc:
+        raise BuildError(f"cannot run {cmd[0]}: {exc}") from None
+    if done.returncode != 0 or done.timed_out:
         raise BuildError(
             f"pip download {spec} for CPython {python_version} failed:\n"
-            + terminal(proc.stderr.strip()[-1500:]),
+            + terminal(done.output.strip()[-1500:]),
             tip="check the name and that a binary wheel exists for that Python",
         )
     found = [p for p in dest.glob("*.whl") if _wheel_name(p) == name]
@@ -223,8 +228,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         total = sum(p.stat().st_size for p in saved)
         for p in saved:
-            print(f"{p.stat().st_size / 2**20:7.2f} MiB  {p.name}")
-        print(f"{len(saved)} wheel(s), {total / 2**20:.1f} MiB", file=sys.stderr)
+            print(terminal(f"{p.stat().st_size / 2**20:7.2f} MiB  {p.name}"))
+        print(terminal(f"{len(saved)} wheel(s), {total / 2**20:.1f} MiB"), file=sys.stderr)
         if args.max_mib is not None and total > args.max_mib * 2**20:
             raise BuildError(
                 f"the wheelhouse is {total / 2**20:.1f} MiB, over --max-mib {args.max_mib:g}"
