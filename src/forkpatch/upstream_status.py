@@ -206,6 +206,7 @@ class Cache:
         self.data = {k: v for k, v in data.items() if _cache_entry(k, v, now)}
         if len(self.data) != len(data):
             log.warn(f"{self.path}: {len(data) - len(self.data)} damaged entries ignored")
+            self.changed = True  # written back without them
 
     def put(self, key: str, state: str, merge_commit: str | None, *, authenticated: bool) -> None:
         self.data[key] = {
