@@ -303,7 +303,7 @@ def upstream_states(project: Project, entries: Sequence[PatchEntry]) -> dict[str
                 except ForgeHTTPError as exc:
                     why = exc.reason
                     if exc.status == 429 or (exc.status == 403 and "rate limited" in why):
-                        limited[origin(ref.api)] = why
+                        limited[origin(ref.api)] = f"{why}; not asked again in this run"
             if state is None:
                 known = cache.data.get(ref.key)
                 if known is not None:
