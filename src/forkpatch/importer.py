@@ -601,9 +601,9 @@ def import_patches(
                 applier = SeriesApplier(fork.store, base, three_way=True, merge_bases=pending)
                 continue
             raise PatchApplyError(
-                bad.describe_failure(f"{series.base.tag} with the patches before it")
+                bad.describe_failure(f"{series.base.label} with the patches before it")
                 + "\nnothing was imported",
-                tip=_overlap_tip(bad.name, items, series.base.tag, images is not None)
+                tip=_overlap_tip(bad.name, items, series.base.label, images is not None)
                 if inc is not None
                 else _above_tip(bad.name, applier, [i for i in items if i.entry.name in items_of]),
             )
@@ -618,7 +618,7 @@ def import_patches(
         items = [Item(i.entry, inc.patch) if i.entry.name == bad.name else i for i in items]
     if bad is not None and not any(c.merged is not None for c in bad.conflicts):
         raise PatchApplyError(
-            bad.describe_failure(f"{series.base.tag} with the patches before it")
+            bad.describe_failure(f"{series.base.label} with the patches before it")
             + "\nnothing was imported",
             tip="a 3-way merge cannot bring it in (a file it changes is missing or binary): "
             "change it to apply on top of the patches below it",
@@ -745,7 +745,7 @@ def _import_with_conflicts(
     project.remember_files({entry.name: FileRecord(entry.file, project.file_blob(entry), None)})
     files = ", ".join(c.path for c in bad.conflicts)
     log.info(
-        f"imported {entry.name} -> patches/{entry.file} (as it is: it applies to {series.base.tag})"
+        f"imported {entry.name} -> patches/{entry.file} (as it is: it applies to {series.base.label})"
     )
     log.warn(
         f"patch '{entry.name}' conflicts with the patches below it in: {files}; "

@@ -55,9 +55,12 @@ from forkpatch.fsutil import (
     TMP_SUFFIX,
     atomic_write,
     commit_files,
+    naming,
+    new_file_mode,
     pause_point,
     project_lock,
     recover_files,
+    sweep_temps,
     write_event,
 )
 from forkpatch.redact import MIN_SECRET_LENGTH, redact, strip_url_credentials
@@ -382,6 +385,10 @@ class DirTarget:
                 + ", ".join(Path(p).name for p in done)
                 + " (an earlier publish was interrupted)"
             )
+        # Every writer's temporary files: the journal's (in the root), the wheels' and
+        # reports', the index pages'.
+        sweep_temps(self.root)
+        sweep_temps(self.simple, recursive=True)
         if not self.packages.is_dir():
             return
         for p in self.packages.iterdir():
@@ -419,8 +426,9 @@ class DirTarget:
                     prefix=f".{dest.name}.", suffix=TMP_SUFFIX, dir=self.packages
                 )
                 os.close(fd)
-                shutil.copyfile(gate.source, tmp)
-                os.chmod(tmp, 0o644)
+                with naming(dest):
+                    shutil.copyfile(gate.source, tmp)
+                os.chmod(tmp, new_file_mode())
                 if sha256_file(Path(tmp)) != wheel.sha256:
                     raise PublishError(
                         f"{wheel.path.name} changed while it was being copied",

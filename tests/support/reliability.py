@@ -56,6 +56,7 @@ ORDER = [
     "package index",
     "forge answers",
     "untrusted text",
+    "external programs",
 ]
 
 INTRO = """\
@@ -123,6 +124,11 @@ counted). What each category proves:
   file; `status` itself never fails for any of it.
 - **untrusted text**: control characters and escape sequences from outside are escaped
   at each boundary (terminal, JUnit XML, Markdown); `--json` stays valid JSON.
+- **external programs**: every program but git (pip, a venv's python, a team's smoke
+  check) runs through `forkpatch.proc` in a session of its own, ended as a group at its
+  timeout or the operation's one deadline, on Ctrl-C and when it leaves children; its
+  output is read into a bounded tail, never whole; the environment's credentials are
+  hidden in what it printed wherever that is shown or stored.
 """
 
 

@@ -45,6 +45,11 @@ COMMANDS: Mapping[str, Entry] = {
     "apply": Entry(
         _STACK, "apply", "Create the work tree: the fork at the base, one commit per patch."
     ),
+    "base-wheel": Entry(
+        "forkpatch.cli.build",
+        "base_wheel_cmd",
+        "Build the fork's Python-only wheel at the series' base (or REF), for overlay builds.",
+    ),
     "build-wheel": Entry(
         "forkpatch.cli.build",
         "build_wheel_cmd",
@@ -293,6 +298,8 @@ _ENVIRONMENT_ERRORS = {
     errno.EROFS: "that file system is read-only: choose another place",
     errno.ENOSPC: "the disk is full: free some space and run the command again",
     errno.EDQUOT: "your disk quota is used up: free some space and run the command again",
+    errno.EFBIG: "the file is larger than this process may write (`ulimit -f`, or the file "
+    "system's limit): raise the limit or choose another place",
 }
 
 

@@ -112,6 +112,38 @@ def build_wheel_cmd(
         log.emit_json(result.to_json())
 
 
+@click.command(name="base-wheel")
+@click.option(
+    "--onto",
+    metavar="REF",
+    help="A tag, branch or commit of the fork instead of the series' base "
+    "(for `droppable --onto REF`).",
+)
+@click.option(
+    "--python",
+    metavar="PYTHON",
+    help="The interpreter with the fork's build toolchain (default: forkpatch's own).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable result on stdout.")
+@pass_ctx
+def base_wheel_cmd(c: Ctx, onto: str | None, python: str | None, as_json: bool) -> None:
+    """Build the fork's Python-only wheel at the series' base (or REF), for overlay builds.
+
+    The fork's own setup.py with VLLM_TARGET_DEVICE=empty: no compiled code, the
+    version forkpatch counts for the commit. Kept in .forkpatch/base-wheels/<commit>/,
+    where build-wheel and droppable find it when given no base wheel. Prints its path.
+    """
+    from forkpatch.wheels.basewheel import build_base_wheel
+
+    project = c.project()
+    with project.locked("base-wheel"):
+        result = build_base_wheel(project, onto=onto, python=python)
+    if as_json:
+        log.emit_json(result.to_json())
+    else:
+        log.result(str(result.path))
+
+
 @click.command()
 @click.argument("wheel", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable result on stdout.")

@@ -48,7 +48,7 @@ def _bisect(
         timeout_s=timeout_s,
     )
     result = bisect(opts, project, fork_override=c.fork_repo)
-    print_result(result)
+    print_result(result, emit=log.info if as_json else log.result)
     if as_json:
         log.emit_json(result.to_json())
 
@@ -97,7 +97,8 @@ def _bisect(
     type=float,
     default=3600.0,
     show_default=True,
-    help="Seconds the checks may take in all.",
+    help="Seconds the whole smoke run may take: the environment, the checks and each "
+    "team check share this one deadline.",
 )
 @click.option(
     "--ptx-lib",

@@ -50,7 +50,7 @@ from forkpatch.rebase.plan import (
 )
 from forkpatch.rebase.report import RebaseReport
 from forkpatch.rebase.state import Journal, RebaseState
-from forkpatch.series import PATCHES_DIR, SERIES_FILE, BaseRef, Series, dump_series, parse_series
+from forkpatch.series import PATCHES_DIR, SERIES_FILE, Series, dump_series, parse_series
 from forkpatch.stackstate import StackPosition
 
 REPORTS_DIR = "reports"
@@ -104,7 +104,9 @@ def rebase(project: Project, options: RebaseOptions) -> RebaseResult:
         phase="conflict" if walk.conflict is not None else "writing",
         onto=setup.target.name,
         onto_commit=setup.target.commit,
-        base=setup.base.tag,
+        onto_tag=setup.target.base.tag,
+        onto_branch=setup.target.base.branch,
+        base=setup.base.label,
         base_commit=setup.base.commit,
         relation=setup.relation,
         three_way=options.three_way,
@@ -360,7 +362,7 @@ def abort(project: Project) -> list[str]:
 def _new_series(journal: Journal, state: RebaseState) -> Series:
     series = journal.original_series()
     dropped = {o.name for o in state.outcomes if o.status in DROPPED}
-    return series.with_base(BaseRef(state.onto, state.onto_commit)).with_patches(
+    return series.with_base(state.target.base).with_patches(
         p for p in series.patches if p.name not in dropped
     )
 

@@ -36,7 +36,14 @@ from pathlib import Path
 
 from forkpatch import settings
 from forkpatch.errors import BuildError, ForkpatchError
-from forkpatch.fsutil import TMP_SUFFIX, open_regular, relpath_problem, write_event
+from forkpatch.fsutil import (
+    TMP_SUFFIX,
+    naming,
+    new_file_mode,
+    open_regular,
+    relpath_problem,
+    write_event,
+)
 
 __all__ = [
     "CopyMember",
@@ -706,19 +713,23 @@ def write_zip(dest: Path, source: WheelZip, members: Sequence[OutMember]) -> Non
         )
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=TMP_SUFFIX, dir=dest.parent)
     try:
-        out = _Out(fd, source.fd)
-        central = _write_members(out, members)
-        cd_offset = out.offset
-        cd = b"".join(central)
-        if cd_offset + len(cd) > _U32_MAX:
-            raise BuildError(
-                "the new wheel would exceed 4 GiB, which needs zip64", tip="use the container build"
+        with naming(dest):
+            out = _Out(fd, source.fd)
+            central = _write_members(out, members)
+            cd_offset = out.offset
+            cd = b"".join(central)
+            if cd_offset + len(cd) > _U32_MAX:
+                raise BuildError(
+                    "the new wheel would exceed 4 GiB, which needs zip64",
+                    tip="use the container build",
+                )
+            out.write(cd)
+            out.write(
+                _EOCD.pack(_EOCD_SIG, 0, 0, len(central), len(central), len(cd), cd_offset, 0)
             )
-        out.write(cd)
-        out.write(_EOCD.pack(_EOCD_SIG, 0, 0, len(central), len(central), len(cd), cd_offset, 0))
-        out.finish()
-        os.fchmod(fd, 0o644)
-        os.fsync(fd)
+            out.finish()
+            os.fchmod(fd, new_file_mode())  # the wheel file's; its members keep theirs
+            os.fsync(fd)
         os.close(fd)
         fd = -1
         write_event(f"before-rename {dest.name}")
