@@ -23,14 +23,13 @@ fork, or too shallow, and applying patches to it could only fail confusingly.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from forkpatch import log
+from forkpatch import log, settings
 from forkpatch.errors import ForkRepoError, GitError, UsageError
 from forkpatch.fsutil import atomic_write
 from forkpatch.git import Git, init_bare
@@ -38,7 +37,11 @@ from forkpatch.redact import hide_url_secrets
 
 ENV_FORK_REPO = "FORKPATCH_FORK_REPO"
 STORE_DIR = ".forkpatch"
-FETCH_TIMEOUT = float(os.environ.get("FORKPATCH_FETCH_TIMEOUT", "300"))
+FETCH_TIMEOUT = 300.0  # seconds, unless FORKPATCH_FETCH_TIMEOUT says otherwise
+
+
+def fetch_timeout() -> float:
+    return settings.duration("FORKPATCH_FETCH_TIMEOUT", FETCH_TIMEOUT)
 
 
 def is_local_source(source: str) -> bool:
@@ -84,7 +87,7 @@ def choose_source(url: str, override: str | None = None) -> tuple[str, str]:
         return override, "--fork-repo"
     if is_local_source(url):
         return url, "fork.url"
-    env = os.environ.get(ENV_FORK_REPO)
+    env = settings.text(ENV_FORK_REPO)
     if env:
         return env, ENV_FORK_REPO
     return url, "fork.url"
@@ -243,7 +246,7 @@ class ForkRepo:
         """(object id, ref) of the remote's ``--tags`` or ``--heads``; ``what`` names
         them in the error."""
         proc = self.store.run(
-            "ls-remote", which, self.source, check=False, timeout=FETCH_TIMEOUT, user_config=True
+            "ls-remote", which, self.source, check=False, timeout=fetch_timeout(), user_config=True
         )
         if proc.returncode != 0:
             raise self._remote_error(f"list {what} of", proc)
@@ -268,7 +271,7 @@ class ForkRepo:
             self._fetch_url(),
             *specs,
             check=False,
-            timeout=FETCH_TIMEOUT,
+            timeout=fetch_timeout(),
             user_config=True,
         )
         if proc.returncode != 0:

@@ -60,7 +60,13 @@ from forkpatch.patchfile import (
 from forkpatch.patchheader import HeaderLayout, header_fields
 from forkpatch.patchtext import PatchTexts
 from forkpatch.project import Project
-from forkpatch.series import NAME_RE, PatchEntry, check_series_file_path
+from forkpatch.series import (
+    NAME_RE,
+    UPSTREAM_CREDENTIAL_TIP,
+    PatchEntry,
+    check_series_file_path,
+    upstream_credentials,
+)
 from forkpatch.stackstate import FileRecord, StackState
 
 __all__ = ["Incoming", "import_patches", "read_patch_file", "read_series_dir", "slugify"]
@@ -275,6 +281,7 @@ def _read(
         for key, value in fields
         if key.lower() == wanted or (wanted == "bug" and key.lower().startswith("bug-"))
     )
+    _refuse_upstream_credentials(source, upstream)
     origin = next((value for key, value in fields if key.lower() == "origin"), "")
     # A forkpatch mail's From id is a local commit, never an upstream one.
     refs = upstream_refs(lead if name is None else description + "\n" + layout.notes)
@@ -746,3 +753,16 @@ def _import_with_conflicts(
         "brings it in with conflict markers; resolve them, then `forkpatch refresh`"
     )
     raise PatchesConflict(f"patch '{entry.name}' conflicts")
+
+
+def _refuse_upstream_credentials(source: str, upstream: str) -> None:
+    """A patch whose Forwarded:/Bug:/... URL carries a user name or token would put it
+    into series.yaml's ``upstream:``: refused before anything is written."""
+    shown = upstream_credentials(upstream)
+    if shown is not None:
+        raise UsageError(
+            f"{source}: its header names {shown}, a URL with credentials; "
+            "nothing was imported (series.yaml never holds a credential)",
+            tip="remove the user/token part of that URL in the patch file, then import "
+            "again. " + UPSTREAM_CREDENTIAL_TIP,
+        )

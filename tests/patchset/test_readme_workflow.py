@@ -289,8 +289,8 @@ def test_readme_workflow_on_the_real_series(tmp_path, capsys, monkeypatch):
         report = json.loads(out)
         assert report["tiers"]["status"]["static"] == "passed", report["tiers"]
         index = tmp_path / "index"
-        _, err = w.step("publish", str(wheel), "--to", str(index), "--allow-missing-tier", "sm70")
-        line = next(ln for ln in err.splitlines() if ln.startswith("install: pip install "))
+        out, _ = w.step("publish", str(wheel), "--to", str(index), "--allow-missing-tier", "sm70")
+        line = next(ln for ln in out.splitlines() if ln.startswith("install: pip install "))
         consumer = make_venv_seeing_this_one(tmp_path / "consumer")
         args = line.removeprefix("install: pip install ").replace("'", "").split()
         res = subprocess.run(

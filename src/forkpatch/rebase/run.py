@@ -30,7 +30,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from forkpatch import log
+from forkpatch import log, settings
 from forkpatch.engine import TreeState, commit_message, diffs_of_commits
 from forkpatch.errors import ConflictError, StateError, UsageError
 from forkpatch.git import FileChange
@@ -61,7 +61,7 @@ PAUSE_ENV = "FORKPATCH_TEST_PAUSE_AFTER"
 
 def _pause(point: str) -> None:
     """Test hook: stop here (SIGSTOP) when FORKPATCH_TEST_PAUSE_AFTER names ``point``."""
-    if os.environ.get(PAUSE_ENV) == point:
+    if settings.text(PAUSE_ENV) == point:
         print(f"forkpatch: test pause at {point}", file=sys.stderr, flush=True)
         os.kill(os.getpid(), signal.SIGSTOP)
 

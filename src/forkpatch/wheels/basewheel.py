@@ -22,7 +22,6 @@ from __future__ import annotations
 import io
 import os
 import shutil
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -34,6 +33,7 @@ from typing import Any
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from forkpatch import log
+from forkpatch import proc as runner
 from forkpatch.errors import BuildError, ToolMissing
 from forkpatch.project import Project
 from forkpatch.series import BaseRef
@@ -148,15 +148,18 @@ def check_toolchain(python: str) -> None:
         f"print(' '.join(m for m in {TOOLCHAIN!r} if importlib.util.find_spec(m) is None))"
     )
     try:
-        proc = subprocess.run(
-            [python, "-c", probe], capture_output=True, text=True, timeout=60, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        done = runner.run([python, "-c", probe], timeout=60, split_stderr=True)
+    except OSError as exc:
         raise ToolMissing(
             f"the interpreter {python} for the fork's wheel build does not run: {exc}",
             tip="give --python an interpreter that has the fork's build toolchain",
         ) from None
-    missing = proc.stdout.split() if proc.returncode == 0 else list(TOOLCHAIN)
+    if done.timed_out:
+        raise ToolMissing(
+            f"the interpreter {python} for the fork's wheel build did not answer: {done.ended()}",
+            tip="give --python an interpreter that has the fork's build toolchain",
+        )
+    missing = done.output.split() if done.returncode == 0 else list(TOOLCHAIN)
     if missing:
         raise ToolMissing(
             f"the fork's Python-only wheel build needs {', '.join(missing)} in {python}",

@@ -51,7 +51,6 @@ from forkpatch.wheels.overlay import (
 )
 
 MODES = BUILD_MODES
-# The multi-file commit journal of a dist directory outside the project.
 
 
 @dataclass
