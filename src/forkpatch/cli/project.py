@@ -38,8 +38,9 @@ def init(
     distribution: str,
     force: bool,
 ) -> None:
-    """Start a series: write series.yaml and patches/ for the fork at BASE (in a clone
-    of a project that has series.yaml: set the clone up, keeping it)."""
+    """Start a series: write series.yaml and patches/ for the fork at BASE.
+
+    In a clone of a project that has series.yaml, set the clone up and keep it."""
     from forkpatch.ops import init_project
     from forkpatch.series import SERIES_FILE
 
