@@ -129,7 +129,9 @@ class Stack(EditLoop):
         except StateError:
             return False  # another project's: never touched
         locked = wt.git_dir / "locked"
-        if locked.is_file() and "initializing" in locked.read_text(encoding="utf-8", errors="replace"):
+        if locked.is_file() and "initializing" in locked.read_text(
+            encoding="utf-8", errors="replace"
+        ):
             return True
         probe = wt.run("status", "--porcelain", "-z", check=False)
         if probe.returncode != 0:
