@@ -251,7 +251,8 @@ class StackModel:
     def _write(self, wt: Git, *args: str) -> None:
         """A git command that changes the work tree (its status is asked again after)."""
         self._forget_status()
-        wt.run(*args)
+        with worktree.objects_named():
+            wt.run(*args)
 
     def _forget_status(self) -> None:
         self._status.clear()
