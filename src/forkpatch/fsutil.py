@@ -22,6 +22,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
+from forkpatch import settings
 from forkpatch.errors import InputFileError, LockError, StateError
 
 # Temporary files forkpatch leaves only when it is killed mid-write; swept by
@@ -29,8 +30,8 @@ from forkpatch.errors import InputFileError, LockError, StateError
 TMP_SUFFIX = ".forkpatch-tmp"
 TMP_NAME = re.compile(r"\A\..+\.forkpatch-tmp\Z")
 
-_KILL_AT = int(os.environ.get("FORKPATCH_TEST_KILL_AT") or 0)
-_COUNT_TO = os.environ.get("FORKPATCH_TEST_COUNT_WRITES") or None
+_KILL_AT = settings.count("FORKPATCH_TEST_KILL_AT")
+_COUNT_TO = settings.text("FORKPATCH_TEST_COUNT_WRITES")
 # Whether this process counts or kills at write events (the test hooks, set at import).
 HOOKED = bool(_KILL_AT or _COUNT_TO)
 _events = 0
@@ -45,7 +46,7 @@ def write_event(label: str) -> None:
 def pause_point(point: str) -> None:
     """Test hook: stop (SIGSTOP) when ``FORKPATCH_TEST_PAUSE_AFTER`` names ``point``, so a
     test can change the world at a known moment and then SIGCONT the process."""
-    if os.environ.get("FORKPATCH_TEST_PAUSE_AFTER") == point:
+    if settings.text("FORKPATCH_TEST_PAUSE_AFTER") == point:
         import sys
 
         print(f"forkpatch: test pause at {point}", file=sys.stderr, flush=True)

@@ -284,7 +284,7 @@ def series_status(project: Project) -> StatusReport:
         if r.name in missing:
             results[i] = PatchResult(name=r.name, status="conflict", detail=[missing[r.name]])
     report = StatusReport(
-        base_tag=series.base.tag,
+        base_tag=series.base.label,
         base_commit=base,
         results=results,
         orphans=project.orphans(),

@@ -36,7 +36,6 @@ from forkpatch.fsutil import (
 )
 from forkpatch.git import Git, blob_id
 from forkpatch.series import (
-    NAME_RE,
     PATCHES_DIR,
     SERIES_FILE,
     PatchEntry,
@@ -727,10 +726,6 @@ def _owned(rel: str) -> bool:
     if rel == SERIES_FILE or parts[0] == PATCHES_DIR:
         return True
     return parts[-1] == "SHA256SUMS" or parts[-1].endswith((".whl", ".smoke.json"))
-
-
-def _is_name(value: object) -> bool:
-    return isinstance(value, str) and NAME_RE.match(value) is not None
 
 
 def _within(path: Path, root: Path) -> bool:

@@ -40,7 +40,8 @@ def init(
 ) -> None:
     """Start a series: write series.yaml and patches/ for the fork at BASE.
 
-    In a clone of a project that has series.yaml, set the clone up and keep it."""
+    In a clone of a project that already has series.yaml, set the clone up (patches/,
+    the .gitignore lines) and keep series.yaml as it is."""
     from forkpatch.ops import init_project
     from forkpatch.series import SERIES_FILE
 
@@ -65,7 +66,7 @@ def init(
         log.info("next: `forkpatch status`, then `forkpatch apply` to work on the patches")
         return
     log.result(
-        f"wrote {project.series_path} (base {s.base.tag} = {s.base.commit[:12]}) and "
+        f"wrote {project.series_path} (base {s.base.label} = {s.base.commit[:12]}) and "
         f"{project.patches_dir}/"
     )
     log.info(
@@ -115,11 +116,6 @@ def status(c: Ctx, as_json: bool, upstream: bool) -> None:
         if report.editing:
             log.result(
                 f"editing '{report.editing}': `forkpatch refresh` re-applies the patches above it"
-            )
-        if report.interrupted_worktree:
-            log.warn(
-                f"{report.interrupted_worktree} is a work tree an interrupted `forkpatch "
-                "apply` left half made; `forkpatch apply` makes it again"
             )
         if report.worktree_problem:
             log.warn(f"{report.worktree_problem}; `forkpatch apply --force` rebuilds it")

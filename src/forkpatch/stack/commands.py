@@ -5,7 +5,6 @@ the stack to match.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
@@ -159,12 +158,6 @@ class Stack(EditLoop):
                 return path.resolve() if path.exists() else None
         return None
 
-    @staticmethod
-    def _admin_of(path: Path) -> Path:
-        text = (path / ".git").read_text(encoding="utf-8", errors="surrogateescape").strip()
-        admin = Path(text.split(":", 1)[1].strip())
-        return admin if admin.is_absolute() else (path / admin).resolve()
-
     def apply(
         self,
         where: Path | None = None,
@@ -210,7 +203,7 @@ class Stack(EditLoop):
         bad = result.first_conflict()
         if bad is not None:
             raise PatchApplyError(
-                bad.describe_failure(f"{series.base.tag} with the patches below it")
+                bad.describe_failure(f"{series.base.label} with the patches below it")
                 + f"\nthe work tree {path} holds the patches below it",
                 tip=f"fix patches/{series.get(bad.name).file}, or run `forkpatch push --merge` "
                 "to bring it in with conflict markers and resolve them",
@@ -553,12 +546,3 @@ class Stack(EditLoop):
             e.name for e in writes if self.project.rel(self.project.patch_path(e)) in written
         ]
         return changed, moved
-
-    def remove_worktree(self) -> None:
-        path = self.worktree_path()
-        if path is not None and path.exists():
-            self.store.run("worktree", "remove", "--force", str(path), check=False)
-            shutil.rmtree(path, ignore_errors=True)
-        state = self.project.read_state()
-        if state is not None:
-            self._save(state.with_(worktree=None, editing=None, synced=None))

@@ -69,7 +69,7 @@ SERIES_KINDS = frozenset({"added", "removed", "moved"})
 @dataclass(frozen=True)
 class OutsideChange:
     """A patch file or series.yaml entry that differs from what forkpatch last wrote or
-    read for the work tree (:class:`forkpatch.project.SyncRecord`), and which side
+    read for the work tree (:class:`forkpatch.stackstate.SyncRecord`), and which side
     changed: ``"file"`` (patches/ or series.yaml only), ``"worktree"`` (only the work
     tree: edits not written to patches/ yet) or ``"both"``."""
 
@@ -204,7 +204,7 @@ class StackModel:
             return None
         return (
             f"the work tree {state.worktree} is built on {built_on[:12]}, but "
-            f"{SERIES_FILE} names base {series.base.tag} ({series.base.commit[:12]}): "
+            f"{SERIES_FILE} names base {series.base.label} ({series.base.commit[:12]}): "
             f"{SERIES_FILE} was changed outside forkpatch (a rebase undone with git?)"
         )
 

@@ -34,6 +34,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from forkpatch import settings
 from forkpatch.errors import BuildError, ForkpatchError
 from forkpatch.fsutil import (
     TMP_SUFFIX,
@@ -85,7 +86,7 @@ DEFAULT_FILE_ATTR = (0o100644 & 0xFFFF) << 16
 #: Limits on what a wheel may make forkpatch inflate. A member is read in bounded
 #: chunks and must inflate to exactly its declared size; the declared sizes are
 #: capped per member read into memory and in total (``FORKPATCH_WHEEL_MAX_BYTES``).
-MAX_TOTAL_BYTES = int(os.environ.get("FORKPATCH_WHEEL_MAX_BYTES") or 16 << 30)
+MAX_TOTAL_BYTES = 16 << 30  # unless FORKPATCH_WHEEL_MAX_BYTES says otherwise
 MAX_MEMBER_IN_MEMORY = 512 << 20
 #: Deflate cannot compress better than about 1032:1; a member declaring more is a bomb.
 MAX_DEFLATE_RATIO = 1100
@@ -162,9 +163,9 @@ def check_sizes(members: Iterable[SizeFacts], *, source: Path) -> None:
         if m.method == _STORED and m.file_size != m.compress_size:
             raise _fail(source, f"member {m.name} is stored with two different sizes")
         total += m.file_size
-        if total > MAX_TOTAL_BYTES:
+        if total > (cap := settings.size("FORKPATCH_WHEEL_MAX_BYTES", MAX_TOTAL_BYTES)):
             raise BuildError(
-                f"{source}: its members add up to more than {MAX_TOTAL_BYTES:,} bytes "
+                f"{source}: its members add up to more than {cap:,} bytes "
                 "uncompressed; forkpatch refuses it",
                 tip="raise FORKPATCH_WHEEL_MAX_BYTES if this wheel is really that large",
             )
@@ -740,11 +741,6 @@ def write_zip(dest: Path, source: WheelZip, members: Sequence[OutMember]) -> Non
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-
-
-def iter_names(members: Sequence[OutMember]) -> Iterator[str]:
-    for m in members:
-        yield m.out_name
 
 
 # --------------------------------------------------------------------------- RECORD
