@@ -5,6 +5,7 @@ the stack to match.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
