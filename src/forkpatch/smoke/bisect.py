@@ -344,7 +344,7 @@ def bisect(
     if base_wheel is None:
         raise UsageError(
             "bisecting builds the series' prefixes with the overlay path, which "
-            f"needs the fork's released wheel for {series.base.tag}",
+            f"needs the fork's released wheel for {series.base.label}",
             tip="pass --base-wheel PATH or set build.base-wheel in series.yaml",
         )
     if not base_wheel.is_absolute():

@@ -28,7 +28,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from forkpatch import log, proc
+from forkpatch import log, proc, settings
 from forkpatch.errors import SmokeError
 from forkpatch.kinds import SMOKE_DEPS
 from forkpatch.proc import Deadline
@@ -155,7 +155,7 @@ def smoke_env(
     """
     if deps not in DEPS_MODES:
         raise SmokeError(f"unknown deps mode {deps!r}", tip=f"use one of {', '.join(DEPS_MODES)}")
-    keep = keep or os.environ.get(KEEP_ENV_VAR) == "1"
+    keep = keep or settings.flag(KEEP_ENV_VAR)
     base_python = python or sys.executable
     check_python_fits(wheels, base_python)
     root = Path(tempfile.mkdtemp(prefix="forkpatch-smoke-"))

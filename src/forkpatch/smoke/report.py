@@ -230,11 +230,6 @@ def write_report(data: Mapping[str, Any], path: Path) -> Path:
     return path
 
 
-def load_report(path: Path) -> dict[str, Any]:
-    """A report file, validated (:func:`read_report`); its data as a dict."""
-    return read_report(path).data
-
-
 @dataclass(frozen=True)
 class CheckedReport:
     """A smoke report that passed :func:`validate_report`, with its tiers derived."""

@@ -289,7 +289,9 @@ class RunContext:
         raw = self.opts.base_wheel or copy.series.build.base_wheel
         if not raw:
             return None
-        text = raw.replace("{tag}", self.tag).replace("{version}", version_of(self.tag))
+        from forkpatch.wheels.buildwheel import fill_base_wheel
+
+        text = fill_base_wheel(raw, self.tag, version_of(self.tag))
         if re.match(r"^https?://", text):
             return _download(text, self.dir / "base-wheel")
         if text.startswith("file://"):
