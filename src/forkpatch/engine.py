@@ -1,10 +1,10 @@
 """Apply a series in memory: no work tree, no index, one object reader.
 
-The base tree is listed once (``git ls-tree -r``); the files a patch touches
-are read through one ``git cat-file --batch``; hunks are applied in Python
-(:mod:`forkpatch.applier`); the results are written, if wanted, as one
-``git fast-import`` stream that creates one commit per patch. A 3-way merge
-(``git merge-file``) is tried only for a file whose hunks do not apply, with
+The base tree is listed once; the files a patch touches are read in process
+(libgit2, :mod:`forkpatch.gitobj`); hunks are applied in Python
+(:mod:`forkpatch.applier`); the results are written, if wanted, as one commit per
+patch (in process for a few, one ``git fast-import`` stream for many). A 3-way merge
+(git's ``merge-file``, in process) is tried only for a file whose hunks do not apply, with
 the merge base taken from the series' own previous base, which forkpatch can
 always rebuild: this is why patch files need no ``index`` lines.
 """
@@ -13,15 +13,12 @@ from __future__ import annotations
 
 import functools
 import re
-import subprocess
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from forkpatch import applier, binarypatch
 from forkpatch.errors import PathSafetyError
-from forkpatch.git import FastImport, FileChange, Git, ObjectReader, commit_date, git_env
+from forkpatch.git import FastImport, FileChange, Git, ObjectReader, commit_date
 from forkpatch.kinds import PATCH_STATUSES, PatchStatus
 from forkpatch.patchfile import FilePatch, PatchFile, check_paths
 from forkpatch.patchheader import description_of
@@ -232,37 +229,15 @@ class _FileOutcome:
 def _merge_file(
     ours: bytes, base: bytes, theirs: bytes, labels: tuple[str, str, str]
 ) -> tuple[bytes, int]:
-    """3-way merge of three contents with ``git merge-file``; returns (result, conflicts).
+    """3-way merge of three contents as ``git merge-file --diff3`` makes it (git's xdiff,
+    in process: :func:`forkpatch.gitobj.merge_file`); returns (result, conflicts).
 
     A pure function of its inputs, so its results are kept: a rebase that stops at
     a conflict merges the same file again to write it with its markers.
     """
-    with tempfile.TemporaryDirectory(prefix="forkpatch-merge-") as tmp:
-        paths = []
-        for name, data in (("ours", ours), ("base", base), ("theirs", theirs)):
-            p = Path(tmp) / name
-            p.write_bytes(data)
-            paths.append(str(p))
-        proc = subprocess.run(
-            [
-                "git",
-                "merge-file",
-                "-p",
-                "--diff3",
-                "-L",
-                labels[0],
-                "-L",
-                labels[1],
-                "-L",
-                labels[2],
-                *paths,
-            ],
-            capture_output=True,
-            env=git_env(),
-        )
-        if proc.returncode < 0 or proc.returncode > 127:
-            raise RuntimeError(proc.stderr.decode())
-        return proc.stdout, proc.returncode
+    from forkpatch.gitobj import merge_file
+
+    return merge_file(ours, base, theirs, labels)
 
 
 class SeriesApplier:

@@ -247,20 +247,11 @@ class StackModel:
     def applied(self, wt: Git | None = None) -> list[AppliedPatch]:
         wt = wt or self.wt()
         base = self.base_commit()
-        # One git process for the whole stack: ids, first parents and messages.
-        raw = wt.run(
-            "log", "--first-parent", "--reverse", "--format=%H%x00%P%x00%B%x1e", f"{base}..HEAD"
-        ).stdout.decode("utf-8", "surrogateescape")
+        # The whole stack in one walk (in process): ids, first parents and messages.
         patches: list[AppliedPatch] = []
-        for record in raw.split("\x1e"):
-            record = record.strip("\n")
-            if not record:
-                continue
-            commit, _, rest = record.partition("\x00")
-            parents, _, message = rest.partition("\x00")
+        for commit, first_parent, message in wt.first_parents(base, "HEAD"):
             name, _summary, _header = parse_commit_message(message)
             if name:
-                first_parent = parents.split(" ", 1)[0]
                 patches.append(AppliedPatch(name, (commit,), first_parent, message))
             elif patches:
                 last = patches[-1]
