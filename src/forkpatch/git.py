@@ -312,6 +312,10 @@ class Git:
         with contextlib.suppress(GitError):
             self.objects.delete_ref(ref)
 
+    def write_tree(self) -> str:
+        """The tree of this work tree's index (``git write-tree``; in process)."""
+        return self.objects.index_tree()
+
     def first_parents(self, base: str, head: str = "HEAD") -> list[tuple[str, str, str]]:
         """``git log --first-parent --reverse base..head``: (commit, first parent, message)
         oldest first; in process when ``base`` is on ``head``'s first-parent line."""

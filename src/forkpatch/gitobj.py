@@ -235,6 +235,22 @@ class Objects:
             raise _error("cannot write a tree", exc) from None
         return tree
 
+    def index_tree(self) -> str:
+        """The tree of the index (``git write-tree``): refused, as git does, while it
+        holds unmerged entries."""
+        pg = _pygit2()
+        try:
+            index = self.repo.index
+            index.read(True)
+            if index.conflicts is not None:
+                raise GitError(
+                    f"the index of {self.git_dir} has unmerged entries",
+                    tip="resolve them (git add the files), then run the command again",
+                )
+            return str(index.write_tree())
+        except (pg.GitError, OSError) as exc:
+            raise _error("cannot write the index's tree", exc) from None
+
     def write_commit(
         self,
         tree: str,

@@ -215,11 +215,12 @@ class EditLoop(StackModel):
             wt.stage(changed)
         wt.stage(written)
         self._forget_status()
-        tree = wt.out("write-tree")
+        tree = wt.write_tree()
         commit = wt.commit_tree(
             tree, [parent], message, date=commit_date(self.store, self.base_commit())
         )
-        self._write(wt, "update-ref", "-m", "forkpatch refresh", "HEAD", commit)
+        wt.update_ref("HEAD", commit, message="forkpatch refresh")
+        self._forget_status()  # status is against HEAD, which moved
         return commit
 
     @staticmethod
