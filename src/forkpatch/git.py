@@ -316,10 +316,15 @@ class Git:
         """The tree of this work tree's index (``git write-tree``; in process)."""
         return self.objects.index_tree()
 
-    def first_parents(self, base: str, head: str = "HEAD") -> list[tuple[str, str, str]]:
+    def first_parents(
+        self, base: str, head: str = "HEAD", *, one_query: bool = False
+    ) -> list[tuple[str, str, str]]:
         """``git log --first-parent --reverse base..head``: (commit, first parent, message)
-        oldest first; in process when ``base`` is on ``head``'s first-parent line."""
-        got = self.objects.first_parents(base, head)
+        oldest first; in process when ``base`` is on ``head``'s first-parent line.
+
+        ``one_query``: the command asks git nothing else (``top``, ``status``): one
+        ``git log`` costs less than loading libgit2 (see docs/architecture.md)."""
+        got = None if one_query else self.objects.first_parents(base, head)
         if got is not None:
             return got
         raw = self.run(
@@ -539,7 +544,8 @@ FAST_IMPORT_REF = "refs/forkpatch/fast-import"
 
 class FastImport:
     """Collects commits and writes them with one ``git fast-import`` run, or in process
-    when they are few (:data:`IN_PROCESS_COMMITS`): the same objects, the same ids.
+    when they are few (:data:`IN_PROCESS_COMMITS` commits and blobs): the same objects,
+    the same ids.
 
     Commits are referenced by marks until :meth:`finish` returns the real ids.
     Nothing becomes reachable from a branch: callers move refs afterwards. (The
@@ -618,8 +624,7 @@ class FastImport:
         """Run fast-import; return mark -> object id (commits and blobs)."""
         if not self._mark:
             return {}
-        commits = sum(1 for q in self._queued if q[2] == "commit")
-        if commits <= IN_PROCESS_COMMITS:
+        if len(self._queued) <= IN_PROCESS_COMMITS:
             return self._finish_in_process()
         with tempfile.TemporaryDirectory(prefix="forkpatch-fi-") as tmp:
             marks = Path(tmp) / "marks"
@@ -679,8 +684,8 @@ class FastImport:
         return ids
 
 
-#: Up to this many commits a :class:`FastImport` writes in process (a few loose objects
-#: each, no process to start); more go through one ``git fast-import`` (one pack).
+#: Up to this many commits and blobs a :class:`FastImport` writes in process (a few loose
+#: objects each, no process to start); more go through one ``git fast-import`` (one pack).
 IN_PROCESS_COMMITS = 64
 
 #: The longest delta chain fast-import makes. It deltifies each version of a file (and

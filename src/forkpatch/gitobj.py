@@ -104,10 +104,32 @@ class Objects:
     def __init__(self, git_dir: Path) -> None:
         self.git_dir = git_dir
         self._repo: pygit2.Repository | None = None
+        self._opened: tuple[tuple[int, int, int], ...] = ()
+
+    def _identity(self) -> tuple[tuple[int, int, int], ...]:
+        """What, changed, makes an open repository stale: the directory itself (deleted
+        and made again) and the alternates file (libgit2 reads it when it opens)."""
+        out = []
+        for path, whole in (
+            (self.git_dir, False),
+            (self.git_dir / "objects/info/alternates", True),
+        ):
+            try:
+                st = os.stat(path)
+            except OSError:
+                out.append((0, 0, 0))
+                continue
+            # A directory's times move with every file made in it: only its inode counts.
+            out.append((st.st_ino, st.st_mtime_ns, st.st_size) if whole else (st.st_ino, 0, 0))
+        return tuple(out)
 
     @property
     def repo(self) -> pygit2.Repository:
+        identity = self._identity()
+        if self._repo is not None and identity != self._opened:
+            self._repo = None
         if self._repo is None:
+            self._opened = identity
             pg = _pygit2()
             try:
                 self._repo = pg.Repository(str(self.git_dir))

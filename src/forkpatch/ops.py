@@ -257,7 +257,7 @@ def series_status(project: Project) -> StatusReport:
                 report.worktree = str(state.worktree)
                 return report
             wt = stack.wt()
-            applied = stack.applied(wt)
+            applied = stack.applied(wt, one_query=True)
             report.applied = [a.name for a in applied]
             report.changes = stack.outside_changes(wt, applied, edits=True)
             report.worktree = str(state.worktree)

@@ -41,24 +41,51 @@ def _queue(git: Git, case: str) -> tuple[FastImport, dict[str, str]]:
     return fi, marks
 
 
-@pytest.mark.parametrize("case", ["one commit", "chain", "other ref", "kept pack", "blob only"])
-def test_an_import_starts_one_process_and_writes_no_ref(tmp_path, monkeypatch, case):
-    git = init_bare(tmp_path / "store.git")
+CASES = ["one commit", "chain", "other ref", "kept pack", "blob only"]
+
+
+def _imported(tmp_path, monkeypatch, case: str, writer: str) -> tuple[Git, dict[str, str], list]:
+    """The case imported into a new store by ``writer`` ("fast-import": one process;
+    "in process": libgit2, no process): the store, the ids by name, the git calls made."""
+    import forkpatch.git
+
+    git = init_bare(tmp_path / writer / "store.git")
     fi, marks = _queue(git, case)
-    calls = GitCalls(tmp_path)
-    monkeypatch.setenv("PATH", calls.path)
-    ids = fi.finish()
-    made = calls.take()
+    calls = GitCalls(tmp_path / writer)
+    with monkeypatch.context() as m:
+        if writer == "fast-import":
+            m.setattr(forkpatch.git, "IN_PROCESS_COMMITS", -1)
+        m.setenv("PATH", calls.path)
+        ids = fi.finish()
+    return git, {name: ids[mark] for name, mark in marks.items()}, calls.take()
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_an_import_starts_one_process_and_writes_no_ref(tmp_path, monkeypatch, case):
+    git, got, made = _imported(tmp_path, monkeypatch, case, "fast-import")
     assert len(made) == 1 and "fast-import" in made[0].split(), made
-    monkeypatch.undo()
     assert git.out("for-each-ref") == "", "no ref written or left"
-    got = {name: ids[mark] for name, mark in marks.items()}
     kinds = {name: git.out("cat-file", "-t", oid) for name, oid in got.items()}
-    assert kinds == {n: "blob" if n == "blob" else "commit" for n in marks}
+    assert kinds == {n: "blob" if n == "blob" else "commit" for n in got}
     if "second" in got:
         assert git.out("rev-parse", f"{got['second']}^") == got["first"]
         assert git.out("show", f"{got['second']}:a.txt") == "two"
         assert git.run("cat-file", "-e", f"{got['second']}:b.txt", check=False).returncode
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_small_import_in_process_starts_no_git_and_makes_fast_imports_ids(
+    tmp_path, monkeypatch, case
+):
+    """A few commits are written by libgit2: no process, no ref, and byte for byte the
+    objects fast-import makes of the same queue (the same ids, checked by git fsck)."""
+    oracle, want, _ = _imported(tmp_path, monkeypatch, case, "fast-import")
+    git, got, made = _imported(tmp_path, monkeypatch, case, "in process")
+    assert made == [] and got == want
+    assert git.out("for-each-ref") == ""
+    for oid in got.values():
+        assert git.run("cat-file", "-p", oid).stdout == oracle.run("cat-file", "-p", oid).stdout
+    git.run("fsck", "--strict", "--no-dangling")
 
 
 LINES = numbered(60)
@@ -212,10 +239,14 @@ def test_a_step_that_stops_again_leaves_the_editing_work_tree_alone(
     assert load(s.project).base.tag == "v2"
 
 
-def test_many_small_packs_are_rolled_up_without_rewriting_the_big_one(tmp_path):
+def test_many_small_packs_are_rolled_up_without_rewriting_the_big_one(tmp_path, monkeypatch):
     """The store after many stops: one big pack (a fork's objects fetched into it) and a
-    small pack per import. The repack at the end of a rebase merges the small ones only,
-    leaves the big pack's file as it is, and keeps every object, reachable or not."""
+    small pack per import (imports too big to be written in process). The repack at the
+    end of a rebase merges the small ones only, leaves the big pack's file as it is, and
+    keeps every object, reachable or not."""
+    import forkpatch.git
+
+    monkeypatch.setattr(forkpatch.git, "IN_PROCESS_COMMITS", -1)  # every import a pack
     git = init_bare(tmp_path / "store.git")
     pack_dir = git.git_dir / "objects" / "pack"
     fi = git.fast_import(keep_pack=True)

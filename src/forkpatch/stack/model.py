@@ -244,12 +244,14 @@ class StackModel:
         assert head is not None
         return head
 
-    def applied(self, wt: Git | None = None) -> list[AppliedPatch]:
+    def applied(self, wt: Git | None = None, *, one_query: bool = False) -> list[AppliedPatch]:
+        """The applied patches, bottom first. ``one_query``: the command reads nothing
+        else of git (see :meth:`forkpatch.git.Git.first_parents`)."""
         wt = wt or self.wt()
         base = self.base_commit()
-        # The whole stack in one walk (in process): ids, first parents and messages.
+        # The whole stack in one walk: ids, first parents and messages.
         patches: list[AppliedPatch] = []
-        for commit, first_parent, message in wt.first_parents(base, "HEAD"):
+        for commit, first_parent, message in wt.first_parents(base, "HEAD", one_query=one_query):
             name, _summary, _header = parse_commit_message(message)
             if name:
                 patches.append(AppliedPatch(name, (commit,), first_parent, message))
@@ -327,7 +329,7 @@ class StackModel:
         return applied[-1].name if applied else None
 
     def top(self) -> str | None:
-        applied = self.applied()
+        applied = self.applied(one_query=True)
         return applied[-1].name if applied else None
 
     def unapplied(self, applied: list[AppliedPatch]) -> list[PatchEntry]:
