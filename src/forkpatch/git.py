@@ -285,7 +285,9 @@ class Git:
         return [p.decode("utf-8", "surrogateescape") for p in raw.split(b"\0") if p]
 
     def is_ancestor(self, a: str, b: str) -> bool:
-        return self.objects.is_ancestor(a, b)
+        """``git merge-base --is-ancestor`` (git's own walk: libgit2's stops elsewhere at
+        a shallow store's boundary; asked once per rebase, not per step)."""
+        return self.run("merge-base", "--is-ancestor", a, b, check=False).returncode == 0
 
     def commit_tree(
         self, tree: str, parents: Iterable[str], message: str, *, date: str | None = None

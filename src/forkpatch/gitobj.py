@@ -225,15 +225,6 @@ class Objects:
         out.reverse()
         return out
 
-    def is_ancestor(self, a: str, b: str) -> bool:
-        pg = _pygit2()
-        repo = self.repo
-        try:
-            ca, cb = repo.revparse_single(a).id, repo.revparse_single(b).id
-            return ca == cb or bool(repo.descendant_of(cb, ca))
-        except (KeyError, ValueError, pg.GitError):
-            return False
-
     # ------------------------------------------------------------------ writing
 
     def write_blob(self, data: bytes) -> str:
