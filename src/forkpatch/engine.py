@@ -228,9 +228,10 @@ class _FileOutcome:
 @functools.lru_cache(maxsize=64)
 def _merge_file(
     ours: bytes, base: bytes, theirs: bytes, labels: tuple[str, str, str]
-) -> tuple[bytes, int]:
+) -> tuple[bytes | None, int]:
     """3-way merge of three contents as ``git merge-file --diff3`` makes it (git's xdiff,
-    in process: :func:`forkpatch.gitobj.merge_file`); returns (result, conflicts).
+    in process: :func:`forkpatch.gitobj.merge_file`); returns (result, conflicts), the
+    result None for a binary file (no merge: a conflict without markers).
 
     A pure function of its inputs, so its results are kept: a rebase that stops at
     a conflict merges the same file again to write it with its markers.
@@ -389,6 +390,9 @@ class SeriesApplier:
         merged, n_conflicts = _merge_file(
             ours, base, theirs, (f"{self.labels[0]}", "old base", f"{self.labels[1]} {name}")
         )
+        if merged is None:
+            conflict.reason += " (a binary file: no 3-way merge)"
+            return _FileOutcome("conflict", [], [], conflict)
         if n_conflicts:
             conflict.merged = merged
             conflict.reason = (

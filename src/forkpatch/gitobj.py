@@ -397,11 +397,22 @@ def _scratch() -> Objects:
     return _SCRATCH
 
 
+#: git's test for a binary file (``buffer_is_binary``): a NUL in its first 8,000 bytes.
+BINARY_PROBE = 8000
+
+
+def is_binary(data: bytes) -> bool:
+    return b"\0" in data[:BINARY_PROBE]
+
+
 def merge_file(
     ours: bytes, base: bytes, theirs: bytes, labels: tuple[str, str, str]
-) -> tuple[bytes, int]:
+) -> tuple[bytes | None, int]:
     """A 3-way merge as ``git merge-file -p --diff3 -L ours -L base -L theirs`` prints it,
-    through git's own xdiff in libgit2; returns (result, conflicting regions)."""
+    through git's own xdiff in libgit2; returns (result, conflicting regions). A binary
+    side gives (None, 1): git merge-file refuses it ("Cannot merge binary files")."""
+    if is_binary(ours) or is_binary(base) or is_binary(theirs):
+        return None, 1
     pg = _pygit2()
     from pygit2.errors import check_error
 
@@ -445,7 +456,26 @@ def merge_file(
         clean = bool(out.automergeable)
     finally:
         lib.git_merge_file_result_free(out)
+    if not clean and not (ours and base and theirs):
+        merged = _label_empty_sides(merged, (ours, base, theirs), labels)
     return merged, 0 if clean else max(1, count_conflicts(merged, labels))
+
+
+_MARKERS = (b"<<<<<<<", b"|||||||", b">>>>>>>")
+
+
+def _label_empty_sides(
+    merged: bytes, sides: tuple[bytes, bytes, bytes], labels: tuple[str, str, str]
+) -> bytes:
+    """libgit2 leaves a side's label off its marker when that side is empty (a file one
+    side creates or deletes); git writes it. The bare marker line is put back as git's."""
+    named = {
+        marker: marker + b" " + label.encode("utf-8", "surrogateescape")
+        for marker, side, label in zip(_MARKERS, sides, labels, strict=True)
+        if not side
+    }
+    lines = merged.split(b"\n")
+    return b"\n".join(named.get(line, line) for line in lines)
 
 
 def count_conflicts(merged: bytes, labels: tuple[str, str, str]) -> int:
