@@ -15,7 +15,7 @@ import re
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -336,7 +336,27 @@ class Git:
             args = ["update-ref", "-m", message, ref, new]
             self.run(*args, *([old] if old is not None else []))
             return
-        self.objects.update_ref(ref, new, old, message=message)
+        self._locking(lambda: self.objects.update_ref(ref, new, old, message=message))
+
+    def _locking(self, write: Callable[[], None]) -> None:
+        """An in-process write that takes a lock file, under the CLI's lock rules: a
+        lock a live process holds is waited for (bounded), a stale one named with the
+        way out (see :func:`_lock_tip`)."""
+        deadline: float | None = None
+        while True:
+            try:
+                write()
+                return
+            except GitError as exc:
+                m = _LOCK_EXISTS.search(exc.message)
+                if m is None:
+                    raise
+                held = _held_lock(m.group(0).encode())
+                now = time.monotonic()
+                deadline = now + LOCK_WAIT_S if deadline is None else deadline
+                if held is None or now >= deadline:
+                    raise GitError(exc.message, tip=_lock_tip(m.group(0))) from None
+                time.sleep(0.05)
 
     def delete_ref(self, ref: str) -> None:
         """Delete ``ref`` if it exists (a failure is left for the next command)."""

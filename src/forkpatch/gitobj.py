@@ -21,6 +21,7 @@ pay for its import.
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -58,16 +59,19 @@ def _pygit2() -> Any:
     return pygit2
 
 
+#: libgit2's words for a lock file it could not take (the path in quotes).
+LOCK_FAILED = re.compile(r"failed to lock file '([^']+\.lock)'")
+
+
 def _error(what: str, exc: BaseException) -> GitError:
+    """A libgit2 failure as forkpatch's error; a lock file is named as git names it
+    (``Unable to create '...lock': File exists``), so that git.py's lock handling (wait
+    for a live holder, the tip for a stale lock) treats both alike."""
     text = str(exc)
-    tip = None
-    if ".lock" in text:
-        tip = (
-            "another git process holds a lock file named in the message, or one was killed "
-            "and left it: if no git runs in this project any more, remove that file and run "
-            "the command again"
-        )
-    return GitError(f"{what}: {text}", tip=tip)
+    m = LOCK_FAILED.search(text)
+    if m is not None:
+        text = f"Unable to create '{m.group(1)}': File exists"
+    return GitError(f"{what}: {text}")
 
 
 def objects(git_dir: Path) -> Objects:
@@ -308,7 +312,7 @@ class Objects:
                         tip="another command moved it meanwhile: run the command again",
                     )
             repo.create_reference_direct(name, pg.Oid(hex=new), True, message=message)
-        except pg.GitError as exc:
+        except (pg.GitError, OSError) as exc:  # a held lock file is an OSError
             raise _error(f"cannot update {ref}", exc) from None
 
     def delete_ref(self, ref: str) -> None:
@@ -317,7 +321,7 @@ class Objects:
             got = self.repo.references.get(ref)
             if got is not None:
                 got.delete()
-        except pg.GitError as exc:
+        except (pg.GitError, OSError) as exc:
             raise _error(f"cannot delete {ref}", exc) from None
 
 
