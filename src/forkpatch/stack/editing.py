@@ -19,7 +19,6 @@ from forkpatch.engine import (
     CONFLICT_MARKER,
     DIFF_CONFLICT_MARKER,
     Item,
-    PatchResult,
     SeriesApplier,
     TreeState,
     canonical_diff,
@@ -35,6 +34,7 @@ from forkpatch.errors import (
 from forkpatch.fsutil import remove_in_tree, write_in_tree
 from forkpatch.git import Git, commit_date
 from forkpatch.patchtext import PatchTexts
+from forkpatch.results import PatchResult
 from forkpatch.series import PatchEntry
 from forkpatch.stack import worktree
 from forkpatch.stack.model import StackModel
