@@ -13,6 +13,7 @@ import contextlib
 import os
 import re
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -374,8 +375,10 @@ class Git:
         oldest first; in process when ``base`` is on ``head``'s first-parent line.
 
         ``one_query``: the command asks git nothing else (``top``, ``status``): one
-        ``git log`` costs less than loading libgit2 (see docs/architecture.md)."""
-        got = None if one_query else self.objects.first_parents(base, head)
+        ``git log`` costs less than loading libgit2 (see docs/architecture.md), unless
+        this process has loaded it already."""
+        cheaper = one_query and "pygit2" not in sys.modules
+        got = None if cheaper else self.objects.first_parents(base, head)
         if got is not None:
             return got
         raw = self.run(

@@ -229,6 +229,27 @@ class Objects:
         out.reverse()
         return out
 
+    def changed_paths(self, old: str, new: str) -> list[str]:
+        """The paths whose entries differ between two trees, sorted as git sorts them
+        (``git diff --no-renames --name-only OLD NEW``)."""
+        pg = _pygit2()
+        repo = self.repo
+        try:
+            a = repo.revparse_single(old).peel(pg.Tree)
+            b = repo.revparse_single(new).peel(pg.Tree)
+            diff = a.diff_to_tree(b)
+            paths = {
+                (
+                    d.new_file.raw_path
+                    if d.status != pg.enums.DeltaStatus.DELETED
+                    else d.old_file.raw_path
+                )
+                for d in diff.deltas
+            }
+        except (KeyError, ValueError, pg.GitError, pg.InvalidSpecError) as exc:
+            raise _error(f"cannot compare {old} and {new}", exc) from None
+        return [p.decode("utf-8", "surrogateescape") for p in sorted(paths)]
+
     # ------------------------------------------------------------------ writing
 
     def write_blob(self, data: bytes) -> str:

@@ -214,6 +214,9 @@ def test_trees_names_objects_and_walks_are_gits(tmp_path):
         proc = git.run("rev-parse", "-q", "--verify", "--end-of-options", name, check=False)
         want = proc.stdout.decode().strip() if proc.returncode == 0 else None
         assert git.rev_parse(name) == want, name
+    for a, b in (("v1.2.1", "v1.3.0"), ("v1.3.0", "main"), ("v1.2.2", "v1.2.1")):
+        raw = git.run("diff", "--no-renames", "--name-only", "-z", a, b).stdout
+        assert git.objects.changed_paths(a, b) == [p.decode() for p in raw.split(b"\0") if p]
     entries = list(git.ls_tree("v1.3.0").items())[::97]
     with git.reader() as mine, CatFileReader(git) as theirs:
         for _path, (_mode, oid) in entries:
