@@ -186,24 +186,41 @@ class Objects:
             return None
 
     def ls_tree(self, rev: str) -> dict[str, tuple[str, str]]:
-        """Every file of the tree of ``rev``: path -> (mode, oid) (``git ls-tree -r``)."""
+        """Every file of the tree of ``rev``: path -> (mode, oid) (``git ls-tree -r``).
+
+        The tree objects are read raw and parsed here (``<mode> <name>\\0<id>`` per
+        entry): pygit2's entry objects cost an enum per mode, several times the parse."""
         pg = _pygit2()
         repo = self.repo
         try:
-            tree = repo.revparse_single(rev).peel(pg.Tree)
+            root = repo.revparse_single(rev).peel(pg.Tree).id
         except (KeyError, ValueError, pg.GitError, pg.InvalidSpecError) as exc:
             raise _error(f"no tree for '{rev}'", exc) from None
+        odb = repo.odb
+        width = len(root.raw)
         out: dict[str, tuple[str, str]] = {}
-        todo: list[tuple[Any, str]] = [(tree, "")]
-        while todo:
-            node, prefix = todo.pop()
-            for entry in node:
-                name = entry.raw_name.decode("utf-8", "surrogateescape")
-                if entry.filemode == 0o040000:
-                    todo.append((repo[entry.id], f"{prefix}{name}/"))
+
+        def walk(tree_id: Any, prefix: bytes) -> None:
+            _kind, data = odb.read(tree_id)
+            i, end = 0, len(data)
+            while i < end:
+                space = data.index(b" ", i)
+                nul = data.index(b"\0", space)
+                mode = data[i:space]
+                name = prefix + data[space + 1 : nul]
+                raw = data[nul + 1 : nul + 1 + width]
+                i = nul + 1 + width
+                if mode == b"40000":
+                    walk(pg.Oid(raw=raw), name + b"/")
                 else:
-                    out[f"{prefix}{name}"] = (f"{entry.filemode:06o}", str(entry.id))
-        return dict(sorted(out.items(), key=lambda kv: kv[0].encode("utf-8", "surrogateescape")))
+                    path = name.decode("utf-8", "surrogateescape")
+                    out[path] = (mode.decode().rjust(6, "0"), raw.hex())
+
+        try:
+            walk(root, b"")
+        except (KeyError, ValueError, pg.GitError) as exc:
+            raise _error(f"cannot read the tree of '{rev}'", exc) from None
+        return out
 
     def first_parents(
         self, base: str, head: str, limit: int = 10_000
