@@ -53,8 +53,7 @@ def _imported(tmp_path, monkeypatch, case: str, writer: str) -> tuple[Git, dict[
     fi, marks = _queue(git, case)
     calls = GitCalls(tmp_path / writer)
     with monkeypatch.context() as m:
-        if writer == "fast-import":
-            m.setattr(forkpatch.git, "IN_PROCESS_COMMITS", -1)
+        m.setattr(forkpatch.git, "IN_PROCESS_COMMITS", -1 if writer == "fast-import" else 99)
         m.setenv("PATH", calls.path)
         ids = fi.finish()
     return git, {name: ids[mark] for name, mark in marks.items()}, calls.take()
@@ -77,8 +76,8 @@ def test_an_import_starts_one_process_and_writes_no_ref(tmp_path, monkeypatch, c
 def test_a_small_import_in_process_starts_no_git_and_makes_fast_imports_ids(
     tmp_path, monkeypatch, case
 ):
-    """A few commits are written by libgit2: no process, no ref, and byte for byte the
-    objects fast-import makes of the same queue (the same ids, checked by git fsck)."""
+    """Written by libgit2 (as a queue of a few is): no process, no ref, and byte for
+    byte the objects fast-import makes of the same queue (the same ids, git fsck)."""
     oracle, want, _ = _imported(tmp_path, monkeypatch, case, "fast-import")
     git, got, made = _imported(tmp_path, monkeypatch, case, "in process")
     assert made == [] and got == want
