@@ -134,7 +134,8 @@ def test_a_stop_costs_the_same_git_processes_however_long_the_series(
     scenario, tmp_path, monkeypatch, second
 ):
     """The first stop's --continue (or --skip) of a 3- and of a 12-patch series start the
-    same git processes, and none of them resolves a reference the series names."""
+    same git processes (besides at most one fast-import), and none of them resolves a
+    reference the series names."""
     counts = {}
     for n in (3, 12):
         s = _series(scenario, n)
@@ -151,7 +152,11 @@ def test_a_stop_costs_the_same_git_processes_however_long_the_series(
         s.run("rebase", second, expect=3)
         monkeypatch.undo()
         made = calls.take()
-        counts[n] = len(made)
+        # A few commits are written in process, more by one fast-import: the writer
+        # depends on how many the step writes, its process count does not grow with it.
+        imports = [c for c in made if " fast-import" in f" {c}"]
+        assert len(imports) <= 1, made
+        counts[n] = len(made) - len(imports)
         # the series' references (its patches' origin commits) were resolved at the start
         assert not [c for c in made if "--batch-check=%(objectname) %(objecttype)" in c], made
         assert not [c for c in made if " rev-list " in f" {c}" or "--no-walk" in c], made
