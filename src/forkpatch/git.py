@@ -227,14 +227,20 @@ class Git:
         user_config: bool,
     ) -> subprocess.CompletedProcess[bytes]:
         try:
-            return subprocess.run(
+            with subprocess.Popen(
                 argv,
-                input=input,
-                capture_output=True,
+                stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
                 env=git_env(env, user_config=user_config or self.user_config),
                 cwd=cwd or self.work_tree,
-                timeout=timeout,
-            )
+            ) as proc:
+                try:
+                    out, err = proc.communicate(input, timeout=timeout)
+                except BaseException:
+                    _stop(proc)
+                    raise
+                return subprocess.CompletedProcess(argv, proc.returncode, out, err)
         except subprocess.TimeoutExpired:
             raise GitError(
                 hide_url_secrets(
@@ -809,6 +815,22 @@ def init_bare(path: Path) -> Git:
 
 
 _LOCK_EXISTS = re.compile(r"Unable to create '([^']+\.lock)': File exists")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """End a git child when forkpatch is interrupted (Ctrl-C, a signal to forkpatch
+    alone, a timeout): SIGINT first, on which git removes the lock files it holds and
+    exits, then SIGKILL if it has not ended within a few seconds. Never left running."""
+    import signal
+
+    if proc.poll() is not None:
+        return
+    try:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=5)
+    except BaseException:
+        proc.kill()
+        proc.wait()
 
 
 #: How long a git command waits for a lock file another live process holds.

@@ -231,6 +231,8 @@ class StatusReport:
     worktree: str | None = None
     editing: str | None = None
     worktree_problem: str | None = None  # the work tree is on another base than series.yaml
+    # A work tree an interrupted `apply` left half made (`apply` makes it again).
+    interrupted_worktree: str | None = None
     # Patch files and series.yaml entries changed outside forkpatch since the work tree
     # last matched them, and edits in the work tree not written to patches/ yet.
     changes: list[OutsideChange] = field(default_factory=list)
@@ -250,6 +252,7 @@ class StatusReport:
             "worktree": self.worktree,
             "editing": self.editing,
             "worktree_problem": self.worktree_problem,
+            "interrupted_worktree": self.interrupted_worktree,
             "changes": [c.to_json() for c in self.changes],
         }
 
@@ -280,6 +283,10 @@ def series_status(project: Project) -> StatusReport:
         results=results,
         orphans=project.orphans(),
     )
+    if not has_worktree:
+        left = state.worktree or project.state_dir / "worktree"
+        if left.is_dir() and not left.is_symlink() and any(left.iterdir()):
+            report.interrupted_worktree = str(left)
     if has_worktree:
         # The stack's model alone: reading it needs neither the engine nor the patch texts.
         from forkpatch.stack import StackModel

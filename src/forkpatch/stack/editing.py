@@ -116,8 +116,15 @@ class EditLoop(StackModel):
                 bad.describe_failure(
                     f"the top of the stack ({applied_names[-1] if applied_names else 'base'})"
                 ),
-                tip="run `forkpatch push --merge` to bring it in with conflict markers, or fix "
-                "the patch file",
+                tip=(
+                    "no version of the files it was made on was found (not in this "
+                    "project's git history, nor on the series' base): fix the patch file, "
+                    f"or re-make it on this stack (`forkpatch new {bad.name}-2`, edit, "
+                    "`forkpatch refresh`)"
+                    if merge
+                    else "run `forkpatch push --merge` to bring it in with conflict markers, "
+                    "or fix the patch file"
+                ),
             )
         self.remember(wt, pushed)
         self._settle_editing(wt)

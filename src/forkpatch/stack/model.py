@@ -251,7 +251,8 @@ class StackModel:
     def _write(self, wt: Git, *args: str) -> None:
         """A git command that changes the work tree (its status is asked again after)."""
         self._forget_status()
-        wt.run(*args)
+        with worktree.objects_named():
+            wt.run(*args)
 
     def _forget_status(self) -> None:
         self._status.clear()
@@ -703,17 +704,38 @@ class StackModel:
         res = SeriesApplier(self.store, base).run(
             self.project.items(), write=False, stop_at_conflict=False
         )
-        bases = {r.name: r.images for r in res.results if r.images}
+        bases = {
+            r.name: r.images
+            for r in res.results
+            if r.images and r.status not in ("conflict", "blocked")
+        }
+        from forkpatch.stack import mergebase
+
         # Patches left unapplied by `refresh --force` keep the images they had
-        # on the old version of the patch below them: their true merge base.
+        # on the old version of the patch below them: their true merge base, while
+        # their file's diff still applies there (a teammate's version may not).
         saved = self.state.merge_bases
+        found: dict[str, dict[str, tuple[bytes | None, bytes | None]]] = {}
         if saved:
             with self.store.reader() as reader:
                 for name, files in saved.items():
-                    bases[name] = {
+                    found[name] = {
                         path: tuple(None if oid is None else reader.blob(oid) for oid in pair)  # type: ignore[misc]
                         for path, pair in files.items()
                     }
+        # A patch that does not apply on the series' base as it is (a teammate's version,
+        # made on other versions of the patches below): the files it was made on.
+        for entry in self.project.series.patches:
+            if entry.file is None or (entry.name in bases and entry.name not in found):
+                continue
+            patch = self.project.load_patch(entry)
+            assert patch is not None
+            images = mergebase.on_saved(patch, found[entry.name]) if entry.name in found else None
+            if images is None and entry.name not in bases:
+                images = mergebase.from_history(self.project, base, entry, patch)
+                images = images or mergebase.alone_on_base(self.project, base, entry, patch)
+            if images is not None:
+                bases[entry.name] = images
         return bases
 
     def _with_merge_bases(
