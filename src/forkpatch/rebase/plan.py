@@ -27,11 +27,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, overload
 
 from forkpatch import log
-from forkpatch.engine import Item, PatchResult, SeriesApplier, TreeState, commit_message
+from forkpatch.engine import Item, SeriesApplier, TreeState, commit_message
 from forkpatch.git import FileChange, Git, ObjectReader, commit_date
 from forkpatch.kinds import APPLIED_STATUSES, DROPPED_STATUSES, OUTCOME_STATUSES
 from forkpatch.patchfile import PatchFile
 from forkpatch.rebase.upstream import ReferenceChecker, UpstreamIndex
+from forkpatch.results import PatchResult
 from forkpatch.series import BaseRef, PatchEntry
 
 if TYPE_CHECKING:

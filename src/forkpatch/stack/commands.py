@@ -241,7 +241,8 @@ class Stack(EditLoop):
         patches.insert(position, entry)
         changes = self.changes(wt)
         self.project.commit({entry: ("", b"")}, series.with_patches(patches))
-        self._write(wt, "update-ref", "HEAD", commit)
+        wt.update_ref("HEAD", commit)
+        self._forget_status()  # status is against HEAD, which moved
         self.remember(wt, [entry.name])
         self._settle_editing(wt)
         if changes:

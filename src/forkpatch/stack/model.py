@@ -265,23 +265,16 @@ class StackModel:
         assert head is not None
         return head
 
-    def applied(self, wt: Git | None = None) -> list[AppliedPatch]:
+    def applied(self, wt: Git | None = None, *, one_query: bool = False) -> list[AppliedPatch]:
+        """The applied patches, bottom first. ``one_query``: the command reads nothing
+        else of git (see :meth:`forkpatch.git.Git.first_parents`)."""
         wt = wt or self.wt()
         base = self.base_commit()
-        # One git process for the whole stack: ids, first parents and messages.
-        raw = wt.run(
-            "log", "--first-parent", "--reverse", "--format=%H%x00%P%x00%B%x1e", f"{base}..HEAD"
-        ).stdout.decode("utf-8", "surrogateescape")
+        # The whole stack in one walk: ids, first parents and messages.
         patches: list[AppliedPatch] = []
-        for record in raw.split("\x1e"):
-            record = record.strip("\n")
-            if not record:
-                continue
-            commit, _, rest = record.partition("\x00")
-            parents, _, message = rest.partition("\x00")
+        for commit, first_parent, message in wt.first_parents(base, "HEAD", one_query=one_query):
             name, _summary, _header = parse_commit_message(message)
             if name:
-                first_parent = parents.split(" ", 1)[0]
                 patches.append(AppliedPatch(name, (commit,), first_parent, message))
             elif patches:
                 last = patches[-1]
@@ -357,7 +350,7 @@ class StackModel:
         return applied[-1].name if applied else None
 
     def top(self) -> str | None:
-        applied = self.applied()
+        applied = self.applied(one_query=True)
         return applied[-1].name if applied else None
 
     def unapplied(self, applied: list[AppliedPatch]) -> list[PatchEntry]:
