@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from forkpatch.gitobj import Objects
 
 GIT_IDENTITY = ("forkpatch", "forkpatch@localhost")
+_FULL_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 
 # Options that make `git diff-tree -p` output independent of the user's git
 # configuration and of the repository's size (full ids never change length).
@@ -328,10 +329,18 @@ class Git:
     def commit_tree(
         self, tree: str, parents: Iterable[str], message: str, *, date: str | None = None
     ) -> str:
-        """A commit of forkpatch's identity (``git commit-tree``, in process)."""
-        return self.objects.write_commit(
-            tree, list(parents), message, identity=GIT_IDENTITY, date=date
-        )
+        """A commit of forkpatch's identity (``git commit-tree``, in process). Like
+        git's, ``tree`` and ``parents`` may be any revision (``X^``, a ref): each is
+        resolved to its object id first."""
+        ids = [p if _FULL_ID.fullmatch(p) else self.require_commit_of(p) for p in parents]
+        tree_id = tree if _FULL_ID.fullmatch(tree) else self.tree_of(tree)
+        return self.objects.write_commit(tree_id, ids, message, identity=GIT_IDENTITY, date=date)
+
+    def require_commit_of(self, rev: str) -> str:
+        oid = self.commit_of(rev)
+        if oid is None:
+            raise GitError(f"no commit '{rev}' in {self.git_dir}")
+        return oid
 
     def update_ref(
         self, ref: str, new: str, old: str | None = None, *, message: str = "forkpatch"
@@ -718,7 +727,10 @@ class FastImport:
         trees: dict[str, str] = {}  # commit -> its tree, for the commits made here
 
         def oid_of(ref: str) -> str:
-            return ids[ref] if ref.startswith(":") else ref
+            """A mark, an object id, or (as fast-import's ``from`` takes) any revision."""
+            if ref.startswith(":"):
+                return ids[ref]
+            return ref if _FULL_ID.fullmatch(ref) else self._git.require_commit_of(ref)
 
         for mark, parent, kind, changes, message, date in self._queued:
             if kind == "blob":

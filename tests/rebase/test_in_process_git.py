@@ -255,3 +255,42 @@ def test_libgit2_reads_no_global_or_system_config(tmp_path, monkeypatch):
     git.update_ref("refs/forkpatch/probe", head)
     assert git.rev_parse("refs/forkpatch/probe") == head
     assert not (repo.path / ".git" / "logs" / "refs" / "forkpatch").exists()
+
+
+def test_commits_take_any_revision_as_parent_as_git_commit_tree_does(tmp_path):
+    """``X^`` or a ref as a parent (git commit-tree and fast-import's ``from`` take
+    them) is resolved to its commit, in a commit of its own and in a queued import."""
+    repo = tmp_path / "r"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    for n in ("a", "b"):
+        (repo / "f").write_text(n + "\n")
+        subprocess.run(["git", "-C", str(repo), "add", "f"], check=True)
+        subprocess.run(
+            [
+                "git",
+                "-C",
+                str(repo),
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "commit",
+                "-qm",
+                n,
+            ],
+            check=True,
+        )
+    g = Git(repo)
+    head = g.rev_parse("HEAD")
+    first = g.rev_parse("HEAD^")
+    tree = g.tree_of("HEAD")
+    made = g.commit_tree("HEAD^{tree}", ["HEAD^"], "m\n")
+    parents = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", f"{made}^@", f"{made}^{{tree}}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert parents == [first, tree] and head != first
+    with pytest.raises(Exception, match="no commit"):
+        g.commit_tree(tree, ["no-such-ref"], "m\n")
