@@ -713,6 +713,18 @@ class Classifier:
                 return result, [], {}
         item, moved = self.follow_renames(state, item)
         result, changes = self.applier.apply_patch(state, item)
+        if result.status == "conflict" and patch is not None and patch.files:
+            declared = self.references.declared(Item(item.entry, patch))
+            if declared is not None:
+                upstreamed = PatchResult(
+                    name=item.entry.name,
+                    status="upstreamed",
+                    files=list(patch.paths),
+                    added=patch.added,
+                    removed=patch.removed,
+                    evidence=declared,
+                )
+                return upstreamed, [], {}
         if moved:
             result.detail.extend(
                 f"{src}: upstream moved it to {dst}; the patch follows it"
