@@ -222,3 +222,24 @@ def compare(repo: Path, base: str, head: str, onto: str, work: Path) -> Compared
     assert code == 0, err
     mine = Run(tuple(VERDICT_OF[p["status"]] for p in check["patches"]), series_tree(project))
     return Compared(rebase, am, mine, check)
+
+
+def scratch_view(fork: Path, dest: Path, refs: dict[str, str]) -> Path:
+    """A bare repository that borrows ``fork``'s objects (alternates) and has only
+    ``refs`` (name -> commit): tags for a series' base can be made there without
+    writing to the fork. The fork's sparse-checkout patterns come along."""
+    git(dest.parent, "init", "-q", "--bare", str(dest))
+    src = Path(git(fork, "rev-parse", "--absolute-git-dir"))
+    (dest / "objects" / "info" / "alternates").write_text(f"{src / 'objects'}\n", encoding="utf-8")
+    lines = "".join(f"update {name} {commit}\n" for name, commit in refs.items())
+    subprocess.run(
+        ["git", "-C", str(dest), "update-ref", "--stdin"],
+        input=lines.encode(),
+        env=git_env(),
+        check=True,
+    )
+    patterns = src / "info" / "sparse-checkout"
+    if patterns.is_file():
+        (dest / "info").mkdir(exist_ok=True)
+        shutil.copy(patterns, dest / "info" / "sparse-checkout")
+    return dest

@@ -373,13 +373,15 @@ _NAMED_BY = re.compile(
 
 
 def _named_by(text: str, oid: str) -> str:
-    """Which line names ``oid`` (``Origin``, ``cherry picked from``, ...)."""
+    """Which line names ``oid`` (``Origin``, ``cherry picked from``, ...); a mail's
+    ``From`` line only when nothing else does (OE's mails carry both)."""
+    found = []
     for line in text.splitlines():
         if oid[:7] in line.lower():
             m = _NAMED_BY.match(line)
             if m:
-                return next(g for g in m.groups() if g)
-    return "upstream-commits"
+                found.append(next(g for g in m.groups() if g))
+    return next((f for f in found if f != "From"), found[0] if found else "upstream-commits")
 
 
 def entry_references(entry: PatchEntry) -> list[str]:
