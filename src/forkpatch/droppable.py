@@ -25,12 +25,15 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forkpatch import log
 from forkpatch.errors import ForkpatchError, UsageError
 from forkpatch.project import Project
 from forkpatch.series import PatchEntry, Series
+
+if TYPE_CHECKING:
+    from forkpatch.rebase import Target
 
 DROPPABLE, NEEDED, NOT_EVALUATED = "droppable", "needed", "not-evaluated"
 VERDICTS = (DROPPABLE, NEEDED, NOT_EVALUATED)
@@ -115,6 +118,7 @@ class _Run:
     """A smoke of one variant of the series: check id -> (outcome, detail)."""
 
     checks: dict[str, tuple[str, str]] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()  # the smoke report's (how to install a missing module)
     failure: str | None = None  # why the variant could not be built or smoked
     #: a patch above the dropped one that needs its lines (only the patches below ran)
     blocked_by: str | None = None
@@ -127,6 +131,31 @@ class _Run:
 
     def outcomes(self, ids: Sequence[str]) -> dict[str, str]:
         return {c: self.checks[c][0] for c in ids if c in self.checks}
+
+    def why_not_run(self, cid: str) -> str:
+        """Why ``cid`` did not run: the check's own reason (a tier this machine lacks, a
+        module the smoke environment lacks, with the line that installs it)."""
+        from forkpatch.smoke.incheck.registry import missing_modules
+
+        outcome, detail = self.checks.get(cid, ("absent", ""))
+        if outcome == "absent":
+            return "not in the smoke report"
+        why = _gist(detail)
+        for module in missing_modules(detail):
+            for note in self.notes:
+                if f"the module '{module}'" in note:
+                    why += f" ({note.split(': ', 1)[-1]})"
+                    break
+        return why
+
+    def missing(self, cid: str) -> str:
+        """What a check that did not run lacked, in a word: ``module torch``, ``tier sm70``."""
+        from forkpatch.smoke.incheck.registry import missing_modules
+
+        modules = missing_modules(self.checks.get(cid, ("", ""))[1])
+        if modules:
+            return f"module {modules[0]}"
+        return f"tier {cid.partition('.')[0]}"
 
 
 def _gist(detail: str) -> str:
@@ -192,30 +221,65 @@ class _Evaluator:
             return run
         for c in outcome.report.checks:
             run.checks[c.id] = (c.outcome, c.detail)
+        run.notes = tuple(outcome.report.notes)
         return run
 
 
-def _resolve_base_wheel(project: Project, opts: DroppableOptions, target: str) -> Path | str:
-    """The base wheel for ``target``, or why there is none."""
+def _resolve_base_wheel(project: Project, opts: DroppableOptions, target: Target) -> Path | str:
+    """The base wheel of the fork at ``target`` (the series' base, or where --onto
+    moves it), or why there is none, in words that fit the case."""
+    from forkpatch.baseversion import base_version
+    from forkpatch.wheels.buildwheel import configured_base_wheel
+    from forkpatch.wheels.overlay import fork_version_matches
+
     series = project.series
-    given = opts.base_wheel
-    if given is None and series.build.base_wheel:
-        if target != series.base.tag:
-            return (
-                f"no wheel of {target}: build.base-wheel is the fork's {series.base.tag} wheel "
-                f"(pass --base-wheel with the fork's {target} wheel)"
-            )
-        given = Path(series.build.base_wheel)
-        if not given.is_absolute():
-            given = project.root / given
+    base = target.base
+    version = base_version(project.fork(), base, series.track.pattern).version
+    where = f"{base.describe()} ({version})"
+    onto = "" if opts.onto is None else f" --onto {opts.onto}"
+    build_one = f"`forkpatch base-wheel{onto}` builds a Python-only one"
+    template = series.build.base_wheel or ""
+    if opts.base_wheel is None and opts.onto is not None and template and "{" not in template:
+        # build.base-wheel names one wheel: the fork's for the series' own base.
+        return (
+            f"no base wheel of the fork at {where}: build.base-wheel ({template}) is the "
+            f"wheel of the series' base {series.base.describe()}; pass --base-wheel with the "
+            f"fork's wheel at {where} ({build_one}), or name it in build.base-wheel by "
+            "{tag} or {version}"
+        )
+    given, source = configured_base_wheel(project, base, version, opts.base_wheel)
     if given is None:
-        return f"no base wheel of {target} (pass --base-wheel or set build.base-wheel)"
+        return f"no base wheel of the fork at {where}: pass --base-wheel ({build_one})"
+    if not given.is_file() and opts.base_wheel is None:
+        return f"no base wheel of the fork at {where}: {given} (from {source}) is not there"
     if not given.is_file():
         raise UsageError(
-            f"base wheel {given} does not exist",
-            tip=f"download the fork's release wheel for {target}",
+            f"base wheel {given} (from {source}) does not exist",
+            tip=f"give the fork's wheel for {where}: {build_one}",
+        )
+    found = _wheel_version(given)
+    if found is not None and not fork_version_matches(found, version):
+        moved = (
+            f"the series rebased onto {target.name} is on the fork's {version}"
+            if opts.onto is not None
+            else f"the series is based on the fork's {version} ({base.describe()})"
+        )
+        message = f"base wheel {given.name} (from {source}) is the fork's {found}, but {moved}"
+        if opts.base_wheel is None:
+            return message
+        raise UsageError(
+            message, tip=f"pass the fork's wheel for {where} with --base-wheel ({build_one})"
         )
     return given.resolve()
+
+
+def _wheel_version(wheel: Path) -> str | None:
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+    try:
+        return str(parse_wheel_filename(wheel.name)[1])
+    except InvalidWheelFilename:
+        return None
 
 
 def _pick(series: Series, names: Sequence[str]) -> list[PatchEntry]:
@@ -235,8 +299,8 @@ def evaluate(project: Project, opts: DroppableOptions) -> DroppableResult:
     chosen = _pick(series, opts.names)
     fork = project.fork()
     if opts.onto is None:
-        target = Target(series.base.tag, series.base.commit)
-        fork.require_commit(series.base.commit, f"series.yaml's base ({series.base.tag})")
+        target = Target(series.base.label, series.base.commit, record=series.base)
+        fork.require_commit(series.base.commit, f"series.yaml's base ({series.base.describe()})")
     else:
         from forkpatch.rebase.plan import check_target
 
@@ -246,7 +310,7 @@ def evaluate(project: Project, opts: DroppableOptions) -> DroppableResult:
     status = {o.name: o for o in plan.outcomes}
     upstreamed = {n for n, o in status.items() if o.status == "upstreamed"}
     conflicts = [n for n, o in status.items() if o.status == "conflict"]
-    base_wheel = _resolve_base_wheel(project, opts, target.name)
+    base_wheel = _resolve_base_wheel(project, opts, target)
 
     verdicts: list[Verdict] = []
     # The checks each patch needs run on the series without it; its own checks also
@@ -256,6 +320,13 @@ def evaluate(project: Project, opts: DroppableOptions) -> DroppableResult:
         for e in chosen
         if e.name not in upstreamed and (e.drop_when_passes_without or e.smoke)
     }
+    # "Droppable" means the series without the patch passes every check the series
+    # declares for the patches that stay, not only the patch's own: a patch above may
+    # use what it adds. Those checks run without it too, and once with every patch.
+    declared = {e.name: e.smoke for e in series.patches if e.name not in upstreamed}
+    stays = {name: _stay_checks(declared, name, needs_build[name]) for name in needs_build}
+    for name, checks in stays.items():
+        needs_build[name] = [*needs_build[name], *(c for c in checks if c not in needs_build[name])]
     build_block = None
     if needs_build and conflicts:
         build_block = (
@@ -269,7 +340,11 @@ def evaluate(project: Project, opts: DroppableOptions) -> DroppableResult:
         full: _Run | None = None
         if needs_build and build_block is None:
             assert isinstance(base_wheel, Path)
-            own = [*dict.fromkeys(c for e in chosen if e.name in needs_build for c in e.smoke)]
+            own = [
+                *dict.fromkeys(
+                    c for e in chosen if e.name in needs_build for c in [*e.smoke, *stays[e.name]]
+                )
+            ]
             if own:
                 full = ev.smoke(None, base_wheel, "with every patch", own)
         for entry in chosen:
@@ -295,11 +370,11 @@ def evaluate(project: Project, opts: DroppableOptions) -> DroppableResult:
                 f"without {entry.name}",
                 needs_build[entry.name],
             )
-            verdicts.append(_with_checks(entry, st, target.name, full, without))
+            verdicts.append(_with_checks(entry, st, target.name, full, without, stays[entry.name]))
         builds = ev.scratch.builds
         smokes = ev.smokes
     return DroppableResult(
-        base=series.base.tag,
+        base=series.base.label,
         target=target.name,
         target_commit=target.commit,
         patches=tuple(verdicts),
@@ -371,12 +446,34 @@ def _without_build(entry: PatchEntry, status: str | None, outcome: Any, target: 
     )
 
 
+def _stay_checks(
+    declared: dict[str, tuple[str, ...]], name: str, own: Sequence[str]
+) -> dict[str, tuple[str, ...]]:
+    """Check id -> the patches that stay without ``name`` and declare it (``smoke:``),
+    for the checks ``name``'s own evaluation does not run already."""
+    out: dict[str, list[str]] = {}
+    for patch, checks in declared.items():
+        if patch == name:
+            continue
+        for cid in checks:
+            if cid not in own:
+                out.setdefault(cid, []).append(patch)
+    return {cid: tuple(owners) for cid, owners in out.items()}
+
+
 def _with_checks(
-    entry: PatchEntry, outcome: Any, target: str, full: _Run | None, without: _Run
+    entry: PatchEntry,
+    outcome: Any,
+    target: str,
+    full: _Run | None,
+    without: _Run,
+    stays: dict[str, tuple[str, ...]] | None = None,
 ) -> Verdict:
-    ids = [*dict.fromkeys([*entry.drop_when_passes_without, *entry.smoke])]
+    stays = stays or {}
+    own_ids = [*dict.fromkeys([*entry.drop_when_passes_without, *entry.smoke])]
+    ids = [*own_ids, *(c for c in stays if c not in own_ids)]
     got = without.outcomes(ids)
-    had = full.outcomes(entry.smoke) if full is not None else {}
+    had = full.outcomes([*entry.smoke, *stays]) if full is not None else {}
     if without.failure is not None:
         return _verdict(
             entry,
@@ -397,7 +494,22 @@ def _with_checks(
                 without=got,
                 with_patch=had,
             )
-    # 2. The declared conditions: each must hold.
+    # 2. The checks of the patches that stay: one that passes with the patch and fails
+    # without it shows a patch above uses what this one adds.
+    if without.blocked_by is None:
+        for cid, owners in stays.items():
+            if got.get(cid) in _FAILS and had.get(cid) == "passed":
+                return _verdict(
+                    entry,
+                    NEEDED,
+                    f"{cid}, the check of '{owners[0]}' (which stays), passes with the patch "
+                    f"and {got[cid]} without it on {target}: '{owners[0]}' needs what it "
+                    f"adds: {_gist(without.checks[cid][1])}",
+                    outcome,
+                    without=got,
+                    with_patch=had,
+                )
+    # 3. The declared conditions: each must hold.
     if entry.drop_when_upstreamed:
         return _verdict(
             entry,
@@ -413,7 +525,7 @@ def _with_checks(
             entry,
             NOT_EVALUATED,
             "its smoke checks do not tell it is needed ("
-            + ", ".join(f"{c}: {had.get(c, '?')} with, {got.get(c, '?')} without" for c in ids)
+            + ", ".join(_with_and_without(c, full, without) for c in entry.smoke or own_ids)
             + "), and drop-when is text only: nothing says it may go",
             outcome,
             without=got,
@@ -434,8 +546,7 @@ def _with_checks(
     not_run = [c for c in cond if got.get(c) != "passed"]
     if not_run:
         reasons = "; ".join(
-            f"{c} (tier {c.partition('.')[0]}) not run: {_gist(without.checks.get(c, ('', '?'))[1])}"
-            for c in not_run
+            f"{c} (tier {c.partition('.')[0]}) not run: {without.why_not_run(c)}" for c in not_run
         )
         return _verdict(
             entry,
@@ -444,7 +555,7 @@ def _with_checks(
             outcome,
             without=got,
             with_patch=had,
-            missing=tuple(dict.fromkeys(f"tier {c.partition('.')[0]}" for c in not_run)),
+            missing=tuple(dict.fromkeys(without.missing(c) for c in not_run)),
         )
     if without.blocked_by is not None:
         return _verdict(
@@ -457,14 +568,59 @@ def _with_checks(
             with_patch=had,
             missing=(f"rework of {without.blocked_by}",),
         )
+    # The patches that stay must pass their own checks without it too.
+    broken = [c for c in stays if got.get(c) in _FAILS]
+    if broken:
+        c = broken[0]
+        return _verdict(
+            entry,
+            NOT_EVALUATED,
+            f"{', '.join(cond)} pass(es) without the patch on {target}, but {c}, the check "
+            f"of '{stays[c][0]}', {got[c]} there with every patch as well: the series is "
+            f"broken without it or not; fix that first: {_gist(without.checks[c][1])}",
+            outcome,
+            without=got,
+            with_patch=had,
+            missing=(f"a passing {c}",),
+        )
+    unknown = [c for c in stays if got.get(c) != "passed"]
+    if unknown:
+        return _verdict(
+            entry,
+            NOT_EVALUATED,
+            f"{', '.join(cond)} pass(es) without the patch on {target}, but the checks of "
+            "the patches that stay did not all run: "
+            + "; ".join(
+                f"{c} of '{stays[c][0]}' not run: {without.why_not_run(c)}" for c in unknown
+            ),
+            outcome,
+            without=got,
+            with_patch=had,
+            missing=tuple(dict.fromkeys(without.missing(c) for c in unknown)),
+        )
     return _verdict(
         entry,
         DROPPABLE,
-        f"{', '.join(cond)} pass(es) without the patch on {target}",
+        f"{', '.join(cond)} pass(es) without the patch on {target}"
+        + (
+            f", and so do the checks of the patches that stay ({', '.join(stays)})" if stays else ""
+        ),
         outcome,
         without=got,
         with_patch=had,
     )
+
+
+def _with_and_without(cid: str, full: _Run | None, without: _Run) -> str:
+    """``static.x: not-run with, not-run without (needs the module 'torch' ...)``."""
+    had = full.checks.get(cid, ("?", ""))[0] if full is not None else "?"
+    got = without.checks.get(cid, ("?", ""))[0]
+    text = f"{cid}: {had} with, {got} without"
+    if "not-run" in (had, got):
+        source = without if got == "not-run" else full
+        assert source is not None
+        text += f" ({source.why_not_run(cid)})"
+    return text
 
 
 def print_result(result: DroppableResult, emit: Callable[[str], None] = log.result) -> None:

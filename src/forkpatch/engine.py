@@ -149,7 +149,6 @@ class TreeState:
             git.ls_tree(commit) if entries is None else entries
         )
         self.content: dict[str, bytes] = {}
-        self._dirs: set[str] | None = None
         self._links: dict[str, str] | None = None  # casefolded symlink path -> path
 
     def get(self, path: str) -> tuple[str, bytes] | None:
@@ -650,10 +649,8 @@ class _Overlay(TreeState):
 
     def __init__(self, under: TreeState, links: dict[str, str] | None) -> None:
         self.reader = under.reader
-        self._under = under
         self.entries = dict(under.entries)
         self.content = dict(under.content)
-        self._dirs = None
         self._links = links
 
 

@@ -14,6 +14,8 @@ import os
 import signal
 from types import FrameType
 
+from forkpatch import settings
+
 STARTING = b"forkpatch: interrupted while starting; nothing was changed\n"
 
 
@@ -24,7 +26,7 @@ def _while_starting(signum: int, frame: FrameType | None) -> None:
 
 def main() -> int:
     signal.signal(signal.SIGINT, _while_starting)
-    if os.environ.get("FORKPATCH_TEST_PAUSE_AFTER") == "start":  # test hook, as in rebase/run.py
+    if settings.text("FORKPATCH_TEST_PAUSE_AFTER") == "start":  # test hook, as in rebase/run.py
         os.kill(os.getpid(), signal.SIGSTOP)
     from forkpatch.cli import main as cli_main
 

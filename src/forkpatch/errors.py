@@ -48,6 +48,10 @@ class SeriesError(ForkpatchError):
     """series.yaml is missing, malformed or inconsistent with patches/."""
 
 
+class UnresolvedMergeError(SeriesError):
+    """A file of the project (series.yaml, a patch file) holds git's conflict markers."""
+
+
 class NoProjectError(SeriesError):
     """No series.yaml at or above the directory: not inside a project (commands that
     also work without one, such as smoke and publish, go on without it)."""

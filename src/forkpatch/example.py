@@ -425,8 +425,10 @@ def write_example_patches(fork: Path, tag: str, out_dir: Path) -> list[Path]:
     return paths
 
 
-def build_release_wheel(fork: Path, tag: str, out_dir: Path) -> Path:
+def build_release_wheel(fork: Path, tag: str, out_dir: Path, *, version: str | None = None) -> Path:
     """The fork's "released wheel" for ``tag``, built without network or setuptools.
+    ``tag`` may be any commit of the fork when ``version`` names its version (a
+    build between releases: ``1.3.1.dev2+g<commit>``).
 
     It holds what the fork's setup.py would put in a Python-only wheel: the
     ``vllm`` package at ``tag``, ``vllm/_version.py`` as setuptools-scm writes
@@ -437,9 +439,11 @@ def build_release_wheel(fork: Path, tag: str, out_dir: Path) -> Path:
     import hashlib
     import zipfile
 
+    from packaging.version import Version
+
     from forkpatch.git import git_env
 
-    version = tag.lstrip("v")
+    version = version or tag.lstrip("v")
     listing = _git(fork, "ls-tree", "-r", "--name-only", "-z", tag)
     members: list[tuple[str, bytes]] = []
     for rel in sorted(p for p in listing.split("\0") if p):
@@ -451,7 +455,7 @@ def build_release_wheel(fork: Path, tag: str, out_dir: Path) -> Path:
                 stdout=subprocess.PIPE,
             ).stdout
             members.append((rel, data))
-    parts = tuple(int(p) for p in version.split("."))
+    parts = Version(version).release
     members.append(
         (
             "vllm/_version.py",

@@ -23,14 +23,13 @@ fork, or too shallow, and applying patches to it could only fail confusingly.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from forkpatch import log
+from forkpatch import log, settings
 from forkpatch.errors import ForkRepoError, GitError, UsageError
 from forkpatch.fsutil import atomic_write
 from forkpatch.git import Git, init_bare
@@ -38,7 +37,11 @@ from forkpatch.redact import hide_url_secrets
 
 ENV_FORK_REPO = "FORKPATCH_FORK_REPO"
 STORE_DIR = ".forkpatch"
-FETCH_TIMEOUT = float(os.environ.get("FORKPATCH_FETCH_TIMEOUT", "300"))
+FETCH_TIMEOUT = 300.0  # seconds, unless FORKPATCH_FETCH_TIMEOUT says otherwise
+
+
+def fetch_timeout() -> float:
+    return settings.duration("FORKPATCH_FETCH_TIMEOUT", FETCH_TIMEOUT)
 
 
 def is_local_source(source: str) -> bool:
@@ -84,7 +87,7 @@ def choose_source(url: str, override: str | None = None) -> tuple[str, str]:
         return override, "--fork-repo"
     if is_local_source(url):
         return url, "fork.url"
-    env = os.environ.get(ENV_FORK_REPO)
+    env = settings.text(ENV_FORK_REPO)
     if env:
         return env, ENV_FORK_REPO
     return url, "fork.url"
@@ -243,7 +246,7 @@ class ForkRepo:
         """(object id, ref) of the remote's ``--tags`` or ``--heads``; ``what`` names
         them in the error."""
         proc = self.store.run(
-            "ls-remote", which, self.source, check=False, timeout=FETCH_TIMEOUT, user_config=True
+            "ls-remote", which, self.source, check=False, timeout=fetch_timeout(), user_config=True
         )
         if proc.returncode != 0:
             raise self._remote_error(f"list {what} of", proc)
@@ -268,7 +271,7 @@ class ForkRepo:
             self._fetch_url(),
             *specs,
             check=False,
-            timeout=FETCH_TIMEOUT,
+            timeout=fetch_timeout(),
             user_config=True,
         )
         if proc.returncode != 0:
@@ -488,11 +491,27 @@ class ForkRepo:
         )
 
     def _is_branch(self, name: str) -> bool:
+        """Whether ``name`` is a branch of the fork: a local branch, a remote-tracking
+        one (``origin/main``), or ``main`` as a clone has it from its remote
+        (``refs/remotes/origin/main``: a teammate's clone of the fork)."""
         if self.local:
             refs = (f"refs/heads/{name}", f"refs/remotes/{name}")
-            return any(self._source_git.rev_parse(ref) is not None for ref in refs)
+            if any(self._source_git.rev_parse(ref) is not None for ref in refs):
+                return True
+            remotes = self._source_git.run(
+                "for-each-ref", "--format=%(refname)", "refs/remotes", check=False
+            ).stdout.decode("utf-8", "replace")
+            return any(
+                ref.count("/") >= 3 and ref.split("/", 3)[3] == name for ref in remotes.split()
+            )
         branch = name[len("origin/") :] if name.startswith("origin/") else name
-        return self.store.rev_parse(f"refs/fork/heads/{branch}") is not None
+        if self.store.rev_parse(f"refs/fork/heads/{branch}") is not None:
+            return True
+        try:
+            heads = self._ls_remote("--heads", "branches")
+        except ForkRepoError:
+            return False
+        return f"refs/heads/{branch}" in {ref for _oid, ref in heads}
 
     def _peel_local(self, ref: str) -> tuple[str, str, str] | None:
         """(the object ``ref`` names, that object peeled of every tag object, its type)
@@ -535,8 +554,41 @@ class ForkRepo:
         self.store.update_ref(f"refs/tags/{tag}", oid)
         return True
 
+    def tags_of(self, commit: str) -> list[str]:
+        """The fork's tags that name ``commit`` (peeled), names of release versions
+        first (the highest first), then the others by name."""
+        return order_tags([t for t, c in self.source_tags().items() if c == commit])
+
+    def tags_below(self, commit: str) -> dict[str, str]:
+        """Tag -> commit for every tag of the fork that names ``commit`` or one of its
+        ancestors (as far as a shallow clone's history goes): one git process."""
+        if not self.local:
+            self.fetch()
+        git = self._source_git if self.local else self.store
+        proc = git.run(
+            "for-each-ref",
+            f"--merged={commit}",
+            "--format=%(refname:strip=2)",
+            "refs/tags",
+            check=False,
+        )
+        names = (
+            set(proc.stdout.decode("utf-8", "replace").split()) if proc.returncode == 0 else set()
+        )
+        return {t: c for t, c in self.source_tags().items() if t in names}
+
+    def distance(self, ancestor: str, commit: str) -> int:
+        """The number of commits in ``ancestor..commit``."""
+        out = self.store.run("rev-list", "--count", f"{ancestor}..{commit}", check=False)
+        text = out.stdout.decode().strip()
+        return int(text) if out.returncode == 0 and text.isdigit() else 0
+
     def verify_base(self, tag: str, recorded: str) -> str:
-        """Check that ``tag`` still names the commit series.yaml recorded."""
+        """Check that ``tag`` still names the commit series.yaml recorded; a base with
+        no tag (``""``: a series on a commit) is its commit, which must be here."""
+        if not tag:
+            self.require_commit(recorded, f"series.yaml's base (commit {recorded[:12]})")
+            return recorded
         if self.local:
             current = self._local_base(tag, recorded)
         else:
@@ -651,6 +703,22 @@ class ForkRepo:
 def _short(commits: list[str]) -> str:
     shown = ", ".join(c[:12] for c in commits[:3])
     return shown + (f" and {len(commits) - 3} more" if len(commits) > 3 else "")
+
+
+def order_tags(tags: list[str]) -> list[str]:
+    """Tags that name release versions (``v1.3.0``, ``1.3.0``) first, the highest
+    first and final releases before pre-releases; then the others by name."""
+    from packaging.version import InvalidVersion, Version
+
+    versions: list[tuple[Version, str]] = []
+    others: list[str] = []
+    for tag in tags:
+        try:
+            versions.append((Version(tag[1:] if tag[:1] in ("v", "V") else tag), tag))
+        except InvalidVersion:
+            others.append(tag)
+    versions.sort(key=lambda vt: (not vt[0].is_prerelease, vt[0], vt[1]), reverse=True)
+    return [t for _, t in versions] + sorted(others)
 
 
 def nearest_tags(tag: str, tags: dict[str, str] | list[str], n: int = 5) -> list[str]:

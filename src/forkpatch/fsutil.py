@@ -22,6 +22,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
+from forkpatch import settings
 from forkpatch.errors import InputFileError, LockError, StateError
 
 # Temporary files forkpatch leaves only when it is killed mid-write; swept by
@@ -29,8 +30,8 @@ from forkpatch.errors import InputFileError, LockError, StateError
 TMP_SUFFIX = ".forkpatch-tmp"
 TMP_NAME = re.compile(r"\A\..+\.forkpatch-tmp\Z")
 
-_KILL_AT = int(os.environ.get("FORKPATCH_TEST_KILL_AT") or 0)
-_COUNT_TO = os.environ.get("FORKPATCH_TEST_COUNT_WRITES") or None
+_KILL_AT = settings.count("FORKPATCH_TEST_KILL_AT")
+_COUNT_TO = settings.text("FORKPATCH_TEST_COUNT_WRITES")
 # Whether this process counts or kills at write events (the test hooks, set at import).
 HOOKED = bool(_KILL_AT or _COUNT_TO)
 _events = 0
@@ -45,7 +46,7 @@ def write_event(label: str) -> None:
 def pause_point(point: str) -> None:
     """Test hook: stop (SIGSTOP) when ``FORKPATCH_TEST_PAUSE_AFTER`` names ``point``, so a
     test can change the world at a known moment and then SIGCONT the process."""
-    if os.environ.get("FORKPATCH_TEST_PAUSE_AFTER") == point:
+    if settings.text("FORKPATCH_TEST_PAUSE_AFTER") == point:
         import sys
 
         print(f"forkpatch: test pause at {point}", file=sys.stderr, flush=True)
@@ -62,13 +63,52 @@ def _fire(label: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+@contextlib.contextmanager
+def naming(path: Path | str) -> Iterator[None]:
+    """An OSError raised inside without a file name (a write on a full disk, past a
+    quota or a size limit: ``os.write`` and ``fsync`` name none) gets ``path``, the
+    file forkpatch was writing, so that the message says which file it was."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None and exc.errno is not None:
+            raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from None
+        raise
+
+
+_UMASK: int | None = None
+
+
+def umask() -> int:
+    """The process's umask (read once: from /proc without changing it where it can be)."""
+    global _UMASK
+    if _UMASK is None:
+        try:
+            with open("/proc/self/status", encoding="ascii", errors="replace") as fh:
+                line = next((x for x in fh if x.startswith("Umask:")), None)
+            _UMASK = int(line.split()[1], 8) if line else None
+        except (OSError, ValueError, IndexError):
+            _UMASK = None
+        if _UMASK is None:
+            _UMASK = os.umask(0o022)
+            os.umask(_UMASK)
+    return _UMASK
+
+
+def new_file_mode(executable: bool = False) -> int:
+    """The mode of a file forkpatch creates (0666 or 0777 less the umask), as the
+    user's other tools would create it: under umask 077 nobody else reads it."""
+    return (0o777 if executable else 0o666) & ~umask()
+
+
 def write_temp(
     path: Path, data: bytes, *, mode: int | None = None, sync: bool = True
 ) -> str | None:
     """Write ``data`` to a new temporary file beside ``path`` (for a later rename).
 
     Returns None, writing nothing, when ``path`` already holds exactly ``data``.
-    The temporary file gets ``mode``, else the mode of ``path``, else 0644; it is
+    The temporary file gets ``mode``, else the mode of ``path``, else
+    :func:`new_file_mode` (the umask's); it is
     named ``.<name>.<random>.forkpatch-tmp`` so that a killed process's leftovers
     are recognised and removed. ``sync=False`` leaves flushing to the caller
     (:func:`fsync_files` for a batch).
@@ -81,13 +121,14 @@ def write_temp(
         if stat.S_ISREG(st.st_mode) and st.st_size == len(data) and path.read_bytes() == data:
             return None
         if not stat.S_ISREG(st.st_mode):
-            current = 0o644
+            current = new_file_mode()
     except FileNotFoundError:
-        current = 0o644
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TMP_SUFFIX, dir=path.parent)
+        current = new_file_mode()
+    with naming(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TMP_SUFFIX, dir=path.parent)
     try:
-        with os.fdopen(fd, "wb") as fh:
+        with naming(path), os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
             if sync:
@@ -133,8 +174,14 @@ def commit_files(
     journal: Path,
     root: Path | None = None,
     allowed: Callable[[str], bool] | None = None,
+    expect: Mapping[Path, bytes | None] | None = None,
 ) -> list[Path]:
     """Create, replace or delete several files as one unit; returns the paths that changed.
+
+    ``expect``: for targets the caller read before deciding what to write, the bytes it
+    read (None: absent then). Checked against the disk just before the commit point,
+    after every temporary file is written: a target that changed meanwhile (another
+    process wrote it) raises :class:`ChangedOnDisk` naming it, and nothing is written.
 
     A value is the new bytes, a ``Path`` to an already written file to move into
     place (same file system), or None to delete. Unchanged files are skipped.
@@ -177,6 +224,8 @@ def commit_files(
             write_event(f"temp-written {path.name}")
         if not ops:
             return []
+        pause_point("commit-files")
+        _check_expected(root, ops, expect or {})
         if len(ops) == 1 and temps:
             # One file written (the common refresh): its own rename is all or nothing,
             # so it is the commit point; a temp left by a kill is swept by the next command.
@@ -196,6 +245,45 @@ def commit_files(
     journal.unlink()
     fsync_dir(journal.parent)
     return [root / op[-1] for op in ops]
+
+
+class ChangedOnDisk(StateError):
+    """A file forkpatch read and was about to replace changed on disk meanwhile."""
+
+    def __init__(self, message: str, *, tip: str | None = None, paths: list[str]) -> None:
+        super().__init__(message, tip=tip)
+        self.paths = paths
+
+
+def _check_expected(root: Path, ops: list[list[str]], expect: Mapping[Path, bytes | None]) -> None:
+    """Refuse the commit when a target in ``expect`` is no longer what was read."""
+    if not expect:
+        return
+    wanted = {Path(os.path.abspath(p)): data for p, data in expect.items()}
+    changed = []
+    for op in ops:
+        target = root / op[-1]
+        if target not in wanted:
+            continue
+        try:
+            now: bytes | None = read_regular(target, follow=False)
+        except FileNotFoundError:
+            now = None
+        except (OSError, InputFileError):
+            now = b"\0<not a regular file>"
+        if now != wanted[target]:
+            changed.append(op[-1])
+    if changed:
+        raise ChangedOnDisk(
+            f"{', '.join(changed)} changed on disk while forkpatch was working (another "
+            "process wrote it: a `git pull` or an editor in another terminal); nothing was "
+            "written, so that neither version is lost",
+            tip="the work tree keeps forkpatch's side and the file the other one: "
+            "`forkpatch status` names both; keep the file with `forkpatch apply --force` "
+            "(the work tree's edits are discarded), or the work tree with "
+            "`forkpatch export --force`",
+            paths=changed,
+        )
 
 
 def _commit_rel(
@@ -305,15 +393,28 @@ def recover_files(
     return [str(root / op[-1]) for op in checked]
 
 
-def sweep_temps(directory: Path, *, recursive: bool = False) -> list[Path]:
+def sweep_temps(
+    directory: Path, *, recursive: bool = False, older_than: float | None = None
+) -> list[Path]:
     """Remove temporary files a killed forkpatch left in ``directory``.
 
     Only under the project lock: a running forkpatch's temporary files look the same.
+    ``older_than`` (seconds): only files not modified for that long (a directory that
+    commands without the lock write too: nobody writes a file that has not moved).
     """
     if not directory.is_dir():
         return []
+    import time
+
     found = []
+    now = time.time()
     for p in directory.rglob(".*") if recursive else directory.glob(".*"):
+        if older_than is not None:
+            try:
+                if now - p.lstat().st_mtime < older_than:
+                    continue
+            except OSError:
+                continue
         if TMP_NAME.match(p.name) and (p.is_file() or p.is_symlink()):
             p.unlink(missing_ok=True)
             found.append(p)
@@ -323,6 +424,48 @@ def sweep_temps(directory: Path, *, recursive: bool = False) -> list[Path]:
             shutil.rmtree(p, ignore_errors=True)
             found.append(p)
     return found
+
+
+# --------------------------------------------------------------------------- merge markers
+
+_MARKER = re.compile(rb"^(<{7}|={7}|>{7}|\|{7})(?: |$)", re.MULTILINE)
+
+
+def merge_markers(data: bytes) -> tuple[int, int, int] | None:
+    """Where git's conflict markers of an unresolved merge are in ``data``: the lines
+    (1-based) of the first ``<<<<<<<``, its ``=======`` and its ``>>>>>>>``, all at the
+    start of a line and in that order; None when there is no such triple (a line of a
+    diff starts with a space, ``+`` or ``-``: a marker the patch carries is not one)."""
+    if b"<<<<<<<" not in data:
+        return None
+    start = sep = None
+    for m in _MARKER.finditer(data):
+        kind = m.group(1)[:1]
+        line = data.count(b"\n", 0, m.start()) + 1
+        if kind == b"<" and start is None:
+            start = line
+        elif kind == b"=" and start is not None and sep is None:
+            sep = line
+        elif kind == b">" and sep is not None:
+            assert start is not None
+            return start, sep, line
+    return None
+
+
+def unresolved_merge(rel: str, where: tuple[int, int, int], then: str) -> Exception:
+    """The error for the project file ``rel`` holding conflict markers at ``where``;
+    ``then``: the forkpatch command that takes the resolved file."""
+    from forkpatch.errors import UnresolvedMergeError
+
+    start, sep, end = where
+    return UnresolvedMergeError(
+        f"{rel}:{start}: unresolved merge: git's conflict markers are in the file "
+        f"(<<<<<<< at line {start}, ======= at {sep}, >>>>>>> at {end}), left by a "
+        "`git pull`, merge, rebase or stash pop",
+        tip=f"resolve the markers in {rel} (keep what each side meant, delete the marker "
+        f"lines), or take one side whole: `git checkout --ours {rel}` (yours) or "
+        f"`git checkout --theirs {rel}` (theirs); then `git add {rel}` and {then}",
+    )
 
 
 # --------------------------------------------------------------------------- reading inputs
@@ -446,7 +589,8 @@ def write_sums(directory: Path, files: Mapping[str, Path | str]) -> Path:
 def _fsync_path(path: str) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
-        os.fsync(fd)
+        with naming(path):
+            os.fsync(fd)
     finally:
         os.close(fd)
 
@@ -659,6 +803,8 @@ def write_in_tree(
 ) -> None:
     """Create or replace ``root/rel`` with ``data`` (a file, or a symlink to ``data``).
 
+    ``mode`` is the file's git mode (0644 or 0755), less the umask, as git checks out.
+
     Never follows a symbolic link at any component: parents must be real
     directories (created when missing); an existing symlink at ``rel`` is
     replaced by the new file, not written through. The write is atomic (a
@@ -674,10 +820,15 @@ def write_in_tree(
                 tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=fd
             )
             try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(wfd, view) :]
-                os.fchmod(wfd, mode)
+                with naming(root / rel):
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(wfd, view) :]
+                os.fchmod(wfd, mode & ~umask())
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp, dir_fd=fd)
+                raise
             finally:
                 os.close(wfd)
         try:

@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -140,6 +141,9 @@ def git_env(extra: Mapping[str, str] | None = None, *, user_config: bool = False
         env["GIT_CONFIG_SYSTEM"] = os.devnull
         env["GIT_CONFIG_NOSYSTEM"] = "1"
     env["GIT_ATTR_NOSYSTEM"] = "1"
+    # No optional lock: a `git status` forkpatch runs (status, top, the checks before a
+    # write) never takes the index lock, so it never makes a writer beside it fail.
+    env["GIT_OPTIONAL_LOCKS"] = "0"
     env["GIT_NO_REPLACE_OBJECTS"] = "1"
     env.setdefault("GIT_TERMINAL_PROMPT", "0")
     env["LC_ALL"] = "C"
@@ -181,8 +185,42 @@ class Git:
     ) -> subprocess.CompletedProcess[bytes]:
         """``user_config``: this call reaches the fork's remote (see git_env)."""
         argv = self.argv(args)
+        deadline: float | None = None
+        while True:
+            proc = self._spawn(argv, args, input, env, cwd, timeout, user_config)
+            if proc.returncode == 0 or not check:
+                break
+            # A lock another live process holds (the user's own git, an editor's) is
+            # waited for, bounded; git took nothing before it failed on the lock.
+            if _held_lock(proc.stderr) is None:
+                break
+            now = time.monotonic()
+            deadline = now + LOCK_WAIT_S if deadline is None else deadline
+            if now >= deadline:
+                break
+            time.sleep(0.05)
+        if check and proc.returncode != 0:
+            stderr = proc.stderr.decode("utf-8", "replace").strip()
+            raise GitError(
+                hide_url_secrets(
+                    f"`git {' '.join(args)}` failed (exit {proc.returncode}): {stderr[-2000:]}"
+                ),
+                tip=_lock_tip(stderr),
+            )
+        return proc
+
+    def _spawn(
+        self,
+        argv: list[str],
+        args: Sequence[str],
+        input: bytes | None,
+        env: Mapping[str, str] | None,
+        cwd: Path | None,
+        timeout: float | None,
+        user_config: bool,
+    ) -> subprocess.CompletedProcess[bytes]:
         try:
-            proc = subprocess.run(
+            return subprocess.run(
                 argv,
                 input=input,
                 capture_output=True,
@@ -202,15 +240,6 @@ class Git:
             raise GitError(
                 "git is not installed or not on PATH", tip="install git 2.38 or newer"
             ) from None
-        if check and proc.returncode != 0:
-            stderr = proc.stderr.decode("utf-8", "replace").strip()
-            raise GitError(
-                hide_url_secrets(
-                    f"`git {' '.join(args)}` failed (exit {proc.returncode}): {stderr[-2000:]}"
-                ),
-                tip=_lock_tip(stderr),
-            )
-        return proc
 
     def out(self, *args: str, **kw: object) -> str:
         return self.run(*args, **kw).stdout.decode("utf-8", "surrogateescape").strip()  # type: ignore[arg-type]
@@ -635,12 +664,73 @@ def init_bare(path: Path) -> Git:
 _LOCK_EXISTS = re.compile(r"Unable to create '([^']+\.lock)': File exists")
 
 
+#: How long a git command waits for a lock file another live process holds.
+LOCK_WAIT_S = 10.0
+
+
+def lock_holders(path: str | Path) -> list[int]:
+    """The pids of the processes that have ``path`` (a git lock file) open: git keeps
+    a lock file open for as long as it holds it. Read from /proc (empty where there
+    is none, or for processes of other users, which cannot be read)."""
+    target = os.path.abspath(path)
+    found: list[int] = []
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return found
+    for pid in pids:
+        fd_dir = f"/proc/{pid}/fd"
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"{fd_dir}/{fd}") == target:
+                    found.append(pid)
+                    break
+            except OSError:
+                continue
+    return found
+
+
+def _held_lock(stderr: bytes) -> str | None:
+    """The lock file git failed on when a live process holds it (None otherwise)."""
+    m = _LOCK_EXISTS.search(stderr.decode("utf-8", "replace"))
+    if m is None:
+        return None
+    path = m.group(1)
+    if not os.path.exists(path):
+        return path  # released meanwhile: try again
+    return path if lock_holders(path) else None
+
+
+def _command_of(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            raw = fh.read(400)
+    except OSError:
+        return "?"
+    return " ".join(p.decode("utf-8", "replace") for p in raw.split(b"\0") if p)[:120]
+
+
 def _lock_tip(stderr: str) -> str | None:
-    """The next step when git found another process's lock file."""
+    """The next step when git found a lock file: wait for a live holder (named), remove
+    a lock no process holds (left by a killed git)."""
     m = _LOCK_EXISTS.search(stderr)
     if m is None:
         return None
+    path = m.group(1)
+    holders = lock_holders(path) if os.path.exists(path) else []
+    if holders:
+        who = ", ".join(f"pid {pid} ({_command_of(pid)})" for pid in holders[:3])
+        return (
+            f"{path} is held by {who}, still running after {LOCK_WAIT_S:.0f}s: let it "
+            "finish (do not remove the lock), then run the command again"
+        )
+    if not os.path.exists(path):
+        return f"{path} was released meanwhile: run the command again"
     return (
-        f"another git process holds {m.group(1)}, or one was killed and left it: if no git "
-        "runs in this project any more, remove that file and run the command again"
+        f"no running process holds {path}: a git process was killed and left it; "
+        "remove that file and run the command again"
     )

@@ -60,7 +60,13 @@ from forkpatch.patchfile import (
 from forkpatch.patchheader import HeaderLayout, header_fields
 from forkpatch.patchtext import PatchTexts
 from forkpatch.project import Project
-from forkpatch.series import NAME_RE, PatchEntry, check_series_file_path
+from forkpatch.series import (
+    NAME_RE,
+    UPSTREAM_CREDENTIAL_TIP,
+    PatchEntry,
+    check_series_file_path,
+    upstream_credentials,
+)
 from forkpatch.stackstate import FileRecord, StackState
 
 __all__ = ["Incoming", "import_patches", "read_patch_file", "read_series_dir", "slugify"]
@@ -275,6 +281,7 @@ def _read(
         for key, value in fields
         if key.lower() == wanted or (wanted == "bug" and key.lower().startswith("bug-"))
     )
+    _refuse_upstream_credentials(source, upstream)
     origin = next((value for key, value in fields if key.lower() == "origin"), "")
     # A forkpatch mail's From id is a local commit, never an upstream one.
     refs = upstream_refs(lead if name is None else description + "\n" + layout.notes)
@@ -594,9 +601,9 @@ def import_patches(
                 applier = SeriesApplier(fork.store, base, three_way=True, merge_bases=pending)
                 continue
             raise PatchApplyError(
-                bad.describe_failure(f"{series.base.tag} with the patches before it")
+                bad.describe_failure(f"{series.base.label} with the patches before it")
                 + "\nnothing was imported",
-                tip=_overlap_tip(bad.name, items, series.base.tag, images is not None)
+                tip=_overlap_tip(bad.name, items, series.base.label, images is not None)
                 if inc is not None
                 else _above_tip(bad.name, applier, [i for i in items if i.entry.name in items_of]),
             )
@@ -611,7 +618,7 @@ def import_patches(
         items = [Item(i.entry, inc.patch) if i.entry.name == bad.name else i for i in items]
     if bad is not None and not any(c.merged is not None for c in bad.conflicts):
         raise PatchApplyError(
-            bad.describe_failure(f"{series.base.tag} with the patches before it")
+            bad.describe_failure(f"{series.base.label} with the patches before it")
             + "\nnothing was imported",
             tip="a 3-way merge cannot bring it in (a file it changes is missing or binary): "
             "change it to apply on top of the patches below it",
@@ -738,7 +745,7 @@ def _import_with_conflicts(
     project.remember_files({entry.name: FileRecord(entry.file, project.file_blob(entry), None)})
     files = ", ".join(c.path for c in bad.conflicts)
     log.info(
-        f"imported {entry.name} -> patches/{entry.file} (as it is: it applies to {series.base.tag})"
+        f"imported {entry.name} -> patches/{entry.file} (as it is: it applies to {series.base.label})"
     )
     log.warn(
         f"patch '{entry.name}' conflicts with the patches below it in: {files}; "
@@ -746,3 +753,16 @@ def _import_with_conflicts(
         "brings it in with conflict markers; resolve them, then `forkpatch refresh`"
     )
     raise PatchesConflict(f"patch '{entry.name}' conflicts")
+
+
+def _refuse_upstream_credentials(source: str, upstream: str) -> None:
+    """A patch whose Forwarded:/Bug:/... URL carries a user name or token would put it
+    into series.yaml's ``upstream:``: refused before anything is written."""
+    shown = upstream_credentials(upstream)
+    if shown is not None:
+        raise UsageError(
+            f"{source}: its header names {shown}, a URL with credentials; "
+            "nothing was imported (series.yaml never holds a credential)",
+            tip="remove the user/token part of that URL in the patch file, then import "
+            "again. " + UPSTREAM_CREDENTIAL_TIP,
+        )

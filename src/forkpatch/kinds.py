@@ -48,6 +48,9 @@ OutcomeStatus = Literal[AppliedStatus, DroppedStatus, "conflict"]
 RebasePhase = Literal["conflict", "writing"]
 """Where a rebase in progress stands: stopped at a conflict, or writing its result."""
 
+SettingKind = Literal["duration", "size", "boolean", "count", "url", "path", "text"]
+"""How a FORKPATCH_* environment setting is written (forkpatch.settings reads each)."""
+
 HARDWARE_TIERS: tuple[HardwareTier, ...] = get_args(HardwareTier)
 TIERS: tuple[Tier, ...] = get_args(Tier)
 BUILD_MODES: tuple[BuildMode, ...] = get_args(BuildMode)
@@ -60,3 +63,4 @@ APPLIED_STATUSES: tuple[AppliedStatus, ...] = get_args(AppliedStatus)
 DROPPED_STATUSES: tuple[DroppedStatus, ...] = get_args(DroppedStatus)
 OUTCOME_STATUSES: tuple[OutcomeStatus, ...] = get_args(OutcomeStatus)
 REBASE_PHASES: tuple[RebasePhase, ...] = get_args(RebasePhase)
+SETTING_KINDS: tuple[SettingKind, ...] = get_args(SettingKind)

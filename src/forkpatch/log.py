@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from forkpatch.escape import terminal
-from forkpatch.redact import hide_url_secrets, scrub
+from forkpatch.redact import hide_env_secrets, hide_url_secrets, scrub
 
 _quiet = False
 
@@ -39,8 +39,9 @@ def tolerant_streams() -> None:
 
 def shown(message: str) -> str:
     """``message`` as it may reach a terminal: credentials in URLs hidden, control
-    characters and escape sequences from untrusted text written visibly."""
-    return terminal(hide_url_secrets(message))
+    characters and escape sequences from untrusted text written visibly, the values of
+    the environment's credentials (TWINE_PASSWORD, GITHUB_TOKEN) hidden."""
+    return terminal(hide_url_secrets(hide_env_secrets(message)))
 
 
 def info(message: str) -> None:

@@ -36,15 +36,20 @@ GITIGNORE_LINES = (".forkpatch/", "dist/")
 def init_project(
     root: Path,
     *,
-    fork_url: str,
-    base_tag: str,
+    fork_url: str | None,
+    base_tag: str | None,
     fork_name: str | None,
     distribution: str,
     fork_override: str | None,
     force: bool = False,
 ) -> Project:
-    """Write series.yaml and patches/ for a new series on ``base_tag``."""
-    if url_has_credentials(fork_url):
+    """Write series.yaml and patches/ for a new series on ``base_tag``.
+
+    In a directory that already holds series.yaml (a teammate's clone of the project)
+    init is idempotent: series.yaml is read and kept, and what a clone lacks is added
+    (patches/, the .gitignore lines); a ``fork_url`` or ``base_tag`` that contradicts it
+    is refused (``force`` starts over)."""
+    if fork_url is not None and url_has_credentials(fork_url):
         raise UsageError(
             f"--fork-url {hide_url_secrets(fork_url)} carries a password or token, which "
             "would be stored in series.yaml (and from there in every wheel and report); "
@@ -53,11 +58,16 @@ def init_project(
         )
     root = root.resolve()
     series_path = root / SERIES_FILE
-    if series_path.exists() and not force:
-        load_series(series_path)  # still report a broken file precisely
+    if (series_path.exists() or series_path.is_symlink()) and not force:
+        return _join_project(root, fork_url, base_tag, fork_override)
+    if fork_url is None or base_tag is None:
         raise UsageError(
-            f"{series_path} already exists",
-            tip="edit it, or pass --force to start over (patches/ is kept)",
+            f"no {SERIES_FILE} in {root}: a new series needs "
+            + " and ".join(
+                o for o, v in (("--fork-url URL", fork_url), ("--base TAG", base_tag)) if v is None
+            ),
+            tip="`forkpatch init --fork-url URL --base TAG` (in a clone of a project that "
+            "holds series.yaml, plain `forkpatch init` is enough)",
         )
     enclosing = _enclosing_repository(root)
     if enclosing is not None:
@@ -83,6 +93,34 @@ def init_project(
     (root / "patches").mkdir(exist_ok=True)
     _ensure_gitignore(root)
     save_series(series, series_path)
+    return Project(root=root, fork_override=fork_override)
+
+
+def _join_project(
+    root: Path, fork_url: str | None, base_tag: str | None, fork_override: str | None
+) -> Project:
+    """``init`` where series.yaml exists: keep it, add what a fresh clone lacks."""
+    series_path = root / SERIES_FILE
+    series = load_series(series_path)  # a broken file is reported precisely
+    differ = [
+        f"{what} {given!r} (it names {have!r})"
+        for what, given, have in (
+            ("--fork-url", fork_url, series.fork.url),
+            ("--base", base_tag, series.base.tag),
+        )
+        if given is not None and given != have
+    ]
+    if differ:
+        raise UsageError(
+            f"{series_path} already exists, and init was given another "
+            + " and ".join(differ)
+            + "; nothing was changed",
+            tip="run `forkpatch init` alone to set up this clone of the project as it is; "
+            "`forkpatch rebase --onto TAG` moves the series to another base; "
+            "or pass --force to start over (patches/ is kept)",
+        )
+    (root / "patches").mkdir(exist_ok=True)
+    _ensure_gitignore(root)
     return Project(root=root, fork_override=fork_override)
 
 
@@ -230,6 +268,7 @@ def series_status(project: Project) -> StatusReport:
     # series.yaml names a file that does not exist: load_patch's error.
     missing = {
         e.name: f"{SERIES_FILE}:{e.line}: {project.rel(project.patch_path(e))} does not exist"
+        + (f" (did you mean patches/{meant}?)" if (meant := project.meant_file(e)) else "")
         for e in series.patches
         if has_worktree and e.file is not None and not project.patch_path(e).exists()
     }
@@ -242,7 +281,7 @@ def series_status(project: Project) -> StatusReport:
         if r.name in missing:
             results[i] = PatchResult(name=r.name, status="conflict", detail=[missing[r.name]])
     report = StatusReport(
-        base_tag=series.base.tag,
+        base_tag=series.base.label,
         base_commit=base,
         results=results,
         orphans=project.orphans(),

@@ -27,20 +27,21 @@ from forkpatch.fsutil import (
     atomic_write,
     check_inside,
     commit_files,
+    merge_markers,
     project_lock,
     read_regular,
     recover_files,
     sweep_temps,
+    unresolved_merge,
 )
 from forkpatch.git import Git, blob_id
 from forkpatch.series import (
-    NAME_RE,
     PATCHES_DIR,
     SERIES_FILE,
     PatchEntry,
     Series,
     dump_series,
-    load_series,
+    load_series_bytes,
     parse_series,
     save_series,
 )
@@ -96,6 +97,9 @@ class Project:
     _blobs: dict[str, tuple[tuple[int, int, int, int], str]] = field(
         default_factory=dict, repr=False
     )
+    # The bytes of each file of the project this process read (None: it was absent):
+    # what a write of that file expects still to find on disk (commit_files' expect).
+    _read: dict[Path, bytes | None] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self._stack_state = _UNREAD
@@ -117,13 +121,15 @@ class Project:
         if self._series is None:
             # Parsed once per process for the same bytes (series.parse_series keeps
             # the last results by text: exact, unlike an mtime/size key).
-            self._series = load_series(self.series_path)
+            self._series, data = load_series_bytes(self.series_path)
+            self._read[self.series_path] = data
         return self._series
 
     def reload(self) -> Series:
         """Read series.yaml and state.json again (another step of this process wrote them)."""
         self._series = None
         self._stack_state = _UNREAD
+        self._read.clear()  # what is on disk now is this process's
         return self.series
 
     def fork(self) -> ForkRepo:
@@ -164,13 +170,16 @@ class Project:
         (:func:`forkpatch.fsutil.read_regular`)."""
         path = self.patch_path(entry)
         try:
-            return read_regular(
+            data: bytes | None = read_regular(
                 path,
                 tip=f"patches/ holds patch files: replace {PATCHES_DIR}/{entry.file} by the patch "
                 f"file itself, or remove the entry with `forkpatch delete {entry.name}`",
             )
         except FileNotFoundError:
-            return None
+            data = None
+        # The first read is what the command decided on; a write expects to find it.
+        self._read.setdefault(path, data)
+        return data
 
     def load_patch(self, entry: PatchEntry) -> PatchFile | None:
         if entry.file is None:
@@ -178,20 +187,44 @@ class Project:
         path = self.patch_path(entry)
         data = self.raw_patch_bytes(entry)
         if data is None:
+            meant = self.meant_file(entry)
+            if meant is not None:
+                raise SeriesError(
+                    f"{SERIES_FILE}:{entry.line}: patch '{entry.name}' names {self.rel(path)}, "
+                    f"which does not exist; did you mean {PATCHES_DIR}/{meant}? (it is in "
+                    f"{PATCHES_DIR}/ and no entry names it: a typo in `file:`?)",
+                    tip=f"correct `file: {entry.file}` to `file: {meant}` in {SERIES_FILE}",
+                )
             raise SeriesError(
                 f"{SERIES_FILE}:{entry.line}: patch '{entry.name}' names {self.rel(path)}, "
                 "which does not exist",
-                tip=f"restore the file, or remove the entry with `forkpatch delete {entry.name}`",
+                tip=self.missing_tip(entry),
             )
         from forkpatch.patchfile import parse_patch
 
+        self._refuse_markers(path, data)
         return parse_patch(self._lf_form(path, data), source=self.rel(path))
 
     def patch_bytes(self, entry: PatchEntry) -> bytes | None:
         """A patch file's bytes as forkpatch reads them (LF line endings, see
-        :meth:`_lf_form`); None when it does not exist."""
+        :meth:`_lf_form`); None when it does not exist. A file with git's conflict
+        markers is refused as an unresolved merge."""
         data = self.raw_patch_bytes(entry)
-        return None if data is None else self._lf_form(self.patch_path(entry), data)
+        if data is None:
+            return None
+        path = self.patch_path(entry)
+        self._refuse_markers(path, data)
+        return self._lf_form(path, data)
+
+    def _refuse_markers(self, path: Path, data: bytes) -> None:
+        markers = merge_markers(data)
+        if markers is not None:
+            raise unresolved_merge(
+                self.rel(path),
+                markers,
+                "run `forkpatch status`; with a work tree, `forkpatch apply` takes the "
+                "resolved file into it",
+            )
 
     def _lf_form(self, path: Path, data: bytes) -> bytes:
         """A patch file with CRLF line endings throughout is read as LF, as import reads
@@ -260,9 +293,41 @@ class Project:
                         out.append(rel)
         return sorted(out)
 
+    def meant_file(self, entry: PatchEntry) -> str | None:
+        """For an entry whose ``file:`` does not exist: the file in patches/ that no entry
+        names and that it most likely meant (a typo), or None."""
+        if entry.file is None:
+            return None
+        import difflib
+
+        close = difflib.get_close_matches(entry.file, self.orphans(), n=1, cutoff=0.6)
+        return close[0] if close else None
+
+    def meant_by(self, orphan: str) -> PatchEntry | None:
+        """The entry whose missing ``file:`` most likely meant the orphan ``orphan``."""
+        for entry in self.series.patches:
+            if (
+                entry.file is not None
+                and not os.path.lexists(self.patch_path(entry))
+                and self.meant_file(entry) == orphan
+            ):
+                return entry
+        return None
+
+    def missing_tip(self, entry: PatchEntry) -> str:
+        """The ways out for an entry whose patch file was deleted (by hand, a merge)."""
+        assert entry.file is not None
+        return (
+            f"restore it: `git checkout -- {PATCHES_DIR}/{entry.file}` (the committed "
+            "version), or, when the work tree holds the patch, `forkpatch export --force` "
+            f"(writes it from the work tree); or remove the patch: `forkpatch delete "
+            f"{entry.name}`"
+        )
+
     def save_series(self, series: Series) -> bool:
         changed = save_series(series, self.series_path)
         self._series = series
+        self._read.pop(self.series_path, None)
         return changed
 
     def commit(
@@ -300,8 +365,18 @@ class Project:
         changes.update(extra or {})
         self.state_dir.mkdir(parents=True, exist_ok=True)
         changed = commit_files(
-            changes, journal=self.state_dir / COMMIT_JOURNAL, root=self.root, allowed=_owned
+            changes,
+            journal=self.state_dir / COMMIT_JOURNAL,
+            root=self.root,
+            allowed=_owned,
+            expect={p: self._read[p] for p in changes if p in self._read},
         )
+        for p, written in changes.items():
+            if p in self._read:  # what is on disk now is this process's
+                if isinstance(written, Path):
+                    del self._read[p]
+                else:
+                    self._read[p] = written
         if series is not None:
             self._series = series
         return [self.rel(p) for p in changed]
@@ -323,13 +398,31 @@ class Project:
                 + ", ".join(self.rel(Path(p)) for p in done)
                 + " (an earlier forkpatch was interrupted after deciding to write them)"
             )
-        for d, recursive in (
+        for d, recursive in self._temp_dirs(interrupted is not None):
+            # .forkpatch/ is also written by read-only commands (status's cache), which
+            # take no lock: there only what nobody has touched for a minute goes.
+            young = d == self.state_dir and not interrupted
+            sweep_temps(d, recursive=recursive, older_than=60.0 if young else None)
+        return done
+
+    def _temp_dirs(self, everywhere: bool) -> list[tuple[Path, bool]]:
+        """Where forkpatch's writers leave temporary files when killed: series.yaml's
+        directory, patches/, dist/, .forkpatch/ (state files) and the rebase journal's
+        directory; ``everywhere`` (the last holder of the lock was killed): also all of
+        .forkpatch/ and the work tree (files written into a work tree one by one)."""
+        dirs = [
             (self.root, False),
             (self.patches_dir, True),
             (self.root / "dist", False),
-        ):
-            sweep_temps(d, recursive=recursive)
-        return done
+            (self.state_dir / "rebase", False),
+        ]
+        dirs.append((self.state_dir, everywhere))
+        if everywhere:
+            with contextlib.suppress(StateError, OSError):
+                state = self.read_state()
+                if state is not None and state.worktree is not None:
+                    dirs.append((state.worktree, True))
+        return [(d, r) for d, r in dirs if d.is_dir() and not d.is_symlink()]
 
     def _clear_stale_git_locks(self, holder: str) -> None:
         """Remove the lock files git leaves when it is killed (``index.lock``,
@@ -371,10 +464,12 @@ class Project:
             not (self.state_dir / COMMIT_JOURNAL).exists()
             and not any(
                 TMP_NAME.match(p.name)
-                for d in (self.root, self.patches_dir, self.root / "dist")
-                if d.is_dir() and not d.is_symlink()
+                for d, recursive in self._temp_dirs(False)
+                if not recursive and d != self.state_dir
                 for p in d.iterdir()
             )
+            and not any(TMP_NAME.match(p.name) for p in self.patches_dir.rglob(".*"))
+            and not self._lock_left_behind()
             and not self.moved()
         ):
             return
@@ -384,6 +479,14 @@ class Project:
                 self.relocate_if_moved()
         except LockError:
             pass  # the holder will (or is about to) finish it
+
+    def _lock_left_behind(self) -> bool:
+        """Whether the lock file still names a holder: one that is running, or one that
+        was killed (its temporary files and git locks are to be cleaned up)."""
+        try:
+            return (self.state_dir / "lock").stat().st_size > 0
+        except OSError:
+            return False
 
     def moved(self) -> bool:
         """Whether this project's links name another directory (it was moved or copied)."""
@@ -623,10 +726,6 @@ def _owned(rel: str) -> bool:
     if rel == SERIES_FILE or parts[0] == PATCHES_DIR:
         return True
     return parts[-1] == "SHA256SUMS" or parts[-1].endswith((".whl", ".smoke.json"))
-
-
-def _is_name(value: object) -> bool:
-    return isinstance(value, str) and NAME_RE.match(value) is not None
 
 
 def _within(path: Path, root: Path) -> bool:

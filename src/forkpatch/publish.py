@@ -55,9 +55,12 @@ from forkpatch.fsutil import (
     TMP_SUFFIX,
     atomic_write,
     commit_files,
+    naming,
+    new_file_mode,
     pause_point,
     project_lock,
     recover_files,
+    sweep_temps,
     write_event,
 )
 from forkpatch.redact import MIN_SECRET_LENGTH, redact, strip_url_credentials
@@ -96,7 +99,7 @@ class PublishOptions:
     timeout_s: float = 60.0
 
 
-@dataclass
+@dataclass(frozen=True)
 class Gate:
     """Why a wheel may be published."""
 
@@ -211,7 +214,7 @@ def check_gate(
             tip="fix the wheel (or its patches), build and smoke it "
             "again; `forkpatch smoke --bisect` finds the patch",
         )
-    gate = Gate(wheel=wheel, checked=checked)
+    overrides: dict[str, str] = {}
     for tier in required:
         # Every tier's outcome comes from its check results (validate_report).
         st = checked.status(tier)
@@ -219,7 +222,7 @@ def check_gate(
             continue
         why = checked.reason(tier) or st
         if tier in allow_missing and st == "not-run":
-            gate.overrides[tier] = why
+            overrides[tier] = why
             log.warn(
                 f"publishing {wheel.path.name} without tier {tier} (not run: {why}): "
                 f"--allow-missing-tier {tier}; recorded in the published report"
@@ -248,22 +251,41 @@ def check_gate(
             + (f" ({why})" if why and why != st else ""),
             tip=tip,
         )
-    return gate
+    return Gate(wheel=wheel, checked=checked, overrides=overrides)
 
 
 # --------------------------------------------------------------------------- targets
 
 
 class Target(Protocol):
-    """Where wheels go."""
+    """Where wheels go. Every difference between the kinds of target is a method here:
+    the publish step itself never asks which kind it has."""
 
     def describe(self) -> str: ...
+
+    @property
+    def index_url(self) -> str:
+        """The PEP 503 index pip installs from (``--extra-index-url``)."""
+        ...
+
+    def locked(self) -> contextlib.AbstractContextManager[None]:
+        """Held for the whole publish (a directory's lock; an index has its own)."""
+        ...
 
     def existing(self, project_name: str) -> dict[str, str]:
         """filename -> sha256 of the files already published for ``project_name``."""
         ...
 
     def publish(self, gate: Gate, report: dict[str, Any]) -> None: ...
+
+    def unfinished(self, gate: Gate) -> bool:
+        """The wheel is there but a publish cut short left its report out."""
+        ...
+
+    def keep_beside(self, gate: Gate, report: dict[str, Any]) -> None:
+        """What the target does not hold itself (an index takes only distributions)
+        is written beside the user's wheel."""
+        ...
 
 
 def _conflicts(wheel: WheelInfo, existing: Mapping[str, str]) -> tuple[bool, str | None]:
@@ -331,6 +353,16 @@ class DirTarget:
     def describe(self) -> str:
         return f"{self.root} (static index {self.simple.as_uri()}/)"
 
+    @property
+    def index_url(self) -> str:
+        return self.simple.as_uri() + "/"
+
+    def unfinished(self, gate: Gate) -> bool:
+        return not self.report_path(gate).exists()
+
+    def keep_beside(self, gate: Gate, report: dict[str, Any]) -> None:
+        """The report and the sums are inside the directory index."""
+
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
         with project_lock(self.root / ".forkpatch-publish.lock", command="publish"):
@@ -353,6 +385,10 @@ class DirTarget:
                 + ", ".join(Path(p).name for p in done)
                 + " (an earlier publish was interrupted)"
             )
+        # Every writer's temporary files: the journal's (in the root), the wheels' and
+        # reports', the index pages'.
+        sweep_temps(self.root)
+        sweep_temps(self.simple, recursive=True)
         if not self.packages.is_dir():
             return
         for p in self.packages.iterdir():
@@ -390,8 +426,9 @@ class DirTarget:
                     prefix=f".{dest.name}.", suffix=TMP_SUFFIX, dir=self.packages
                 )
                 os.close(fd)
-                shutil.copyfile(gate.source, tmp)
-                os.chmod(tmp, 0o644)
+                with naming(dest):
+                    shutil.copyfile(gate.source, tmp)
+                os.chmod(tmp, new_file_mode())
                 if sha256_file(Path(tmp)) != wheel.sha256:
                     raise PublishError(
                         f"{wheel.path.name} changed while it was being copied",
@@ -536,6 +573,26 @@ class IndexTarget:
 
     def describe(self) -> str:
         return f"{self.upload_url} (simple: {self.simple_url})"
+
+    @property
+    def index_url(self) -> str:
+        return self.simple_url
+
+    def locked(self) -> contextlib.AbstractContextManager[None]:
+        """The index serialises its own uploads."""
+        return contextlib.nullcontext()
+
+    def unfinished(self, gate: Gate) -> bool:
+        """An upload is one request: it is there or not."""
+        return False
+
+    def keep_beside(self, gate: Gate, report: dict[str, Any]) -> None:
+        beside = beside_wheel(gate.wheel.path)
+        atomic_write(beside, dumps(report))
+        _merge_sums(
+            gate.wheel.path.parent,
+            {gate.wheel.path.name: gate.wheel.sha256, beside.name: sha256_file(beside)},
+        )
 
     def _redact(self, text: str) -> str:
         return redact(text, self.creds.secrets)
@@ -723,8 +780,7 @@ def publish(opts: PublishOptions, project: Project | None = None) -> list[Publis
                 allow_missing=opts.allow_missing_tiers,
                 explicit=opts.reports,
             )
-            gate.staged = staged
-            gates.append(gate)
+            gates.append(replace(gate, staged=staged))
         pause_point("publish-gated")
         return _publish_gated(opts, gates)
 
@@ -752,9 +808,8 @@ def check_uploader(to: str) -> None:
 
 def _publish_gated(opts: PublishOptions, gates: list[Gate]) -> list[Published]:
     target = open_target(opts.to, simple_url=opts.simple_url, timeout_s=opts.timeout_s)
-    lock = target.locked() if isinstance(target, DirTarget) else contextlib.nullcontext()
     out: list[Published] = []
-    with lock:
+    with target.locked():
         plan: list[tuple[Gate, bool]] = []
         for g in gates:
             there, refusal = _conflicts(g.wheel, target.existing(g.wheel.name))
@@ -773,19 +828,12 @@ def _publish_gated(opts: PublishOptions, gates: list[Gate]) -> list[Published]:
                     f"{g.wheel.path.name} is already published at {target.describe()} "
                     "(same sha256): nothing to do"
                 )
-                if isinstance(target, DirTarget) and not target.report_path(g).exists():
+                if target.unfinished(g):
                     target.publish(g, report)  # a publish cut short before its report
             else:
                 with log.step(f"publish {g.wheel.path.name} to {target.describe()}"):
                     target.publish(g, report)
-            if isinstance(target, IndexTarget):
-                # An index takes only distributions: the report and sums go beside the wheel.
-                beside = beside_wheel(g.wheel.path)
-                atomic_write(beside, dumps(report))
-                _merge_sums(
-                    g.wheel.path.parent,
-                    {g.wheel.path.name: g.wheel.sha256, beside.name: sha256_file(beside)},
-                )
+            target.keep_beside(g, report)
             out.append(
                 Published(
                     g.wheel.path.name,
@@ -812,12 +860,7 @@ def install_line(to: str, simple_url: str | None, files: list[str]) -> str:
     The exact pin keeps it safe from a same-named package elsewhere: a local
     version (``+fp.<label>``) cannot be on PyPI.
     """
-    target = open_target(to, simple_url=simple_url)
-    if isinstance(target, DirTarget):
-        index = target.simple.as_uri() + "/"
-    else:
-        assert isinstance(target, IndexTarget)
-        index = target.simple_url
+    index = open_target(to, simple_url=simple_url).index_url
     pins = []
     for f in files:
         name, version, _build, _tags = parse_wheel_filename(Path(f).name)

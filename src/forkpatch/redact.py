@@ -18,7 +18,7 @@ Fork URLs with credentials are refused where they would be stored
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -29,7 +29,11 @@ MIN_SECRET_LENGTH = 8
 # scheme://user:password@ (any scheme) and scheme://token@ for http(s), where a bare
 # user name is how GitHub/GitLab tokens are passed.
 # The password runs to the *last* "@" of the authority: a password may hold a raw "@".
-_URL_PASSWORD = re.compile(r"(?P<head>[a-zA-Z][a-zA-Z0-9+.-]*://[^/@\s:]*:)[^/?#\s]*@")
+# The scheme starts where no scheme character is before it: tried at every position of
+# a long word, the pattern would cost the square of its length.
+_URL_PASSWORD = re.compile(
+    r"(?P<head>(?<![a-zA-Z0-9+.-])[a-zA-Z][a-zA-Z0-9+.-]*://[^/@\s:]*:)[^/?#\s]*@"
+)
 _HTTP_USER = re.compile(r"(?P<head>https?://)(?!\*\*\*\*@)[^/?#\s:]+@", re.IGNORECASE)
 # A credential passed in a URL's query (GitLab's ?private_token=, ?access_token=,
 # signed URLs' sig=).
@@ -64,6 +68,45 @@ def hide_credential_fields(text: str) -> str:
     return _PASSWORD_FIELD.sub(lambda m: m.group("head") + REDACTED, text)
 
 
+# Environment variables whose value is a credential (TWINE_PASSWORD, GITHUB_TOKEN,
+# CI_JOB_TOKEN, AWS_SECRET_ACCESS_KEY, PYPI_API_TOKEN, HF_TOKEN, NETRC_PASSWD...): a word
+# of the name says so. Sockets and helper programs (SSH_AUTH_SOCK, GIT_ASKPASS) are not.
+_SECRET_NAME = re.compile(
+    r"(?:^|_)(?:PASSWORD|PASSWD|PASS|TOKEN|SECRET|APIKEY|API_KEY|ACCESS_KEY|PRIVATE_KEY|"
+    r"CREDENTIALS?|AUTH_TOKEN|PAT)(?:_|$)",
+    re.IGNORECASE,
+)
+_NOT_SECRET_NAME = re.compile(r"(?:_SOCK|_FILE|_PATH|_DIR|ASKPASS)$", re.IGNORECASE)
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether an environment variable named ``name`` holds a credential."""
+    return bool(_SECRET_NAME.search(name)) and not _NOT_SECRET_NAME.search(name)
+
+
+def env_secrets(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The values of the credential variables of ``environ`` (default: this process's),
+    for redaction by value wherever output or a report is shown or stored."""
+    import os
+
+    env = os.environ if environ is None else environ
+    return [v for k, v in env.items() if v and is_secret_name(k)]
+
+
+def hide_env_secrets(text: str) -> str:
+    """``text`` with the values of the environment's credentials (from
+    :data:`MIN_SECRET_LENGTH` characters) replaced: every terminal line goes through it."""
+    for secret in sorted(set(env_secrets()), key=len, reverse=True):
+        if len(secret) >= MIN_SECRET_LENGTH:
+            text = text.replace(secret, REDACTED)
+    return text
+
+
+def redact_env(text: str, secrets: Iterable[str | None] = ()) -> str:
+    """:func:`redact` with the environment's credentials added to ``secrets``."""
+    return redact(text, [*secrets, *env_secrets()])
+
+
 def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
     """Hide credentials in ``text``: by position always, by value for long secrets.
 
@@ -90,14 +133,27 @@ def redact_argv(argv: Iterable[str], secrets: Iterable[str | None] = ()) -> list
     return [REDACTED if a in known else a for a in argv]
 
 
-def scrub(data: Any) -> Any:
-    """A copy of JSON-like ``data`` with URL credentials hidden in every string."""
+def scrub(data: Any, secrets: Iterable[str | None] | None = None) -> Any:
+    """A copy of JSON-like ``data`` with URL credentials hidden in every string, and the
+    values of ``secrets`` (default: the environment's credentials, :func:`env_secrets`)."""
+    known = sorted(
+        {s for s in (env_secrets() if secrets is None else secrets) if s},
+        key=len,
+        reverse=True,
+    )
+    return _scrub(data, known)
+
+
+def _scrub(data: Any, known: list[str]) -> Any:
     if isinstance(data, str):
+        for secret in known:
+            if len(secret) >= MIN_SECRET_LENGTH:
+                data = data.replace(secret, REDACTED)
         return hide_url_secrets(data)
     if isinstance(data, dict):
-        return {k: scrub(v) for k, v in data.items()}
+        return {k: _scrub(v, known) for k, v in data.items()}
     if isinstance(data, (list, tuple)):
-        return [scrub(v) for v in data]
+        return [_scrub(v, known) for v in data]
     return data
 
 

@@ -296,6 +296,19 @@ class TeamCheck(SectionConfig):
     )
 
 
+def _node_id_problem(nodeid: str) -> str | None:
+    """Why a team check's pytest node id may not be run (None: it may): it must name a
+    file inside the tree it runs in, and must not be read by pytest as an option."""
+    path = nodeid.split("::", 1)[0]
+    if nodeid.startswith("-"):
+        return "starts with '-' (pytest would read it as an option)"
+    if path.startswith(("/", "~", "\\")) or re.match(r"^[A-Za-z]:", path):
+        return "is an absolute path"
+    if ".." in re.split(r"[/\\]", path):
+        return "leads out of its tree with '..'"
+    return None
+
+
 def _team_checks(v: Value) -> tuple[tuple[str, TeamCheck], ...]:
     if not isinstance(v.value, Mapping) or v.keys is None or not v.keys:
         raise _err(
@@ -321,6 +334,13 @@ def _team_checks(v: Value) -> tuple[tuple[str, TeamCheck], ...]:
             raise _err(cv.where, "command must not be empty")
         if tc.source is not None and tc.pytest is None:
             raise _err(cv.where, "'in' names where a pytest node id is; a command has none")
+        if tc.pytest is not None and (why := _node_id_problem(tc.pytest)) is not None:
+            raise _err(
+                cv.where,
+                f"pytest node id {tc.pytest!r} {why}",
+                "name a test file by its path inside the project (or, with in: fork, inside "
+                "the fork's tree): tests/test_ours.py::test_import",
+            )
         out.append((cid, tc))
     return tuple(out)
 

@@ -57,7 +57,10 @@ _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 TOP_KEYS = ("version", "fork", "base", "patches", "build", "smoke", "publish", "track")
 FORK_KEYS = ("name", "url", "distribution")
-BASE_KEYS = ("tag", "commit")
+# ``commit`` is what the series is on; ``tag`` the fork's tag that names that commit
+# (absent for a commit no tag names); ``branch`` the branch a rebase took it from,
+# for the record only (the branch moves on, the series stays on the commit).
+BASE_KEYS = ("tag", "commit", "branch")
 PATCH_KEYS = (
     "name",
     "file",
@@ -86,8 +89,24 @@ class ForkInfo:
 
 @dataclass(frozen=True)
 class BaseRef:
+    """What the series is applied to: a commit of the fork, the tag that names it
+    (``""`` when none does: a series rebased onto a commit or a branch head no tag
+    names) and, for the record, the branch a rebase took it from."""
+
     tag: str
     commit: str
+    branch: str = ""
+
+    @property
+    def label(self) -> str:
+        """The base in messages and file names: its tag, else its commit id (12 digits)."""
+        return self.tag or self.commit[:12]
+
+    def describe(self) -> str:
+        """``v1.3.0``; ``commit ae13773a0dee (branch main)``: for messages."""
+        if self.tag:
+            return self.tag
+        return f"commit {self.commit[:12]}" + (f" (branch {self.branch})" if self.branch else "")
 
 
 @dataclass(frozen=True)
@@ -285,6 +304,35 @@ def _scalar(node: yaml.Node, loc: _Loc, what: str, *, allow_empty: bool = False)
     return value
 
 
+_URL_IN_TEXT = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s<>\"')\]]+")
+UPSTREAM_CREDENTIAL_TIP = (
+    "name the pull/merge request by its plain URL (https://host/owner/repo/pull/N): "
+    "status --upstream takes the forge's token from GITHUB_TOKEN / GITLAB_TOKEN"
+)
+
+
+def upstream_credentials(text: str) -> str | None:
+    """The first URL in an ``upstream:`` text that carries a user name, password or
+    token, shown with its secret hidden (None when there is none)."""
+    for m in _URL_IN_TEXT.finditer(text):
+        url = m.group(0).rstrip(".,;:")
+        if url_has_credentials(url) or "@" in url.split("://", 1)[1].split("/", 1)[0]:
+            return hide_url_secrets(url)
+    return None
+
+
+def _upstream(node: yaml.Node, loc: _Loc, what: str) -> str:
+    value = _scalar(node, loc, f"{what}: upstream", allow_empty=True)
+    shown = upstream_credentials(value)
+    if shown is not None:
+        raise loc.err(
+            node,
+            f"{what}: upstream URL {shown} carries credentials; series.yaml never holds one",
+            tip="remove the user/token part of the URL. " + UPSTREAM_CREDENTIAL_TIP,
+        )
+    return value
+
+
 def _native(node: yaml.Node, loc: _Loc) -> Any:
     """The Python value of a composed node (SafeLoader rules), errors with the node's line.
 
@@ -334,6 +382,16 @@ def parse_series(text: str, *, path: str = SERIES_FILE) -> Series:
 
 
 def _parse_series(text: str, *, path: str) -> Series:
+    from forkpatch.fsutil import merge_markers, unresolved_merge
+
+    markers = merge_markers(text.encode("utf-8", "surrogateescape"))
+    if markers is not None:
+        raise unresolved_merge(
+            path,
+            markers,
+            "run `forkpatch status` (with a work tree, `forkpatch apply` takes the merged "
+            "series into it)",
+        )
     loc = _Loc(path)
     _check_no_aliases(text, loc)
     try:
@@ -389,8 +447,9 @@ def _parse_series(text: str, *, path: str) -> Series:
     base_node = _required(top, "base", loc, "top level", root)
     bm = _mapping(base_node, loc, "base")
     _check_keys(bm, BASE_KEYS, loc, "base", base_node)
-    tag = _scalar(_required(bm, "tag", loc, "base", base_node), loc, "base.tag")
     commit_node = _required(bm, "commit", loc, "base", base_node)
+    tag = _scalar(bm["tag"], loc, "base.tag") if "tag" in bm else ""
+    branch = _scalar(bm["branch"], loc, "base.branch") if "branch" in bm else ""
     if (
         isinstance(commit_node, yaml.ScalarNode)
         and not commit_node.style
@@ -406,7 +465,10 @@ def _parse_series(text: str, *, path: str) -> Series:
             f"base.commit must be a full 40-hex commit id, got '{commit}'",
             tip="`git rev-parse TAG^{commit}` prints it",
         )
-    base = BaseRef(tag=tag, commit=commit)
+    if tag and re.fullmatch(r"[0-9a-f]{4,40}", tag) and commit.startswith(tag):
+        # Written by an older forkpatch for a rebase onto a commit id: that is no tag.
+        tag = ""
+    base = BaseRef(tag=tag, commit=commit, branch=branch)
 
     # The sections first: the team's own smoke checks are names a patch may use.
     sections: dict[str, SectionConfig] = {}
@@ -547,16 +609,14 @@ def _parse_entry(item: yaml.Node, loc: _Loc, known: Iterable[str] = ()) -> Patch
         upstream_commits = tuple(ids)
     drop_when, passes_without, upstreamed = "", tuple[str, ...](), False
     if "drop-when" in m:
-        drop_when, passes_without, upstreamed = _drop_when(m["drop-when"], loc, what)
+        drop_when, passes_without, upstreamed = _drop_when(m["drop-when"], loc, what, known)
     return PatchEntry(
         name=name,
         file=file,
         build_step=build_step,
         summary=_scalar(_required(m, "summary", loc, what, item), loc, f"{what}: summary"),
         why=_scalar(m["why"], loc, f"{what}: why", allow_empty=True) if "why" in m else "",
-        upstream=_scalar(m["upstream"], loc, f"{what}: upstream", allow_empty=True)
-        if "upstream" in m
-        else "",
+        upstream=_upstream(m["upstream"], loc, what) if "upstream" in m else "",
         origin=_scalar(m["origin"], loc, f"{what}: origin", allow_empty=True)
         if "origin" in m
         else "",
@@ -569,8 +629,11 @@ def _parse_entry(item: yaml.Node, loc: _Loc, known: Iterable[str] = ()) -> Patch
     )
 
 
-def _drop_when(node: yaml.Node, loc: _Loc, what: str) -> tuple[str, tuple[str, ...], bool]:
-    """``drop-when``: a text, or a mapping of its text and the conditions to evaluate."""
+def _drop_when(
+    node: yaml.Node, loc: _Loc, what: str, known: tuple[str, ...]
+) -> tuple[str, tuple[str, ...], bool]:
+    """``drop-when``: a text, or a mapping of its text and the conditions to evaluate;
+    ``known``: the check ids ``passes-without`` may name (checked here, as ``smoke:``)."""
     if not isinstance(node, yaml.MappingNode):
         return _scalar(node, loc, f"{what}: drop-when", allow_empty=True), (), False
     m = _mapping(node, loc, f"{what}: drop-when")
@@ -590,6 +653,14 @@ def _drop_when(node: yaml.Node, loc: _Loc, what: str) -> tuple[str, tuple[str, .
         checks = tuple(
             _scalar(n, loc, f"{what}: drop-when.passes-without check") for n in seq.value
         )
+        for n, cid in zip(seq.value, checks, strict=True):
+            if cid not in known:
+                raise loc.err(
+                    n,
+                    f"{what}: drop-when.passes-without names unknown smoke check "
+                    f"'{cid}'{_suggest(cid, known)}",
+                    tip="`forkpatch smoke --list-checks` lists the known checks",
+                )
     upstreamed = False
     if "upstreamed" in m:
         value = _native(m["upstreamed"], loc)
@@ -640,6 +711,11 @@ def _header_comment(text: str) -> str:
 
 
 def load_series(path: Path) -> Series:
+    return load_series_bytes(path)[0]
+
+
+def load_series_bytes(path: Path) -> tuple[Series, bytes]:
+    """series.yaml parsed, with the bytes it was parsed from."""
     from forkpatch.fsutil import read_regular
 
     try:
@@ -650,6 +726,11 @@ def load_series(path: Path) -> Series:
             tip="run `forkpatch init --fork-url URL --base TAG` to start a series, "
             "or run forkpatch in the project directory (-C DIR)",
         ) from None
+    return parse_series_bytes(data, path), data
+
+
+def parse_series_bytes(data: bytes, path: Path) -> Series:
+    """series.yaml's bytes (read from ``path``) parsed."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -774,7 +855,11 @@ def dump_series(series: Series) -> str:
             0,
         )
     )
-    out.extend(_emit_value("base", {"tag": series.base.tag, "commit": series.base.commit}, 0))
+    base: dict[str, str] = {"tag": series.base.tag} if series.base.tag else {}
+    base["commit"] = series.base.commit
+    if series.base.branch:
+        base["branch"] = series.base.branch
+    out.extend(_emit_value("base", base, 0))
     if not series.patches:
         out.append("patches: []")
     else:

@@ -2,19 +2,35 @@
 
 A patch's ``upstream:`` may name a GitHub pull request, a GitLab merge request, a
 commit URL, or a plain commit id of the fork. Requests are asked of the forge's REST
-API (:mod:`forkpatch.forgehttp`; token from ``GITHUB_TOKEN`` / ``GITLAB_TOKEN``,
-never stored or shown; API base from ``FORKPATCH_GITHUB_API`` / ``FORKPATCH_GITLAB_API``
-for tests and self-hosted forges); answers are cached in ``.forkpatch/upstream.json``
+API (:mod:`forkpatch.forgehttp`); answers are cached in ``.forkpatch/upstream.json``
 with the time they were fetched. For a merged request (and a commit), the fork's
 release tags say which release carries the merge commit, or "not yet released".
 
-Offline, without a token, rate limited: the last known answer with its age, or
-``unknown`` with the reason. Nothing here makes ``status`` fail.
+Where a question goes and where a credential goes are decided apart:
+
+- a patch's URL chooses *what* is asked (the owner, project and number);
+- the API it is asked of is the one configured for its forge (``FORKPATCH_GITHUB_API``,
+  default ``https://api.github.com``; ``FORKPATCH_GITLAB_API``, default the merge
+  request's own host);
+- a token (``GITHUB_TOKEN`` / ``GH_TOKEN``, ``GITLAB_TOKEN``; never stored or shown)
+  goes only to the API it is configured for: GitHub's to ``FORKPATCH_GITHUB_API``,
+  GitLab's to ``FORKPATCH_GITLAB_API`` or, when that is unset, to gitlab.com alone.
+  A merge request on any other host is asked without it, as is every request when
+  there is no token (the public API; a rate limit or a 404 says what a token would
+  change). After a rate-limit answer an API is not asked again in the same run.
+
+Answers are trusted only as their documented shape (:func:`forgehttp.check_fields`).
+The cache is keyed by the API URL asked (origin and question) and read like every
+state file: a regular file, bounded, each entry validated, times finite.
+
+Offline, rate limited, or slow: the last known answer with its age, or ``unknown``
+with the reason. Nothing here makes ``status`` fail.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import time
@@ -23,31 +39,71 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from forkpatch import log
-from forkpatch.errors import ForkpatchError
-from forkpatch.forgehttp import ForgeHTTPError, get_json
-from forkpatch.fsutil import atomic_write
+from forkpatch import log, settings
+from forkpatch.errors import ForkpatchError, InputFileError
+from forkpatch.fetch import Auth, origin
+from forkpatch.forgehttp import Field, ForgeHTTPError, check_fields, get_json, parse_json
+from forkpatch.fsutil import atomic_write, read_regular
 from forkpatch.project import Project
-from forkpatch.series import PatchEntry
+from forkpatch.series import PatchEntry, upstream_credentials
 
 CACHE_FILE = "upstream.json"
+CACHE_LIMIT = 4 << 20  # bytes: a few thousand answers
 STATES = ("open", "draft", "merged", "closed", "unknown")
-TIMEOUT_S = float(os.environ.get("FORKPATCH_FORGE_TIMEOUT", "10"))
+TIMEOUT_S = 10.0  # a request, unless FORKPATCH_FORGE_TIMEOUT says otherwise
 TOTAL_S = 30.0  # every request of one status together
+GITHUB_API = "https://api.github.com"
+GITLAB_COM_API = "https://gitlab.com/api/v4"
 
 _GITHUB_PR = re.compile(r"https://github\.com/([\w.-]+)/([\w.-]+)/pull/(\d+)")
 _GITLAB_MR = re.compile(r"https://([\w.-]+)/((?:[\w.-]+/)+[\w.-]+)/-/merge_requests/(\d+)")
 _COMMIT_URL = re.compile(r"https://[\w.-]+/(?:[\w.-]+/)+(?:-/)?commit/([0-9a-f]{7,40})\b")
 _COMMIT_ID = re.compile(r"(?<![0-9a-zA-Z/])([0-9a-f]{7,40})(?![0-9a-zA-Z])")
+_SHA = r"[0-9a-f]{40}|[0-9a-f]{64}"
+
+# The fields used of GET /repos/{owner}/{repo}/pulls/{n} and of
+# GET /projects/:id/merge_requests/:iid, as the two forges document them.
+GITHUB_PR_FIELDS = (
+    Field("state", str, required=True, choices=("open", "closed")),
+    Field("merged", bool),
+    Field("merged_at", str, pattern=r"\d{4}-\d\d-\d\dT[0-9:.]+(Z|[+-]\d\d:?\d\d)"),
+    Field("merge_commit_sha", str, pattern=_SHA),
+    Field("draft", bool),
+)
+GITLAB_MR_FIELDS = (
+    Field("state", str, required=True, choices=("opened", "closed", "locked", "merged")),
+    Field("merge_commit_sha", str, pattern=_SHA),
+    Field("squash_commit_sha", str, pattern=_SHA),
+    Field("draft", bool),
+    Field("work_in_progress", bool),
+)
 
 
 @dataclass(frozen=True)
 class Reference:
     kind: str  # "github-pr" | "gitlab-mr" | "commit"
     url: str
-    key: str  # the cache key
+    key: str  # the cache key: the API URL asked (its origin and the question)
     api: str | None = None  # the API URL asked
     commit: str | None = None
+    auth: Auth | None = None  # the credential, for the API it is configured for only
+    token_var: str = ""  # the variable a token for this API comes from
+
+
+def _github_token() -> str | None:
+    return os.environ.get("GITHUB_TOKEN") or os.environ.get("GH_TOKEN") or None
+
+
+def _gitlab_token() -> str | None:
+    return os.environ.get("GITLAB_TOKEN") or None
+
+
+def _auth(token: str | None, configured: str, asked: str) -> Auth | None:
+    """The token as a bearer credential, only when ``asked`` is on the API origin it is
+    configured for (``configured``)."""
+    if token is None or origin(asked) != origin(configured):
+        return None
+    return Auth(f"Bearer {token}", configured)
 
 
 def reference(entry: PatchEntry) -> Reference | None:
@@ -55,16 +111,29 @@ def reference(entry: PatchEntry) -> Reference | None:
     text = entry.upstream
     if m := _GITHUB_PR.search(text):
         owner, repo, number = m.groups()
-        base = os.environ.get("FORKPATCH_GITHUB_API", "https://api.github.com").rstrip("/")
+        base = (settings.url("FORKPATCH_GITHUB_API") or GITHUB_API).rstrip("/")
+        api = f"{base}/repos/{owner}/{repo}/pulls/{number}"
         return Reference(
-            "github-pr", m.group(0), m.group(0), f"{base}/repos/{owner}/{repo}/pulls/{number}"
+            "github-pr",
+            m.group(0),
+            api,
+            api,
+            auth=_auth(_github_token(), base, api),
+            token_var="GITHUB_TOKEN",
         )
     if m := _GITLAB_MR.search(text):
         host, path, iid = m.groups()
-        base = os.environ.get("FORKPATCH_GITLAB_API", f"https://{host}/api/v4").rstrip("/")
+        configured = settings.url("FORKPATCH_GITLAB_API")
+        base = (configured or f"https://{host}/api/v4").rstrip("/")
         quoted = urllib.parse.quote(path, safe="")
+        api = f"{base}/projects/{quoted}/merge_requests/{iid}"
         return Reference(
-            "gitlab-mr", m.group(0), m.group(0), f"{base}/projects/{quoted}/merge_requests/{iid}"
+            "gitlab-mr",
+            m.group(0),
+            api,
+            api,
+            auth=_auth(_gitlab_token(), (configured or GITLAB_COM_API).rstrip("/"), api),
+            token_var="GITLAB_TOKEN",
         )
     if m := _COMMIT_URL.search(text):
         return Reference("commit", m.group(0), m.group(0), commit=m.group(1))
@@ -74,54 +143,77 @@ def reference(entry: PatchEntry) -> Reference | None:
 
 
 def _github(data: Mapping[str, Any]) -> tuple[str, str | None]:
-    if data.get("merged") or data.get("merged_at"):
-        return "merged", data.get("merge_commit_sha")
-    if data.get("state") == "open":
-        return ("draft" if data.get("draft") else "open"), None
+    got = check_fields(data, GITHUB_PR_FIELDS)
+    if got["merged"] is True or got["merged_at"] is not None:
+        return "merged", got["merge_commit_sha"]
+    if got["state"] == "open":
+        return ("draft" if got["draft"] is True else "open"), None
     return "closed", None
 
 
 def _gitlab(data: Mapping[str, Any]) -> tuple[str, str | None]:
-    state = data.get("state")
-    if state == "merged":
-        return "merged", data.get("merge_commit_sha") or data.get("squash_commit_sha")
-    if state == "opened":
-        draft = data.get("draft") or data.get("work_in_progress")
+    got = check_fields(data, GITLAB_MR_FIELDS)
+    if got["state"] == "merged":
+        return "merged", got["merge_commit_sha"] or got["squash_commit_sha"]
+    if got["state"] == "opened":
+        draft = got["draft"] is True or got["work_in_progress"] is True
         return ("draft" if draft else "open"), None
     return "closed", None  # closed, locked
 
 
-def _token(ref: Reference) -> tuple[str | None, str | None]:
-    """The token for ``ref``'s forge (sent as a bearer credential), or why there is none."""
-    if ref.kind == "github-pr":
-        token = os.environ.get("GITHUB_TOKEN") or os.environ.get("GH_TOKEN")
-        return (token, None) if token else (None, "no GITHUB_TOKEN")
-    token = os.environ.get("GITLAB_TOKEN")
-    return (token, None) if token else (None, "no GITLAB_TOKEN")
+def _cache_entry(key: Any, value: Any, now: float) -> bool:
+    """Whether one cache entry is what :meth:`Cache.put` writes."""
+    if not (isinstance(key, str) and len(key) <= 2048 and key.startswith(("http://", "https://"))):
+        return False
+    if not isinstance(value, dict) or value.get("state") not in STATES:
+        return False
+    fetched, commit = value.get("fetched"), value.get("merge_commit")
+    if not isinstance(fetched, (int, float)) or isinstance(fetched, bool):
+        return False
+    if not (math.isfinite(fetched) and 0 <= fetched <= now + 86400):
+        return False
+    if commit is not None and not (isinstance(commit, str) and re.fullmatch(_SHA, commit)):
+        return False
+    return type(value.get("authenticated", False)) is bool
 
 
 class Cache:
-    """``.forkpatch/upstream.json``: key -> {"state", "merge_commit", "fetched"}."""
+    """``.forkpatch/upstream.json``: API URL -> {"state", "merge_commit", "fetched",
+    "authenticated"}. A successful answer's state is the same with a token or without
+    (a token changes only whether the forge answers), so one key serves both; each
+    entry says which it was."""
 
     def __init__(self, project: Project) -> None:
         self.path = project.state_dir / CACHE_FILE
         self.data: dict[str, dict[str, Any]] = {}
-        try:
-            raw = json.loads(self.path.read_text(encoding="utf-8"))
-            if isinstance(raw, dict):
-                self.data = {
-                    k: v
-                    for k, v in raw.items()
-                    if isinstance(v, dict)
-                    and v.get("state") in STATES
-                    and isinstance(v.get("fetched"), (int, float))
-                }
-        except (OSError, ValueError):
-            pass
         self.changed = False
+        try:
+            raw = read_regular(self.path, limit=CACHE_LIMIT, follow=False)
+        except FileNotFoundError:
+            return
+        except (InputFileError, OSError) as exc:
+            log.warn(f"ignoring {self.path}: {str(exc).splitlines()[0]}")
+            return
+        try:
+            data = parse_json(raw)
+        except ForgeHTTPError as exc:
+            log.warn(f"ignoring {self.path}: {exc.reason.replace('the answer', 'it')}")
+            return
+        if not isinstance(data, dict):
+            log.warn(f"ignoring {self.path}: not a JSON object")
+            return
+        now = time.time()
+        self.data = {k: v for k, v in data.items() if _cache_entry(k, v, now)}
+        if len(self.data) != len(data):
+            log.warn(f"{self.path}: {len(data) - len(self.data)} damaged entries ignored")
 
-    def put(self, key: str, state: str, merge_commit: str | None) -> None:
-        self.data[key] = {"state": state, "merge_commit": merge_commit, "fetched": time.time()}
+    def put(self, key: str, state: str, merge_commit: str | None, *, authenticated: bool) -> None:
+        self.data[key] = {
+            "state": state,
+            "merge_commit": merge_commit,
+            "fetched": time.time(),
+            "authenticated": authenticated,
+        }
         self.changed = True
 
     def save(self) -> None:
@@ -172,9 +264,18 @@ def upstream_states(project: Project, entries: Sequence[PatchEntry]) -> dict[str
     """Each patch's ``upstream`` object for ``status --upstream``."""
     cache = Cache(project)
     releases: _Releases | None = None
+    timeout_s = settings.duration("FORKPATCH_FORGE_TIMEOUT", TIMEOUT_S)
     deadline = time.monotonic() + TOTAL_S
+    limited: dict[tuple[str, str, int | None], str] = {}  # API origin -> its rate limit
     out: dict[str, dict[str, Any]] = {}
     for entry in entries:
+        shown = upstream_credentials(entry.upstream)
+        if shown is not None:
+            out[entry.name] = {
+                "state": "unknown",
+                "reason": f"upstream: {shown} carries credentials; not asked (remove them)",
+            }
+            continue
         ref = reference(entry)
         if ref is None:
             out[entry.name] = {
@@ -186,20 +287,22 @@ def upstream_states(project: Project, entries: Sequence[PatchEntry]) -> dict[str
         info: dict[str, Any] = {"url": ref.url, "kind": ref.kind}
         state, merge_commit, why = None, ref.commit, None
         if ref.api is not None:
-            token, why = _token(ref)
+            why = limited.get(origin(ref.api))
             if why is None and time.monotonic() > deadline:
                 why = f"no time left ({TOTAL_S:.0f} s for all requests)"
             if why is None:
                 try:
-                    left = min(TIMEOUT_S, deadline - time.monotonic())
-                    data = get_json(ref.api, token=token, timeout_s=left).data
-                    if not isinstance(data, dict):
-                        raise ForgeHTTPError("the answer is not a JSON object")
+                    left = min(timeout_s, deadline - time.monotonic())
+                    data = get_json(
+                        ref.api, auth=ref.auth, timeout_s=left, token_var=ref.token_var
+                    ).data
                     state, merge_commit = (_github if ref.kind == "github-pr" else _gitlab)(data)
-                    cache.put(ref.key, state, merge_commit)
+                    cache.put(ref.key, state, merge_commit, authenticated=ref.auth is not None)
                     info["age"] = "0 s"
                 except ForgeHTTPError as exc:
                     why = exc.reason
+                    if exc.status == 429 or (exc.status == 403 and "rate limited" in why):
+                        limited[origin(ref.api)] = why
             if state is None:
                 known = cache.data.get(ref.key)
                 if known is not None:

@@ -34,3 +34,34 @@ def test_the_smoke_and_publish_stages_take_a_project_not_any():
 def test_a_smoke_run_hands_on_its_typed_report():
     hints = typing.get_type_hints(SmokeOutcome)
     assert hints["report"] is SmokeReport
+
+
+def test_publish_never_asks_which_kind_of_target_it_has():
+    """Every difference between a directory index and an upload index is a method of the
+    Target protocol: no ``isinstance`` on a target class anywhere in the package."""
+    targets = {"DirTarget", "IndexTarget"}
+    asks = []
+    for path in sorted(SRC.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id == "isinstance"
+                and len(node.args) == 2
+                and targets & {n.id for n in ast.walk(node.args[1]) if isinstance(n, ast.Name)}
+            ):
+                asks.append(f"{path.relative_to(SRC)}:{node.lineno}")
+    assert asks == []
+
+
+def test_a_gate_is_frozen_once_made():
+    import dataclasses
+
+    import pytest
+
+    from forkpatch.publish import Gate
+
+    field = next(f for f in dataclasses.fields(Gate) if f.name == "staged")
+    gate = Gate.__new__(Gate)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(gate, field.name, None)

@@ -33,7 +33,7 @@ import pytest
 from forkpatch.example import build_release_wheel, make_fork, write_example_patches
 from support.cli import fp, fp_in
 from support.git import git
-from support.projects import Stash, leftovers, visible
+from support.projects import Stash, leftovers, temp_files, visible
 from support.reliability import Row
 
 
@@ -163,6 +163,7 @@ CASES: list[Case] = [
     Case("rename", ("rename", "eager-block-cast", "eager-cast"), _applied),
     Case("move", ("move", "cli-version", "--before", "odd-width-padding"), _applied),
     Case("delete", ("delete", "cli-version"), _applied),
+    Case("delete-middle", ("delete", "odd-width-padding"), _applied),
     Case("new", ("new", "extra-fix", "-m", "An extra fix"), _applied),
 ]
 
@@ -275,6 +276,9 @@ def _run_matrix(case: Case, base: Path, *, exhaustive: bool) -> None:
                     _ok(project, *args)
                     assert visible(project) == new, f"{where}: a second run differs"
         assert not leftovers(project), f"{where}: left {leftovers(project)}"
+        # No writer's temporary file anywhere (state files, the work tree): the next
+        # command removed them.
+        assert temp_files(project) == [], f"{where}: left {temp_files(project)}"
         assert not (project / ".forkpatch" / "commit.json").exists(), where
     # The kill points fall on both sides of the commit point: some leave the old files,
     # some the new (or a journal to finish), so both recoveries were exercised.

@@ -25,6 +25,7 @@ import pytest
 
 from forkpatch.smoke.report import REPORT_SUFFIX
 from support.cli import env, fp
+from support.projects import temp_files
 from support.reliability import Row
 from support.servers import serve_pypiserver
 from support.smoke import passing_report
@@ -270,6 +271,24 @@ def test_a_publish_killed_at_any_write_is_finished_by_the_next(dist: Path, tmp_p
         again = _publish(dist, tmp_path, target)
         assert again.returncode == 0, f"kill at {n} ({events[n - 1]}): {again.stderr}"
         _consistent(target, sha)
+        assert temp_files(target) == [], f"kill at {n} ({events[n - 1]})"
+
+
+@pytest.mark.parametrize("at", [1, 2, 3, 4, -2, -1])
+def test_a_killed_publish_leaves_no_temporary_file_after_the_next(
+    dist: Path, tmp_path: Path, at: int
+) -> None:
+    """Every writer's temporary files (the journal's in the index root, the wheel's, the
+    index pages') are removed by the next publish, wherever the kill fell."""
+    events = _events(dist, tmp_path)
+    n = at if at > 0 else len(events) + 1 + at
+    target = tmp_path / "index"
+    got = _publish(dist, tmp_path, target, FORKPATCH_TEST_KILL_AT=str(n))
+    assert got.returncode == -9, got.stderr
+    again = _publish(dist, tmp_path, target)
+    assert again.returncode == 0, again.stderr
+    assert temp_files(target) == [], f"kill at {n} ({events[n - 1]})"
+    _consistent(target, hashlib.sha256((dist / WHEEL).read_bytes()).hexdigest())
 
 
 def test_the_leftovers_of_an_older_forkpatch_are_repaired(dist: Path, tmp_path: Path) -> None:

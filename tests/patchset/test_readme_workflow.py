@@ -289,8 +289,8 @@ def test_readme_workflow_on_the_real_series(tmp_path, capsys, monkeypatch):
         report = json.loads(out)
         assert report["tiers"]["status"]["static"] == "passed", report["tiers"]
         index = tmp_path / "index"
-        _, err = w.step("publish", str(wheel), "--to", str(index), "--allow-missing-tier", "sm70")
-        line = next(ln for ln in err.splitlines() if ln.startswith("install: pip install "))
+        out, _ = w.step("publish", str(wheel), "--to", str(index), "--allow-missing-tier", "sm70")
+        line = next(ln for ln in out.splitlines() if ln.startswith("install: pip install "))
         consumer = make_venv_seeing_this_one(tmp_path / "consumer")
         args = line.removeprefix("install: pip install ").replace("'", "").split()
         res = subprocess.run(
@@ -366,6 +366,36 @@ def test_readme_workflow_on_the_real_series(tmp_path, capsys, monkeypatch):
     assert w.git("status", "--porcelain") == ""
     w.step("export")
     assert team_line in (project / files["capability-floor"]).read_text()
+
+    # A series rebased onto a commit no tag names (README: "--onto takes ... a commit
+    # id"): the fork's head past v1.3.0. series.yaml records the commit and no tag; every
+    # later command works on it.
+    head = git(Path(realfork.git_dir(fork)), "rev-parse", "refs/heads/main^{commit}")
+    out, err = w.step("check", "--onto", head, "--json")
+    if "which no tag names" not in err:
+        pytest.skip(f"the fork's main ({head[:12]}) is tagged: no commit-based series to walk")
+    moved = {files[p["name"]] for p in json.loads(out)["patches"] if p["status"] == "offset"}
+    w.step("rebase", "--onto", head, changes={"series.yaml", *moved})
+    base = yaml.safe_load((project / "series.yaml").read_text())["base"]
+    assert base == {"commit": head}, base
+    _, err = w.step("status")
+    assert "warning" not in err and "fetch --tags" not in err, err
+    # track: no release past the one the base counts from (v1.3.0); no "track.pattern".
+    out, err = w.step("track", "--json", "--no-forecast")
+    assert json.loads(out)["newer"] == [] and "track.pattern" not in err, err
+    # forkpatch base-wheel: the fork's Python-only wheel at that commit (README,
+    # "Building wheels"), then build-wheel takes it (auto mode: overlay).
+    realfork.modules_or_skip((*realfork.BUILD_MODULES, "torch"))
+    out, _ = w.step("base-wheel", "--json")
+    made = json.loads(out)
+    assert re.fullmatch(rf"\d+\.\d+\.\d+\.dev\d+\+g{head[:12]}", made["version"]), made
+    if head.startswith("ae13773a0dee"):  # the fixture's main: 8 commits past v1.3.0
+        assert made["version"] == "1.3.1.dev8+gae13773a0dee"
+    out, _ = w.step("build-wheel", "--json")
+    built = json.loads(out)
+    assert built["mode"] == "overlay" and built["version"].startswith(made["version"] + ".fp.")
+    assert built["provenance"]["commit"] == head and built["provenance"]["tag"] == ""
+    w.step("verify", built["wheels"][0])
     if missing:
         pytest.skip(
             f"smoke, publish and pip install not run: {', '.join(missing)} missing "

@@ -48,11 +48,14 @@ def test_structured_form_round_trips_byte_for_byte(body):
 
 def test_structured_fields():
     p = parse_series(
-        _entry("    drop-when:\n      text: t\n      passes-without: [a.b, c.d]\n")
+        _entry(
+            "    drop-when:\n      text: t\n"
+            "      passes-without: [static.cli-version, sm70.capability]\n"
+        )
     ).patches[0]
     assert (p.drop_when, p.drop_when_passes_without, p.drop_when_upstreamed) == (
         "t",
-        ("a.b", "c.d"),
+        ("static.cli-version", "sm70.capability"),
         False,
     )
 
@@ -79,14 +82,34 @@ def test_bad_structured_forms_name_the_line(body, words):
     assert "series.yaml:1" in message or "series.yaml:" in message
 
 
-def test_unknown_check_in_passes_without_is_refused_with_a_suggestion():
-    series = parse_series(_entry("    drop-when:\n      passes-without: [static.cli-versoin]\n"))
+@pytest.mark.parametrize(
+    ("ids", "typo", "meant"),
+    [
+        ("[static.cli-versoin]", "static.cli-versoin", "static.cli-version"),
+        (
+            "[sm70.capability, sm70.fp8-per-blok-config]",
+            "sm70.fp8-per-blok-config",
+            "sm70.fp8-per-block-config",
+        ),
+        ("\n        - static.kernel-arch", "static.kernel-arch", "static.kernel-archs"),
+    ],
+)
+def test_unknown_check_in_passes_without_is_refused_on_load_with_a_suggestion(ids, typo, meant):
+    # Refused when series.yaml is read (every command), not only when smoke runs.
     with pytest.raises(SeriesError) as exc:
-        checks.validate_series(series)
-    assert "drop-when.passes-without names unknown smoke check 'static.cli-versoin'" in str(
-        exc.value
-    )
-    assert "did you mean 'static.cli-version'" in str(exc.value)
+        parse_series(_entry(f"    drop-when:\n      passes-without: {ids}\n"))
+    message = str(exc.value)
+    assert f"drop-when.passes-without names unknown smoke check '{typo}'" in message
+    assert f"did you mean '{meant}'" in message
+    assert "series.yaml:" in message
+
+
+def test_a_team_check_may_be_named_in_passes_without():
+    text = _entry("    drop-when:\n      passes-without: [static.our-import]\n")
+    text += "smoke:\n  checks:\n    static.our-import:\n      pytest: tests/t.py::test_x\n"
+    series = parse_series(text)
+    assert series.patches[0].drop_when_passes_without == ("static.our-import",)
+    checks.validate_series(series)
 
 
 def test_the_shipped_series_declares_its_conditions():

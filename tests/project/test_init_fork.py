@@ -273,3 +273,88 @@ def test_init_in_a_team_repository_beside_the_fork_works(tmp_path, capsys):
     git(ex.project, "remote", "add", "origin", "https://git.example.com/team/patches.git")
     ex.run("init", "--fork-url", str(ex.fork.path), "--base", "v1.2.1")
     assert (ex.project / "series.yaml").exists()
+
+
+def _team_repo(tmp_path, capsys, *, gitignore: str | None):
+    """A project repository with series.yaml and patches/ pushed to a bare remote, then
+    a teammate's fresh clone of it (``gitignore``: the .gitignore the repository holds,
+    None: none committed)."""
+    ex = copy_example(tmp_path, capsys)
+    (ex.project / ".gitignore").unlink()
+    if gitignore is not None:
+        (ex.project / ".gitignore").write_text(gitignore)
+    git(ex.project, "init", "-q", "-b", "main")
+    git(ex.project, "add", "series.yaml", "patches", *([".gitignore"] if gitignore else []))
+    git(ex.project, "commit", "-q", "-m", "the series")
+    remote = tmp_path / "team.git"
+    git(tmp_path, "clone", "-q", "--bare", str(ex.project), str(remote))
+    mate = tmp_path / "mate"
+    git(tmp_path, "clone", "-q", str(remote), str(mate))
+    return ex, mate
+
+
+@pytest.mark.parametrize("gitignore", [None, "*.pyc\n", "*.pyc\ndist/"])
+@pytest.mark.parametrize("args", [(), ("--base", "v1.2.1"), ("--fork-url", "FORK")])
+def test_init_in_a_clone_of_the_project_is_idempotent(tmp_path, capsys, gitignore, args):
+    ex, mate = _team_repo(tmp_path, capsys, gitignore=gitignore)
+    args = tuple(str(ex.fork.path) if a == "FORK" else a for a in args)
+    series_before = (mate / "series.yaml").read_bytes()
+    patches_before = {p.name: p.read_bytes() for p in (mate / "patches").iterdir()}
+    run = Runner(mate, capsys)
+    _, out, _err = run("init", *args)
+    assert "already a series" in out and "kept as it is" in out
+    assert (mate / "series.yaml").read_bytes() == series_before
+    assert {p.name: p.read_bytes() for p in (mate / "patches").iterdir()} == patches_before
+    lines = (mate / ".gitignore").read_text().splitlines()
+    assert ".forkpatch/" in lines and ("dist/" in lines or "dist" in lines)
+    for keep in (gitignore or "").splitlines():
+        assert keep in lines  # the team's own lines stay, in their order
+    # What forkpatch writes is ignored in the clone.
+    (mate / ".forkpatch").mkdir(exist_ok=True)
+    (mate / ".forkpatch" / "probe").write_text("x")
+    (mate / "dist").mkdir()
+    (mate / "dist" / "w.whl").write_text("x")
+    assert git(mate, "check-ignore", ".forkpatch/probe", "dist/w.whl").split() == [
+        ".forkpatch/probe",
+        "dist/w.whl",
+    ]
+    # Again: nothing changes.
+    before = snapshot(mate)
+    gi = (mate / ".gitignore").read_bytes()
+    run("init", *args)
+    assert snapshot(mate) == before and (mate / ".gitignore").read_bytes() == gi
+    # The clone is a working project.
+    _, out, _ = run("status", "--json")
+    assert [p["status"] for p in json.loads(out)["patches"]] == ["clean"] * 4
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (("--base", "v1.2.0"), ["--base 'v1.2.0'", "'v1.2.1'"]),
+        (("--fork-url", "/elsewhere/fork.git"), ["--fork-url '/elsewhere/fork.git'"]),
+    ],
+)
+def test_init_in_a_clone_with_other_options_is_refused(tmp_path, capsys, args, words):
+    _ex, mate = _team_repo(tmp_path, capsys, gitignore=None)
+    before = snapshot(mate)
+    _, _, err = Runner(mate, capsys)("init", *args, expect=2)
+    for w in [*words, "already exists", "nothing was changed", "forkpatch init"]:
+        assert w in err, err
+    assert snapshot(mate) == before and not (mate / ".gitignore").exists()
+
+
+def test_init_in_a_clone_with_a_broken_series_names_the_line(tmp_path, capsys):
+    _ex, mate = _team_repo(tmp_path, capsys, gitignore=None)
+    (mate / "series.yaml").write_text((mate / "series.yaml").read_text() + "bogus: 1\n")
+    _, _, err = Runner(mate, capsys)("init", expect=1)
+    assert "series.yaml:" in err and "bogus" in err
+    assert not (mate / ".gitignore").exists()
+
+
+def test_init_without_series_still_needs_its_options(tmp_path, capsys):
+    ex = copy_example(tmp_path, capsys, with_project=False)
+    for args, missing in (((), "--fork-url URL and --base TAG"), (("--fork-url", "x"), "--base")):
+        _, _, err = ex.run("init", *args, expect=2)
+        assert missing in err
+        assert not (ex.project / "series.yaml").exists()

@@ -99,7 +99,8 @@ def test_entries_parse_with_lines():
         ("", ["empty"]),
         ("fork: [\n", ["not valid YAML"]),
         ("- a\n", ["top level must be a mapping"]),
-        (HEAD.replace("base:\n  tag: v1\n", "base:\n"), ["missing required key 'tag'"]),
+        # (a base without a tag is a series on a commit: tests/project/test_series_base.py)
+        (HEAD.replace(f"  commit: {C}\n", ""), ["missing required key 'commit'"]),
     ],
 )
 def test_errors_name_file_and_line(text, words):

@@ -144,6 +144,19 @@ def test_nothing_to_bisect_when_no_check_fails(example_build, tmp_path, capsys):
     assert data["status"] == "nothing-to-bisect" and data["failing"] == {}
     assert data["builds"] == 1 and data["first_bad"] == []
     assert "nothing to bisect" in err
+    # without --json the verdict is the command's result: on stdout, not on stderr
+    _, out, err = run(
+        "smoke",
+        "--bisect",
+        "--base-wheel",
+        str(example_build.base_wheel),
+        "--tier",
+        "static",
+        "--deps",
+        "none",
+    )
+    assert out.startswith("bisect: nothing to bisect: no smoke check fails on ")
+    assert "nothing to bisect" not in err and "build(s)" in err
 
 
 def test_bisect_needs_a_base_wheel(example_build, tmp_path, capsys):

@@ -71,7 +71,12 @@ def test_verdicts_at_the_base(project, example_build, capsys):
     got = {p["name"]: p for p in data["patches"]}
     assert data["target"] == "v1.2.1" and data["droppable"] == ["capability-floor"]
     assert got["capability-floor"]["verdict"] == "droppable"
-    assert got["capability-floor"]["checks_without_patch"] == {"static.cli-version": "passed"}
+    # its own condition, and the checks of the patches that stay (vllm-dist-info's)
+    assert got["capability-floor"]["checks_without_patch"] == {
+        "static.cli-version": "passed",
+        "static.version-metadata": "passed",
+    }
+    assert "so do the checks of the patches that stay" in got["capability-floor"]["evidence"]
     # a tier this machine lacks: not evaluated, naming the tier and why
     odd = got["odd-width-padding"]
     assert odd["verdict"] == "not-evaluated" and odd["missing"] == ["tier sm70"]
@@ -129,7 +134,9 @@ def test_without_a_wheel_of_the_target_nothing_is_guessed(project, capsys):
     got = {p["name"]: p for p in json.loads(out)["patches"]}
     assert got["cli-version"]["verdict"] == "droppable"
     assert got["capability-floor"]["verdict"] == "not-evaluated"
-    assert "no base wheel of v1.3.0" in got["capability-floor"]["evidence"]
+    evidence = got["capability-floor"]["evidence"]
+    assert "no base wheel of the fork at v1.3.0 (1.3.0)" in evidence
+    assert "`forkpatch base-wheel --onto v1.3.0`" in evidence
     # nothing droppable: exit 0
     _code, out, _err = run("droppable", "capability-floor", "--json", expect=0)
     assert json.loads(out)["droppable"] == []

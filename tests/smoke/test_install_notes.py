@@ -88,3 +88,58 @@ def test_one_note_per_module_whatever_the_number_of_checks():
 def test_the_note_fits_the_deps_mode(deps, says):
     (note, _) = install_notes(CHECKS, python="python3.12", deps=deps, pins={})
     assert says in note and "`python3.12 -m pip install torch`" in note
+
+
+CUDA_PIN = {"torch": "torch==2.10.0 --index-url https://download.pytorch.org/whl/cu128"}
+
+
+@pytest.mark.parametrize(
+    ("pins", "index_configured", "want"),
+    [
+        (CUDA_PIN, False, "torch==2.10.0 --index-url https://download.pytorch.org/whl/cpu"),
+        (CUDA_PIN, True, "torch==2.10.0`"),  # the index pip is set up with
+        (
+            {"torch": "torch==2.9.1"},
+            False,
+            "torch==2.9.1 --index-url https://download.pytorch.org/whl/cpu",
+        ),
+        ({}, True, "install torch`"),
+    ],
+)
+def test_a_machine_without_cuda_is_told_the_cpu_torch(pins, index_configured, want):
+    notes = install_notes(
+        CHECKS,
+        python="python3",
+        deps="system",
+        pins=pins,
+        cuda=False,
+        index_configured=index_configured,
+    )
+    torch = next(n for n in notes if "'torch'" in n)
+    assert want in torch and "/cu128" not in torch
+    assert "no CUDA device" in torch and "static" in torch
+    # on a CUDA machine the fork's CUDA build stays
+    (cuda_note, _) = install_notes(CHECKS, python="python3", deps="system", pins=CUDA_PIN)
+    assert "/whl/cu128" in cuda_note and "no CUDA device" not in cuda_note
+
+
+@pytest.mark.parametrize(
+    ("env", "conf", "configured"),
+    [
+        ({"PIP_INDEX_URL": "https://mirror.example/simple"}, None, True),
+        ({}, "[global]\nindex-url = https://mirror.example/simple\n", True),
+        ({}, "[global]\ntimeout = 60\n", False),
+        ({}, None, False),
+    ],
+)
+def test_the_configured_index_is_found(tmp_path, env, conf, configured):
+    from forkpatch.smoke.install import pip_index_configured
+
+    environ = {"HOME": str(tmp_path / "home"), **env}
+    if conf is not None:
+        environ["PIP_CONFIG_FILE"] = str(tmp_path / "pip.conf")
+        (tmp_path / "pip.conf").write_text(conf, encoding="utf-8")
+    assert pip_index_configured(environ, system_files=()) is configured
+    etc = tmp_path / "etc-pip.conf"
+    etc.write_text("[global]\nindex-url = https://mirror.example/simple\n", encoding="utf-8")
+    assert pip_index_configured(environ, system_files=(etc,))

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from forkpatch.series import PatchEntry, load_series, save_series
 from support.git import git
 from support.projects import copy_example, snapshot
@@ -160,3 +162,48 @@ def test_rebase_keeps_the_build_step_in_the_stack(tmp_path, capsys):
     ex.run("pop", "--all")
     ex.run("push", "--all")
     assert _stack(ex) == kept
+
+
+def _with_steps(tmp_path, capsys, at: list[int]):
+    ex = copy_example(tmp_path, capsys)
+    path = ex.project / "series.yaml"
+    series = load_series(path)
+    patches = list(series.patches)
+    for n, i in enumerate(sorted(at, reverse=True)):
+        name = f"step-{n}" if len(at) > 1 else "vllm-dist-info"
+        patches.insert(i, PatchEntry(name=name, build_step="vllm-dist-info", summary="dist alias"))
+    save_series(series.with_patches(patches), path)
+    return ex
+
+
+@pytest.mark.parametrize(
+    ("at", "edit"),
+    [
+        ([3], "odd-width-padding"),  # the shipped series: the step between two patches above
+        ([2], "odd-width-padding"),  # the step right above the edited patch
+        ([4], "capability-floor"),  # the step on top
+        ([1, 3], "capability-floor"),  # two steps
+    ],
+)
+def test_refresh_of_a_middle_patch_leaves_no_build_step_unsaved(tmp_path, capsys, at, edit):
+    ex = _with_steps(tmp_path, capsys, at)
+    ex.run("apply")
+    ex.run("edit", edit)
+    target = {
+        "odd-width-padding": "vllm/model_executor/layers/quantization/online/fp8.py",
+        "capability-floor": "vllm/model_executor/layers/quantization/online/base.py",
+    }[edit]
+    f = ex.wt / target
+    f.write_text(f.read_text() + "\n# an edit\n")
+    ex.run("refresh")
+    _, out, err = ex.run("status", "--json")
+    doc = json.loads(out)
+    assert "unsaved" not in err and "not written to patches/" not in err, err
+    assert all(p["applied"] for p in doc["patches"])
+    _, out, err = ex.run("status")
+    assert "not written to patches/" not in out + err
+    # Nothing left for export to write, and no refusal for the step.
+    before = snapshot(ex.project)
+    ex.run("export")
+    assert snapshot(ex.project) == before
+    ex.run("pop", "--all")

@@ -151,6 +151,78 @@ def test_a_deleted_patch_file_is_not_written_back_without_force(applied):
     assert _changes(run) == []
 
 
+@pytest.mark.parametrize("name", ["capability-floor", "eager-block-cast", "cli-version"])
+def test_a_deleted_patch_file_points_at_export_force_never_at_apply(applied, name):
+    """`apply` cannot read a file that is gone: every command's tip names what restores
+    it (`export --force` from the work tree, git for the committed file) or removes it."""
+    project, run = applied
+    patch = project / "patches" / f"{name}.patch"
+    mine = patch.read_bytes()
+    patch.unlink()
+    _, _, err = run("status", expect=3)
+    assert f"`forkpatch export --force` writes patches/{name}.patch again" in err
+    assert "`forkpatch apply` (or `edit NAME`) takes the files" not in err
+    for cmd in (("apply",), ("push",), ("edit", name), ("export",), ("rename", name, "x-y")):
+        code, _, err = run(*cmd, expect=None)
+        assert code != 0, (cmd, err)
+        assert "`forkpatch export --force`" in err and f"forkpatch delete {name}" in err, err
+        assert "tip: take the files: `forkpatch apply`" not in err, err
+        assert not patch.exists()
+    # The tip's way out works.
+    run("export", "--force")
+    assert patch.read_bytes() == mine
+    assert _changes(run) == []
+    run("apply")
+
+
+@pytest.mark.parametrize(
+    ("name", "typo"),
+    [
+        ("odd-width-padding", "odd-width-paddin.patch"),
+        ("cli-version", "cli_version.patch"),
+        ("capability-floor", "capabilty-floor.patch"),
+    ],
+)
+def test_a_typo_in_file_is_named_as_a_typo_not_a_rename(applied, name, typo):
+    project, run = applied
+    series = project / "series.yaml"
+    text = series.read_text()
+    series.write_text(text.replace(f"file: {name}.patch", f"file: {typo}"))
+    before = snapshot(project)
+    changes = _changes(run, expect=3)
+    assert [(c["kind"], c["file"], c["old_file"]) for c in changes] == [
+        ("misnamed", typo, f"{name}.patch")
+    ]
+    _, out, err = run("status", expect=3)
+    assert "renamed outside forkpatch" not in err
+    assert f"names patches/{typo}, which does not exist" in err
+    err += out
+    assert f"did you mean patches/{name}.patch" in err
+    # The orphan's tip is the typo, never an import that would make a second patch.
+    assert f"forkpatch import patches/{name}.patch" not in err
+    assert f"did you mean `file: {name}.patch`" in err
+    for cmd in (("apply",), ("export",), ("export", "--force"), ("push",)):
+        _, _, err = run(*cmd, expect=None)
+        assert f"correct `file: {typo}`" in err, (cmd, err)
+        assert snapshot(project) == before
+        assert not (project / "patches" / typo).exists()
+    series.write_text(text)
+    assert _changes(run) == []
+
+
+def test_a_typo_in_file_without_a_work_tree_suggests_the_file(example_project):
+    project, run = example_project
+    series = project / "series.yaml"
+    series.write_text(
+        series.read_text().replace("file: eager-block-cast.patch", "file: eager-blockcast.patch")
+    )
+    for cmd in (("status",), ("apply",)):
+        _, _, err = run(*cmd, expect=1)
+        assert "names patches/eager-blockcast.patch, which does not exist" in err
+        assert "did you mean patches/eager-block-cast.patch" in err
+        assert "correct `file: eager-blockcast.patch` to `file: eager-block-cast.patch`" in err
+
+
 def test_an_entry_and_file_removed_outside_are_taken_by_apply(applied):
     """A teammate's `forkpatch delete`: the entry and its file are gone."""
     project, run = applied

@@ -6,8 +6,16 @@ import json
 
 import pytest
 
+from forkpatch.series import load_series, save_series
 from support.git import git
-from support.projects import EXAMPLE_NAMES, copy_example, load, mtimes, snapshot
+from support.projects import (
+    DIST_INFO_STEP,
+    EXAMPLE_NAMES,
+    copy_example,
+    load,
+    mtimes,
+    snapshot,
+)
 
 
 def _log(wt) -> list[str]:
@@ -201,10 +209,6 @@ def test_edit_lower_patch_and_refresh_reapplies_above(tmp_path, capsys):
 def test_delete(tmp_path, capsys):
     ex = copy_example(tmp_path, capsys)
     ex.run("apply")
-    before = snapshot(ex.project)
-    _, _, err = ex.run("delete", "odd-width-padding", expect=1)
-    assert "applied below other patches" in err
-    assert snapshot(ex.project) == before
     ex.run("delete", "cli-version")  # the top: popped, then removed
     assert load(ex.project).names() == EXAMPLE_NAMES[:3]
     assert not ex.patch("cli-version").exists()
@@ -302,3 +306,82 @@ def test_rename_carries_along_a_summary_that_was_the_name(tmp_path, capsys):
     assert series.get("other-2").summary == "Other thing"  # a summary someone wrote stays
     ex.run("export")  # the work tree's commit agrees: nothing turns it back
     assert load(ex.project).get("real-fix").summary == "real-fix"
+
+
+FP8 = "vllm/model_executor/layers/quantization/online/fp8.py"
+
+
+@pytest.mark.parametrize(
+    ("name", "with_step"),
+    [
+        ("odd-width-padding", False),
+        ("capability-floor", False),
+        ("eager-block-cast", True),  # a build step above it
+        ("odd-width-padding", True),
+    ],
+)
+def test_delete_a_middle_patch_re_applies_the_patches_above(tmp_path, capsys, name, with_step):
+    ex = copy_example(tmp_path, capsys)
+    if with_step:
+        path = ex.project / "series.yaml"
+        series = load_series(path)
+        patches = list(series.patches)
+        patches.insert(3, DIST_INFO_STEP)
+        save_series(series.with_patches(patches), path)
+    ex.run("apply")
+    order = load(ex.project).names()
+    others = {n: ex.patch(n).read_bytes() for n in EXAMPLE_NAMES if n != name}
+    _, out, _ = ex.run("delete", name)
+    assert f"deleted {name}" in out
+    want = [n for n in order if n != name]
+    assert load(ex.project).names() == want
+    assert not ex.patch(name).exists()
+    assert _log(ex.wt) == want  # the stack without it, everything above re-applied
+    # The patches above keep their bytes; nothing is left unsaved or changed outside.
+    assert {n: ex.patch(n).read_bytes() for n in others} == others
+    _, out, _err = ex.run("status", "--json")
+    doc = json.loads(out)
+    assert doc["changes"] == [] and all(p["applied"] for p in doc["patches"]), doc
+    assert git(ex.wt, "status", "--porcelain") == ""
+    before = snapshot(ex.project)
+    ex.run("export")
+    assert snapshot(ex.project) == before
+
+
+def test_delete_a_middle_patch_refuses_unsaved_work(tmp_path, capsys):
+    ex = copy_example(tmp_path, capsys)
+    ex.run("apply")
+    before = snapshot(ex.project)
+    head = git(ex.wt, "rev-parse", "HEAD")
+    # An edit in no object.
+    main = ex.wt / "vllm" / "entrypoints" / "cli" / "main.py"
+    main.write_text(main.read_text() + "# mine\n")
+    _, _, err = ex.run("delete", "odd-width-padding", expect=1)
+    assert "uncommitted changes" in err and "main.py" in err
+    assert snapshot(ex.project) == before and git(ex.wt, "rev-parse", "HEAD") == head
+    # A commit not written to patches/.
+    git(ex.wt, "commit", "-q", "-a", "--amend", "--no-edit")
+    _, _, err = ex.run("delete", "odd-width-padding", expect=1)
+    assert "not written to patches/" in err and "cli-version" in err
+    assert snapshot(ex.project) == before
+    assert main.read_text().endswith("# mine\n")
+
+
+def test_delete_refuses_when_a_patch_above_needs_it(tmp_path, capsys):
+    ex = copy_example(tmp_path, capsys)
+    ex.run("apply")
+    ex.run("new", "pad-tweak", "-m", "pad tweak")
+    f = ex.wt / FP8
+    text = f.read_text()
+    line = next(x for x in text.splitlines() if "pad" in x and "=" in x)
+    f.write_text(text.replace(line, line + "  # tweaked", 1))
+    ex.run("refresh")
+    before = snapshot(ex.project)
+    head = git(ex.wt, "rev-parse", "HEAD")
+    _, _, err = ex.run("delete", "odd-width-padding", expect=3)
+    assert "patch 'pad-tweak' above 'odd-width-padding' does not apply without it" in err
+    assert "nothing was changed" in err and "forkpatch delete pad-tweak" in err
+    assert snapshot(ex.project) == before and git(ex.wt, "rev-parse", "HEAD") == head
+    ex.run("delete", "pad-tweak")
+    ex.run("delete", "odd-width-padding")
+    assert load(ex.project).names() == ["capability-floor", "eager-block-cast", "cli-version"]

@@ -287,6 +287,16 @@ def leftovers(project: Path) -> list[str]:
     return sorted(found)
 
 
+def temp_files(root: Path) -> list[str]:
+    """Every temporary file or staging directory of forkpatch's writers anywhere under
+    ``root`` (state files, work trees and index directories included)."""
+    return sorted(
+        p.relative_to(root).as_posix()
+        for p in root.rglob(".*")
+        if TMP_NAME.match(p.name) or p.name.startswith(".forkpatch-stage-")
+    )
+
+
 class Stash:
     """A scenario kept aside and put back at the same absolute path for every run
     (git worktrees and state.json hold absolute paths, so copies must live where the

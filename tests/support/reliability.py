@@ -54,7 +54,9 @@ ORDER = [
     "the user's environment",
     "wheel integrity",
     "package index",
+    "forge answers",
     "untrusted text",
+    "external programs",
 ]
 
 INTRO = """\
@@ -101,7 +103,10 @@ counted). What each category proves:
 - **publish gate**: a smoke report is validated against a strict schema and every tier is
   derived from its check results; the published bytes are the gated bytes; a killed
   directory publish is finished by the next run.
-- **hostile wheels**: zip-slip names and zip bombs in every wheel forkpatch reads.
+- **hostile wheels**: zip-slip names and zip bombs in every wheel forkpatch reads; the
+  ELF modules static.kernel-archs reads (huge fat binaries, huge name tables, damaged or
+  unknown compression, stripped section headers) in bounded memory and time, and a
+  module it cannot read is "cannot tell", never "not applicable".
 - **the user's environment**: the user's git configuration, attributes, excludes and
   hooks, the locale, a checkout's line endings and the fork's tags: the same bytes
   and verdicts as on a clean machine, or a clear error naming what was refused.
@@ -113,8 +118,17 @@ counted). What each category proves:
 - **bad input: not a regular file**: a patch file, series.yaml, a state file, a report
   or a wheel that is a device, a FIFO, a directory or too large is refused naming it
   (`fsutil.read_regular`: fstat after open, bounded reads), never read.
+- **forge answers**: `status --upstream` trusts a forge's answer only as its documented
+  shape (types, values, depth, size), sends a token only to the API it is configured
+  for, refuses URLs with credentials, and reads its cache as a bounded, validated state
+  file; `status` itself never fails for any of it.
 - **untrusted text**: control characters and escape sequences from outside are escaped
   at each boundary (terminal, JUnit XML, Markdown); `--json` stays valid JSON.
+- **external programs**: every program but git (pip, a venv's python, a team's smoke
+  check) runs through `forkpatch.proc` in a session of its own, ended as a group at its
+  timeout or the operation's one deadline, on Ctrl-C and when it leaves children; its
+  output is read into a bounded tail, never whole; the environment's credentials are
+  hidden in what it printed wherever that is shown or stored.
 """
 
 

@@ -1,7 +1,7 @@
 """The ``forkpatch`` command line: the group, its table of commands, and :func:`main`.
 
-Each command parses its options, opens the project and calls one core function; the
-commands live by group in the modules of this package and are imported only when they
+Each command parses its options, opens the project, calls the core and hands the
+result to one view; the commands live by group in the modules of this package and are imported only when they
 run (the table below names each one's module and function, and carries the short help
 that `forkpatch --help` lists). Errors derived from :class:`ForkpatchError` are reported
 in one place (:func:`main`) with their exit code; tracebacks only with ``--debug``. A
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import errno
 import importlib
-import os
 import signal
 import sys
 import threading
@@ -24,7 +23,7 @@ from typing import Any, ClassVar, Literal, NamedTuple
 
 import click
 
-from forkpatch import __version__, log
+from forkpatch import __version__, log, settings
 from forkpatch.cli.context import Ctx
 from forkpatch.errors import Finished, ForkpatchError, InternalError, Interrupted
 
@@ -45,6 +44,11 @@ _PROJECT = "forkpatch.cli.project"
 COMMANDS: Mapping[str, Entry] = {
     "apply": Entry(
         _STACK, "apply", "Create the work tree: the fork at the base, one commit per patch."
+    ),
+    "base-wheel": Entry(
+        "forkpatch.cli.build",
+        "base_wheel_cmd",
+        "Build the fork's Python-only wheel at the series' base (or REF), for overlay builds.",
     ),
     "build-wheel": Entry(
         "forkpatch.cli.build",
@@ -229,7 +233,7 @@ def _utf8_args(argv: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     log.tolerant_streams()
     argv = _utf8_args(argv if argv is not None else sys.argv[1:])
-    debug = "--debug" in argv or os.environ.get("FORKPATCH_DEBUG") == "1"
+    debug = "--debug" in argv or settings.flag_or_false("FORKPATCH_DEBUG")
     command, directory = _command_of(argv)
     code, note = _run(argv, debug, directory)
     # `rebase` reports its own state; any other command that ran mentions a rebase in
@@ -249,6 +253,7 @@ def _run(
         # (forkpatch.entry ended the process at once while the modules were loading).
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, signal.default_int_handler)
+        settings.check_environment()  # a wrong FORKPATCH_* value: exit 2, nothing done
         cli.main(args=argv, prog_name="forkpatch", standalone_mode=False)
     except ForkpatchError as exc:
         if debug:
@@ -293,6 +298,8 @@ _ENVIRONMENT_ERRORS = {
     errno.EROFS: "that file system is read-only: choose another place",
     errno.ENOSPC: "the disk is full: free some space and run the command again",
     errno.EDQUOT: "your disk quota is used up: free some space and run the command again",
+    errno.EFBIG: "the file is larger than this process may write (`ulimit -f`, or the file "
+    "system's limit): raise the limit or choose another place",
 }
 
 

@@ -7,25 +7,15 @@ from pathlib import Path
 import click
 
 from forkpatch import log
+from forkpatch.cli import options
 from forkpatch.cli.context import Ctx, pass_ctx
 from forkpatch.errors import VerifyMismatch
-from forkpatch.kinds import BUILD_MODES, TOOLCHAINS, BuildMode, Toolchain
+from forkpatch.kinds import TOOLCHAINS, BuildMode, Toolchain
 
 
 @click.command(name="build-wheel")
-@click.option(
-    "--mode",
-    type=click.Choice(BUILD_MODES),
-    default="auto",
-    show_default=True,
-    help="overlay: patch the released wheel (Python-only series); container: "
-    "build from source in the CUDA 12.8 builder image.",
-)
-@click.option(
-    "--base-wheel",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="The fork's released wheel for the base tag (overlay mode).",
-)
+@options.build_mode("--mode", "mode", default="auto")
+@options.base_wheel(for_what="for the base tag (overlay mode)")
 @click.option(
     "-o",
     "--out",
@@ -64,7 +54,7 @@ from forkpatch.kinds import BUILD_MODES, TOOLCHAINS, BuildMode, Toolchain
     "VLLM_CUTLASS_SRC_DIR=../cutlass (repeatable).",
 )
 @click.option("--max-jobs", type=int, help="MAX_JOBS (default: sized to the engine host).")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable result on stdout.")
+@options.as_json("Machine-readable result")
 @pass_ctx
 def build_wheel_cmd(
     c: Ctx,
@@ -112,13 +102,46 @@ def build_wheel_cmd(
     )
     with project.locked("build-wheel"):
         result = build_wheel(project, opts)
+    say = log.info if as_json else log.result
     for w in result.wheels:
-        log.info(f"built {w} ({result.sha256[w.name][:16]}...)")
+        say(f"built {w} ({result.sha256[w.name][:16]}...)")
     if result.log_path:
-        log.info(f"full build log: {result.log_path}")
-    log.info(f"version {result.version}, {result.mode} build in {result.seconds:.1f}s")
+        say(f"full build log: {result.log_path}")
+    say(f"version {result.version}, {result.mode} build in {result.seconds:.1f}s")
     if as_json:
         log.emit_json(result.to_json())
+
+
+@click.command(name="base-wheel")
+@click.option(
+    "--onto",
+    metavar="REF",
+    help="A tag, branch or commit of the fork instead of the series' base "
+    "(for `droppable --onto REF`).",
+)
+@click.option(
+    "--python",
+    metavar="PYTHON",
+    help="The interpreter with the fork's build toolchain (default: forkpatch's own).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable result on stdout.")
+@pass_ctx
+def base_wheel_cmd(c: Ctx, onto: str | None, python: str | None, as_json: bool) -> None:
+    """Build the fork's Python-only wheel at the series' base (or REF), for overlay builds.
+
+    The fork's own setup.py with VLLM_TARGET_DEVICE=empty: no compiled code, the
+    version forkpatch counts for the commit. Kept in .forkpatch/base-wheels/<commit>/,
+    where build-wheel and droppable find it when given no base wheel. Prints its path.
+    """
+    from forkpatch.wheels.basewheel import build_base_wheel
+
+    project = c.project()
+    with project.locked("base-wheel"):
+        result = build_base_wheel(project, onto=onto, python=python)
+    if as_json:
+        log.emit_json(result.to_json())
+    else:
+        log.result(str(result.path))
 
 
 @click.command()

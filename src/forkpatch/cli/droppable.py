@@ -7,9 +7,10 @@ from pathlib import Path
 import click
 
 from forkpatch import log
+from forkpatch.cli import options
 from forkpatch.cli.context import Ctx, pass_ctx
 from forkpatch.errors import PatchesDroppable
-from forkpatch.kinds import SMOKE_DEPS, SmokeDeps
+from forkpatch.kinds import SmokeDeps
 
 HELP = """Which patches the series no longer needs, on evidence.
 
@@ -37,21 +38,10 @@ wheel, a condition in words only).
     metavar="REF",
     help="Evaluate on this tag, branch or commit of the fork (in-memory rebase).",
 )
-@click.option(
-    "--base-wheel",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="The fork's released wheel for the target (default: build.base-wheel, "
-    "for the series' base only).",
-)
-@click.option(
-    "--smoke-deps",
-    type=click.Choice(SMOKE_DEPS),
-    default="system",
-    show_default=True,
-    help="Where the smoke environments' dependencies come from.",
-)
-@click.option("--smoke-python", metavar="PYTHON", help="Interpreter for the smoke environments.")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
+@options.base_wheel(for_what="for the target", exists=True)
+@options.smoke_deps("--smoke-deps", "smoke_deps", default="system")
+@options.smoke_python("--smoke-python", "smoke_python")
+@options.as_json()
 @pass_ctx
 def droppable(
     c: Ctx,

@@ -13,8 +13,14 @@ from forkpatch.views import print_results
 
 
 @click.command()
-@click.option("--fork-url", required=True, help="Git URL (or path) of the fork.")
-@click.option("--base", "base_tag", required=True, help="Tag of the fork the series applies to.")
+@click.option(
+    "--fork-url", help="Git URL (or path) of the fork (needed unless series.yaml exists)."
+)
+@click.option(
+    "--base",
+    "base_tag",
+    help="Tag of the fork the series applies to (needed unless series.yaml exists).",
+)
 @click.option("--name", "fork_name", help="Fork name (default: from the URL).")
 @click.option(
     "--distribution",
@@ -25,13 +31,24 @@ from forkpatch.views import print_results
 @click.option("--force", is_flag=True, help="Overwrite an existing series.yaml.")
 @pass_ctx
 def init(
-    c: Ctx, fork_url: str, base_tag: str, fork_name: str | None, distribution: str, force: bool
+    c: Ctx,
+    fork_url: str | None,
+    base_tag: str | None,
+    fork_name: str | None,
+    distribution: str,
+    force: bool,
 ) -> None:
-    """Start a series: write series.yaml and patches/ for the fork at BASE."""
-    from forkpatch.ops import init_project
+    """Start a series: write series.yaml and patches/ for the fork at BASE.
 
+    In a clone of a project that already has series.yaml, set the clone up (patches/,
+    the .gitignore lines) and keep series.yaml as it is."""
+    from forkpatch.ops import init_project
+    from forkpatch.series import SERIES_FILE
+
+    root = (c.directory or Path.cwd()).resolve()
+    existed = (root / SERIES_FILE).exists() and not force
     project = init_project(
-        c.directory or Path.cwd(),
+        root,
         fork_url=fork_url,
         base_tag=base_tag,
         fork_name=fork_name,
@@ -40,8 +57,16 @@ def init(
         force=force,
     )
     s = project.series
+    if existed:
+        log.result(
+            f"{project.series_path} is already a series (base {s.base.tag} = "
+            f"{s.base.commit[:12]}, {len(s.patches)} patch(es)): kept as it is; patches/ "
+            "and the .gitignore lines for .forkpatch/ and dist/ are in place"
+        )
+        log.info("next: `forkpatch status`, then `forkpatch apply` to work on the patches")
+        return
     log.result(
-        f"wrote {project.series_path} (base {s.base.tag} = {s.base.commit[:12]}) and "
+        f"wrote {project.series_path} (base {s.base.label} = {s.base.commit[:12]}) and "
         f"{project.patches_dir}/"
     )
     log.info(
@@ -96,15 +121,26 @@ def status(c: Ctx, as_json: bool, upstream: bool) -> None:
             log.warn(f"{report.worktree_problem}; `forkpatch apply --force` rebuilds it")
         for change in report.changes:
             log.warn(change.describe())
-        sides = {ch.side for ch in report.changes if ch.applied and not ch.unrecorded}
+            if (way := change.way_out()) is not None:
+                log.detail(f"  tip: {way}")
+        takes = [ch for ch in report.changes if ch.way_out() is None]
+        sides = {ch.side for ch in takes if ch.applied and not ch.unrecorded}
         if "file" in sides:
             log.info("`forkpatch apply` (or `edit NAME`) takes the files into the work tree")
-        if "both" in sides or any(ch.unrecorded for ch in report.changes):
+        if "both" in sides or any(ch.unrecorded for ch in takes):
             log.info(
                 "where both sides changed: `forkpatch export --force` keeps the work tree, "
                 "`forkpatch apply --force` takes the files (discarding the work tree's edits)"
             )
         for o in report.orphans:
+            meant = project.meant_by(o)
+            if meant is not None:
+                # Importing it would make a second patch of the same change.
+                log.warn(
+                    f"patches/{o} is not listed in series.yaml: entry '{meant.name}' names "
+                    f"patches/{meant.file}, which does not exist; did you mean `file: {o}`?"
+                )
+                continue
             log.warn(
                 f"patches/{o} is not listed in series.yaml (orphan); "
                 f"`forkpatch import patches/{o}` adds it"

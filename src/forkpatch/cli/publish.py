@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from forkpatch import log
+from forkpatch.cli import options
 from forkpatch.cli.context import Ctx, pass_ctx
 from forkpatch.errors import UsageError
 from forkpatch.kinds import TIERS, Tier
@@ -15,21 +16,8 @@ from forkpatch.publish import install_line
 
 @click.command()
 @click.argument("wheels", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
-@click.option(
-    "--to",
-    "to",
-    metavar="URL|DIR",
-    help="An upload index (http[s]://...) or a directory to keep as a static "
-    "PEP 503 index (default: series publish.to).",
-)
-@click.option(
-    "--allow-missing-tier",
-    "allow_missing",
-    multiple=True,
-    type=click.Choice(TIERS),
-    help="Publish although this required tier did not run (logged, and written "
-    "into the published report). Never covers a failed tier.",
-)
+@options.publish_to("--to", "to")
+@options.allow_missing_tier(TIERS, what="Publish")
 @click.option(
     "--report",
     "reports",
@@ -40,7 +28,7 @@ from forkpatch.publish import install_line
 @click.option(
     "--simple-url", metavar="URL", help="The index's PEP 503 pages (default: <URL>/simple/)."
 )
-@click.option("--json", "as_json", is_flag=True, help="What was published, on stdout.")
+@options.as_json("What was published")
 @pass_ctx
 def publish(
     c: Ctx,
@@ -59,7 +47,7 @@ def publish(
     from forkpatch.publish import publish as do_publish
 
     project = c.project_or_none()
-    target = to or (project.series.publish.to if project else None)
+    target = options.pick(to, project.series.publish.to if project else None, None)
     if not target:
         raise UsageError("no target", tip="pass --to URL|DIR or set publish.to in series.yaml")
     opts = PublishOptions(
@@ -70,10 +58,11 @@ def publish(
         simple_url=simple_url,
     )
     done = do_publish(opts, project)
+    say = log.info if as_json else log.result
     for p in done:
         extra = f" (without tier(s) {', '.join(p.overrides)})" if p.overrides else ""
-        log.info(f"{p.action}: {p.file}{extra}")
+        say(f"{p.action}: {p.file}{extra}")
     if done:
-        log.info("install: " + install_line(str(target), simple_url, [p.file for p in done]))
+        say("install: " + install_line(str(target), simple_url, [p.file for p in done]))
     if as_json:
         log.emit_json({"target": str(target), "published": [p.to_json() for p in done]})

@@ -218,17 +218,17 @@ def rebase(
     # The result: what happened and where the whole report is (the Markdown is a
     # pull request body, not terminal output).
     summary = result.report.summary
-    click.echo(
+    log.result(
         f"rebased onto {result.plan.onto} ({result.plan.onto_commit[:12]}): "
         + (", ".join(f"{n} {s}" for s, n in summary.items()) or "no patches")
         + "; "
         + (f"{len(result.written)} file(s) changed" if result.written else "nothing changed")
     )
     for d in result.report.dropped:
-        click.echo(f"  dropped {d.name} ({d.status}): {d.reason}")
+        log.result(f"  dropped {d.name} ({d.status}): {d.reason}")
     for p in result.report_paths:
         if p.suffix == ".md":
-            click.echo(f"report: {p}")
+            log.result(f"report: {p}")
 
 
 def _check_writable(directory: Path) -> None:

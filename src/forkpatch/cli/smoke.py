@@ -7,9 +7,10 @@ from pathlib import Path
 import click
 
 from forkpatch import log
+from forkpatch.cli import options
 from forkpatch.cli.context import Ctx, pass_ctx
 from forkpatch.errors import SmokeError, UsageError
-from forkpatch.kinds import SMOKE_DEPS, TIERS, SmokeDeps, Tier
+from forkpatch.kinds import TIERS, SmokeDeps, Tier
 from forkpatch.sections import SmokeConfig
 
 
@@ -40,14 +41,14 @@ def _bisect(
         target=None if str(target) == "." and project is not None else target,
         base_wheel=base_wheel,
         tier=tier,
-        deps=deps or "system",
-        python=python or smoke_cfg.python,
-        index_url=index_url or smoke_cfg.index_url,
+        deps=options.pick(deps, None, "system"),
+        python=options.pick(python, smoke_cfg.python, None),
+        index_url=options.pick(index_url, smoke_cfg.index_url, None),
         keep_env=keep_env,
         timeout_s=timeout_s,
     )
     result = bisect(opts, project, fork_override=c.fork_repo)
-    print_result(result)
+    print_result(result, emit=log.info if as_json else log.result)
     if as_json:
         log.emit_json(result.to_json())
 
@@ -64,36 +65,15 @@ def _bisect(
     "sm70). Tiers whose hardware is absent are "
     "reported as not run, never as passed.",
 )
-@click.option(
-    "--deps",
-    type=click.Choice(SMOKE_DEPS),
-    default=None,
-    help="Where the wheels' dependencies come from: the interpreter's own "
-    "packages (system, the default: torch/CUDA of the box), the index "
-    "(index), or nowhere (none; checks needing torch are not run).",
-)
-@click.option(
-    "--python",
-    "python",
-    metavar="PYTHON",
-    help="Interpreter for the smoke venv (default: series smoke.python, else "
-    "this one). On a V100 box: the python that has torch.",
-)
+@options.smoke_deps("--deps", "deps")
+@options.smoke_python("--python", "python")
 @click.option(
     "--index-url",
     metavar="URL",
     help="Index for --deps index (default: series smoke.index-url, else pip's configuration).",
 )
-@click.option(
-    "--allow-missing-tier",
-    "allow_missing",
-    multiple=True,
-    type=click.Choice(TIERS),
-    help="Exit 0 although this tier (asked for by --tier or smoke.required-tiers) "
-    "did not run or ran incomplete; the report still says it did not run. "
-    "Without it such a run exits 5. Repeatable.",
-)
-@click.option("--json", "as_json", is_flag=True, help="The report on stdout.")
+@options.allow_missing_tier(TIERS, what="Exit 0 (not 5)")
+@options.as_json("The report")
 @click.option(
     "--junit",
     "junit",
@@ -117,7 +97,8 @@ def _bisect(
     type=float,
     default=3600.0,
     show_default=True,
-    help="Seconds the checks may take in all.",
+    help="Seconds the whole smoke run may take: the environment, the checks and each "
+    "team check share this one deadline.",
 )
 @click.option(
     "--ptx-lib",
@@ -140,12 +121,7 @@ def _bisect(
     "directory; default: this project), then build (overlay path) and "
     "smoke prefixes of the series.",
 )
-@click.option(
-    "--base-wheel",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="With --bisect: the fork's released wheel the prefixes are overlaid on "
-    "(default: series build.base-wheel).",
-)
+@options.base_wheel(for_what="the --bisect prefixes are overlaid on")
 @pass_ctx
 def smoke(
     c: Ctx,
@@ -219,9 +195,9 @@ def smoke(
     opts = SmokeOptions(
         wheels=wheels,
         tier=tier,
-        deps=deps or "system",
-        python=python or smoke_cfg.python,
-        index_url=index_url or smoke_cfg.index_url,
+        deps=options.pick(deps, None, "system"),
+        python=options.pick(python, smoke_cfg.python, None),
+        index_url=options.pick(index_url, smoke_cfg.index_url, None),
         keep_env=keep_env,
         timeout_s=timeout_s,
         report_path=report_path,

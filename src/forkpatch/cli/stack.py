@@ -77,7 +77,7 @@ def top(c: Ctx) -> None:
     name = c.stack_model().top()
     if name is None:  # exit 1 as quilt's "No patches applied": a state, not a usage error
         raise StateError("no patch is applied", tip="`forkpatch push` applies the next one")
-    click.echo(log.shown(name))
+    log.result(name)
 
 
 @click.command()

@@ -10,13 +10,12 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from forkpatch import log
+from forkpatch.cli import options
 from forkpatch.cli.context import Ctx, pass_ctx
 from forkpatch.errors import NewRelease, UsageError
 from forkpatch.fsutil import read_regular
 from forkpatch.kinds import (
-    BUILD_MODES,
     HARDWARE_TIERS,
-    SMOKE_DEPS,
     BuildMode,
     HardwareTier,
     SmokeDeps,
@@ -74,7 +73,7 @@ def _steps(value: str | None) -> tuple[str, ...]:
 
 
 @click.command(help=HELP)
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
+@options.as_json()
 @click.option(
     "--no-forecast", is_flag=True, help="Skip the check against the fork's default branch."
 )
@@ -104,34 +103,12 @@ def _steps(value: str | None) -> tuple[str, ...]:
     "all). A pipeline runs one per job, passing --out along.",
 )
 @click.option("--no-publish", is_flag=True, help="Do everything but publish.")
-@click.option(
-    "--publish-to",
-    metavar="URL|DIR",
-    envvar="FORKPATCH_PUBLISH_TO",
-    show_envvar=True,
-    help="Publish target (default: publish.to).",
+@options.publish_to("--publish-to", "publish_to", envvar="FORKPATCH_PUBLISH_TO")
+@options.allow_missing_tier(HARDWARE_TIERS, what="Smoke and publish")
+@options.base_wheel(
+    for_what="for the tag, for an overlay build", url=True, envvar="FORKPATCH_BASE_WHEEL"
 )
-@click.option(
-    "--allow-missing-tier",
-    "allow_missing",
-    multiple=True,
-    type=click.Choice(HARDWARE_TIERS),
-    help="Smoke and publish although this tier (asked for by --smoke-tier or "
-    "required) did not run (recorded).",
-)
-@click.option(
-    "--base-wheel",
-    metavar="PATH|URL",
-    envvar="FORKPATCH_BASE_WHEEL",
-    show_envvar=True,
-    help="The fork's released wheel for the tag, for an overlay build; "
-    "{tag} and {version} are filled in (default: build.base-wheel).",
-)
-@click.option(
-    "--build-mode",
-    type=click.Choice(BUILD_MODES),
-    help="Build mode (default: build.mode, else auto).",
-)
+@options.build_mode("--build-mode", "build_mode")
 @click.option(
     "--smoke-tier",
     type=click.Choice(HARDWARE_TIERS),
@@ -140,16 +117,8 @@ def _steps(value: str | None) -> tuple[str, ...]:
     help="Highest smoke tier; a tier this machine lacks is reported as not run and "
     "the run exits 5 (publish waits) unless --allow-missing-tier accepts it.",
 )
-@click.option(
-    "--smoke-deps",
-    type=click.Choice(SMOKE_DEPS),
-    help="Where the smoke environment's dependencies come from (default system).",
-)
-@click.option(
-    "--smoke-python",
-    metavar="PYTHON",
-    help="Interpreter for the smoke environment (default: smoke.python).",
-)
+@options.smoke_deps("--smoke-deps", "smoke_deps")
+@options.smoke_python("--smoke-python", "smoke_python")
 @click.option(
     "--smoke-with",
     "smoke_with",

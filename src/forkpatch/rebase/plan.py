@@ -71,6 +71,13 @@ class Target:
     #: What the name resolved to when it is not a tag ("main (branch refs/heads/main at
     #: ae13773a0dee)"); empty for a tag.
     resolved: str = ""
+    #: What series.yaml records once the series is there: the tag that names the
+    #: commit (none for a commit no tag names) and the branch it came from.
+    record: BaseRef | None = None
+
+    @property
+    def base(self) -> BaseRef:
+        return self.record or BaseRef(self.name, self.commit)
 
 
 @dataclass(frozen=True)
@@ -911,10 +918,10 @@ class Setup:
 def _setup(project: Project, target: Target) -> Setup:
     base = project.series.base
     fork = project.fork()
-    fork.require_commit(base.commit, f"series.yaml's base ({base.tag})")
+    fork.require_commit(base.commit, f"series.yaml's base ({base.describe()})")
     fork.require_history(target.commit, base.commit, why=f"moving the series onto {target.name}")
     relation = relation_of(fork.store, base.commit, target.commit)
-    note = relation_note(relation, base.tag, target.name)
+    note = relation_note(relation, base.label, target.name)
     if note:
         log.warn(note)
     return Setup(base, target, relation)
@@ -924,13 +931,18 @@ def check_target(project: Project, onto: str) -> Setup:
     """The series' base and ``onto`` (a tag, a branch, a remote branch or a commit id),
     fetched into the store when missing. A target that is not a tag is named once, with
     what it resolved to."""
-    resolved = project.fork().resolve_ref(onto)
+    from forkpatch.baseversion import base_of_target
+
+    fork = project.fork()
+    resolved = fork.resolve_ref(onto)
+    record = base_of_target(fork, resolved)
     described = "" if resolved.kind == "tag" else resolved.describe()
     if described:
-        log.info(f"--onto {onto}: {described}")
-    # A commit id is named in full: series.yaml's base records what the series is on.
+        tagged = f", tagged {record.tag}" if record.tag else ", which no tag names"
+        log.info(f"--onto {onto}: {described}{tagged}")
+    # A commit id is named in full: it is what the series is on.
     name = resolved.commit if resolved.kind == "commit" else resolved.name
-    return _setup(project, Target(name, resolved.commit, described))
+    return _setup(project, Target(name, resolved.commit, described, record))
 
 
 def classifier_for(project: Project, setup: Setup, options: RebaseOptions) -> Classifier:
@@ -941,7 +953,7 @@ def classifier_for(project: Project, setup: Setup, options: RebaseOptions) -> Cl
 
 def _plan(setup: Setup, walk: Walk) -> Plan:
     return Plan(
-        base=setup.base.tag,
+        base=setup.base.label,
         base_commit=setup.base.commit,
         onto=setup.target.name,
         onto_commit=setup.target.commit,

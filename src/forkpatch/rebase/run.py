@@ -30,7 +30,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from forkpatch import log
+from forkpatch import log, settings
 from forkpatch.engine import TreeState, commit_message, diffs_of_commits
 from forkpatch.errors import ConflictError, StateError, UsageError
 from forkpatch.git import FileChange
@@ -51,7 +51,7 @@ from forkpatch.rebase.plan import (
 from forkpatch.rebase.report import RebaseReport
 from forkpatch.rebase.state import Journal, RebaseState
 from forkpatch.rebase.upstream import replacement
-from forkpatch.series import PATCHES_DIR, SERIES_FILE, BaseRef, Series, dump_series, parse_series
+from forkpatch.series import PATCHES_DIR, SERIES_FILE, Series, dump_series, parse_series
 from forkpatch.stackstate import StackPosition
 
 REPORTS_DIR = "reports"
@@ -62,7 +62,7 @@ PAUSE_ENV = "FORKPATCH_TEST_PAUSE_AFTER"
 
 def _pause(point: str) -> None:
     """Test hook: stop here (SIGSTOP) when FORKPATCH_TEST_PAUSE_AFTER names ``point``."""
-    if os.environ.get(PAUSE_ENV) == point:
+    if settings.text(PAUSE_ENV) == point:
         print(f"forkpatch: test pause at {point}", file=sys.stderr, flush=True)
         os.kill(os.getpid(), signal.SIGSTOP)
 
@@ -105,7 +105,9 @@ def rebase(project: Project, options: RebaseOptions) -> RebaseResult:
         phase="conflict" if walk.conflict is not None else "writing",
         onto=setup.target.name,
         onto_commit=setup.target.commit,
-        base=setup.base.tag,
+        onto_tag=setup.target.base.tag,
+        onto_branch=setup.target.base.branch,
+        base=setup.base.label,
         base_commit=setup.base.commit,
         relation=setup.relation,
         three_way=options.three_way,
@@ -358,7 +360,7 @@ def abort(project: Project) -> list[str]:
 def _new_series(journal: Journal, state: RebaseState) -> Series:
     series = journal.original_series()
     dropped = {o.name for o in state.outcomes if o.status in DROPPED}
-    return series.with_base(BaseRef(state.onto, state.onto_commit)).with_patches(
+    return series.with_base(state.target.base).with_patches(
         p for p in series.patches if p.name not in dropped
     )
 

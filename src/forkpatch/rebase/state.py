@@ -53,7 +53,7 @@ from forkpatch.rebase.plan import (
     Outcome,
     Target,
 )
-from forkpatch.series import NAME_RE, PATCHES_DIR, SERIES_FILE, Series, parse_series
+from forkpatch.series import NAME_RE, PATCHES_DIR, SERIES_FILE, BaseRef, Series, parse_series
 from forkpatch.stackstate import StackPosition
 
 JOURNAL_DIR = REBASE_JOURNAL.split("/")[0]
@@ -96,10 +96,19 @@ class RebaseState:
     # The upstream commits the series names, resolved once: (reference, commit, subject),
     # commit and subject None where the reference is not in the target's history.
     references: tuple[tuple[str, str | None, str | None], ...] | None = None
+    # What series.yaml records for the target: the tag naming its commit ("" for none)
+    # and the branch it came from. None: a journal from before they were kept.
+    onto_tag: str | None = None
+    onto_branch: str = ""
 
     @property
     def target(self) -> Target:
-        return Target(self.onto, self.onto_commit)
+        if self.onto_tag is None:  # an older journal: its name was recorded as the tag
+            tag = "" if self.onto_commit.startswith(self.onto.lower()) else self.onto
+            record = BaseRef(tag, self.onto_commit)
+        else:
+            record = BaseRef(self.onto_tag, self.onto_commit, self.onto_branch)
+        return Target(self.onto, self.onto_commit, record=record)
 
     @property
     def conflict_index(self) -> int:
@@ -135,6 +144,8 @@ class RebaseState:
             "renames": None if self.renames is None else [list(r) for r in self.renames],
             "images": [list(i) for i in self.images],
             "references": None if self.references is None else [list(r) for r in self.references],
+            "onto_tag": self.onto_tag,
+            "onto_branch": self.onto_branch,
         }
 
 
@@ -338,6 +349,8 @@ class _Reader:
             renames=None if renames is None else tuple(renames),
             images=tuple(images),
             references=self.references(d),
+            onto_tag=self.maybe_text(d, "onto_tag", "onto_tag"),
+            onto_branch=self.maybe_text(d, "onto_branch", "onto_branch") or "",
         )
 
     def references(

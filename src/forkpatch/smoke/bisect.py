@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -344,7 +344,7 @@ def bisect(
     if base_wheel is None:
         raise UsageError(
             "bisecting builds the series' prefixes with the overlay path, which "
-            f"needs the fork's released wheel for {series.base.tag}",
+            f"needs the fork's released wheel for {series.base.label}",
             tip="pass --base-wheel PATH or set build.base-wheel in series.yaml",
         )
     if not base_wheel.is_absolute():
@@ -480,28 +480,29 @@ def _gist(detail: str) -> str:
     return lines[0] if lines else ""
 
 
-def print_result(result: BisectResult) -> None:
-    """The human summary on stderr."""
+def print_result(result: BisectResult, emit: Callable[[str], None] = log.result) -> None:
+    """The verdict through ``emit`` (stdout: it is the command's result; stderr under
+    --json, whose document stdout holds alone), then how long it took, on stderr."""
     if result.status == NOTHING:
-        log.info(f"bisect: nothing to bisect: no smoke check fails on {Path(result.target).name}")
+        emit(f"bisect: nothing to bisect: no smoke check fails on {Path(result.target).name}")
     for c in result.culprits:
-        log.info(
+        emit(
             f"bisect: first bad patch: '{c.patch}' (#{c.position} in series.yaml) makes "
             f"{', '.join(c.checks)} fail"
         )
         for cid, detail in c.details.items():
-            log.info(f"    {cid}: {_gist(detail)}")
+            emit(f"    {cid}: {_gist(detail)}")
     if result.without_patches:
-        log.info(
+        emit(
             "bisect: fails without any patch (base wheel and build steps only): "
             + ", ".join(result.without_patches)
         )
         for cid, detail in result.without_patches.items():
-            log.info(f"    {cid}: {_gist(detail)}")
+            emit(f"    {cid}: {_gist(detail)}")
     if result.not_reproduced:
-        log.warn(
-            f"{', '.join(result.not_reproduced)} failed on {Path(result.target).name} but "
-            "not on the same series built with the overlay path: the failure comes from "
+        emit(
+            f"bisect: {', '.join(result.not_reproduced)} failed on {Path(result.target).name} "
+            "but not on the same series built with the overlay path: the failure comes from "
             "the wheel's build, not from a patch"
         )
     log.info(

@@ -22,18 +22,17 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from forkpatch import log
+from forkpatch import log, proc, settings
 from forkpatch.errors import SmokeError
 from forkpatch.kinds import SMOKE_DEPS
-from forkpatch.wheels.runner import redact
-from forkpatch.wheels.runner import tail as _tail
+from forkpatch.proc import Deadline
+from forkpatch.redact import redact
 
 DEPS_MODES = SMOKE_DEPS
 KEEP_ENV_VAR = "FORKPATCH_KEEP_SMOKE_ENV"
@@ -96,40 +95,32 @@ def clean_env() -> dict[str, str]:
 
 
 def _run(
-    cmd: Sequence[str],
+    cmd: Sequence[str | Path],
     *,
     what: str,
     cwd: Path,
     env: dict[str, str],
     secrets: Sequence[str | None] = (),
+    deadline: Deadline | None = None,
     timeout: float = 1800,
 ) -> str:
     shown = redact(" ".join(str(c) for c in cmd), secrets)
     log.info(f"+ {shown}")
     try:
-        proc = subprocess.run(
-            [str(c) for c in cmd],
-            cwd=cwd,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            encoding="utf-8",
-            errors="replace",
-            timeout=timeout,
-            check=False,
-        )
-    except FileNotFoundError as exc:
+        done = proc.run(cmd, cwd=cwd, env=env, secrets=secrets, deadline=deadline, timeout=timeout)
+    except OSError as exc:
         raise SmokeError(f"cannot {what}: {exc}", tip="check --python / the PATH") from None
-    except subprocess.TimeoutExpired:
-        raise SmokeError(f"cannot {what}: `{shown}` did not finish in {timeout:.0f} s") from None
-    if proc.returncode != 0:
-        out = redact(proc.stdout or "", secrets)
+    if done.timed_out:
         raise SmokeError(
-            f"cannot {what}: `{shown}` exited with code {proc.returncode}; "
-            f"last lines:\n{_tail(out, 20)}"
+            f"cannot {what}: `{shown}` did not finish in {done.timeout_s:.0f} s",
+            tip="give the smoke run more time (--timeout)",
         )
-    return proc.stdout
+    if done.returncode != 0:
+        raise SmokeError(
+            f"cannot {what}: `{shown}` exited with code {done.returncode}; "
+            f"last lines:\n{done.tail(20)}"
+        )
+    return done.output
 
 
 def _pip_cmd(python: Path) -> list[str]:
@@ -156,6 +147,7 @@ def smoke_env(
     python: str | None = None,
     index_url: str | None = None,
     keep: bool = False,
+    deadline: Deadline | None = None,
 ) -> Iterator[SmokeEnv]:
     """Create the venv, install exactly ``wheels``, yield it, remove it afterwards.
 
@@ -163,7 +155,7 @@ def smoke_env(
     """
     if deps not in DEPS_MODES:
         raise SmokeError(f"unknown deps mode {deps!r}", tip=f"use one of {', '.join(DEPS_MODES)}")
-    keep = keep or os.environ.get(KEEP_ENV_VAR) == "1"
+    keep = keep or settings.flag(KEEP_ENV_VAR)
     base_python = python or sys.executable
     check_python_fits(wheels, base_python)
     root = Path(tempfile.mkdtemp(prefix="forkpatch-smoke-"))
@@ -178,7 +170,7 @@ def smoke_env(
             if use_host_pip:
                 cmd.append("--without-pip")
             cmd.append(str(venv))
-            _run(cmd, what="create the smoke venv", cwd=root, env=env)
+            _run(cmd, what="create the smoke venv", cwd=root, env=env, deadline=deadline)
         vpython = venv / "bin" / "python"
         if deps == "system":
             _inherit_parent_venv(base_python, vpython, root, env)
@@ -198,6 +190,7 @@ def smoke_env(
                 cwd=root,
                 env=env,
                 secrets=secrets,
+                deadline=deadline,
             )
         senv = SmokeEnv(
             path=venv,
@@ -227,17 +220,16 @@ def python_version(python: str, *, timeout: float = 60) -> tuple[int, int] | Non
     if python == sys.executable:
         return sys.version_info[0], sys.version_info[1]
     try:
-        out = subprocess.run(
+        done = proc.run(
             [python, "-c", "import sys; print(*sys.version_info[:2])"],
-            capture_output=True,
-            text=True,
-            encoding="utf-8",
-            errors="replace",
             timeout=timeout,
-            check=True,
-        ).stdout.split()
+            split_stderr=True,
+        )
+        if not done.ok:
+            return None
+        out = done.output.split()
         return int(out[0]), int(out[1])
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+    except (OSError, ValueError, IndexError):
         return None
 
 
@@ -298,36 +290,25 @@ def _inherit_parent_venv(base_python: str, vpython: Path, cwd: Path, env: dict[s
     the wheel under test still wins."""
     import json
 
-    parent = json.loads(
-        subprocess.run(
-            [base_python, "-I", "-c", _PATHS_SCRIPT],
-            cwd=cwd,
-            env=env,
-            check=True,
-            capture_output=True,
-            text=True,
-            encoding="utf-8",
-            errors="replace",
-        ).stdout
-    )
+    parent = json.loads(_probe([base_python, "-I", "-c", _PATHS_SCRIPT], cwd, env))
     if not parent["paths"]:
         return
-    own = json.loads(
-        subprocess.run(
-            [str(vpython), "-I", "-c", _PATHS_SCRIPT],
-            cwd=cwd,
-            env=env,
-            check=True,
-            capture_output=True,
-            text=True,
-            encoding="utf-8",
-            errors="replace",
-        ).stdout
-    )["site"]
+    own = json.loads(_probe([str(vpython), "-I", "-c", _PATHS_SCRIPT], cwd, env))["site"]
     Path(own, "_forkpatch_parent_venv.pth").write_text(
         "\n".join(parent["paths"]) + "\n", encoding="utf-8", errors="surrogateescape"
     )
     log.info(f"    {base_python} is a virtual environment: its packages are visible too")
+
+
+def _probe(cmd: Sequence[str], cwd: Path, env: dict[str, str]) -> str:
+    """The stdout of a short script that must work (the venv's paths)."""
+    done = proc.run(cmd, cwd=cwd, env=env, split_stderr=True, timeout=120)
+    if not done.ok or done.truncated:
+        raise SmokeError(
+            f"cannot read the paths of {cmd[0]}: {done.ended()}\n{proc.tail(done.errors, 10)}",
+            tip="check --python: it must be a working Python interpreter",
+        )
+    return done.output
 
 
 _VERSIONS_SCRIPT = r"""
@@ -349,19 +330,15 @@ def installed_versions(
     import json
 
     try:
-        proc = subprocess.run(
+        done = proc.run(
             [str(python), "-I", "-c", _VERSIONS_SCRIPT, json.dumps(list(names))],
             cwd=cwd or tempfile.gettempdir(),
             env=clean_env(),
-            capture_output=True,
-            text=True,
-            encoding="utf-8",
-            errors="replace",
+            split_stderr=True,
             timeout=120,
-            check=False,
         )
-        return dict(json.loads(proc.stdout)) if proc.returncode == 0 else {}
-    except (subprocess.TimeoutExpired, ValueError):
+        return dict(json.loads(done.output)) if done.ok else {}
+    except (OSError, ValueError):
         return {}
 
 

@@ -220,18 +220,14 @@ def now_iso() -> str:
 
 
 def dumps(data: Mapping[str, Any]) -> bytes:
-    """A report's bytes; credentials in URLs (e.g. an old wheel's fork URL) are hidden."""
+    """A report's bytes; credentials in URLs (e.g. an old wheel's fork URL) and the
+    values of the environment's credentials (a failing check that echoed them) hidden."""
     return (json.dumps(scrub(data), indent=2, sort_keys=False) + "\n").encode("utf-8")
 
 
 def write_report(data: Mapping[str, Any], path: Path) -> Path:
     atomic_write(path, dumps(data))
     return path
-
-
-def load_report(path: Path) -> dict[str, Any]:
-    """A report file, validated (:func:`read_report`); its data as a dict."""
-    return read_report(path).data
 
 
 @dataclass(frozen=True)
@@ -467,6 +463,7 @@ def junit_xml(data: Mapping[str, Any]) -> bytes:
     not-run checks are <skipped> with the reason (CI shows them as skipped,
     never green-passed); failed ones <failure>, errors <error>.
     """
+    data = scrub(data)  # what a check printed may hold the environment's credentials
     suites = ET.Element("testsuites", name="forkpatch smoke")
     version = data.get("wheel", {}).get("version", "")
     total = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}

@@ -18,15 +18,15 @@ from __future__ import annotations
 import json
 import shlex
 import shutil
-import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from forkpatch import checkids, log
+from forkpatch import checkids, log, proc
 from forkpatch.errors import SmokeError, TierNotRun
+from forkpatch.proc import Deadline, tail
 from forkpatch.series import PatchEntry
 from forkpatch.smoke import checks as registry
 from forkpatch.smoke import incheck
@@ -35,6 +35,7 @@ from forkpatch.smoke.kernels import HOST_CHECKS, host_not_applicable, run_host_c
 from forkpatch.smoke.report import (
     DECLARED_CHECK_FAILED,
     INCOMPLETE,
+    CheckedReport,
     CheckResult,
     SmokeReport,
     beside_wheel,
@@ -47,7 +48,6 @@ from forkpatch.smoke.report import (
 from forkpatch.smoke.team import fork_tests as _fork_tests
 from forkpatch.smoke.team import run_team_checks
 from forkpatch.smoke.wheelinfo import WheelInfo, read_wheel, sha256_file
-from forkpatch.wheels.runner import tail
 
 if TYPE_CHECKING:
     from forkpatch.project import Project
@@ -231,6 +231,8 @@ def run_smoke(opts: SmokeOptions, project: Project | None = None) -> SmokeOutcom
     A failing check does not raise: the caller decides (the CLI exits 1).
     """
     started, t0 = now_iso(), time.monotonic()
+    # One deadline for the whole run: the environment, the check process, each team check.
+    deadline = Deadline(opts.timeout_s)
     tiers = registry.tiers_up_to(opts.tier)
     if opts.ptx_lib is not None and not opts.ptx_lib.is_file():
         raise SmokeError(
@@ -299,6 +301,7 @@ def run_smoke(opts: SmokeOptions, project: Project | None = None) -> SmokeOutcom
         python=opts.python,
         index_url=opts.index_url,
         keep=opts.keep_env,
+        deadline=deadline,
     ) as senv:
         spec = {
             "checks": [cid for cid in to_run if cid not in HOST_CHECKS and cid not in team],
@@ -317,21 +320,26 @@ def run_smoke(opts: SmokeOptions, project: Project | None = None) -> SmokeOutcom
             "base_python": senv.base_python,
             "ptx_lib": str(opts.ptx_lib.resolve()) if opts.ptx_lib else None,
         }
+        in_env = [cid for cid in to_run if cid not in HOST_CHECKS and cid not in team]
         with log.step(
-            f"run {len(to_run)} check(s) in the smoke environment (tiers {', '.join(tiers)})"
+            f"run {len(in_env)} check(s) in the smoke environment (tiers {', '.join(tiers)})"
         ):
-            records, proc_note = _run_incheck(senv.python, senv.path.parent, spec, opts.timeout_s)
-        if any(cid in team for cid in to_run):
-            results.update(
-                run_team_checks(
-                    {cid: team[cid] for cid in to_run if cid in team},
-                    senv,
-                    plan,
-                    device=_device_of(records),
-                    root=opts.checks_root or (Path(project.root) if project is not None else None),
-                    fork_tests=lambda: _fork_tests(project, senv.path.parent),
+            records, proc_note = _run_incheck(senv.python, senv.path.parent, spec, deadline)
+        mine = {cid: team[cid] for cid in to_run if cid in team}
+        if mine:
+            with log.step(f"run {len(mine)} team check(s) in the smoke environment"):
+                results.update(
+                    run_team_checks(
+                        mine,
+                        senv,
+                        plan,
+                        device=_device_of(records),
+                        root=opts.checks_root
+                        or (Path(project.root) if project is not None else None),
+                        fork_tests=lambda: _fork_tests(project, senv.path.parent),
+                        deadline=deadline,
+                    )
                 )
-            )
         env_info = senv.to_json()
         for rec in records:
             if rec.get("kind") == "env":
@@ -372,7 +380,7 @@ def run_smoke(opts: SmokeOptions, project: Project | None = None) -> SmokeOutcom
     if not device.get("devices"):
         device.setdefault("devices", [])
     ordered = [results[cid] for cid in plan]
-    notes += _install_notes(ordered, env_info, project)
+    notes += _install_notes(ordered, env_info, project, device)
     report = SmokeReport(
         wheels=[w.to_json() for w in infos],
         primary_sha256=primary.sha256,
@@ -399,9 +407,12 @@ def run_smoke(opts: SmokeOptions, project: Project | None = None) -> SmokeOutcom
 
 
 def _install_notes(
-    results: Sequence[CheckResult], env_info: dict[str, Any], project: Project | None
+    results: Sequence[CheckResult],
+    env_info: dict[str, Any],
+    project: Project | None,
+    device: dict[str, Any],
 ) -> list[str]:
-    from forkpatch.smoke.install import fork_pins, install_notes
+    from forkpatch.smoke.install import fork_pins, host_has_cuda, install_notes
 
     checks = [c.to_json() for c in results]
     if not any(incheck.missing_modules(c["detail"]) for c in checks):
@@ -411,6 +422,7 @@ def _install_notes(
         python=str(env_info.get("base_python") or "python3"),
         deps=str(env_info.get("deps") or "system"),
         pins=fork_pins(project),
+        cuda=bool(device.get("devices")) or host_has_cuda(),
     )
 
 
@@ -453,43 +465,75 @@ def _store(
 
 def store_report(data: dict[str, Any], path: Path) -> Path:
     """Write the report at ``path`` (where publish looks for it), unless the report
-    there is for the same wheel and ran a tier this run did not (an sm70 run on a V100
-    box, then a static run on a laptop): that one stays for publish, and this run's
-    report is written beside it as ``<name>.latest.json``."""
+    there is for the same wheel and holds better evidence of a tier than this run
+    (:func:`weaker_tiers`: an sm70 run on a V100 box, then a static run on a laptop; a
+    static run that passed, then one with ``--deps none`` whose static tier is
+    incomplete): that one stays for publish, and this run's report is written beside
+    it as ``<name>.latest.json``. A run in which a tier failed always replaces it: the
+    gate must not read an older pass of a wheel that now fails."""
     if path.is_file():
         try:
             old = read_report(path)
         except SmokeError:
             old = None  # not a report to keep: replaced
         if old is not None and data["wheel"]["sha256"] in old.sha256s:
-            lost = sorted(set(old.ran()) - set(data["tiers"]["run"]))
-            if lost:
+            weaker = weaker_tiers(old, data)
+            if weaker:
                 aside = path.with_name(path.name.removesuffix(".json") + ".latest.json")
                 write_report(data, aside)
+                why = "; ".join(f"tier {t}: {w}" for t, w in weaker.items())
                 log.warn(
-                    f"kept {path} (tier {', '.join(lost)} ran there, on {old.started or None}"
-                    f"; this run did not run it) for publish; this run's report is {aside} "
-                    f"(`forkpatch publish --report {aside}` publishes from it instead)"
+                    f"kept {path} (from {old.started or 'an earlier run'}) for publish: it "
+                    f"holds more of the wheel's evidence than this run ({why}); this run's "
+                    f"report is {aside} (`forkpatch publish --report {aside}` publishes from "
+                    "it instead)"
                 )
                 return aside
     return write_report(data, path)
 
 
+def weaker_tiers(old: CheckedReport, data: dict[str, Any]) -> dict[str, str]:
+    """tier -> how the new report ``data`` has less evidence of it than ``old`` (the
+    stored report of the same wheel): the tier ran there and not here, ran complete
+    there and incomplete here, or checks of it ran there that did not run here. Empty
+    when the new report is as good for every tier, or when a tier failed in it."""
+    status = dict(data.get("tiers", {}).get("status", {}))
+    if incheck.FAILED in status.values():
+        return {}
+    ran_new: dict[str, set[str]] = {}
+    for c in data.get("checks", []):
+        if c.get("outcome") != incheck.NOT_RUN:
+            ran_new.setdefault(str(c.get("tier")), set()).add(str(c.get("id")))
+    out = {}
+    for tier in old.ran():
+        now = status.get(tier, incheck.NOT_RUN)
+        before = old.status(tier)
+        mine = {c.id for c in old.checks if c.tier == tier and c.outcome != incheck.NOT_RUN}
+        lost = sorted(mine - ran_new.get(tier, set()))
+        if now == incheck.NOT_RUN:
+            out[tier] = f"ran there ({before}), did not run in this one"
+        elif now == INCOMPLETE and before != INCOMPLETE:
+            out[tier] = f"{before} there, incomplete in this one ({', '.join(lost)} did not run)"
+        elif lost:
+            out[tier] = f"{', '.join(lost)} ran there and not in this one"
+    return out
+
+
 def _run_incheck(
-    python: Path, workdir: Path, spec: dict[str, Any], timeout_s: float
+    python: Path, workdir: Path, spec: dict[str, Any], deadline: Deadline
 ) -> tuple[list[dict[str, Any]], str]:
     """Run the checks in the venv; the records it wrote, and how the process ended.
 
     Each check is reported as it starts and ends (the checks of the static tier
     alone can take a minute), with a line every :data:`HEARTBEAT_S` seconds
-    while one runs.
+    while one runs. The process runs in a session of its own, ended as a group at
+    the smoke run's ``deadline``; its output is kept as a bounded tail on disk.
     """
     suite = copy_suite(workdir / "incheck-suite")
     spec_path = workdir / "spec.json"
     spec_path.write_text(json.dumps(spec, indent=2), encoding="utf-8")
     out_path = workdir / "results.jsonl"
     out_path.write_text("", encoding="utf-8")
-    output_path = workdir / "incheck.log"
     module = f"{SUITE_PACKAGE}.__main__"
     cmd = incheck.launch_argv(
         str(python), str(suite), module, "--spec", str(spec_path), "--out", str(out_path)
@@ -497,31 +541,29 @@ def _run_incheck(
     log.info("+ " + shlex.join(cmd))  # quoted: the -c launcher is one argument
     note = "exited normally"
     progress = _Progress(total=len(spec.get("checks", [])))
-    with open(output_path, "wb") as output:
-        proc = subprocess.Popen(
-            cmd, cwd=workdir, env=clean_env(), stdout=output, stderr=subprocess.STDOUT
-        )
-        deadline = time.monotonic() + timeout_s
-        with open(out_path, encoding="utf-8", errors="replace") as results:
-            while True:
-                try:
-                    proc.wait(timeout=POLL_S)
-                    finished = True
-                except subprocess.TimeoutExpired:
-                    finished = False
-                progress.feed(results.read())
-                if finished:
-                    break
-                if time.monotonic() > deadline:
-                    proc.kill()
-                    proc.wait()
-                    note = f"timed out after {timeout_s:.0f} s"
-                    log.warn(f"the check process {note}")
-                    break
-                progress.heartbeat()
-    text = output_path.read_text(encoding="utf-8", errors="replace")
-    if proc.returncode not in (0, None) and note == "exited normally":
-        note = f"exit code {proc.returncode}; last output:\n{tail(text, 15)}"
+    with open(out_path, encoding="utf-8", errors="replace") as results:
+
+        def tick() -> None:
+            progress.feed(results.read())
+            progress.heartbeat()
+
+        try:
+            done = proc.run(
+                cmd,
+                cwd=workdir,
+                env=clean_env(),
+                deadline=deadline,
+                log_path=workdir / "incheck.log",
+                tick=tick,
+            )
+        except OSError as exc:
+            raise SmokeError(f"cannot start the check process: {exc}") from None
+        progress.feed(results.read())
+    if done.timed_out:
+        note = f"timed out after {done.timeout_s:.0f} s (the smoke run's --timeout)"
+        log.warn(f"the check process {note}")
+    elif done.returncode != 0:
+        note = f"{done.ended()}; last output:\n{tail(done.output, 15)}"
         log.warn(f"the check process {note}")
     records = []
     for line in out_path.read_text(encoding="utf-8", errors="replace").splitlines():
@@ -553,7 +595,6 @@ def copy_suite(dest: Path) -> Path:
     return dest
 
 
-POLL_S = 0.5
 HEARTBEAT_S = 30.0
 
 
@@ -616,6 +657,24 @@ def failure_tip(report: SmokeReport) -> str:
     return "the report above says why"
 
 
+#: Lines of a check's detail shown under its first (the report has them all).
+DETAIL_LINES = {incheck.PASSED: 6}
+DETAIL_LINES_NOT_PASSED = 20
+
+
+def _detail_lines(rest: Sequence[str], outcome: str) -> list[str]:
+    """The detail's lines after the first, as many as the terminal shows for ``outcome``
+    (a failure's last output, what each kernel module carries or why it was unreadable)."""
+    rest = [ln for ln in rest if ln.strip()]
+    keep = DETAIL_LINES.get(outcome, DETAIL_LINES_NOT_PASSED)
+    if len(rest) <= keep:
+        return rest
+    more = f"... {len(rest) - keep + 1} more line(s) in the report"
+    if outcome == incheck.PASSED:
+        return [*rest[: keep - 1], more]
+    return [more, *rest[-(keep - 1) :]]  # a failure's output: its end says why
+
+
 def print_summary(report: SmokeReport) -> None:
     """The human summary on stderr."""
     log.info(
@@ -633,8 +692,10 @@ def print_summary(report: SmokeReport) -> None:
         log.info(f"  device: none ({dev.get('reason') or 'no CUDA device'})")
     width = max((len(c.id) for c in report.checks), default=10)
     for c in report.checks:
-        first = (c.detail.splitlines() or [""])[0]
+        first, *rest = c.detail.splitlines() or [""]
         log.info(f"  {c.outcome:<8} {c.id:<{width}} {c.duration_s:6.2f}s  {first}")
+        for line in _detail_lines(rest, c.outcome):
+            log.info(f"  {'':<8} {'':<{width}}          {line}")
     not_run = report.not_run()
     for tier, status in report.statuses().items():
         reason = not_run.get(tier, "")

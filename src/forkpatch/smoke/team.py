@@ -16,19 +16,18 @@ from __future__ import annotations
 import io
 import os
 import re
-import subprocess
 import tarfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from forkpatch import log
+from forkpatch import log, proc
+from forkpatch.proc import Deadline, tail
 from forkpatch.sections import TeamCheck
 from forkpatch.smoke import incheck
 from forkpatch.smoke.env import SmokeEnv, clean_env
 from forkpatch.smoke.report import CheckResult
-from forkpatch.wheels.runner import tail
 
 if TYPE_CHECKING:
     from forkpatch.project import Project
@@ -60,8 +59,34 @@ def _gate(tier: str, device: Mapping[str, Any]) -> str | None:
 
 
 def _has_pytest(python: Path, env: Mapping[str, str]) -> bool:
-    probe = [str(python), "-c", "import pytest"]
-    return subprocess.run(probe, env=dict(env), capture_output=True, check=False).returncode == 0
+    try:
+        return proc.run([str(python), "-c", "import pytest"], env=env, timeout=120).ok
+    except OSError:
+        return False
+
+
+#: The bytes of a check's output kept (on disk, beside the environment): its tail.
+OUTPUT_LIMIT = 256 * 1024
+
+
+def node_path_inside(nodeid: str, root: Path) -> str | None:
+    """Why the file of the pytest node id ``nodeid`` is not inside ``root`` (None: it
+    is): symbolic links resolved, so no link leads out of the project either."""
+    rel = nodeid.split("::", 1)[0]
+    base = root.resolve()
+    target = (base / rel).resolve()
+    if target != base and not target.is_relative_to(base):
+        return f"the node id {nodeid!r} names {target}, outside {base}"
+    return None
+
+
+def _summary_line(text: str) -> str:
+    """pytest's result line ("3 passed in 0.41s") from its output, else the last line."""
+    lines = [ln.strip(" =") for ln in text.splitlines() if ln.strip(" =")]
+    for line in reversed(lines):
+        if re.search(r"\b\d+ (passed|failed|error|errors|skipped|xfailed|xpassed)\b", line):
+            return line
+    return lines[-1] if lines else ""
 
 
 def run_team_checks(
@@ -72,20 +97,26 @@ def run_team_checks(
     device: Mapping[str, Any],
     root: Path | None,
     fork_tests: Callable[[], Path],
+    deadline: Deadline | None = None,
 ) -> dict[str, CheckResult]:
-    """Run the team's ``checks`` in ``senv``; one result per check."""
+    """Run the team's ``checks`` in ``senv``; one result per check.
+
+    Each runs in a session of its own (ended as a group at its timeout, at the smoke
+    run's ``deadline`` or on Ctrl-C), its output kept as a bounded tail on disk."""
     env = clean_env()
     env["PATH"] = os.pathsep.join([str(senv.bin_dir), env.get("PATH", "")])
     env["VIRTUAL_ENV"] = str(senv.path)
     out: dict[str, CheckResult] = {}
-    for cid, tc in checks.items():
+    for n, (cid, tc) in enumerate(checks.items(), 1):
         tier = cid.partition(".")[0]
         t0 = time.monotonic()
-        outcome, detail = _run_one(cid, tc, tier, senv, env, device, root, fork_tests)
+        outcome, detail = _run_one(
+            cid, tc, tier, senv, env, device, root, fork_tests, deadline or Deadline(None)
+        )
         out[cid] = CheckResult(
             cid, tier, outcome, time.monotonic() - t0, detail, list(plan.get(cid, []))
         )
-        log.info(f"    [team] {outcome:<8} {cid} ({time.monotonic() - t0:.1f}s)")
+        log.info(f"    [{n}/{len(checks)}] {outcome:<8} {cid} ({time.monotonic() - t0:.1f}s)")
     return out
 
 
@@ -98,7 +129,13 @@ def _run_one(
     device: Mapping[str, Any],
     root: Path | None,
     fork_tests: Callable[[], Path],
+    deadline: Deadline,
 ) -> tuple[str, str]:
+    if deadline.expired:
+        return incheck.NOT_RUN, (
+            f"the smoke run's time (--timeout {deadline.seconds:.0f} s) was spent before it "
+            "could start"
+        )
     why = _gate(tier, device)
     if why is not None:
         return incheck.NOT_RUN, why
@@ -119,6 +156,9 @@ def _run_one(
             return incheck.NOT_RUN, "no project directory: the node id cannot be found"
         else:
             cwd = root
+        outside = node_path_inside(tc.pytest, cwd)
+        if outside is not None:
+            return incheck.ERROR, f"{outside}: a team check runs only the project's tests"
         cmd = [str(senv.python), "-m", "pytest", "-q", "-p", "no:cacheprovider", tc.pytest]
     else:
         cmd = list(tc.command or ())
@@ -127,23 +167,35 @@ def _run_one(
         cwd = root
     log.info(f"+ {' '.join(cmd)}  (in {cwd})")
     timeout = tc.timeout or DEFAULT_TIMEOUT_S
+    logs = senv.path.parent / "team-logs"
+    logs.mkdir(exist_ok=True)
     try:
-        proc = subprocess.run(
+        done = proc.run(
             cmd,
             cwd=cwd,
-            env=dict(env),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
+            env=env,
             timeout=timeout,
-            check=False,
+            deadline=deadline,
+            limit=OUTPUT_LIMIT,
+            log_path=logs / f"{cid}.log",
         )
-    except subprocess.TimeoutExpired as exc:
-        text = (exc.stdout or b"").decode("utf-8", "replace")
-        return incheck.FAILED, f"timed out after {timeout} s; last output:\n{tail(text, 15)}"
     except OSError as exc:
         return incheck.ERROR, f"cannot run {cmd[0]}: {exc}"
-    text = proc.stdout.decode("utf-8", "replace")
-    missing = _MISSING.search(text) if proc.returncode != 0 else None
+    text = done.output
+    if done.timed_out:
+        whose = (
+            f"the smoke run's --timeout ({deadline.seconds:.0f} s)"
+            if done.timeout_s is not None and done.timeout_s < timeout - 0.5
+            else "its timeout"
+        )
+        return incheck.FAILED, (
+            f"timed out after {done.timeout_s:.0f} s ({whose}); its process group was ended; "
+            f"last output:\n{tail(text, 15)}"
+        )
+    if done.returncode < 0:
+        return incheck.FAILED, f"{done.ended()}; last output:\n{tail(text, 15)}"
+    proc_rc = done.returncode
+    missing = _MISSING.search(text) if proc_rc != 0 else None
     if missing is not None and missing.group(1).split(".")[0] not in ("vllm", "forkpatch"):
         # A module the environment lacks (a test requirement of the fork's, say) is
         # not the wheel's fault: the check could not run here.
@@ -152,8 +204,10 @@ def _run_one(
             f"needs the module '{top}', which is not installed in the smoke environment "
             f"(`{senv.base_python} -m pip install {top}`, then --deps system)\n{tail(text, 5)}"
         )
-    if proc.returncode == 0:
+    if proc_rc == 0:
+        if tc.pytest is not None:
+            return incheck.PASSED, _summary_line(text) or "exit status 0"
         return incheck.PASSED, tail(text, 3).strip() or "exit status 0"
-    if tc.pytest is not None and proc.returncode == 5:
+    if tc.pytest is not None and proc_rc == 5:
         return incheck.FAILED, f"pytest collected nothing for {tc.pytest}:\n{tail(text, 10)}"
-    return incheck.FAILED, f"exit status {proc.returncode}; last output:\n{tail(text, 15)}"
+    return incheck.FAILED, f"exit status {proc_rc}; last output:\n{tail(text, 15)}"

@@ -172,13 +172,3 @@ def _read_small(zf: zipfile.ZipFile, name: str, path: Path) -> bytes:
             if len(out) > info.file_size:
                 raise SmokeError(f"{path}: {name} inflates past its declared size")
     return bytes(out)
-
-
-def dist_names(wheel_names: Iterable[str]) -> list[str]:
-    out = []
-    for n in wheel_names:
-        try:
-            out.append(str(parse_wheel_filename(n)[0]))
-        except InvalidWheelFilename:
-            continue
-    return out

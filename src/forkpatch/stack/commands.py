@@ -5,7 +5,6 @@ the stack to match.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
@@ -111,12 +110,6 @@ class Stack(EditLoop):
                 return path.resolve() if path.exists() else None
         return None
 
-    @staticmethod
-    def _admin_of(path: Path) -> Path:
-        text = (path / ".git").read_text(encoding="utf-8", errors="surrogateescape").strip()
-        admin = Path(text.split(":", 1)[1].strip())
-        return admin if admin.is_absolute() else (path / admin).resolve()
-
     def apply(
         self,
         where: Path | None = None,
@@ -162,7 +155,7 @@ class Stack(EditLoop):
         bad = result.first_conflict()
         if bad is not None:
             raise PatchApplyError(
-                bad.describe_failure(f"{series.base.tag} with the patches below it")
+                bad.describe_failure(f"{series.base.label} with the patches below it")
                 + f"\nthe work tree {path} holds the patches below it",
                 tip=f"fix patches/{series.get(bad.name).file}, or run `forkpatch push --merge` "
                 "to bring it in with conflict markers and resolve them",
@@ -213,28 +206,66 @@ class Stack(EditLoop):
         return entry
 
     def delete(self, name: str, keep_file: bool = False) -> None:
+        """Remove a patch: its entry and its file as one unit. Applied below others, it
+        comes out of the stack and the patches above are re-applied without it (checked
+        in memory first: one that needs it is named and nothing changes); unsaved
+        work in the work tree refuses, as for every command that rewrites it."""
         series = self.project.series
         entry = series.get(name)
         applied: list[AppliedPatch] = []
         wt: Git | None = None
+        new_head: str | None = None
         if self.worktree_path() is not None:
             wt = self.wt()
             applied = self.applied(wt)
             names = [a.name for a in applied]
-            if entry.name in names:
-                if names[-1] != entry.name:
-                    raise StateError(
-                        f"patch '{name}' is applied below other patches",
-                        tip=f"make it the top first: `forkpatch pop {name}`",
-                    )
+            if entry.name in names and names[-1] == entry.name:
                 self.pop(force=False)
-        self.project.commit(
-            {entry: None} if entry.file and not keep_file else None,
-            series.with_patches(p for p in series.patches if p.name != entry.name),
-        )
-        self.remember(wt, [], forget=[entry.name])
+            elif entry.name in names:
+                new_head = self._without(wt, applied, entry.name)
+        new_series = series.with_patches(p for p in series.patches if p.name != entry.name)
+        self.project.commit({entry: None} if entry.file and not keep_file else None, new_series)
+        if new_head is not None and wt is not None:
+            # The files are written: the work tree follows (a kill before this point
+            # leaves the stack as it was, and `forkpatch apply` rebuilds it from them).
+            self._write(wt, "reset", "-q", "--hard", new_head)
+            self.remember(wt, None, forget=[entry.name])
+        else:
+            self.remember(wt, [], forget=[entry.name])
         if wt is not None:
             self._settle_editing(wt)
+
+    def _without(self, wt: Git, applied: list[AppliedPatch], name: str) -> str:
+        """The stack's new head with ``name`` taken out from under the patches above it,
+        made in memory; refused, changing nothing, when the work tree holds unsaved
+        work or a patch above no longer applies without it."""
+        names = [a.name for a in applied]
+        idx = names.index(name)
+        self.guard_worktree(wt, f"deleting '{name}' from under the patches above it")
+        taken = self.check_outside_changes(wt, "delete", take=True, applied=applied)
+        if taken:
+            raise StateError(
+                "patches/ or series.yaml changed outside forkpatch since the work tree last "
+                "matched them:\n" + "\n".join(f"  - {c.describe()}" for c in taken),
+                tip="take them first with `forkpatch apply`, then delete again",
+            )
+        self.require_refreshed(wt, applied)
+        above = [self.project.series.get(a.name) for a in applied[idx + 1 :]]
+        parent = self._parent(wt, applied[idx])
+        result = SeriesApplier(self.store, self.base_commit(), step_commits=True).run(
+            self.project.items(above), write=True, parent=parent
+        )
+        bad = result.first_conflict()
+        if bad is not None:
+            raise PatchApplyError(
+                f"patch '{bad.name}' above '{name}' does not apply without it:\n"
+                + bad.describe_failure(f"the stack without '{name}'")
+                + "\nnothing was changed",
+                tip=f"delete '{bad.name}' first (or together: `forkpatch delete {bad.name}` "
+                f"then `forkpatch delete {name}`), or keep '{name}'",
+            )
+        self._widen(wt, self._touched(result))
+        return result.head or parent
 
     def stack_for_insert(self, position: int) -> set[str] | None:
         """Before patches are inserted into series.yaml at index ``position``: when that
@@ -467,12 +498,3 @@ class Stack(EditLoop):
             e.name for e in writes if self.project.rel(self.project.patch_path(e)) in written
         ]
         return changed, moved
-
-    def remove_worktree(self) -> None:
-        path = self.worktree_path()
-        if path is not None and path.exists():
-            self.store.run("worktree", "remove", "--force", str(path), check=False)
-            shutil.rmtree(path, ignore_errors=True)
-        state = self.project.read_state()
-        if state is not None:
-            self._save(state.with_(worktree=None, editing=None, synced=None))

@@ -399,7 +399,14 @@ class EditLoop(StackModel):
             final = state.with_(layout=self.state.layout, editing=None)
         elif keep_later:
             final = state
-        self.remember(wt, [e.name for e, _d in writes], commits=commits, state=final)
+        # Every patch this refresh put into the work tree agrees with its file now, a
+        # build step above (no file: its commit is all there is) included.
+        rewritten = [e.name for e, _d in writes]
+        if new_head is not None:
+            rewritten += [
+                r.name for r in result.results if r.commit is not None and r.name not in rewritten
+            ]
+        self.remember(wt, rewritten, commits=commits, state=final)
         return [
             e.name for e, _d in writes if self.project.rel(self.project.patch_path(e)) in written
         ]

@@ -69,12 +69,12 @@ SERIES_KINDS = frozenset({"added", "removed", "moved"})
 @dataclass(frozen=True)
 class OutsideChange:
     """A patch file or series.yaml entry that differs from what forkpatch last wrote or
-    read for the work tree (:class:`forkpatch.project.SyncRecord`), and which side
+    read for the work tree (:class:`forkpatch.stackstate.SyncRecord`), and which side
     changed: ``"file"`` (patches/ or series.yaml only), ``"worktree"`` (only the work
     tree: edits not written to patches/ yet) or ``"both"``."""
 
     name: str  # the patch as series.yaml names it now (as the work tree names it: removed)
-    kind: str  # modified | deleted | added | renamed | removed | moved | edited
+    kind: str  # modified | deleted | misnamed | added | renamed | removed | moved | edited
     file: str | None  # its file in patches/ now (None: none)
     side: str
     # The work tree holds the patch (added or moved entries: patches above them), so
@@ -97,11 +97,15 @@ class OutsideChange:
                 else f"patches/{self.old_file} (patch '{self.name}') was renamed outside "
                 f"forkpatch to {where}"
             ),
+            "misnamed": (
+                f"{SERIES_FILE} entry '{self.name}' names {where}, which does not exist (it "
+                f"named patches/{self.old_file} before: a typo in `file:`?)"
+            ),
             "removed": f"patch '{self.name}' was removed from {SERIES_FILE} outside forkpatch",
             "moved": f"{SERIES_FILE} entry '{self.name}' was moved outside forkpatch",
             "edited": f"patch '{self.name}' has edits in the work tree not written to patches/",
         }[self.kind]
-        if self.kind == "edited":
+        if self.kind in ("edited", "misnamed"):
             return what
         if self.unrecorded:
             return (
@@ -113,6 +117,22 @@ class OutsideChange:
         if self.side == "both":
             return f"{what}, and the work tree has edits of its own to it: both sides changed"
         return f"{what}; the work tree has no edits of its own to it"
+
+    def way_out(self) -> str | None:
+        """What to do about a change that no command can take into the work tree as it
+        is (a deleted patch file, a ``file:`` that names nothing); None for the others."""
+        if self.kind == "deleted":
+            return (
+                f"`forkpatch export --force` writes patches/{self.file} again from the work "
+                f"tree; `git checkout -- patches/{self.file}` restores the committed file; "
+                f"`forkpatch delete {self.name}` removes the patch"
+            )
+        if self.kind == "misnamed":
+            return (
+                f"correct `file: {self.file}` in {SERIES_FILE} (patches/{self.old_file} is the "
+                "file it named)"
+            )
+        return None
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -184,7 +204,7 @@ class StackModel:
             return None
         return (
             f"the work tree {state.worktree} is built on {built_on[:12]}, but "
-            f"{SERIES_FILE} names base {series.base.tag} ({series.base.commit[:12]}): "
+            f"{SERIES_FILE} names base {series.base.label} ({series.base.commit[:12]}): "
             f"{SERIES_FILE} was changed outside forkpatch (a rebase undone with git?)"
         )
 
@@ -541,6 +561,9 @@ class StackModel:
                 else:
                     gone.remove(src)
                     add("renamed", entry, who=src, old=src, old_file=record.patches[src].file)
+            elif rec.file != entry.file and blob is None:
+                # The entry names a file that is not there: a typo, not a rename.
+                add("misnamed", entry, old_file=rec.file)
             elif rec.file != entry.file:
                 add("renamed", entry, old_file=rec.file)
             elif blob != rec.blob:
@@ -611,6 +634,16 @@ class StackModel:
         lines = "\n".join(f"  - {c.describe()}" for c in found)
         both = [c for c in found if c.side == "both" or c.unrecorded]
         names = ", ".join(sorted({c.old or c.name for c in found}))
+        # A deleted file cannot be read into the work tree, nor a file: that names
+        # nothing; and a writer must not write a patch under a mistyped name.
+        stuck = [c for c in found if c.kind == "misnamed" or (c.kind == "deleted" and not force)]
+        if stuck:
+            raise StateError(
+                f"`forkpatch {command}` refused: a patch file the work tree holds is gone "
+                f"(deleted outside forkpatch, or {SERIES_FILE} names a file that does not "
+                f"exist); nothing was changed:\n{lines}",
+                tip="; ".join(w for c in stuck if (w := c.way_out()) is not None),
+            )
         if take and not both:
             return found
         if leave and not both:

@@ -70,7 +70,7 @@ def _start(project: Project, report: TrackReport, target: TagInfo, work: WorkDir
         prev = RunInfo(
             key=key,
             tag_version=target.version,
-            base_tag=series.base.tag,
+            base_tag=series.base.label,
             base_commit=series.base.commit,
             fork_name=series.fork.name,
             fork_url=series.fork.url,

@@ -7,14 +7,13 @@ from __future__ import annotations
 import contextlib
 import re
 import shutil
-import subprocess
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from forkpatch import log
+from forkpatch import log, proc
 from forkpatch.errors import (
     BuildError,
     ConflictError,
@@ -76,18 +75,14 @@ def runner_class() -> str:
     if exe is None:
         return "cpu"
     try:
-        out = subprocess.run(
+        done = proc.run(
             [exe, "--query-gpu=compute_cap", "--format=csv,noheader"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-            encoding="utf-8",
-            errors="replace",
+            split_stderr=True,
             timeout=30,
-            check=False,
-        ).stdout
-    except (OSError, subprocess.TimeoutExpired):
+        )
+    except OSError:
         return "cpu"
+    out = "" if done.timed_out else done.output
     caps = sorted({c.strip() for c in out.splitlines() if c.strip()})
     return "cuda:" + ",".join(caps) if caps else "cpu"
 
@@ -294,7 +289,9 @@ class RunContext:
         raw = self.opts.base_wheel or copy.series.build.base_wheel
         if not raw:
             return None
-        text = raw.replace("{tag}", self.tag).replace("{version}", version_of(self.tag))
+        from forkpatch.wheels.buildwheel import fill_base_wheel
+
+        text = fill_base_wheel(raw, self.tag, version_of(self.tag))
         if re.match(r"^https?://", text):
             return _download(text, self.dir / "base-wheel")
         if text.startswith("file://"):

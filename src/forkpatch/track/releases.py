@@ -138,14 +138,8 @@ def list_releases(project: Project, *, now: float | None = None) -> TrackReport:
     allow_pre = bool(cfg.prereleases)
     min_age = (cfg.min_age_days or 0.0) * 86400
     now = time.time() if now is None else now
-    base_v = parse_tag(series.base.tag, pattern)
-    if not isinstance(base_v, Version):
-        raise SeriesError(
-            f"series.yaml: the base tag '{series.base.tag}' does not match "
-            f"track.pattern or is not a PEP 440 version",
-            tip="set track.pattern so that its 'version' group captures it",
-        )
     fork = project.fork()
+    base_v = _base_release(project, pattern)
     tags, not_commits = fork.source_refs()
     dates = _tag_dates(project) if min_age else {}
     ignored: list[str] = []
@@ -188,7 +182,7 @@ def list_releases(project: Project, *, now: float | None = None) -> TrackReport:
         candidates = [c for c in candidates if c[1] is not gone]
     target = actionable[-1] if actionable else None
     return TrackReport(
-        base=series.base.tag,
+        base=series.base.label,
         base_version=str(base_v),
         newer=tuple(info for _, info in candidates),
         target=target,
@@ -196,6 +190,42 @@ def list_releases(project: Project, *, now: float | None = None) -> TrackReport:
         ignored=sorted(ignored),
         not_commits=passed_over,
         bot_branch=None if target is None else bot_branch(project, target.tag),
+    )
+
+
+def _base_release(project: Project, pattern: re.Pattern[str]) -> Version:
+    """The release the series' base counts as: its tag's version, or for a base no
+    release tag names (a branch head, a commit) the newest release at or below its
+    commit, so that only releases past it are newer."""
+    from forkpatch.baseversion import nearest_release
+
+    base = project.series.base
+    if base.tag:
+        v = parse_tag(base.tag, pattern)
+        if isinstance(v, Version):
+            return v
+    fork = project.fork()
+    found = nearest_release(fork, base.commit, pattern.pattern)
+    if found is not None:
+        tag, release, distance = found
+        if distance:
+            log.info(
+                f"base {base.describe()} is {distance} commit(s) past {tag}: releases newer "
+                f"than {release} are newer than the base"
+            )
+        return release
+    if base.tag and base.tag in fork.source_tags():
+        raise SeriesError(
+            f"series.yaml: the base tag '{base.tag}' does not match track.pattern "
+            f"('{pattern.pattern}') or is not a PEP 440 version, and no release tag "
+            "below it does",
+            tip="set track.pattern so that its 'version' group captures it",
+        )
+    raise SeriesError(
+        f"series.yaml: the base {base.describe()} ({base.commit[:12]}) has no release tag "
+        f"matching track.pattern ('{pattern.pattern}') at or below it in the fork's history",
+        tip=f"bring the fork's tags (`git -C {fork.source} fetch --tags`), deepen a "
+        "shallow clone, or set track.pattern to the fork's release tags",
     )
 
 

@@ -30,7 +30,7 @@ from forkpatch.errors import BuildError, PatchApplyError
 from forkpatch.fsutil import file_sha256, sweep_temps
 from forkpatch.kinds import BUILD_MODES
 from forkpatch.project import Project
-from forkpatch.series import PatchEntry, Series
+from forkpatch.series import BaseRef, PatchEntry, Series
 from forkpatch.wheels.dist import commit_dist, dist_changes, recover_dist
 from forkpatch.wheels.identity import (
     BuilderInfo,
@@ -43,13 +43,14 @@ from forkpatch.wheels.identity import (
 from forkpatch.wheels.options import DEFAULT_BASE_IMAGE, BuildOptions
 from forkpatch.wheels.overlay import (
     DEFAULT_COMPILED_PATTERNS,
+    by_importance,
     compiled_paths_touched,
+    describe_compiled,
     overlay_wheel,
     tree_path_to_wheel_path,
 )
 
 MODES = BUILD_MODES
-# The multi-file commit journal of a dist directory outside the project.
 
 
 @dataclass
@@ -85,6 +86,43 @@ def fork_version(tag: str) -> str:
             f"the base tag '{tag}' is not a version; cannot name the wheel",
             tip="base the series on a release tag such as v1.2.1",
         ) from None
+
+
+def fill_base_wheel(template: str, tag: str, version: str) -> str:
+    """build.base-wheel with its placeholders filled in for one base of the fork:
+    ``{tag}`` (the tag, or the commit id for a base no tag names) and ``{version}``
+    (the fork's version there). build-wheel, droppable and track all use it."""
+    return template.replace("{tag}", tag).replace("{version}", version)
+
+
+def configured_base_wheel(
+    project: Project, base: BaseRef, version: str, given: Path | None = None
+) -> tuple[Path | None, str]:
+    """The base wheel for the fork at ``base`` (version ``version``) and where it comes
+    from: ``given`` (--base-wheel), else build.base-wheel filled in for ``base``, else
+    the one `forkpatch base-wheel` built for its commit; (None, "") when none."""
+    from forkpatch.wheels.basewheel import cached
+
+    if given is not None:
+        return given, "--base-wheel"
+    template = project.series.build.base_wheel
+    if template:
+        path = Path(fill_base_wheel(template, base.tag or base.commit, version)).expanduser()
+        return (path if path.is_absolute() else project.root / path), "build.base-wheel"
+    hit = cached(project, base.commit, version)
+    if hit is not None:
+        log.info(f"base wheel: {hit} (built by `forkpatch base-wheel` for {base.describe()})")
+        return hit, "forkpatch base-wheel"
+    return None, ""
+
+
+def series_fork_version(project: Project) -> str:
+    """The fork's version at the series' base: its release tag's, or counted from the
+    nearest release below a base no release tag names (:mod:`forkpatch.baseversion`)."""
+    from forkpatch.baseversion import base_version
+
+    series = project.series
+    return base_version(project.fork(), series.base, series.track.pattern).version
 
 
 def _patch_bytes(project: Project, entry: PatchEntry) -> bytes:
@@ -135,12 +173,12 @@ def build_steps(series: Series) -> list[Any]:
 def apply_in_memory(project: Project, base: str) -> tuple[str, list[str]]:
     """The series applied to ``base`` in memory: (the result's commit, files it touched)."""
     series = project.series
-    with log.step(f"apply {len(series.patches)} patch(es) to {series.base.tag} in memory"):
+    with log.step(f"apply {len(series.patches)} patch(es) to {series.base.label} in memory"):
         result = SeriesApplier(project.fork().store, base).run(project.items(), write=True)
         bad = result.first_conflict()
         if bad is not None:
             raise PatchApplyError(
-                bad.describe_failure(series.base.tag),
+                bad.describe_failure(series.base.label),
                 tip="fix the series first (`forkpatch status`)",
             )
     return result.head or base, sorted({f for r in result.results for f in r.files})
@@ -193,38 +231,40 @@ def build_wheel(project: Project, opts: BuildOptions) -> BuildResult:
         sweep_temps(out_dir)
 
     head, touched = apply_in_memory(project, base)
-    version = build_version(
-        fork_version(series.base.tag), patchset_label(base, patch_items(project, series))
-    )
+    fork_v = series_fork_version(project)
+    version = build_version(fork_v, patchset_label(base, patch_items(project, series)))
     patterns = DEFAULT_COMPILED_PATTERNS if cfg.compiled_patterns is None else cfg.compiled_patterns
     compiled = compiled_paths_touched(touched, patterns)
-    base_wheel = opts.base_wheel or (Path(cfg.base_wheel) if cfg.base_wheel else None)
-    if base_wheel is not None and not base_wheel.is_absolute():
-        base_wheel = project.root / base_wheel
+    base_wheel, _source = configured_base_wheel(project, series.base, fork_v, opts.base_wheel)
 
     mode = opts.mode if opts.mode != "auto" else (cfg.mode or "auto")
     if mode not in MODES:
         raise BuildError(f"unknown build mode '{mode}'", tip=f"use one of {', '.join(MODES)}")
     if mode == "overlay" and compiled:
         raise BuildError(
-            "an overlay build cannot include changes to compiled code; the series touches: "
-            + ", ".join(compiled[:10])
-            + (" ..." if len(compiled) > 10 else ""),
+            "an overlay build cannot include changes to compiled code; the series touches "
+            + describe_compiled(compiled),
             tip="build with --mode container",
         )
     if mode == "overlay" and base_wheel is None:
         raise BuildError(
-            f"an overlay build needs the fork's released wheel for {series.base.tag}",
-            tip="pass --base-wheel PATH or set build.base-wheel in series.yaml",
+            f"an overlay build needs the fork's wheel for {series.base.describe()} ({fork_v})",
+            tip=f"pass --base-wheel PATH, set build.base-wheel in series.yaml (it may hold "
+            f"{{tag}} and {{version}}), or build a Python-only one: {BASE_WHEEL_COMMAND}",
         )
     if mode == "auto":
         if compiled:
             mode, reason = (
                 "container",
-                ("the series touches compiled code (" + ", ".join(compiled[:3]) + ")"),
+                (
+                    "the series touches compiled code ("
+                    + ", ".join(by_importance(compiled)[:3])
+                    + ")"
+                ),
             )
         elif base_wheel is None:
             mode, reason = "container", "no base wheel is configured (--base-wheel)"
+            _say_why_container(series.base, fork_v, opts)
         else:
             mode, reason = (
                 "overlay",
@@ -241,7 +281,7 @@ def build_wheel(project: Project, opts: BuildOptions) -> BuildResult:
         stage = Path(tempfile.mkdtemp(prefix=".forkpatch-stage-", dir=out_dir))
         try:
             staged, prov = _overlay(
-                project, fork.store, head, touched, version, base_wheel, stage, series
+                project, fork.store, head, touched, (version, fork_v), base_wheel, stage, series
             )
             if out_dir.is_relative_to(project.root):
                 project.commit(extra=dist_changes(out_dir, staged))
@@ -253,9 +293,20 @@ def build_wheel(project: Project, opts: BuildOptions) -> BuildResult:
             shutil.rmtree(stage, ignore_errors=True)
         log_path = None
     else:
-        wheels, prov, log_path = _container(
-            project, fork.store, head, version, out_dir, series, opts
-        )
+        try:
+            wheels, prov, log_path = _container(
+                project, fork.store, head, version, out_dir, series, opts
+            )
+        except BuildError as exc:
+            if not (opts.mode == "auto" and not compiled and base_wheel is None):
+                raise
+            # Chosen only for want of a base wheel: the way that needs no container.
+            raise type(exc)(
+                f"{exc.message}\n(auto mode built in a container because no base wheel of "
+                f"the fork's {fork_v} was given; the series touches only Python files)",
+                tip=f"pass --base-wheel with the fork's {fork_v} wheel, or run "
+                f"{BASE_WHEEL_COMMAND}" + (f"; or: {exc.tip}" if exc.tip else ""),
+            ) from exc
     res = BuildResult(
         mode=mode,
         reason=reason,
@@ -269,16 +320,37 @@ def build_wheel(project: Project, opts: BuildOptions) -> BuildResult:
     return res
 
 
+BASE_WHEEL_COMMAND = "`forkpatch base-wheel` (then build-wheel takes it)"
+
+
+def _say_why_container(base: BaseRef, fork_v: str, opts: BuildOptions) -> None:
+    """auto mode on a Python-only series without a base wheel: the overlay path is
+    the one that needs no Docker and no network; say so before the container build."""
+    offline = (
+        "it needs a Docker engine and installs its toolchain from the network"
+        if opts.toolchain == "apt"
+        else f"it needs a Docker engine (--toolchain {opts.toolchain})"
+    )
+    log.warn(
+        "the series touches only Python files, but there is no base wheel of the fork's "
+        f"{fork_v} ({base.describe()}) to overlay, so this is a container build from source: "
+        f"{offline}. Without them, pass --base-wheel with the fork's wheel for the base, "
+        f"or build a Python-only one with {BASE_WHEEL_COMMAND}; offline container builds "
+        "take --toolchain wheels --wheelhouse DIR"
+    )
+
+
 def _overlay(
     project: Project,
     store: Any,
     head: str,
     touched: list[str],
-    version: str,
+    versions: tuple[str, str],
     base_wheel: Path,
     out_dir: Path,
     series: Series,
 ) -> tuple[list[Path], Provenance]:
+    version, fork_v = versions
     if not base_wheel.is_file():
         raise BuildError(
             f"base wheel {base_wheel} does not exist",
@@ -295,7 +367,7 @@ def _overlay(
             provenance=prov,
             out_dir=out_dir,
             extra_steps=build_steps(series),
-            expected_fork_version=fork_version(series.base.tag),
+            expected_fork_version=fork_v,
             expected_distribution=series.fork.distribution,
         )
     return [wheel], prov

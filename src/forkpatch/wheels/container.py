@@ -40,7 +40,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any
 
-from forkpatch import log
+from forkpatch import log, settings
 from forkpatch.errors import BuildError
 from forkpatch.escape import terminal
 from forkpatch.wheels.dist import commit_dist
@@ -418,7 +418,7 @@ class BuildContainer:
 
     def __post_init__(self) -> None:
         if self.keep is None:
-            self.keep = os.environ.get(KEEP_ENV, "") not in ("", "0")
+            self.keep = settings.flag(KEEP_ENV)
 
     def __enter__(self) -> BuildContainer:
         import docker

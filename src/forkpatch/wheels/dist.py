@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from forkpatch.fsutil import SUMS_FILE, commit_files, recover_files, sums_text
+from forkpatch.fsutil import SUMS_FILE, commit_files, recover_files, sums_text, sweep_temps
 
 #: The journal of a dist directory outside the project (inside it, the project's own).
 DIST_JOURNAL = ".forkpatch-commit.json"
@@ -27,5 +27,7 @@ def commit_dist(out_dir: Path, staged: list[Path]) -> None:
 
 
 def recover_dist(out_dir: Path) -> None:
-    """Finish a commit into ``out_dir`` that a killed build left."""
+    """Finish a commit into ``out_dir`` that a killed build left, and remove the
+    temporary files of its writers (the journal's, SHA256SUMS's)."""
     recover_files(out_dir / DIST_JOURNAL, root=out_dir)
+    sweep_temps(out_dir)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from forkpatch import settings
 from forkpatch.errors import BuildError
 from forkpatch.kinds import TOOLCHAINS, CacheKind
 
@@ -130,13 +131,15 @@ class CacheConfig:
         override.
         """
         env = os.environ if environ is None else environ
-        kind = env.get("FORKPATCH_CACHE") or ("sccache" if env.get("SCCACHE_BUCKET") else "ccache")
+        kind = settings.text("FORKPATCH_CACHE", env) or (
+            "sccache" if env.get("SCCACHE_BUCKET") else "ccache"
+        )
         if kind not in ("ccache", "sccache", "none"):
             raise BuildError(
                 f"FORKPATCH_CACHE={kind!r} is not a cache kind",
                 tip="use ccache, sccache or none",
             )
-        return cls(kind=kind, volume=env.get("FORKPATCH_CCACHE_VOLUME") or cls.volume)  # type: ignore[arg-type]
+        return cls(kind=kind, volume=settings.text("FORKPATCH_CCACHE_VOLUME", env) or cls.volume)  # type: ignore[arg-type]
 
     @classmethod
     def from_mapping(

@@ -47,7 +47,9 @@ __all__ = [
     "DEFAULT_COMPILED_PATTERNS",
     "BuildStep",
     "WheelMembers",
+    "by_importance",
     "compiled_paths_touched",
+    "describe_compiled",
     "dist_info_dirname",
     "overlay_wheel",
     "record_hash",
@@ -130,6 +132,70 @@ def compiled_paths_touched(
         if any(r.match(p) for r in regexes) and path not in hits:
             hits.append(path)
     return hits
+
+
+#: Top-level directories of the fork whose files are never built into the wheel.
+_OUTSIDE_THE_BUILD = ("benchmarks", "tests", "examples", "docs", "tools", ".github", ".buildkite")
+_COMPILED_SUFFIXES = (
+    ".cu",
+    ".cuh",
+    ".cpp",
+    ".cc",
+    ".c",
+    ".h",
+    ".hpp",
+    ".pyx",
+    ".pxd",
+    ".rs",
+    ".so",
+)
+_BUILD_FILES = ("CMakeLists.txt", "setup.py", "pyproject.toml", "setup.cfg")
+#: What a touched path means for the compiled part of the wheel, most important first.
+IMPORTANCE = (
+    "compiled into the wheel",
+    "the build's configuration",
+    "packaging metadata",
+    "outside the build",
+)
+
+
+def importance(path: str) -> int:
+    """How much a change to ``path`` matters for the wheel's compiled part (an index of
+    :data:`IMPORTANCE`): sources compiled into it (``csrc/``, the bundled
+    flash-attention, CUDA/C++ anywhere the build reads) first, then what configures the
+    build (CMake, setup.py), then packaging files (MANIFEST.in, requirements), then
+    files the build never reads (benchmarks, tests, examples)."""
+    p = path.lstrip("/").removeprefix("./")
+    parts = PurePosixPath(p).parts
+    if parts and parts[0] in _OUTSIDE_THE_BUILD:
+        return 3
+    name = parts[-1] if parts else p
+    if parts and parts[0] in ("csrc", "flash-attention-v100"):
+        return 0 if name.endswith(_COMPILED_SUFFIXES) or name == "CMakeLists.txt" else 1
+    if name.endswith(_COMPILED_SUFFIXES):
+        return 0
+    if name in _BUILD_FILES or (parts and parts[0] == "cmake") or name == "Cargo.toml":
+        return 1
+    return 2
+
+
+def by_importance(paths: Iterable[str]) -> list[str]:
+    """``paths`` ordered by :func:`importance` (stable within one kind)."""
+    return sorted(paths, key=importance)
+
+
+def describe_compiled(paths: Sequence[str], limit: int = 10) -> str:
+    """The touched compiled/build paths for a message, most important first, grouped:
+    ``compiled into the wheel: csrc/a.cu, ...; packaging metadata: MANIFEST.in``."""
+    ordered = by_importance(paths)
+    shown = ordered[:limit]
+    groups: dict[int, list[str]] = {}
+    for path in shown:
+        groups.setdefault(importance(path), []).append(path)
+    text = "; ".join(f"{IMPORTANCE[k]}: {', '.join(v)}" for k, v in sorted(groups.items()))
+    if len(ordered) > limit:
+        text += f" (and {len(ordered) - limit} more)"
+    return text
 
 
 def tree_path_to_wheel_path(path: str, packages: Sequence[str] = ("vllm",)) -> str | None:
@@ -407,6 +473,29 @@ def _record_lines(record: bytes, source: str) -> dict[str, tuple[str, str]]:
     return out
 
 
+_NODE_RE = re.compile(r"^g([0-9a-f]{7,40})$")
+
+
+def fork_version_matches(found: str, expected: str) -> bool:
+    """Whether a base wheel of version ``found`` is the fork at ``expected``: equal, or,
+    for a base between releases (``1.3.1.dev8+gae13773a0dee``), the same public version
+    and a ``g<commit>`` local segment naming the same commit at another length (the
+    fork's own setuptools-scm abbreviates it as git does, and may add ``.empty``)."""
+    try:
+        have, want = Version(found), Version(expected)
+    except InvalidVersion:
+        return False
+    if have == want:
+        return True
+    if have.public != want.public or not want.local or not have.local:
+        return False
+    nodes = [m.group(1) for part in have.local.split(".") if (m := _NODE_RE.match(part))]
+    wanted = [m.group(1) for part in want.local.split(".") if (m := _NODE_RE.match(part))]
+    if not nodes or not wanted:
+        return False
+    return any(a.startswith(b) or b.startswith(a) for a in nodes for b in wanted)
+
+
 def overlay_wheel(
     base_wheel: Path,
     *,
@@ -504,14 +593,14 @@ def overlay_wheel(
                 f"fork's {expected_distribution!r} (series.yaml fork.distribution)",
                 tip=f"give --base-wheel the fork's own {expected_distribution} wheel",
             )
-        if expected_fork_version is not None and Version(base_version) != Version(
-            expected_fork_version
+        if expected_fork_version is not None and not fork_version_matches(
+            base_version, expected_fork_version
         ):
             raise BuildError(
-                f"base wheel {base_wheel.name} is version {base_version}, but the series is based "
-                f"on {expected_fork_version}",
-                tip=f"download the fork's {expected_fork_version} wheel, or rebase the series "
-                f"onto the tag of {base_version}",
+                f"base wheel {base_wheel.name} is the fork's {base_version}, but the series "
+                f"being built is on the fork's {expected_fork_version}",
+                tip=f"pass the fork's {expected_fork_version} wheel (`forkpatch base-wheel` "
+                "builds a Python-only one from the series' base)",
             )
         for path, new_bytes in replacements.items():
             if new_bytes is None and path not in src.by_name:

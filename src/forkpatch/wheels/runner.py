@@ -1,25 +1,26 @@
-"""One runner for external build tools.
+"""External build tools: the build's face on the ground-floor runner (forkpatch.proc).
 
-Every external command a build runs goes through :func:`run`: the command is
-echoed on stderr, its output is kept, shown only when it fails, and a failure
-raises :class:`~forkpatch.errors.BuildError` naming the command, its exit
-code and the last lines of its output. Values listed as secrets never reach
-the terminal or an error message (:func:`redact`).
+Every external command a build or publish runs goes through :func:`run`: the command
+is echoed on stderr, its output is kept (a bounded tail), shown only when it fails,
+and a failure raises :class:`~forkpatch.errors.BuildError` naming the command, its exit
+code and the last lines of its output. Values listed as secrets, and the environment's
+credentials, never reach the terminal or an error message (:func:`redact`). The
+command runs in its own process group, ended as a group on a timeout or Ctrl-C.
 """
 
 from __future__ import annotations
 
 import os
 import shlex
-import subprocess
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
-from forkpatch import log
+from forkpatch import log, proc
 from forkpatch.errors import BuildError, ToolMissing
 from forkpatch.escape import terminal
+from forkpatch.proc import Finished
 from forkpatch.redact import REDACTED, redact, redact_argv
 
 __all__ = ["REDACTED", "format_command", "redact", "require_module", "run", "tail"]
@@ -35,7 +36,7 @@ def format_command(cmd: Sequence[str | os.PathLike[str]]) -> str:
 
 def tail(text: str, lines: int = TAIL_LINES) -> str:
     """The last ``lines`` lines of ``text``."""
-    return "\n".join(text.rstrip("\n").splitlines()[-lines:])
+    return proc.tail(text, lines)
 
 
 def require_module(module: str, *, needed_for: str, install: str) -> None:
@@ -62,19 +63,20 @@ def run(
     stream: IO[str] | None = None,
     secrets: Iterable[str | None] = (),
     check: bool = True,
-) -> subprocess.CompletedProcess[str]:
+    timeout: float | None = None,
+) -> Finished:
     """Run an external command for a build step.
 
     ``what`` says in words what the command does ("build the stand-in image");
     it leads the echo and the error. ``env`` entries are *added* to the
     current environment. With ``capture`` (the default) stdout and stderr are
-    merged and kept in ``CompletedProcess.stdout``; they are shown only on
+    merged and their tail kept in ``Finished.output``; they are shown only on
     failure. With ``stream`` given, each output line is also written there as
     it arrives (for long builds). With ``capture=False`` the command inherits
     this process's stdout/stderr.
 
-    Raises BuildError when the command cannot be started or (with ``check``)
-    exits non-zero.
+    Raises BuildError when the command cannot be started, runs past ``timeout``
+    or (with ``check``) exits non-zero.
     """
     secrets = tuple(secrets)
     shown = redact(format_command(redact_argv([os.fspath(c) for c in cmd], secrets)), secrets)
@@ -84,69 +86,39 @@ def run(
         full_env = dict(os.environ)
         full_env.update(env)
     argv = [os.fspath(c) for c in cmd]
+
+    def write(line: str) -> None:
+        assert stream is not None
+        stream.write(line)
+        stream.flush()
+
     try:
-        if not capture:
-            code = subprocess.run(argv, cwd=cwd, env=full_env, check=False).returncode
-            result = subprocess.CompletedProcess(argv, code, "", "")
-        elif stream is None:
-            done = subprocess.run(
-                argv,
-                cwd=cwd,
-                env=full_env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                encoding="utf-8",
-                errors="replace",
-                check=False,
-            )
-            result = subprocess.CompletedProcess(argv, done.returncode, done.stdout, "")
-        else:
-            result = _run_streaming(argv, cwd, full_env, stream, secrets)
+        result = proc.run(
+            argv,
+            cwd=cwd,
+            env=full_env,
+            secrets=secrets,
+            timeout=timeout,
+            inherit=not capture,
+            on_line=write if stream is not None and capture else None,
+        )
     except OSError as exc:
         raise BuildError(
             f"cannot {what}: `{shown}` did not start: {exc.strerror or exc}",
             tip=f"is `{argv[0]}` installed and on PATH?",
         ) from None
-    if check and result.returncode != 0:
-        output = redact(result.stdout or "", secrets)
+    if result.timed_out or (check and result.returncode != 0):
+        output = result.output
         last = tail(output)
         if capture and stream is None and last:
-            # Shown only on failure: the full output, then the error with its tail.
+            # Shown only on failure: the output kept, then the error with its tail.
             print(terminal(output.rstrip("\n")), file=sys.stderr, flush=True)
-        message = f"cannot {what}: `{shown}` exited with code {result.returncode}"
+        ended = result.ended() if result.timed_out else f"exited with code {result.returncode}"
+        message = f"cannot {what}: `{shown}` {ended}"
         if last:
             message += f"; last lines of its output:\n{_indent(last)}"
         raise BuildError(message)
     return result
-
-
-def _run_streaming(
-    argv: list[str],
-    cwd: Path | None,
-    env: Mapping[str, str] | None,
-    stream: IO[str],
-    secrets: tuple[str | None, ...],
-) -> subprocess.CompletedProcess[str]:
-    chunks: list[str] = []
-    with subprocess.Popen(
-        argv,
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        encoding="utf-8",
-        errors="replace",
-        bufsize=1,
-    ) as proc:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            chunks.append(line)
-            stream.write(redact(line, secrets))
-            stream.flush()
-        returncode = proc.wait()
-    return subprocess.CompletedProcess(argv, returncode, "".join(chunks), "")
 
 
 def _indent(text: str, prefix: str = "    ") -> str:

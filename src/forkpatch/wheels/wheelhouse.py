@@ -29,7 +29,6 @@ import hashlib
 import http.server
 import json
 import re
-import subprocess
 import sys
 import tempfile
 import threading
@@ -38,6 +37,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from forkpatch import proc
 from forkpatch.errors import BuildError
 from forkpatch.fsutil import atomic_write, read_regular
 
@@ -127,13 +127,11 @@ def resolve(requirements: Path, python_version: str, pip: Sequence[str] | None =
         cmd = [*pip, "install", "--dry-run", "--ignore-installed", "--quiet"]
         cmd += ["--report", str(report), "--target", str(Path(tmp) / "t")]
         cmd += [*_pip_target_args(python_version), "-r", str(requirements)]
-        proc = subprocess.run(
-            cmd, capture_output=True, text=True, encoding="utf-8", errors="replace", check=False
-        )
-        if proc.returncode != 0:
+        done = proc.run(cmd, split_stderr=True)
+        if done.returncode != 0:
             raise BuildError(
                 f"pip could not resolve {requirements} for Python {python_version}:\n"
-                + proc.stderr.strip()[-2000:],
+                + done.errors.strip()[-2000:],
                 tip="check the index (PIP_INDEX_URL) and the pins in the .in file",
             )
         return json.loads(read_regular(report).decode("utf-8"))
@@ -154,13 +152,11 @@ def download(
     dest.mkdir(parents=True, exist_ok=True)
     cmd = [*pip, "download", "--no-deps", "--require-hashes", "--dest", str(dest)]
     cmd += [*_pip_target_args(python_version), "-r", str(lock)]
-    proc = subprocess.run(
-        cmd, capture_output=True, text=True, encoding="utf-8", errors="replace", check=False
-    )
-    if proc.returncode != 0:
+    done = proc.run(cmd, split_stderr=True)
+    if done.returncode != 0:
         raise BuildError(
             f"downloading the wheels of {lock} for Python {python_version} failed:\n"
-            + proc.stderr.strip()[-2000:],
+            + done.errors.strip()[-2000:],
             tip="this needs PyPI (or PIP_INDEX_URL pointing at a mirror) and about 4 GB of disk",
         )
     return sorted(dest.glob("*.whl"))

@@ -34,8 +34,16 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from forkpatch import settings
 from forkpatch.errors import BuildError, ForkpatchError
-from forkpatch.fsutil import TMP_SUFFIX, open_regular, relpath_problem, write_event
+from forkpatch.fsutil import (
+    TMP_SUFFIX,
+    naming,
+    new_file_mode,
+    open_regular,
+    relpath_problem,
+    write_event,
+)
 
 __all__ = [
     "CopyMember",
@@ -78,7 +86,7 @@ DEFAULT_FILE_ATTR = (0o100644 & 0xFFFF) << 16
 #: Limits on what a wheel may make forkpatch inflate. A member is read in bounded
 #: chunks and must inflate to exactly its declared size; the declared sizes are
 #: capped per member read into memory and in total (``FORKPATCH_WHEEL_MAX_BYTES``).
-MAX_TOTAL_BYTES = int(os.environ.get("FORKPATCH_WHEEL_MAX_BYTES") or 16 << 30)
+MAX_TOTAL_BYTES = 16 << 30  # unless FORKPATCH_WHEEL_MAX_BYTES says otherwise
 MAX_MEMBER_IN_MEMORY = 512 << 20
 #: Deflate cannot compress better than about 1032:1; a member declaring more is a bomb.
 MAX_DEFLATE_RATIO = 1100
@@ -155,9 +163,9 @@ def check_sizes(members: Iterable[SizeFacts], *, source: Path) -> None:
         if m.method == _STORED and m.file_size != m.compress_size:
             raise _fail(source, f"member {m.name} is stored with two different sizes")
         total += m.file_size
-        if total > MAX_TOTAL_BYTES:
+        if total > (cap := settings.size("FORKPATCH_WHEEL_MAX_BYTES", MAX_TOTAL_BYTES)):
             raise BuildError(
-                f"{source}: its members add up to more than {MAX_TOTAL_BYTES:,} bytes "
+                f"{source}: its members add up to more than {cap:,} bytes "
                 "uncompressed; forkpatch refuses it",
                 tip="raise FORKPATCH_WHEEL_MAX_BYTES if this wheel is really that large",
             )
@@ -705,19 +713,23 @@ def write_zip(dest: Path, source: WheelZip, members: Sequence[OutMember]) -> Non
         )
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=TMP_SUFFIX, dir=dest.parent)
     try:
-        out = _Out(fd, source.fd)
-        central = _write_members(out, members)
-        cd_offset = out.offset
-        cd = b"".join(central)
-        if cd_offset + len(cd) > _U32_MAX:
-            raise BuildError(
-                "the new wheel would exceed 4 GiB, which needs zip64", tip="use the container build"
+        with naming(dest):
+            out = _Out(fd, source.fd)
+            central = _write_members(out, members)
+            cd_offset = out.offset
+            cd = b"".join(central)
+            if cd_offset + len(cd) > _U32_MAX:
+                raise BuildError(
+                    "the new wheel would exceed 4 GiB, which needs zip64",
+                    tip="use the container build",
+                )
+            out.write(cd)
+            out.write(
+                _EOCD.pack(_EOCD_SIG, 0, 0, len(central), len(central), len(cd), cd_offset, 0)
             )
-        out.write(cd)
-        out.write(_EOCD.pack(_EOCD_SIG, 0, 0, len(central), len(central), len(cd), cd_offset, 0))
-        out.finish()
-        os.fchmod(fd, 0o644)
-        os.fsync(fd)
+            out.finish()
+            os.fchmod(fd, new_file_mode())  # the wheel file's; its members keep theirs
+            os.fsync(fd)
         os.close(fd)
         fd = -1
         write_event(f"before-rename {dest.name}")
@@ -729,11 +741,6 @@ def write_zip(dest: Path, source: WheelZip, members: Sequence[OutMember]) -> Non
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-
-
-def iter_names(members: Sequence[OutMember]) -> Iterator[str]:
-    for m in members:
-        yield m.out_name
 
 
 # --------------------------------------------------------------------------- RECORD
