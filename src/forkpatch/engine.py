@@ -216,6 +216,10 @@ class SeriesApplier:
         if fp.old_path is not None:
             got = state.get(fp.old_path)
             if got is None:
+                if fp.new_path is None and self.three_way:
+                    # Deleted upstream too: git's 3-way merge (rebase, am -3) takes it.
+                    gone = f"{fp.old_path}: merged with a 3-way merge (deleted in the tree too)"
+                    return _FileOutcome("merged", [], [gone])
                 return _FileOutcome(
                     "conflict",
                     [],
@@ -223,9 +227,10 @@ class SeriesApplier:
                     Conflict(fp.old_path, f"{fp.old_path} does not exist in the tree"),
                 )
             old = got
-        elif fp.new_path is not None and state.get(fp.new_path) is not None:
-            if self.detect_upstream:
-                pass  # may be upstream: handled by the caller's reverse check
+        elif fp.new_path is not None and (there := state.get(fp.new_path)) is not None:
+            same = self._created_as_is(fp, there)
+            if same is not None:
+                return same
             return _FileOutcome(
                 "conflict",
                 [],
@@ -269,6 +274,34 @@ class SeriesApplier:
             images=self._images(fp, old_data, new_data),
             warnings=warnings,
         )
+
+    def _created_as_is(self, fp: FilePatch, there: tuple[str, bytes]) -> _FileOutcome | None:
+        """A file the patch creates that the tree already has, with the same bytes and
+        mode: nothing to do (git's 3-way merge, in ``rebase`` and ``am -3``, takes two
+        identical additions as one; a different mode or content is its add/add
+        conflict). None when it differs, or outside a 3-way apply (``git apply`` refuses
+        it as existing)."""
+        if not self.three_way or fp.new_path is None:
+            return None
+        mode, data = there
+        if mode != fp.mode_after(None):
+            return None
+        try:
+            if fp.is_binary:
+                made = binarypatch.apply_binary(None, fp, self.git)
+            else:
+                made = applier.apply_file_patch(None, fp).content
+        except (binarypatch.BinaryPatchError, applier.HunkFailed):
+            return None
+        if made != data:
+            return None
+        # "merged": what git's merge makes of it, and the patch file is rewritten
+        # without this file (it would not apply as it is next time).
+        why = (
+            f"{fp.new_path}: merged with a 3-way merge (the tree has it already, with the "
+            "content and mode the patch creates)"
+        )
+        return _FileOutcome("merged", [], [why], images={fp.new_path: (None, data)})
 
     @staticmethod
     def _images(
@@ -362,8 +395,8 @@ class SeriesApplier:
                     return False
                 continue
             got = state.get(target)
-            if got is None:
-                return False
+            if got is None or (fp.new_mode and not fp.mode_from_index and got[0] != fp.new_mode):
+                return False  # absent, or without the mode the patch gives it
             try:
                 applier.apply_file_patch(got[1], applier.reverse(fp), max_fuzz=0)
             except applier.HunkFailed:
