@@ -8,9 +8,10 @@
 # trixie's nvidia-cuda-toolkit 12.4 is downloaded by ci/cuda-debs.sh (private apt
 # state, about 1.6 GB) and unpacked with dpkg -x into a private prefix, once. The
 # library is cached by fork commit, compiler and interface (~/.cache/forkpatch/sm70-ptx);
-# about 20 minutes cold on 2 cores, then seconds.
+# about 5 minutes cold on 2 cores (the fork's objects; 1 to 2 once they are cached), then seconds.
 #
 # usage: ci/sm70-ptx-lib.sh [--fork-repo GIT_DIR] [--commit REV] [--jobs N] [--list-sources]
+#                          [--fault-switch]   (the test-only build for the negative controls)
 # env:   FORKPATCH_FORK_REPO   the fork (default: ../shared/fixtures/1cat-vllm.git)
 #        FORKPATCH_NVCC        a CUDA 12.x nvcc to use (e.g. /usr/local/cuda-12.8/bin/nvcc)
 #        FORKPATCH_CUDA12_PREFIX  where Debian's 12.4 toolkit is unpacked
@@ -23,13 +24,15 @@ fork=${FORKPATCH_FORK_REPO:-$root/../shared/fixtures/1cat-vllm.git}
 commit=$(sed -n '/^base:/,/^[a-z]/s/^  commit: *//p' "$root/series.yaml")
 jobs=2
 list=
+fault=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --fork-repo) fork=$2; shift 2 ;;
         --commit) commit=$2; shift 2 ;;
         --jobs) jobs=$2; shift 2 ;;
         --list-sources) list=1; shift ;;
-        *) echo "usage: ci/sm70-ptx-lib.sh [--fork-repo GIT_DIR] [--commit REV] [--jobs N] [--list-sources]" >&2; exit 2 ;;
+        --fault-switch) fault=(--fault-switch); shift ;;
+        *) echo "usage: ci/sm70-ptx-lib.sh [--fork-repo GIT_DIR] [--commit REV] [--jobs N] [--list-sources] [--fault-switch]" >&2; exit 2 ;;
     esac
 done
 py=${PYTHON:-python3}
@@ -61,4 +64,4 @@ PROFILE
         touch "$prefix/.unpacked"
     fi
 fi
-exec nice "$py" -m forkpatch.smoke.ptxbuild --fork-repo "$fork" --commit "$commit" --nvcc "$nvcc" --jobs "$jobs"
+exec nice "$py" -m forkpatch.smoke.ptxbuild --fork-repo "$fork" --commit "$commit" --nvcc "$nvcc" --jobs "$jobs" ${fault[@]+"${fault[@]}"}

@@ -40,5 +40,20 @@ CHECK_IDS = (
     "gpu-jit.unpadded-width",
 )
 
+# Each sm70 check and static CPU twin -> the gpu-jit checks that run the same check through
+# the fork's kernels as PTX. A patch that asks for the first is checked by the second in
+# the gpu-jit tier without naming it (series.yaml's patches name the sm70 checks).
+GPU_JIT_TWINS = {
+    "static.capability-floor-cpu": ("gpu-jit.capability-floor",),
+    "static.odd-width-padding-cpu": ("gpu-jit.padding-helpers", "gpu-jit.odd-width-linear"),
+    "static.eager-block-cast-cpu": ("gpu-jit.eager-block-cast",),
+    "static.packed-repack-cpu": ("gpu-jit.packed-repack",),
+    "static.sm70-warmup-cpu": ("gpu-jit.warmup",),
+    "sm70.ops-registered": ("gpu-jit.library",),
+    "sm70.fp8-per-block-config": ("gpu-jit.capability-floor",),
+    "sm70.odd-width-linear": ("gpu-jit.odd-width-linear",),
+    "sm70.warmup": ("gpu-jit.warmup",),
+}
+
 # The checks forkpatch runs on the host (forkpatch.smoke.kernels); a patch may name them too.
 HOST_CHECK_IDS = ("static.kernel-archs",)

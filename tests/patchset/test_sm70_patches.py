@@ -73,7 +73,9 @@ def _export_patched(tag: str, dest: Path) -> Path:
     return dest
 
 
-def _run_checks(tree: Path, *names: str) -> subprocess.CompletedProcess[str]:
+def _run_checks(
+    tree: Path, *names: str, ops: str = "reference"
+) -> subprocess.CompletedProcess[str]:
     env = {
         **os.environ,
         "PYTHONPATH": str(tree),
@@ -81,7 +83,7 @@ def _run_checks(tree: Path, *names: str) -> subprocess.CompletedProcess[str]:
         "VLLM_LOGGING_LEVEL": "ERROR",
     }
     return subprocess.run(
-        [sys.executable, str(CHECKS), "reference", *names],
+        [sys.executable, str(CHECKS), ops, *names],
         cwd=tree,
         env=env,
         capture_output=True,
@@ -187,3 +189,44 @@ def test_a_cast_further_from_the_cpus_than_rounding_still_fails(
     result = _run_checks(tree, "sm70-linear-odd-width-bias")
     assert result.returncode != 0, result.stdout
     assert message in result.stderr, result.stderr[-3000:]
+
+
+# --------------------------------------------------------------------------- negative controls
+# The stand-ins computing as a GPU does (fp32 accumulation): the layer checks compare each
+# element within the tolerance of the reference's own rounding, not bit for bit. Each wrong
+# kernel the sceptic built for the GPU must fail every layer check that computes, and so
+# must the old reference of the CPU's cast, where the layer quantized on a device.
+LINEAR_CHECKS = ["sm70-linear-odd-width", "sm70-linear-odd-width-bias", "sm70-linear-block-width"]
+
+
+def test_the_layer_checks_pass_a_kernel_that_rounds_as_a_gpu_does(tmp_path: Path) -> None:
+    realfork.modules_or_skip()
+    tree = _export_patched("v1.2.1", tmp_path / "fork")
+    result = _run_checks(tree, *LINEAR_CHECKS, "sm70-warmup", ops="gpu-like")
+    assert result.returncode == 0, f"{result.stdout}\n{result.stderr[-6000:]}"
+
+
+@pytest.mark.parametrize(
+    "fault", ["scale=1.02", "scale=1.003", "zero-cols=0-127", "misplaced-scales"]
+)
+def test_each_wrong_kernel_fails_each_layer_check(tmp_path: Path, fault: str) -> None:
+    realfork.modules_or_skip()
+    tree = _export_patched("v1.2.1", tmp_path / "fork")
+    checks = [*LINEAR_CHECKS, "sm70-warmup"]
+    result = _run_checks(tree, "--each", *checks, ops=f"gpu-like:{fault}")
+    lines = result.stdout.splitlines()
+    assert [ln.split(":")[0] for ln in lines] == [f"FAIL {c}" for c in checks], result.stdout
+    assert all("outside their tolerance" in ln for ln in lines), result.stdout
+    if fault == "zero-cols=0-127":
+        assert all("column(s) 0-127" in ln for ln in lines), result.stdout
+
+
+def test_the_cpu_cast_reference_fails_where_the_layer_quantized_on_a_device(tmp_path: Path) -> None:
+    """The bug the last round fixed, kept as a control: with a device's cast (a code in
+    997 one step off) the reference of the layer's own cast passes and the CPU's fails."""
+    realfork.modules_or_skip()
+    tree = _with_device_cast(tmp_path, stride=997, step=1, scale="1.0")
+    ok = _run_checks(tree, "sm70-linear-odd-width", ops="gpu-like")
+    assert ok.returncode == 0, ok.stderr[-3000:]
+    bad = _run_checks(tree, "sm70-linear-odd-width", ops="gpu-like+cpu-cast-reference")
+    assert bad.returncode != 0 and "outside their tolerance" in bad.stderr, bad.stderr[-3000:]

@@ -7,12 +7,14 @@ newer and the built library (FORKPATCH_PTX_LIB): they skip here, saying so.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -214,8 +216,12 @@ def test_the_ci_script_resolves_the_sources_without_a_compiler():
 # --------------------------------------------------------------------------- the loader
 
 
-def _manifest(directory: Path) -> None:
-    (directory / "manifest.json").write_text(json.dumps({"fork_commit": BASE_COMMIT}))
+def _manifest(directory: Path, lib: Path | None = None, **extra: object) -> None:
+    """The build's manifest beside ``lib``, with its sha256 (of ``lib``'s bytes)."""
+    lib = lib or directory / "lib.so"
+    sha = hashlib.sha256(lib.read_bytes()).hexdigest() if lib.is_file() else "0" * 64
+    text = json.dumps({"fork_commit": BASE_COMMIT, "sha256": sha, **extra})
+    (directory / "manifest.json").write_text(text)
 
 
 def test_the_loader_names_a_missing_library_and_the_way_to_build_one(tmp_path):
@@ -230,6 +236,8 @@ def test_the_loader_names_a_missing_library_and_the_way_to_build_one(tmp_path):
         (None, "no manifest.json beside it"),
         ("{not json", "is not JSON"),
         ("[]", "has no fork_commit"),
+        (json.dumps({"fork_commit": BASE_COMMIT}), "has no sha256 of the library"),
+        (json.dumps({"fork_commit": BASE_COMMIT, "sha256": "xyz"}), "has no sha256"),
     ],
 )
 def test_the_loader_wants_the_builds_manifest(tmp_path, manifest, message):
@@ -244,7 +252,7 @@ def test_the_loader_wants_the_builds_manifest(tmp_path, manifest, message):
 def test_the_loader_names_a_file_that_does_not_load(tmp_path):
     lib = tmp_path / "lib.so"
     lib.write_bytes(b"not a shared library")
-    _manifest(tmp_path)
+    _manifest(tmp_path, lib)
     with pytest.raises(incheck.PtxLibraryError) as exc:
         incheck.load_ptx_library(str(lib))
     assert f"PTX library {lib} does not load" in str(exc.value)
@@ -258,10 +266,103 @@ def test_the_loader_refuses_a_library_without_forkpatchs_interface(tmp_path):
     src.write_text("int fpsm70_prepare(void) { return 0; }\n")
     lib = tmp_path / "libother.so"
     subprocess.run([cc, "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
-    _manifest(tmp_path)
+    _manifest(tmp_path, lib)
     with pytest.raises(incheck.PtxLibraryError) as exc:
         incheck.load_ptx_library(str(lib))
     assert "is not forkpatch's SM70 FP8 library: it has no fpsm70_gemm" in str(exc.value)
+
+
+def _constructor_library(tmp_path: Path, marker: Path) -> Path:
+    """A shared library whose constructor writes ``marker`` when it is loaded."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to build a shared library")
+    src = tmp_path / "ctor.c"
+    src.write_text(
+        "#include <stdio.h>\n"
+        "__attribute__((constructor)) static void ran(void) {\n"
+        f'  FILE* f = fopen("{marker}", "w"); if (f) {{ fputs("ran", f); fclose(f); }}\n'
+        "}\nint fpsm70_prepare(void) { return 0; }\n"
+    )
+    lib = tmp_path / "libctor.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
+    return lib
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(lambda lib: lib.write_bytes(lib.read_bytes() + b"\0"), id="appended"),
+        pytest.param(lambda lib: lib.write_bytes(lib.read_bytes()[:-1] + b"\1"), id="last-byte"),
+        pytest.param(lambda lib: None, id="other-sha-in-manifest"),
+    ],
+)
+def test_a_library_that_is_not_its_manifests_is_never_loaded(tmp_path, change):
+    """The bytes are checked against the manifest's sha256 before dlopen: a library
+    changed after its build (or a manifest of another build) is refused and its
+    constructor never runs."""
+    marker = tmp_path / "constructor-ran"
+    lib = _constructor_library(tmp_path, marker)
+    _manifest(tmp_path, lib)
+    change(lib)
+    data = json.loads((tmp_path / "manifest.json").read_text())
+    if hashlib.sha256(lib.read_bytes()).hexdigest() == data["sha256"]:  # the manifest's turn
+        data["sha256"] = hashlib.sha256(b"another build").hexdigest()
+        (tmp_path / "manifest.json").write_text(json.dumps(data))
+    with pytest.raises(incheck.PtxLibraryError, match="not the library that manifest describes"):
+        incheck.load_ptx_library(str(lib))
+    assert not marker.exists(), "the library's constructor ran before its bytes were checked"
+
+
+def test_the_library_its_manifest_describes_is_loaded_from_the_checked_bytes(tmp_path):
+    """With the right sha256 the library loads (its constructor runs), from a private
+    copy of the checked bytes: a change to the file afterwards reaches nothing."""
+    marker = tmp_path / "constructor-ran"
+    lib = _constructor_library(tmp_path, marker)
+    _manifest(tmp_path, lib)
+    with pytest.raises(incheck.PtxLibraryError, match="it has no fpsm70_gemm"):
+        incheck.load_ptx_library(str(lib))
+    assert marker.read_text() == "ran"
+
+
+def _fifo(path: Path) -> Path:
+    os.mkfifo(path)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        pytest.param(_fifo, "is not a regular file", id="fifo"),
+        pytest.param(lambda p: p.symlink_to("/dev/zero"), "is not a regular file", id="dev-zero"),
+        pytest.param(lambda p: p.symlink_to("/dev/null"), "is not a regular file", id="dev-null"),
+        pytest.param(
+            lambda p: p.write_bytes(b" " * (incheck.ptxlib.MANIFEST_MAX_BYTES + 1)),
+            "over the",
+            id="too-large",
+        ),
+        pytest.param(lambda p: p.mkdir(), "is not a regular file", id="directory"),
+        pytest.param(lambda p: p.symlink_to(p.parent / "gone"), "cannot open it", id="dangling"),
+    ],
+)
+def test_the_manifest_is_read_as_a_bounded_regular_file(tmp_path, make, message):
+    """A FIFO manifest does not block the loader, a link to a device is not read, a
+    huge one is not read whole: each is refused, naming the file."""
+    lib = tmp_path / "lib.so"
+    lib.write_bytes(b"\x7fELF")
+    make(tmp_path / "manifest.json")
+    start = time.monotonic()
+    with pytest.raises(incheck.PtxLibraryError, match=message) as exc:
+        incheck.load_ptx_library(str(lib))
+    assert time.monotonic() - start < 5
+    assert "manifest.json" in str(exc.value)
+
+
+def test_a_library_that_is_no_regular_file_is_refused(tmp_path):
+    (tmp_path / "lib.so").symlink_to("/dev/zero")
+    _manifest(tmp_path)
+    with pytest.raises(incheck.PtxLibraryError, match=r"no such file|not a regular file"):
+        incheck.load_ptx_library(str(tmp_path / "lib.so"))
 
 
 def test_the_ptx_ops_stand_aside_for_a_build_with_its_own_sm70_ops(tmp_path):

@@ -17,7 +17,8 @@ subprocess), so it imports the fork's ``vllm`` and torch freely. The incheck pac
 is imported from this checkout's src/ (it is standalone by design: standard library at
 import time, so it runs on the fork's Python as it does in the smoke venv).
 
-Command line: ``python patched_checks.py {reference|real} [CHECK...]``; prints
+Command line: ``python patched_checks.py {reference|real|gpu-like[:FAULT][+cpu-cast-reference]}
+[CHECK...]``; prints
 one ``PASS <check>`` line per check and exits non-zero on the first failure
 (a check that cannot run here, incheck's ``NotRun``, is a failure too).
 """
@@ -118,15 +119,54 @@ CHECKS: dict[str, Callable[[Ops], Any]] = {
 SEPARATE_PROCESS = {"cli-version"}
 
 
+def _cpu_cast_reference(w: Any, cast: tuple[Any, Any]) -> tuple[Any, Any]:
+    """The old reference (a negative control): the CPU's cast of the fp16 weight, not the
+    layer's own."""
+    from vllm.utils.deep_gemm import _per_block_cast_to_fp8_eager
+
+    q, s = _per_block_cast_to_fp8_eager(w.cpu(), [128, 128], False)
+    padded = incheck.layers.round_up(q.shape[0], 128)
+    full = q.new_zeros((padded, q.shape[1]))
+    full[: q.shape[0]] = q
+    return full, s
+
+
+def _ops(kind: str) -> Ops:
+    """reference | real | gpu-like[:FAULT][+cpu-cast-reference] (the negative controls:
+    the stand-ins accumulating in fp32 as a GPU does, with one fault of the PTX library's
+    switch, or the old reference of the CPU's cast)."""
+    if kind == "reference":
+        return incheck.ReferenceSm70Ops()
+    if kind == "real":
+        return incheck.RealSm70Ops()
+    kind, _, extra = kind.partition("+")
+    name, _, fault = kind.partition(":")
+    assert name == "gpu-like" and extra in ("", "cpu-cast-reference"), kind
+    if extra:
+        incheck.layers.reference_cast = _cpu_cast_reference
+    return incheck.GpuLikeSm70Ops(fault)
+
+
 def main(argv: list[str]) -> int:
-    kind, *names = argv
-    ops: Ops = incheck.ReferenceSm70Ops() if kind == "reference" else incheck.RealSm70Ops()
+    each = "--each" in argv  # run every check, one FAIL line per failure, instead of stopping
+    kind, *names = [a for a in argv if a != "--each"]
+    ops: Ops = _ops(kind)
     # Register the ops before vllm._sm70_ops is imported, as a build would.
     ops.install()
+    failed = 0
     for name in names or [c for c in CHECKS if c not in SEPARATE_PROCESS]:
-        CHECKS[name](ops)
-        print(f"PASS {name}", flush=True)
-    return 0
+        if not each:
+            CHECKS[name](ops)
+            print(f"PASS {name}", flush=True)
+            continue
+        try:
+            CHECKS[name](ops)
+        except AssertionError as exc:
+            failed += 1
+            print(f"FAIL {name}: " + " ".join(str(exc).split()), flush=True)
+        else:
+            print(f"PASS {name}", flush=True)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import difflib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from forkpatch.checkids import GPU_JIT_TWINS
 from forkpatch.errors import SeriesError, SmokeError
 from forkpatch.sections import TeamCheck
 from forkpatch.series import SERIES_FILE, PatchEntry, Series
@@ -118,7 +119,9 @@ def plan(patches: Sequence[PatchEntry], series: Series | None = None) -> dict[st
 
     Every check of every tier appears (so the report can say "not run" for
     tiers not selected); baseline first, then the patches' checks in series
-    order.
+    order. A patch's sm70 check (or static CPU twin) brings its gpu-jit twins
+    (:func:`twins`), asked for by the same patch: the gpu-jit tier runs what the
+    patches call for without series.yaml naming its checks.
     """
     reg = registry(series)
     out: dict[str, list[str]] = {}
@@ -131,8 +134,20 @@ def plan(patches: Sequence[PatchEntry], series: Series | None = None) -> dict[st
                     f"patch '{entry.name}' names unknown smoke check '{cid}'{_suggest(cid, reg)}",
                     tip="fix series.yaml; `forkpatch smoke --list-checks` lists them",
                 )
-            out.setdefault(cid, [])
-            if entry.name not in out[cid]:
-                out[cid].append(entry.name)
+            for asked in (cid, *twins(cid)):
+                out.setdefault(asked, [])
+                if entry.name not in out[asked]:
+                    out[asked].append(entry.name)
     order = {t: i for i, t in enumerate(TIERS)}
     return dict(sorted(out.items(), key=lambda kv: order[reg[kv[0]].tier]))
+
+
+def twins(check_id: str) -> tuple[str, ...]:
+    """The gpu-jit checks that run ``check_id``'s check through the fork's kernels as
+    PTX (checkids.GPU_JIT_TWINS; none for a check with no gpu-jit form)."""
+    return GPU_JIT_TWINS.get(check_id, ())
+
+
+def tier_counts(tier: str) -> int:
+    """How many built-in checks the tier has (what a report's "N of M ran" counts to)."""
+    return sum(1 for c in registry().values() if c.tier == tier)

@@ -265,7 +265,7 @@ def _fits(interpreter: str, abi: str, major: int, minor: int) -> bool:
         return False
     rest = digits[len(str(major)) :]
     if interpreter.startswith("py"):
-        return rest == "" or int(rest) == minor
+        return rest == "" or int(rest) <= minor  # pip takes py3X for every 3.Y >= 3.X
     if interpreter.startswith("cp") and rest:
         return int(rest) == minor or (abi == "abi3" and int(rest) <= minor)
     return False

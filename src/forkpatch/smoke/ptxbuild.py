@@ -52,6 +52,10 @@ SOURCES_ROOT = "csrc/sm70_turbomind"
 #: What is read from the fork: its csrc/ (TurboMind's epilogue includes a header there).
 ARCHIVE_ROOT = "csrc"
 LIBRARY_NAME = "libforkpatch_sm70_fp8.so"
+#: The test-only build with the fault switch (fp8_capi.cu's FORKPATCH_PTX_FAULT), for the
+#: negative controls: a name of its own, so that it is never taken for the plain one.
+FAULT_LIBRARY_NAME = "libforkpatch_sm70_fp8-faults.so"
+FAULT_DEFINE = "-DFPSM70_FAULT_SWITCH=1"
 MANIFEST_NAME = "manifest.json"
 CAPI_SOURCE = "fp8_capi.cu"
 #: PTX for compute capability 7.0 and nothing else: no SASS for any GPU.
@@ -179,9 +183,13 @@ def objects_key(fork_commit: str, compiler: Compiler) -> str:
     return f"{fork_commit[:12]}-{compiler.ident}-{_digest(*(f.encode() for f in NVCC_FLAGS))}"
 
 
-def cache_key(fork_commit: str, compiler: Compiler, capi: bytes) -> str:
+def cache_key(
+    fork_commit: str, compiler: Compiler, capi: bytes, *, fault_switch: bool = False
+) -> str:
     """The library's cache entry: fork commit, compiler, flags and interface source."""
-    flags = (f.encode() for f in (*NVCC_FLAGS, *LINK_FLAGS))
+    flags = [f.encode() for f in (*NVCC_FLAGS, *LINK_FLAGS)]
+    if fault_switch:
+        flags.append(FAULT_DEFINE.encode())
     return f"{fork_commit[:12]}-{compiler.ident}-{_digest(capi, *flags)}"
 
 
@@ -213,8 +221,11 @@ def build_library(
     *,
     cache: Path | None = None,
     jobs: int = 2,
+    fault_switch: bool = False,
 ) -> Path:
-    """Build (or find in the cache) the PTX library of the fork at ``rev``; its path."""
+    """Build (or find in the cache) the PTX library of the fork at ``rev``; its path.
+    ``fault_switch``: the test-only build whose FORKPATCH_PTX_FAULT makes it wrong on
+    purpose (the gpu-jit tier's negative controls), under :data:`FAULT_LIBRARY_NAME`."""
     from forkpatch.wheels import runner
 
     git = Git(fork_repo)
@@ -226,8 +237,8 @@ def build_library(
     version = runner.run([nvcc, "--version"], what="ask nvcc its version").stdout
     compiler = compiler_of(nvcc, version)
     capi = capi_source()
-    out = (cache or default_cache()) / cache_key(commit, compiler, capi)
-    library = out / LIBRARY_NAME
+    out = (cache or default_cache()) / cache_key(commit, compiler, capi, fault_switch=fault_switch)
+    library = out / (FAULT_LIBRARY_NAME if fault_switch else LIBRARY_NAME)
     if library.is_file() and (out / MANIFEST_NAME).is_file():
         return library
     cmake = git.run("show", f"{commit}:CMakeLists.txt").stdout.decode("utf-8", "replace")
@@ -250,8 +261,9 @@ def build_library(
             if obj.is_file():
                 return
             part = obj.with_suffix(".o.part")
+            define = [FAULT_DEFINE] if fault_switch and src.name == CAPI_SOURCE else []
             runner.run(
-                [nvcc, *NVCC_FLAGS, *include, "-c", src, "-o", part],
+                [nvcc, *NVCC_FLAGS, *define, *include, "-c", src, "-o", part],
                 what=f"compile {src.relative_to(tree)}",
             )
             part.replace(obj)
@@ -259,7 +271,7 @@ def build_library(
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
             for _ in pool.map(compile_one, units):
                 pass
-        part = out / (LIBRARY_NAME + ".part")
+        part = out / (library.name + ".part")
         runner.run(
             [nvcc, *LINK_FLAGS, *(obj for _, obj in units), "-o", part],
             what="link the SM70 FP8 PTX library",
@@ -273,6 +285,9 @@ def build_library(
         "link_flags": list(LINK_FLAGS),
         "sources": list(sources),
         "interface": CAPI_SOURCE,
+        "fault_switch": fault_switch,
+        "library": library.name,
+        "size": library.stat().st_size,
         "sha256": hashlib.sha256(library.read_bytes()).hexdigest(),
     }
     atomic_write(out / MANIFEST_NAME, (json.dumps(manifest, indent=2) + "\n").encode())
@@ -289,6 +304,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--list-sources", action="store_true", help="print the units to compile and stop"
     )
+    parser.add_argument(
+        "--fault-switch",
+        action="store_true",
+        help="the test-only build whose FORKPATCH_PTX_FAULT makes it wrong on purpose",
+    )
     args = parser.parse_args(argv)
     try:
         if args.list_sources:
@@ -300,7 +320,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.nvcc is None:
             parser.error("--nvcc is required to build (ci/sm70-ptx-lib.sh finds one)")
         print(
-            build_library(args.fork_repo, args.commit, args.nvcc, cache=args.cache, jobs=args.jobs)
+            build_library(
+                args.fork_repo,
+                args.commit,
+                args.nvcc,
+                cache=args.cache,
+                jobs=args.jobs,
+                fault_switch=args.fault_switch,
+            )
         )
     except ForkpatchError as exc:
         print(terminal(f"error: {exc}"), file=sys.stderr)

@@ -191,8 +191,18 @@ def derive_tiers(
                 o: sum(1 for c in results if c.outcome == o)
                 for o in (PASSED, FAILED, ERROR, NOT_RUN)
             },
+            # How many of the tier's built-in checks ran (passed, failed or errored).
+            "ran": sum(1 for c in results if c.outcome != NOT_RUN),
+            "of": builtin_count(tier),
         }
     return out
+
+
+def builtin_count(tier: str) -> int:
+    """How many checks forkpatch itself has in ``tier``."""
+    from forkpatch.checkids import CHECK_IDS, HOST_CHECK_IDS
+
+    return sum(1 for cid in (*CHECK_IDS, *HOST_CHECK_IDS) if cid.partition(".")[0] == tier)
 
 
 def ran_tiers(tiers: Mapping[str, Mapping[str, Any]]) -> list[str]:

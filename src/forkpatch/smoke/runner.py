@@ -344,6 +344,7 @@ def run_smoke(opts: SmokeOptions, project: Project | None = None) -> SmokeOutcom
         for rec in records:
             if rec.get("kind") == "env":
                 device = rec.get("device", {})
+                notes.extend(str(n) for n in rec.get("notes") or [])
                 env_info.update(
                     {
                         "python": rec.get("python"),
@@ -697,9 +698,11 @@ def print_summary(report: SmokeReport) -> None:
         for line in _detail_lines(rest, c.outcome):
             log.info(f"  {'':<8} {'':<{width}}          {line}")
     not_run = report.not_run()
+    detail = report.tier_status()
     for tier, status in report.statuses().items():
         reason = not_run.get(tier, "")
-        log.info(f"  tier {tier}: {status}" + (f" ({reason})" if reason else ""))
+        ran = "" if reason else f", {detail[tier]['ran']} of its {detail[tier]['of']} checks ran"
+        log.info(f"  tier {tier}: {status}{ran}" + (f" ({reason})" if reason else ""))
     per_patch = report.per_patch()
     for p in per_patch:
         declared = ", ".join(f"{cid} ({outcome})" for cid, outcome in p["checks"].items())

@@ -11,10 +11,13 @@
 // shared-memory limits stay the device's own). That wrap is for testing on a newer
 // GPU; it does not make the results V100 results.
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <tuple>
@@ -160,6 +163,72 @@ int workspace_for(int device, cudaStream_t stream, tg::Workspace*& out)
     return 0;
 }
 
+// ---- The test-only fault switch. Compiled in only with -DFPSM70_FAULT_SWITCH (forkpatch's
+// `ptxbuild --fault-switch`, a library of its own name): FORKPATCH_PTX_FAULT then makes
+// the library wrong on purpose, so that the gpu-jit tier's negative controls show that
+// the checks catch a wrong kernel. A plain build never reads the variable.
+//   scale=F           the GEMM's output multiplied by F
+//   zero-cols=A-B     output columns A to B (both included) set to 0
+//   misplaced-scales  fp8_sm70_prepare packs the block scales one 128-column block over
+struct Fault {
+    int   kind  = 0;  // 0 none, 1 scale, 2 zero-cols, 3 misplaced-scales
+    float scale = 1.f;
+    int   first = 0, last = 0;
+};
+
+#ifdef FPSM70_FAULT_SWITCH
+Fault fault_now()
+{
+    Fault       f;
+    const char* raw = std::getenv("FORKPATCH_PTX_FAULT");
+    if (raw == nullptr || *raw == 0) {
+        return f;
+    }
+    if (std::sscanf(raw, "scale=%f", &f.scale) == 1) {
+        f.kind = 1;
+    }
+    else if (std::sscanf(raw, "zero-cols=%d-%d", &f.first, &f.last) == 2) {
+        f.kind = 2;
+    }
+    else if (std::strcmp(raw, "misplaced-scales") == 0) {
+        f.kind = 3;
+    }
+    else {
+        f.kind = -1;  // unknown: every call fails, naming it
+    }
+    return f;
+}
+#else
+Fault fault_now()
+{
+    return Fault{};
+}
+#endif
+
+__global__ void fault_output(__half* out, int rows, int cols, int64_t stride0, Fault f)
+{
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    const int r = blockIdx.y * blockDim.y + threadIdx.y;
+    if (r < rows && c < cols) {
+        __half& v = out[(int64_t)r * stride0 + c];
+        if (f.kind == 1) {
+            v = __float2half(__half2float(v) * f.scale);
+        }
+        else if (f.kind == 2 && c >= f.first && c <= f.last) {
+            v = __float2half(0.f);
+        }
+    }
+}
+
+__global__ void rotate_cols_u16(const uint16_t* src, uint16_t* dst, int rows, int cols, int shift)
+{
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    const int r = blockIdx.y * blockDim.y + threadIdx.y;
+    if (r < rows && c < cols) {
+        dst[(int64_t)r * cols + c] = src[(int64_t)r * cols + (c + shift) % cols];
+    }
+}
+
 }  // namespace
 
 // Reports 7.0 for every device, with the device's own SM count and shared-memory limits.
@@ -179,6 +248,19 @@ extern "C" {
 const char* fpsm70_last_error()
 {
     return last_error.c_str();
+}
+
+// "" for a plain build; for a fault-switch build, "fault-switch: " and the fault now set.
+const char* fpsm70_fault()
+{
+#ifdef FPSM70_FAULT_SWITCH
+    static thread_local std::string text;
+    const char*                     raw = std::getenv("FORKPATCH_PTX_FAULT");
+    text = std::string("fault-switch: ") + (raw && *raw ? raw : "off");
+    return text.c_str();
+#else
+    return "";
+#endif
 }
 
 // The capability TurboMind sees (7.0 through the wrap) and the device's real one.
@@ -219,6 +301,22 @@ int fpsm70_prepare(const void* q_kn, const void* group_scales, int64_t n, int64_
         return fail("fp8_sm70_prepare: no compatible TurboMind converters.");
     }
     const auto converters = tg::GetConverters(turbomind::kHalf, turbomind::kFloat8_e4m3, turbomind::kHalf, true, 70);
+    const Fault fault = fault_now();
+    if (fault.kind < 0) {
+        return fail("fp8_sm70_prepare: unknown FORKPATCH_PTX_FAULT");
+    }
+    uint16_t* moved = nullptr;
+    if (fault.kind == 3) {  // the scales of column block b+1 packed as block b's
+        const int groups = (int)((k + group_size - 1) / group_size);
+        if (cudaError_t ec = cudaMallocAsync((void**)&moved, (size_t)groups * n * 2, stream); ec != cudaSuccess) {
+            return fail_cuda("fp8_sm70_prepare: allocation failed", ec);
+        }
+        dim3 block(32, 8);
+        dim3 grid((unsigned)((n + 31) / 32), (unsigned)((groups + 7) / 8));
+        rotate_cols_u16<<<grid, block, 0, stream>>>(
+            static_cast<const uint16_t*>(group_scales), moved, groups, (int)n, (int)group_size);
+        group_scales = moved;
+    }
     uint16_t* u16 = nullptr;
     uint16_t* u16_t = nullptr;
     cudaError_t ec = cudaMallocAsync((void**)&u16, (size_t)(k * n * 2), stream);
@@ -246,7 +344,11 @@ int fpsm70_prepare(const void* q_kn, const void* group_scales, int64_t n, int64_
     if (w_rc != 0) {
         return fail("fp8_sm70_prepare: weight conversion failed.");
     }
-    if (converters[1]->Convert(group_scales, l.s_src, tm_scales, l.s_dst, stream) != 0) {
+    const int s_rc = converters[1]->Convert(group_scales, l.s_src, tm_scales, l.s_dst, stream);
+    if (moved) {
+        cudaFreeAsync(moved, stream);
+    }
+    if (s_rc != 0) {
         return fail("fp8_sm70_prepare: scale conversion failed.");
     }
     lds[0] = l.w_dst.ld;
@@ -328,6 +430,15 @@ int fpsm70_gemm(void* out, int64_t out_rows, int64_t out_cols, int64_t out_strid
     const int ec = it->second->Run(op, 1.f, x, a, nullptr, u, tm_weight, b, tm_scales, v, 0.f, out, d, out, d, *ws, stream);
     if (ec != 0) {
         return fail("fp8_gemm_sm70: TurboMind GEMM failed.");
+    }
+    const Fault fault = fault_now();
+    if (fault.kind < 0) {
+        return fail("fp8_gemm_sm70: unknown FORKPATCH_PTX_FAULT");
+    }
+    if (fault.kind == 1 || fault.kind == 2) {
+        dim3 block(32, 8);
+        dim3 grid((unsigned)((out_cols + 31) / 32), (unsigned)((m + 7) / 8));
+        fault_output<<<grid, block, 0, stream>>>(static_cast<__half*>(out), (int)m, (int)out_cols, out_stride0, fault);
     }
     if (cudaError_t launch = cudaGetLastError(); launch != cudaSuccess) {
         return fail_cuda("fp8_gemm_sm70", launch);

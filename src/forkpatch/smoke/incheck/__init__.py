@@ -41,8 +41,10 @@ from __future__ import annotations
 from ...checkids import CHECK_IDS, TIERS
 from . import gpu, gpujit, static
 from .layers import (
+    assert_within_tolerance,
     capability_floor_check,
     eager_block_cast_check,
+    kernel_tolerance,
     padding_helpers_check,
     sm70_linear_check,
     sm70_unsupported_k_check,
@@ -53,6 +55,7 @@ from .registry import (
     DISTRIBUTIONS,
     ERROR,
     FAILED,
+    HOOK_ABSENT,
     NOT_RUN,
     ODD_WIDTH,
     PASSED,
@@ -61,6 +64,7 @@ from .registry import (
     CheckDef,
     Ctx,
     NotRun,
+    absent_hook,
     check,
     finish_registry,
     gate,
@@ -72,7 +76,14 @@ from .registry import (
     run_one,
     run_spec,
 )
-from .sm70ops import SM70_WARMUP_GATES, RealSm70Ops, ReferenceSm70Ops, reference_ops
+from .sm70ops import (
+    FAULTS,
+    SM70_WARMUP_GATES,
+    GpuLikeSm70Ops,
+    RealSm70Ops,
+    ReferenceSm70Ops,
+    reference_ops,
+)
 from .static import cli_version, write_cpu_platform_plugin
 
 finish_registry()  # the tiers' modules, imported above, have registered their checks
@@ -82,6 +93,8 @@ __all__ = [
     "DISTRIBUTIONS",
     "ERROR",
     "FAILED",
+    "FAULTS",
+    "HOOK_ABSENT",
     "NOT_RUN",
     "ODD_WIDTH",
     "PASSED",
@@ -91,11 +104,14 @@ __all__ = [
     "TIER_RUNS",
     "CheckDef",
     "Ctx",
+    "GpuLikeSm70Ops",
     "NotRun",
     "PtxLibraryError",
     "PtxSm70Ops",
     "RealSm70Ops",
     "ReferenceSm70Ops",
+    "absent_hook",
+    "assert_within_tolerance",
     "capability_floor_check",
     "check",
     "cli_version",
@@ -103,6 +119,7 @@ __all__ = [
     "gate",
     "gpu",
     "gpujit",
+    "kernel_tolerance",
     "launch_argv",
     "load_ptx_library",
     "missing_module_reason",

@@ -8,6 +8,7 @@ import json
 import sys
 from typing import Any
 
+from . import standin
 from .registry import ERROR, REGISTRY, Ctx, probe_device, run_one, run_spec
 
 
@@ -20,6 +21,7 @@ def main(argv: list[str] | None = None) -> int:
         spec = json.load(fh)
     run_spec().update(spec)
     ids = list(spec.get("checks", []))
+    stood_in = standin.install()  # before anything imports vllm
     device = probe_device()
     ctx = Ctx(spec=spec, device=device)
     with open(args.out, "a", encoding="utf-8") as out:
@@ -36,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
                 "prefix": sys.prefix,
                 "sys_path": sys.path,
                 "device": device,
+                "stand_ins": stood_in,
+                "notes": [standin.note(stood_in)] if stood_in else [],
             }
         )
         for cid in ids:

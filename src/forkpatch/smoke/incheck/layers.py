@@ -10,7 +10,15 @@ from collections.abc import Iterator
 from typing import Any
 
 from .ptxlib import PtxSm70Ops
-from .registry import BLOCK, ODD_WIDTH, SM70, NotRun, import_vllm_module, patched
+from .registry import (
+    BLOCK,
+    HOOK_ABSENT,
+    ODD_WIDTH,
+    SM70,
+    NotRun,
+    import_vllm_module,
+    patched,
+)
 from .sm70ops import SM70_WARMUP_GATES, Ops, RealSm70Ops, ReferenceSm70Ops, cdiv, round_up
 
 
@@ -104,17 +112,132 @@ def online_config(scheme: str) -> Any:
 SMALL_AMPLITUDE = 3e-5
 
 
-def dequant_reference(q: Any, s: Any, x: Any) -> Any:
-    """x @ dequant(q, s).T for an e4m3 weight [n, k] and its fp32 block scales,
-    dequantized as the kernel does (fp16 scales, each product rounded to fp16),
-    in float64; on the CPU."""
+def dequant_weight(q: Any, s: Any) -> Any:
+    """The fp16 weight [n, k] the kernel computes with, for an e4m3 weight [n, k] and its
+    fp32 block scales: fp16 scales, each product rounded to fp16 (as __hmul rounds it)."""
     import torch
 
     n, k = q.shape
     s_full = s.to(torch.float16).repeat_interleave(BLOCK, 0)[:n]
     s_full = s_full.repeat_interleave(BLOCK, 1)[:, :k]
-    w = (q.to(torch.float16).float() * s_full.float()).to(torch.float16)
+    return (q.to(torch.float16).float() * s_full.float()).to(torch.float16)
+
+
+def dequant_reference(q: Any, s: Any, x: Any) -> Any:
+    """x @ dequant(q, s).T for an e4m3 weight [n, k] and its fp32 block scales,
+    dequantized as the kernel does (fp16 scales, each product rounded to fp16),
+    in float64, rounded once to x's dtype; on the CPU."""
+    w = dequant_weight(q, s)
     return (x.double() @ w.t().contiguous().double()).to(x.dtype)
+
+
+# ---- The tolerance, from the reference's own rounding. The kernel multiplies fp16 inputs
+# by the same fp16 weight as the reference (dequant_weight), accumulates the K products in
+# fp32 and rounds the sum to fp16 once. Against the reference (the exact sum, rounded to
+# fp16 once), an element can differ by the fp32 accumulation error, at most
+# ACCUMULATION_ROUNDINGS * K * 2**-24 * sum(|x| |w|) (the classic bound for K additions,
+# doubled for a kernel that adds split partial sums), plus one fp16 step of the element's
+# own magnitude (the two roundings to fp16 can fall on either side of a step). A bias
+# added in fp16 afterwards rounds once more: one more step of the result's magnitude.
+# Nothing else: a kernel 0.1% off in scale, one missing column or one misplaced block
+# scale is many steps off.
+ACCUMULATION_ROUNDINGS = 2
+FP32_UNIT = 2.0**-24
+FP16_MANTISSA = 10
+FP16_MIN_NORMAL = 2.0**-14
+# Every output column must be this many times its tolerance somewhere, so that a column
+# computed as zero (or scaled, or from another block's scales) cannot pass unseen.
+COLUMN_SIGNAL = 16.0
+
+
+def fp16_step(magnitude: Any) -> Any:
+    """The spacing of fp16 numbers at ``magnitude`` (float64 tensor, >= 0): 2**(e - 10)
+    for a normal number of exponent e, 2**-24 below fp16's smallest normal."""
+    import torch
+
+    e = torch.floor(torch.log2(magnitude.clamp(min=FP16_MIN_NORMAL)))
+    return torch.exp2(e - FP16_MANTISSA)
+
+
+def kernel_tolerance(x: Any, w16: Any, bias: Any = None) -> tuple[Any, Any]:
+    """The reference (float64, before rounding) and each element's tolerance [m, n] for
+    x [m, k] @ w16 [n, k].T through an fp32-accumulating kernel, rounded to fp16 (and
+    ``bias`` added in fp16), as derived above; on the CPU, float64."""
+    xd, wd = x.double().cpu(), w16.double().cpu()
+    k = xd.shape[-1]
+    exact = xd @ wd.t()
+    spread = xd.abs() @ wd.abs().t()
+    accumulation = ACCUMULATION_ROUNDINGS * k * FP32_UNIT * spread
+    tol = accumulation + fp16_step(exact.abs() + accumulation)
+    if bias is not None:
+        with_bias = exact + bias.double().cpu()
+        tol = tol + fp16_step(with_bias.abs() + tol)
+    return exact, tol
+
+
+def assert_within_tolerance(
+    got: Any, ref: Any, tol: Any, exact: Any, what: str, *, columns_seen: bool = True
+) -> float:
+    """Each element of ``got`` within its own tolerance of ``ref`` (both [m, n], on the
+    CPU), and (``columns_seen``) every column's reference far above its tolerance in
+    some row (:func:`assert_columns_seen`). Returns the worst error as a fraction of its
+    tolerance."""
+    import torch
+
+    err = (got.double() - ref.double()).abs()
+    err = torch.where(torch.isnan(err), torch.full_like(err, float("inf")), err)
+    ratio = err / tol
+    worst = float(ratio.max())
+    if worst > 1.0:
+        flat = int(ratio.argmax())
+        row, col = divmod(flat, ratio.shape[-1])
+        bad = ratio > 1.0
+        cols = bad.any(0).nonzero().flatten().tolist()
+        raise AssertionError(
+            f"{what}: {int(bad.sum())} of {ratio.numel()} elements outside their tolerance "
+            f"(from the reference's rounding: fp32 accumulation over K plus one fp16 step), "
+            f"in {len(cols)} column(s) {_ranges(cols)}; worst at [{row}, {col}]: got "
+            f"{float(got[row, col]):.6g}, want {float(ref[row, col]):.6g} +- "
+            f"{float(tol[row, col]):.3g} ({worst:.3g} x the tolerance)"
+        )
+    if columns_seen:
+        assert_columns_seen(column_signal(exact, tol), what)
+    return worst
+
+
+def column_signal(exact: Any, tol: Any) -> Any:
+    """Per column, the largest reference as a multiple of its tolerance (over the rows)."""
+    return (exact.abs() / tol).amax(0)
+
+
+def assert_columns_seen(signal: Any, what: str) -> None:
+    """Every column of a check's output is seen: somewhere :data:`COLUMN_SIGNAL` times
+    its tolerance, so that a column computed as zero, scaled or from another block's
+    scales fails instead of passing within the tolerance."""
+    quiet = (signal < COLUMN_SIGNAL).nonzero().flatten().tolist()
+    assert not quiet, (
+        f"{what}: the check's inputs give {len(quiet)} column(s) {_ranges(quiet)} no output "
+        f"above {COLUMN_SIGNAL:g} x its tolerance: a wrong column there would go unseen"
+    )
+
+
+def _ranges(cols: list[int]) -> str:
+    """[0, 1, 2, 7] -> "0-2, 7" (the first few runs)."""
+    runs: list[list[int]] = []
+    for c in cols:
+        if runs and c == runs[-1][1] + 1:
+            runs[-1][1] = c
+        else:
+            runs.append([c, c])
+    text = ", ".join(f"{a}-{b}" if a != b else f"{a}" for a, b in runs[:6])
+    return text + (", ..." if len(runs) > 6 else "")
+
+
+def reference_cast(w: Any, cast: tuple[Any, Any]) -> tuple[Any, Any]:
+    """The e4m3 weight and scales the reference is computed from: the layer's own cast
+    (``cast``, checked against the CPU's by :func:`_check_cast`), never the CPU's cast of
+    the fp16 weight: a device's cast rounds some codes the other way."""
+    return cast
 
 
 # How far the layer's own (device-side) block cast may be from the CPU's: CUDA divides
@@ -167,7 +290,7 @@ def _check_cast(w: Any, cast: tuple[Any, Any]) -> int:
 
 def _make_layer(method: Any, n: int, k: int, device: str, bias: bool) -> Any:
     """An online fp8_per_block layer [n, k] made by ``method`` and loaded with
-    random fp16 weights; its first 128 rows are of SMALL_AMPLITUDE."""
+    random fp16 weights; its first 128 rows (and their bias) are of SMALL_AMPLITUDE."""
     import torch
     from vllm.model_executor import parameter
 
@@ -193,7 +316,11 @@ def _make_layer(method: Any, n: int, k: int, device: str, bias: bool) -> Any:
     layer.register_parameter("weight", torch.nn.Parameter(w, requires_grad=False))
     layer.bias = None
     if bias:
-        b = (torch.randn(n, generator=gen) * 0.1).to(torch.float16).to(device)
+        b = torch.randn(n, generator=gen) * 0.1
+        # The small rows' bias is as small as their outputs: a bias far larger would round
+        # away (in fp16) the very outputs a wrong kernel gets wrong there.
+        b[:BLOCK] *= SMALL_AMPLITUDE / 0.05
+        b = b.to(torch.float16).to(device)
         layer.bias = torch.nn.Parameter(b, requires_grad=False)
     return layer
 
@@ -375,6 +502,7 @@ def _packed_layer(
         method.process_weights_after_loading(layer)
     assert len(casts) == 1, f"fp8_sm70_prepare called {len(casts)} times for one layer"
     padded = round_up(n, BLOCK)
+    require_layer_hooks(layer, n, k)
     assert layer.sm70_fp8_turbomind and layer.fp8_true_n == n, (
         f"sm70_fp8_turbomind={getattr(layer, 'sm70_fp8_turbomind', None)}, "
         f"fp8_true_n={getattr(layer, 'fp8_true_n', None)}, want True and {n}"
@@ -395,14 +523,35 @@ def _packed_layer(
     return method, layer, w, b, casts[0]
 
 
+# What packed-repack's process_weights_after_loading sets on a layer it packs.
+LAYER_HOOKS = (
+    "sm70_fp8_turbomind",
+    "fp8_true_n",
+    "sm70_fp8_meta",
+    "sm70_fp8_k_ld",
+    "sm70_fp8_q_ld",
+)
+
+
+def require_layer_hooks(layer: Any, n: int, k: int) -> None:
+    """A failure naming the first of :data:`LAYER_HOOKS` the processed layer lacks."""
+    for hook in LAYER_HOOKS:
+        if not hasattr(layer, hook):
+            raise AssertionError(
+                f"{HOOK_ABSENT}: the processed {n}x{k} layer has no {hook} (packed-repack "
+                "sets it when it packs for the SM70 GEMM)"
+            )
+
+
 def _check_against_reference(
     ops: Ops, out: Any, w: Any, b: Any, x: Any, cast: tuple[Any, Any]
-) -> tuple[float, int]:
+) -> tuple[float, int, float]:
     """``out`` (of a [n, k] layer on ``x``) against the float reference computed from
     the e4m3 weight and scales the layer itself quantized (``cast``, which may be a
-    device's), after checking that cast against the CPU's: bit for bit with the
-    stand-ins, within FP8/fp16-accumulation tolerance on a GPU. Returns the max abs
-    error and how many e4m3 codes the layer's cast has other than the CPU's."""
+    device's), after checking that cast against the CPU's: bit for bit with the exact
+    stand-ins, each element within the tolerance of the reference's own rounding
+    (:func:`kernel_tolerance`) otherwise. Returns the max abs error, how many e4m3 codes
+    the layer's cast has other than the CPU's, and the worst error / tolerance."""
     import torch
 
     n, k = w.shape
@@ -411,17 +560,22 @@ def _check_against_reference(
         f"output {out.dtype} {tuple(out.shape)}, want float16 {(*lead, n)}"
     )
     differing = _check_cast(w, cast)
-    q, s = cast
-    ref = dequant_reference(q[:n], s, x.reshape(-1, k).cpu()).reshape(*lead, n)
+    q, s = reference_cast(w, cast)
+    x2 = x.reshape(-1, k).cpu()
+    ref = dequant_reference(q[:n], s, x2).reshape(*lead, n)
     if b is not None:
         ref = ref + b.cpu()
     got = out.cpu()
     err = float((got.float() - ref.float()).abs().max())
     if ops.exact:
         assert torch.equal(got, ref), f"N={n} K={k}: not bit-exact against the reference ({err})"
-    else:  # fp32 accumulation in a different order on the GPU
-        torch.testing.assert_close(got.float(), ref.float(), rtol=2e-2, atol=2e-2)
-    return err, differing
+        return err, differing, 0.0
+    # fp32 accumulation in another order on the GPU: within the reference's own rounding.
+    exact, tol = kernel_tolerance(x2, dequant_weight(q[:n], s), None if b is None else b.cpu())
+    worst = assert_within_tolerance(
+        got.reshape(-1, n), ref.reshape(-1, n), tol, exact, f"N={n} K={k}"
+    )
+    return err, differing, worst
 
 
 def _input(ops: Ops, k: int, m: int) -> Any:
@@ -453,10 +607,11 @@ def sm70_linear_check(ops: Ops, n: int, k: int, m: int, bias: bool) -> str:
         x = _input(ops, k, m)
         out = method.apply(layer, x, layer.bias)
     assert gemm_calls == [(2 * m, padded)], f"SM70 GEMM calls {gemm_calls}"
-    err, differing = _check_against_reference(ops, out, w, b, x, cast)
+    err, differing, worst = _check_against_reference(ops, out, w, b, x, cast)
+    within = "" if ops.exact else f", {worst:.2g} x its tolerance at worst"
     return (
-        f"N={n} (packed {padded}) K={k}: max abs error {err:.3g} vs the float reference of "
-        f"the layer's own cast ({differing} e4m3 codes other than the CPU cast's)"
+        f"N={n} (packed {padded}) K={k}: max abs error {err:.3g}{within} vs the float "
+        f"reference of the layer's own cast ({differing} e4m3 codes other than the CPU cast's)"
     )
 
 

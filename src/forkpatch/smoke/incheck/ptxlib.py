@@ -19,37 +19,113 @@ from .sm70ops import (
     uninstall_reference_ops,
 )
 
-# The C interface of the PTX library (forkpatch/smoke/sm70ptx/fp8_capi.cu).
-PTX_SYMBOLS = ("fpsm70_prepare", "fpsm70_gemm", "fpsm70_capability", "fpsm70_last_error")
+# The C interface of the PTX library (forkpatch/data/sm70ptx/fp8_capi.cu).
+PTX_SYMBOLS = (
+    "fpsm70_prepare",
+    "fpsm70_gemm",
+    "fpsm70_capability",
+    "fpsm70_last_error",
+    "fpsm70_fault",
+)
 PTX_MANIFEST = "manifest.json"
+# Bounds on what the loader reads: the manifest is a page of JSON, the library ~8 MB.
+MANIFEST_MAX_BYTES = 1 << 20
+LIBRARY_MAX_BYTES = 512 << 20
+_SHA256_HEX = frozenset("0123456789abcdef")
 
 
 class PtxLibraryError(RuntimeError):
     """The PTX library given to the gpu-jit tier cannot be used (the message says why)."""
 
 
+def read_regular(path: str, limit: int, what: str) -> bytes:
+    """The bytes of ``path``, a regular file of at most ``limit`` bytes: opened without
+    blocking (a FIFO neither blocks nor is read), checked as a regular file on the open
+    descriptor (a link to a device is refused), read to ``limit`` + 1 bytes at most."""
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise PtxLibraryError(f"{what} {path}: cannot open it ({exc.strerror})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise PtxLibraryError(f"{what} {path} is not a regular file: refused")
+        if st.st_size > limit:
+            raise PtxLibraryError(
+                f"{what} {path} is {st.st_size} bytes, over the {limit} this loader reads"
+            )
+        chunks, total = [], 0
+        while total <= limit:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        if total > limit:
+            raise PtxLibraryError(f"{what} {path} grew past {limit} bytes while read: refused")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _verified_copy(data: bytes) -> str:
+    """``data`` (the library's bytes, checked against its manifest) in a private file
+    of this process, which is what is loaded: a change to the given file after the
+    check cannot reach the process."""
+    import atexit
+    import shutil
+    import tempfile
+
+    where = tempfile.mkdtemp(prefix="forkpatch-ptxlib-")
+    atexit.register(shutil.rmtree, where, True)
+    path = os.path.join(where, "libforkpatch_sm70_fp8.so")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o500)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    return path
+
+
 def load_ptx_library(path: str) -> tuple[Any, dict[str, Any]]:
-    """The PTX library at ``path`` (ctypes, argument types set) and its build manifest."""
+    """The PTX library at ``path`` (ctypes, argument types set) and its build manifest.
+
+    Nothing of the library runs before its bytes are checked: the manifest beside it
+    is read as a bounded regular file, the library likewise, its sha256 compared with
+    the manifest's, and the checked bytes are what is loaded (a private copy)."""
     import ctypes
+    import hashlib
 
     rebuild = "build it with ci/sm70-ptx-lib.sh (python -m forkpatch.smoke.ptxbuild)"
     if not os.path.isfile(path):
         raise PtxLibraryError(f"PTX library {path}: no such file; {rebuild}")
     manifest_path = os.path.join(os.path.dirname(path), PTX_MANIFEST)
-    try:
-        with open(manifest_path, encoding="utf-8") as fh:
-            manifest = json.load(fh)
-    except OSError:
+    if not os.path.lexists(manifest_path):
         raise PtxLibraryError(
             f"PTX library {path}: no {PTX_MANIFEST} beside it (fork commit, compiler, "
             f"flags): not a forkpatch build; {rebuild}"
-        ) from None
+        )
+    raw = read_regular(manifest_path, MANIFEST_MAX_BYTES, "the PTX library's manifest")
+    try:
+        manifest = json.loads(raw.decode("utf-8"))
     except ValueError as exc:
         raise PtxLibraryError(f"PTX library {path}: {manifest_path} is not JSON ({exc})") from None
     if not isinstance(manifest, dict) or "fork_commit" not in manifest:
         raise PtxLibraryError(f"PTX library {path}: {manifest_path} has no fork_commit")
+    want = manifest.get("sha256")
+    if not isinstance(want, str) or len(want) != 64 or not set(want) <= _SHA256_HEX:
+        raise PtxLibraryError(
+            f"PTX library {path}: {manifest_path} has no sha256 of the library; {rebuild}"
+        )
+    data = read_regular(path, LIBRARY_MAX_BYTES, "PTX library")
+    got = hashlib.sha256(data).hexdigest()
+    if got != want:
+        raise PtxLibraryError(
+            f"PTX library {path} has sha256 {got}, its {PTX_MANIFEST} says {want}: not the "
+            f"library that manifest describes, so it is not loaded; {rebuild}"
+        )
     try:
-        lib = ctypes.CDLL(path)
+        lib = ctypes.CDLL(_verified_copy(data))
     except OSError as exc:
         raise PtxLibraryError(f"PTX library {path} does not load: {exc}; {rebuild}") from None
     missing = [name for name in PTX_SYMBOLS if not hasattr(lib, name)]
@@ -61,6 +137,8 @@ def load_ptx_library(path: str) -> tuple[Any, dict[str, Any]]:
     i64, ptr, c_int = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
     lib.fpsm70_last_error.restype = ctypes.c_char_p
     lib.fpsm70_last_error.argtypes = []
+    lib.fpsm70_fault.restype = ctypes.c_char_p
+    lib.fpsm70_fault.argtypes = []
     lib.fpsm70_capability.argtypes = [c_int, ctypes.POINTER(c_int), ctypes.POINTER(c_int)]
     lib.fpsm70_prepare.argtypes = [ptr, ptr, i64, i64, i64, ptr, ptr, ctypes.POINTER(i64)]
     lib.fpsm70_prepare.argtypes += [c_int, ptr]
@@ -68,7 +146,19 @@ def load_ptx_library(path: str) -> tuple[Any, dict[str, Any]]:
     lib.fpsm70_gemm.argtypes += [ptr, i64, i64, i64, i64, i64, c_int, c_int, ptr]
     for fn in (lib.fpsm70_capability, lib.fpsm70_prepare, lib.fpsm70_gemm):
         fn.restype = c_int
+    switch = bool(lib.fpsm70_fault())
+    if switch != bool(manifest.get("fault_switch", False)):
+        raise PtxLibraryError(
+            f"PTX library {path}: its manifest says fault_switch="
+            f"{bool(manifest.get('fault_switch', False))}, the library "
+            f"{'has' if switch else 'has no'} fault switch; {rebuild}"
+        )
     return lib, manifest
+
+
+def fault_state(lib: Any) -> str:
+    """ "" for a plain library; for the test-only fault-switch build, which fault is on."""
+    return str(lib.fpsm70_fault().decode("utf-8", "replace"))
 
 
 class PtxSm70Ops:

@@ -335,6 +335,14 @@ def run_one(defn: CheckDef, ctx: Ctx) -> dict[str, Any]:
     except AssertionError as exc:
         outcome = FAILED
         detail = str(exc) or "assertion failed: " + _short_tb(exc)
+    except (AttributeError, ImportError) as exc:
+        hook = absent_hook(exc)
+        if hook is None:
+            outcome = ERROR
+            detail = f"{type(exc).__name__}: {exc}\n{_short_tb(exc)}"
+        else:  # the evidence a check exists for: the patch is not (or not all) there
+            outcome = FAILED
+            detail = f"{HOOK_ABSENT}: {hook} ({exc})\n{_short_tb(exc)}"
     except Exception as exc:
         outcome = ERROR
         detail = f"{type(exc).__name__}: {exc}\n{_short_tb(exc)}"
@@ -344,6 +352,42 @@ def run_one(defn: CheckDef, ctx: Ctx) -> dict[str, Any]:
         "duration_s": round(time.monotonic() - start, 3),
         "detail": detail or "",
     }
+
+
+HOOK_ABSENT = "the patch's hook is absent"
+_CANNOT_IMPORT = re.compile(r"cannot import name '([\w.]+)' from '([\w.]+)'")
+
+
+def _owner_module(obj: Any) -> str:
+    if isinstance(obj, type(os)):
+        return str(getattr(obj, "__name__", ""))
+    if isinstance(obj, type):
+        return str(getattr(obj, "__module__", "") or "")
+    return str(getattr(type(obj), "__module__", "") or "")
+
+
+def absent_hook(exc: BaseException) -> str | None:
+    """The wheel's own name that ``exc`` says is missing (a module, class or object of
+    the wheel without an attribute a patch adds; a name that cannot be imported from one
+    of its modules), as ``module.Name.attr``; None for anything else."""
+    if isinstance(exc, AttributeError):
+        name = getattr(exc, "name", None)
+        obj = getattr(exc, "obj", None)
+        if name is None or obj is None:
+            return None
+        module = _owner_module(obj)
+        if not module or is_third_party(module):
+            return None
+        if isinstance(obj, type(os)):
+            return f"{module}.{name}"
+        cls = obj if isinstance(obj, type) else type(obj)
+        return f"{module}.{cls.__qualname__}.{name}"
+    if isinstance(exc, ImportError) and not isinstance(exc, ModuleNotFoundError):
+        m = _CANNOT_IMPORT.search(str(exc))
+        if m is None or is_third_party(m.group(2)):
+            return None
+        return f"{m.group(2)}.{m.group(1)}"
+    return None
 
 
 def _short_tb(exc: BaseException, lines: int = 12) -> str:

@@ -143,6 +143,8 @@ def _fp8_sm70_prepare_ref(
     flipped = qweight.contiguous().view(torch.uint8).t() ^ _SIGN_BIT  # [K, N]
     tm_weight = _permute_packs(flipped, _PERM_N, _PERM_K)
     group_scales = scales.t().to(torch.float16).repeat_interleave(group_size, 1)[:, :n]
+    if _MODE["fault"] == "misplaced-scales":  # column block b+1's scales packed as b's
+        group_scales = group_scales.roll(-group_size, dims=1)
     tm_scales = _permute_packs(group_scales, _PERM_N, None)
     meta = torch.tensor([_K_LD_TAG + k, _Q_LD_TAG + n], dtype=torch.int64)
     return [tm_weight, tm_scales, meta]
@@ -211,7 +213,9 @@ def _fp8_gemm_sm70_out_ref(
     s16 = _permute_packs(scales, _inverse(_PERM_N), None).repeat_interleave(group_size, 0)[:k]
     # An fp16 x fp16 product is exact in fp32: one rounding to fp16, as __hmul does.
     dequant = (w16.float() * s16.float()).to(torch.float16)
-    out.copy_((x.double() @ dequant.double()).to(out.dtype))
+    acc = torch.float32 if _MODE["accumulate"] == "float32" else torch.float64
+    result = (x.to(acc) @ dequant.to(acc)).to(out.dtype)
+    out.copy_(fault_output(result, _MODE["fault"]))
 
 
 def _fp8_gemm_sm70_out_meta_ref(
@@ -290,6 +294,43 @@ SM70_OPS: tuple[tuple[str, str, Callable[..., Any]], ...] = (
 SM70_WARMUP_GATES = ("awq_gemm_sm70_out", "fp8_gemm_sm70_out_meta")
 
 
+# How the stand-ins compute: float64 accumulation and no fault (ReferenceSm70Ops), or as a
+# GPU does, fp32 accumulation, with the negative controls' fault (GpuLikeSm70Ops).
+_MODE: dict[str, str] = {"accumulate": "float64", "fault": ""}
+# The faults, as the PTX library's test-only switch (FORKPATCH_PTX_FAULT) spells them.
+FAULTS = ("scale=F", "zero-cols=A-B", "misplaced-scales")
+
+
+def parse_fault(fault: str) -> tuple[str, float, int, int]:
+    """("scale", F, 0, 0), ("zero-cols", 1.0, A, B), ("misplaced-scales", ...) or ("", ...)."""
+    if not fault:
+        return "", 1.0, 0, 0
+    kind, _, value = fault.partition("=")
+    try:
+        if kind == "scale":
+            return kind, float(value), 0, 0
+        if kind == "zero-cols":
+            first, _, last = value.partition("-")
+            return kind, 1.0, int(first), int(last)
+    except ValueError:
+        pass
+    if fault == "misplaced-scales":
+        return fault, 1.0, 0, 0
+    raise ValueError(f"unknown fault {fault!r} (one of {', '.join(FAULTS)})")
+
+
+def fault_output(result: Any, fault: str) -> Any:
+    """The GEMM's fp16 ``result`` [m, n] with ``fault`` applied: times F (scale=F), or
+    columns A to B, both included, set to 0 (zero-cols=A-B)."""
+    kind, factor, first, last = parse_fault(fault)
+    if kind == "scale":
+        return (result.float() * factor).to(result.dtype)
+    if kind == "zero-cols":
+        result = result.clone()
+        result[:, first : last + 1] = 0  # A to B, both included
+    return result
+
+
 class ReferenceSm70Ops:
     """CPU stand-ins for the SM70 ops under torch.ops._C, as strict as the kernels."""
 
@@ -324,6 +365,29 @@ class ReferenceSm70Ops:
             for lib in self._libs:
                 lib._destroy()
             self._libs = []
+
+
+class GpuLikeSm70Ops(ReferenceSm70Ops):
+    """The stand-ins computing as a GPU kernel does (fp32 accumulation, so the checks
+    compare within their tolerance, not bit for bit), optionally with one fault
+    (:data:`FAULTS`, the PTX library's switch's spelling): the negative controls on the
+    CPU, which every check on a GPU must catch."""
+
+    name = "gpu-like"
+    exact = False
+
+    def __init__(self, fault: str = "") -> None:
+        super().__init__()
+        parse_fault(fault)
+        self.fault = fault
+
+    def install(self) -> None:
+        super().install()
+        _MODE.update(accumulate="float32", fault=self.fault)
+
+    def uninstall(self) -> None:
+        super().uninstall()
+        _MODE.update(accumulate="float64", fault="")
 
 
 class RealSm70Ops:

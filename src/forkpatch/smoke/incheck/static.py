@@ -11,6 +11,7 @@ import sys
 import tempfile
 from typing import Any
 
+from . import standin
 from .layers import (
     capability_floor_check,
     eager_block_cast_check,
@@ -102,17 +103,23 @@ def cli_version(ctx: Ctx) -> str:
     if not os.path.exists(script):
         raise AssertionError(f"the wheel installed no `vllm` console script ({script})")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    proc, text = _run_version(script, env)
-    how = ""
-    if proc.returncode != 0 and _NO_PLATFORM in text and not ctx.device.get("cuda_available"):
-        # No CUDA device and no `+cpu` in the version: vLLM detects no platform, and
-        # the CLI (which builds `serve`'s defaults before parsing) cannot start. That
-        # is this machine, not the wheel: select vLLM's own CPU platform through a
-        # platform plugin that exists only for this run, and try again.
-        with tempfile.TemporaryDirectory(prefix="forkpatch-cpu-platform-") as shim:
-            write_cpu_platform_plugin(shim)
-            proc, text = _run_version(script, {**env, "PYTHONPATH": shim})
-        how = " (no CUDA device: vLLM's CPU platform selected by a platform plugin)"
+    with tempfile.TemporaryDirectory(prefix="forkpatch-stand-in-") as stand_in:
+        names = standin.install()
+        if names:  # the wheel's missing compiled extension, as in this process
+            standin.write_sitecustomize(stand_in, names)
+            env["PYTHONPATH"] = stand_in
+        proc, text = _run_version(script, env)
+        how = ""
+        if proc.returncode != 0 and _NO_PLATFORM in text and not ctx.device.get("cuda_available"):
+            # No CUDA device and no `+cpu` in the version: vLLM detects no platform, and
+            # the CLI (which builds `serve`'s defaults before parsing) cannot start. That
+            # is this machine, not the wheel: select vLLM's own CPU platform through a
+            # platform plugin that exists only for this run, and try again.
+            with tempfile.TemporaryDirectory(prefix="forkpatch-cpu-platform-") as shim:
+                write_cpu_platform_plugin(shim)
+                path = os.pathsep.join(p for p in (shim, env.get("PYTHONPATH")) if p)
+                proc, text = _run_version(script, {**env, "PYTHONPATH": path})
+            how = " (no CUDA device: vLLM's CPU platform selected by a platform plugin)"
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     if proc.returncode != 0:
         missing = _MISSING_MODULE.findall(text)
