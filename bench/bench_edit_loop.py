@@ -25,6 +25,7 @@ v1.2.1 tree (``git archive``) becomes a scratch repository under the workdir, wh
 every tool uses (forkpatch as its fork).
 
     python bench/bench_edit_loop.py [--sizes 20,100] [--rounds 3] [--workdir DIR]
+        [--ab OLD/src] [--tools git,quilt,stg]
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ TARGETS = {
     100: {"git": 0.3, "quilt": 0.15, "stg": 0.15},
 }
 TOOLS = ("forkpatch", "git", "quilt", "stg")
+SKIP: set[str] = set()  # tools left out (--tools)
 
 
 def marker(i: int) -> str:
@@ -175,10 +177,13 @@ class Tool:
 class Forkpatch(Tool):
     name = "forkpatch"
 
+    def fp(self) -> list[str]:
+        return forkpatch_argv()
+
     def setup(self) -> None:
         rmtree(self.dir)
         self.dir.mkdir(parents=True)
-        fp = forkpatch_argv()
+        fp = self.fp()
         run([*fp, "init", "--fork-url", str(self.repo), "--base", BASE], cwd=self.dir, env=self.env)
         names = (self.patches / "series").read_text().split()
         run([*fp, "import", *(str(self.patches / x) for x in names)], cwd=self.dir, env=self.env)
@@ -196,10 +201,25 @@ class Forkpatch(Tool):
         return self.patch_file.read_bytes()
 
     def round(self, edit: Callable[[Path], None]) -> list[Timing]:
-        fp = forkpatch_argv()
+        fp = self.fp()
         first = self.t(*fp, "edit", self.patch_name)
         edit(self.tree())
         return [first, self.t(*fp, "refresh")]
+
+
+class OtherForkpatch(Forkpatch):
+    """Another forkpatch source tree (``--ab OLD/src``), in the same rounds."""
+
+    name = "forkpatch-ab"
+    src: Path | None = None
+
+    def __init__(self, work: Path, repo: Path, patches: Path, n: int) -> None:
+        super().__init__(work, repo, patches, n)
+        assert self.src is not None
+        self.env["PYTHONPATH"] = str(self.src)
+
+    def fp(self) -> list[str]:
+        return [sys.executable, "-m", "forkpatch"]
 
 
 class GitRebase(Tool):
@@ -283,7 +303,12 @@ def bench(source: str, n: int, rounds: int, work: Path) -> dict[str, object]:
     middle_file = files[(n // 2) % FILES]
     print(f"## edit loop, N={n}: middle patch {n // 2 + 1} edits {middle_file}", flush=True)
     tools: list[Tool] = []
-    for cls in (Forkpatch, GitRebase, Quilt, StackedGit):
+    classes: list[type[Tool]] = [Forkpatch, GitRebase, Quilt, StackedGit]
+    if OtherForkpatch.src is not None:
+        classes.insert(1, OtherForkpatch)
+    for cls in classes:
+        if cls.name in SKIP:
+            continue
         if cls.name in ("quilt", "stg") and not shutil.which(cls.name):
             print(f"    {cls.name}: not installed, left out", flush=True)
             continue
@@ -317,7 +342,7 @@ def bench(source: str, n: int, rounds: int, work: Path) -> dict[str, object]:
     medians = {name: statistics.median(v) for name, v in seconds.items()}
     ours = medians["forkpatch"]
     rows = []
-    for name in TOOLS:
+    for name in ("forkpatch", "forkpatch-ab", *TOOLS[1:]):
         if name not in medians:
             continue
         ratio = ours / medians[name]
@@ -341,7 +366,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="20,100")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR / "edit-loop")
+    ap.add_argument("--ab", type=Path, help="another forkpatch source tree (its src/), same rounds")
+    ap.add_argument(
+        "--tools", default="", help="only these tools besides forkpatch (git,quilt,stg)"
+    )
     args = ap.parse_args(argv)
+    OtherForkpatch.src = args.ab
+    if args.tools:
+        SKIP.update(set(TOOLS[1:]) - set(args.tools.split(",")))
     source = fork_source()
     if source is None:
         return 2

@@ -20,9 +20,10 @@ from support import HIDDEN_ENV
 from support.cli import Runner
 from support.git import ScratchRepo
 from support.smoke import ExampleBuild, build_example
-from support.tiers import NOT_QUICK, holds_quick_tests, quick_path
+from support.tiers import NOT_QUICK, OPT_IN, holds_quick_tests, quick_path
 
 TESTS = Path(__file__).resolve().parent
+_LEFT_OUT = pytest.StashKey[int]()
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
@@ -36,13 +37,44 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     return None if inside else True
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--all-tiers",
+        action="store_true",
+        help="also run the opt-in tiers (slow, real_fork) that a plain run leaves out",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if not item.path.is_relative_to(TESTS):
             continue
         rel = item.path.relative_to(TESTS).as_posix()
         if quick_path(rel) and not any(item.get_closest_marker(m) for m in NOT_QUICK):
             item.add_marker(pytest.mark.quick)
+    # A plain run (no -m, no --all-tiers) is a developer's loop: the slow and real-fork
+    # tiers are opt-in there, and said so at the end.
+    if config.getoption("markexpr") or config.getoption("all_tiers"):
+        return
+    kept, left = [], []
+    for item in items:
+        opt_in = any(item.get_closest_marker(m) for m in OPT_IN)
+        (left if opt_in else kept).append(item)
+    if left:
+        config.hook.pytest_deselected(items=left)
+        items[:] = kept
+        config.stash[_LEFT_OUT] = len(left)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    left = terminalreporter.config.stash.get(_LEFT_OUT, 0)
+    if left:
+        only = " or ".join(OPT_IN)
+        terminalreporter.write_line(
+            f"{left} test(s) of the opt-in tiers ({', '.join(OPT_IN)}) not run: "
+            f'python3 -m pytest -q --all-tiers runs everything, -m "{only}" only those '
+            "(.ci/run runs both)"
+        )
 
 
 @pytest.fixture(autouse=True)

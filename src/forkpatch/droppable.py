@@ -174,6 +174,9 @@ class _Evaluator:
         self.scratch = ScratchBuilds(project, work)
         self._series: Series | None = None
         self.smokes = 0
+        # Each variant is built once: (the scratch project, the wheel, the patch above
+        # that builds on the dropped one), or why it could not be built.
+        self._built: dict[str | None, tuple[Project, Path, str | None] | str] = {}
 
     def target_series(self, dropped: str | None) -> tuple[Series, str | None]:
         """The series at the target (the project's on its base, else rebased in the
@@ -193,13 +196,42 @@ class _Evaluator:
             log.warn(f"{exc}: evaluating it on the patches below it")
             return self.scratch.below(self._series, dropped), exc.patch
 
-    def smoke(self, dropped: str | None, base_wheel: Path, label: str, checks: list[str]) -> _Run:
+    def build(
+        self, dropped: str | None, base_wheel: Path, label: str
+    ) -> tuple[Project, Path, str | None] | str:
+        """The variant without ``dropped`` (None: the whole series), built once."""
+        if dropped not in self._built:
+            try:
+                series, blocked_by = self.target_series(dropped)
+                scratch, wheel = self.scratch.build(series, base_wheel, label)
+                self._built[dropped] = (scratch, wheel, blocked_by)
+            except ForkpatchError as exc:
+                log.warn(f"the series {label} could not be built: {exc}")
+                self._built[dropped] = f"{exc}"
+        return self._built[dropped]
+
+    def smoke(
+        self,
+        dropped: str | None,
+        base_wheel: Path,
+        label: str,
+        checks: Sequence[str],
+        into: _Run | None = None,
+    ) -> _Run:
+        """Smoke ``checks`` on the variant without ``dropped`` (built once), adding to
+        ``into`` (the checks it has already are not run again)."""
         from forkpatch.smoke.runner import SmokeOptions, run_smoke
 
-        run = _Run()
+        run = into or _Run()
+        built = self.build(dropped, base_wheel, label)
+        if isinstance(built, str):
+            run.failure = built
+            return run
+        scratch, wheel, run.blocked_by = built
+        checks = [c for c in checks if c not in run.checks]
+        if not checks or run.failure is not None:
+            return run
         try:
-            series, run.blocked_by = self.target_series(dropped)
-            scratch, wheel = self.scratch.build(series, base_wheel, label)
             with log.step(f"smoke the series {label}: {', '.join(checks)}"):
                 outcome = run_smoke(
                     SmokeOptions(
@@ -221,7 +253,7 @@ class _Evaluator:
             return run
         for c in outcome.report.checks:
             run.checks[c.id] = (c.outcome, c.detail)
-        run.notes = tuple(outcome.report.notes)
+        run.notes = (*run.notes, *(n for n in outcome.report.notes if n not in run.notes))
         return run
 
 
@@ -323,10 +355,10 @@ def evaluate(project: Project, opts: DroppableOptions) -> DroppableResult:
     # "Droppable" means the series without the patch passes every check the series
     # declares for the patches that stay, not only the patch's own: a patch above may
     # use what it adds. Those checks run without it too, and once with every patch.
+    # They run only where the patch's own checks leave it droppable (or undecided):
+    # a patch its own checks prove needed costs no more than that.
     declared = {e.name: e.smoke for e in series.patches if e.name not in upstreamed}
     stays = {name: _stay_checks(declared, name, needs_build[name]) for name in needs_build}
-    for name, checks in stays.items():
-        needs_build[name] = [*needs_build[name], *(c for c in checks if c not in needs_build[name])]
     build_block = None
     if needs_build and conflicts:
         build_block = (
@@ -340,11 +372,7 @@ def evaluate(project: Project, opts: DroppableOptions) -> DroppableResult:
         full: _Run | None = None
         if needs_build and build_block is None:
             assert isinstance(base_wheel, Path)
-            own = [
-                *dict.fromkeys(
-                    c for e in chosen if e.name in needs_build for c in [*e.smoke, *stays[e.name]]
-                )
-            ]
+            own = [*dict.fromkeys(c for e in chosen if e.name in needs_build for c in e.smoke)]
             if own:
                 full = ev.smoke(None, base_wheel, "with every patch", own)
         for entry in chosen:
@@ -364,13 +392,15 @@ def evaluate(project: Project, opts: DroppableOptions) -> DroppableResult:
                 )
                 continue
             assert isinstance(base_wheel, Path)
-            without = ev.smoke(
-                entry.name,
-                base_wheel,
-                f"without {entry.name}",
-                needs_build[entry.name],
-            )
-            verdicts.append(_with_checks(entry, st, target.name, full, without, stays[entry.name]))
+            label = f"without {entry.name}"
+            without = ev.smoke(entry.name, base_wheel, label, needs_build[entry.name])
+            verdict = _with_checks(entry, st, target.name, full, without)
+            others = stays[entry.name]
+            if others and _undecided(verdict):
+                full = ev.smoke(None, base_wheel, "with every patch", list(others), into=full)
+                without = ev.smoke(entry.name, base_wheel, label, list(others), into=without)
+                verdict = _with_checks(entry, st, target.name, full, without, others)
+            verdicts.append(verdict)
         builds = ev.scratch.builds
         smokes = ev.smokes
     return DroppableResult(
@@ -381,6 +411,14 @@ def evaluate(project: Project, opts: DroppableOptions) -> DroppableResult:
         builds=builds,
         smokes=smokes,
         seconds=time.monotonic() - t0,
+    )
+
+
+def _undecided(verdict: Verdict) -> bool:
+    """Whether the checks of the patches that stay may still change ``verdict``: its
+    own checks left it droppable, or said nothing either way."""
+    return verdict.verdict == DROPPABLE or (
+        verdict.verdict == NOT_EVALUATED and verdict.missing == ("condition",)
     )
 
 

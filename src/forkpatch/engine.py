@@ -1,10 +1,10 @@
 """Apply a series in memory: no work tree, no index, one object reader.
 
-The base tree is listed once (``git ls-tree -r``); the files a patch touches
-are read through one ``git cat-file --batch``; hunks are applied in Python
-(:mod:`forkpatch.applier`); the results are written, if wanted, as one
-``git fast-import`` stream that creates one commit per patch. A 3-way merge
-(``git merge-file``) is tried only for a file whose hunks do not apply, with
+The base tree is listed once; the files a patch touches are read in process
+(libgit2, :mod:`forkpatch.gitobj`); hunks are applied in Python
+(:mod:`forkpatch.applier`); the results are written, if wanted, as one commit per
+patch (in process for a few, one ``git fast-import`` stream for many). A 3-way merge
+(git's ``merge-file``, in process) is tried only for a file whose hunks do not apply, with
 the merge base taken from the series' own previous base, which forkpatch can
 always rebuild: this is why patch files need no ``index`` lines.
 """
@@ -13,18 +13,16 @@ from __future__ import annotations
 
 import functools
 import re
-import subprocess
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from forkpatch import applier, binarypatch
 from forkpatch.errors import PathSafetyError
-from forkpatch.git import FastImport, FileChange, Git, ObjectReader, commit_date, git_env
-from forkpatch.kinds import PATCH_STATUSES, PatchStatus
+from forkpatch.git import FastImport, FileChange, Git, ObjectReader, commit_date
+from forkpatch.kinds import PatchStatus
 from forkpatch.patchfile import FilePatch, PatchFile, check_paths
 from forkpatch.patchheader import description_of
+from forkpatch.results import Conflict, PatchResult, worst
 from forkpatch.series import PatchEntry
 from forkpatch.trailer import TRAILER
 
@@ -33,12 +31,6 @@ from forkpatch.trailer import TRAILER
 CONFLICT_MARKER = re.compile(rb"^(<{7} |>{7} |\|{7} )", re.M)
 #: The same markers on an added line of a diff.
 DIFF_CONFLICT_MARKER = re.compile(rb"^\+(<{7} |>{7} |\|{7} )", re.M)
-STATUS_ORDER = PATCH_STATUSES
-
-
-def worst(statuses: Iterable[str]) -> PatchStatus:
-    ranked = [STATUS_ORDER.index(s) for s in statuses if s in STATUS_ORDER]
-    return STATUS_ORDER[max(ranked)] if ranked else "clean"
 
 
 def commit_message(entry: PatchEntry, header: str) -> str:
@@ -50,61 +42,6 @@ def commit_message(entry: PatchEntry, header: str) -> str:
         parts.append(description)
     parts.append(f"{TRAILER}: {entry.name}")
     return "\n\n".join(parts) + "\n"
-
-
-@dataclass
-class Conflict:
-    path: str
-    reason: str
-    hunks: list[int] = field(default_factory=list)  # 1-based hunk numbers
-    line: int | None = None
-    merged: bytes | None = None  # content with conflict markers, when a 3-way ran
-
-
-@dataclass
-class PatchResult:
-    name: str
-    status: PatchStatus
-    files: list[str] = field(default_factory=list)
-    added: int = 0
-    removed: int = 0
-    detail: list[str] = field(default_factory=list)
-    evidence: str | None = None
-    conflicts: list[Conflict] = field(default_factory=list)
-    commit: str | None = None
-    # For each file the patch touched: content before and after (None = absent).
-    # Used as the 3-way merge base when the same series is applied elsewhere.
-    images: dict[str, tuple[bytes | None, bytes | None]] = field(default_factory=dict)
-    # Shown whatever the status (e.g. a mode the patch names but the tree does not have).
-    warnings: list[str] = field(default_factory=list)
-
-    def describe_failure(self, onto: str) -> str:
-        """Why the patch does not apply on ``onto`` (a tag, "the rebuilt stack"...), a
-        line per conflict, for an error message."""
-        lines = [f"patch '{self.name}' does not apply on {onto}:"]
-        lines += [f"  - {c.reason}" for c in self.conflicts]
-        return "\n".join(lines)
-
-    def to_json(self) -> dict[str, object]:
-        out: dict[str, object] = {
-            "name": self.name,
-            "status": self.status,
-            "files": self.files,
-            "added": self.added,
-            "removed": self.removed,
-        }
-        if self.evidence:
-            out["evidence"] = self.evidence
-        if self.detail:
-            out["detail"] = self.detail
-        if self.warnings:
-            out["warnings"] = self.warnings
-        if self.conflicts:
-            out["conflicts"] = [
-                {"path": c.path, "reason": c.reason, "hunks": c.hunks, "line": c.line}
-                for c in self.conflicts
-            ]
-        return out
 
 
 @dataclass
@@ -230,38 +167,17 @@ class _FileOutcome:
 @functools.lru_cache(maxsize=64)
 def _merge_file(
     ours: bytes, base: bytes, theirs: bytes, labels: tuple[str, str, str]
-) -> tuple[bytes, int]:
-    """3-way merge of three contents with ``git merge-file``; returns (result, conflicts).
+) -> tuple[bytes | None, int]:
+    """3-way merge of three contents as ``git merge-file --diff3`` makes it (git's xdiff,
+    in process: :func:`forkpatch.gitobj.merge_file`); returns (result, conflicts), the
+    result None for a binary file (no merge: a conflict without markers).
 
     A pure function of its inputs, so its results are kept: a rebase that stops at
     a conflict merges the same file again to write it with its markers.
     """
-    with tempfile.TemporaryDirectory(prefix="forkpatch-merge-") as tmp:
-        paths = []
-        for name, data in (("ours", ours), ("base", base), ("theirs", theirs)):
-            p = Path(tmp) / name
-            p.write_bytes(data)
-            paths.append(str(p))
-        proc = subprocess.run(
-            [
-                "git",
-                "merge-file",
-                "-p",
-                "--diff3",
-                "-L",
-                labels[0],
-                "-L",
-                labels[1],
-                "-L",
-                labels[2],
-                *paths,
-            ],
-            capture_output=True,
-            env=git_env(),
-        )
-        if proc.returncode < 0 or proc.returncode > 127:
-            raise RuntimeError(proc.stderr.decode())
-        return proc.stdout, proc.returncode
+    from forkpatch.gitobj import merge_file
+
+    return merge_file(ours, base, theirs, labels)
 
 
 class SeriesApplier:
@@ -300,6 +216,10 @@ class SeriesApplier:
         if fp.old_path is not None:
             got = state.get(fp.old_path)
             if got is None:
+                if fp.new_path is None and self.three_way:
+                    # Deleted upstream too: git's 3-way merge (rebase, am -3) takes it.
+                    gone = f"{fp.old_path}: merged with a 3-way merge (deleted in the tree too)"
+                    return _FileOutcome("merged", [], [gone])
                 return _FileOutcome(
                     "conflict",
                     [],
@@ -307,9 +227,10 @@ class SeriesApplier:
                     Conflict(fp.old_path, f"{fp.old_path} does not exist in the tree"),
                 )
             old = got
-        elif fp.new_path is not None and state.get(fp.new_path) is not None:
-            if self.detect_upstream:
-                pass  # may be upstream: handled by the caller's reverse check
+        elif fp.new_path is not None and (there := state.get(fp.new_path)) is not None:
+            same = self._created_as_is(fp, there)
+            if same is not None:
+                return same
             return _FileOutcome(
                 "conflict",
                 [],
@@ -353,6 +274,34 @@ class SeriesApplier:
             images=self._images(fp, old_data, new_data),
             warnings=warnings,
         )
+
+    def _created_as_is(self, fp: FilePatch, there: tuple[str, bytes]) -> _FileOutcome | None:
+        """A file the patch creates that the tree already has, with the same bytes and
+        mode: nothing to do (git's 3-way merge, in ``rebase`` and ``am -3``, takes two
+        identical additions as one; a different mode or content is its add/add
+        conflict). None when it differs, or outside a 3-way apply (``git apply`` refuses
+        it as existing)."""
+        if not self.three_way or fp.new_path is None:
+            return None
+        mode, data = there
+        if mode != fp.mode_after(None):
+            return None
+        try:
+            if fp.is_binary:
+                made = binarypatch.apply_binary(None, fp, self.git)
+            else:
+                made = applier.apply_file_patch(None, fp).content
+        except (binarypatch.BinaryPatchError, applier.HunkFailed):
+            return None
+        if made != data:
+            return None
+        # "merged": what git's merge makes of it, and the patch file is rewritten
+        # without this file (it would not apply as it is next time).
+        why = (
+            f"{fp.new_path}: merged with a 3-way merge (the tree has it already, with the "
+            "content and mode the patch creates)"
+        )
+        return _FileOutcome("merged", [], [why], images={fp.new_path: (None, data)})
 
     @staticmethod
     def _images(
@@ -413,6 +362,9 @@ class SeriesApplier:
         merged, n_conflicts = _merge_file(
             ours, base, theirs, (f"{self.labels[0]}", "old base", f"{self.labels[1]} {name}")
         )
+        if merged is None:
+            conflict.reason += " (a binary file: no 3-way merge)"
+            return _FileOutcome("conflict", [], [], conflict)
         if n_conflicts:
             conflict.merged = merged
             conflict.reason = (
@@ -443,8 +395,8 @@ class SeriesApplier:
                     return False
                 continue
             got = state.get(target)
-            if got is None:
-                return False
+            if got is None or (fp.new_mode and not fp.mode_from_index and got[0] != fp.new_mode):
+                return False  # absent, or without the mode the patch gives it
             try:
                 applier.apply_file_patch(got[1], applier.reverse(fp), max_fuzz=0)
             except applier.HunkFailed:

@@ -266,7 +266,9 @@ def _check_expected(root: Path, ops: list[list[str]], expect: Mapping[Path, byte
         if target not in wanted:
             continue
         try:
-            now: bytes | None = read_regular(target, follow=False)
+            # What the command read: through a link, as it was read (the write itself
+            # replaces the link and never follows it).
+            now: bytes | None = read_regular(target, follow=True)
         except FileNotFoundError:
             now = None
         except (OSError, InputFileError):

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from forkpatch import log
-from forkpatch.engine import Item, PatchResult, SeriesApplier, canonical_diff, diffs_of_commits
+from forkpatch.engine import Item, SeriesApplier, canonical_diff, diffs_of_commits
 from forkpatch.errors import (
     PatchApplyError,
     PatchEncodingError,
@@ -60,6 +60,7 @@ from forkpatch.patchfile import (
 from forkpatch.patchheader import HeaderLayout, header_fields
 from forkpatch.patchtext import PatchTexts
 from forkpatch.project import Project
+from forkpatch.results import PatchResult
 from forkpatch.series import (
     NAME_RE,
     UPSTREAM_CREDENTIAL_TIP,

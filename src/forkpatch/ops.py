@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from forkpatch import log
-from forkpatch.engine import STATUS_ORDER, Conflict, Item, PatchResult, SeriesApplier
 from forkpatch.errors import ForkpatchError, ForkRepoError, SeriesError, UsageError
 from forkpatch.forkrepo import (
     ENV_FORK_REPO,
@@ -23,6 +22,7 @@ from forkpatch.fsutil import atomic_write, dump_state, load_state
 from forkpatch.git import Git
 from forkpatch.project import Project
 from forkpatch.redact import CREDENTIAL_TIP, hide_url_secrets, url_has_credentials
+from forkpatch.results import STATUS_ORDER, Conflict, PatchResult
 from forkpatch.series import SERIES_FILE, load_series, new_series, save_series
 from forkpatch.stackstate import StackState
 
@@ -231,6 +231,8 @@ class StatusReport:
     worktree: str | None = None
     editing: str | None = None
     worktree_problem: str | None = None  # the work tree is on another base than series.yaml
+    # A work tree an interrupted `apply` left half made (`apply` makes it again).
+    interrupted_worktree: str | None = None
     # Patch files and series.yaml entries changed outside forkpatch since the work tree
     # last matched them, and edits in the work tree not written to patches/ yet.
     changes: list[OutsideChange] = field(default_factory=list)
@@ -250,6 +252,7 @@ class StatusReport:
             "worktree": self.worktree,
             "editing": self.editing,
             "worktree_problem": self.worktree_problem,
+            "interrupted_worktree": self.interrupted_worktree,
             "changes": [c.to_json() for c in self.changes],
         }
 
@@ -259,8 +262,6 @@ def series_status(project: Project) -> StatusReport:
     series = project.series
     fork = project.fork()
     base = fork.verify_base(series.base.tag, series.base.commit)
-    # Fuzz is allowed here only to *report* it; nothing is written.
-    applier = SeriesApplier(fork.store, base, max_fuzz=STATUS_FUZZ)
     state = project.read_state() or StackState()
     has_worktree = state.worktree is not None and (state.worktree / ".git").exists()
     # With a work tree, a patch file that is missing was deleted outside forkpatch: that
@@ -272,11 +273,7 @@ def series_status(project: Project) -> StatusReport:
         for e in series.patches
         if has_worktree and e.file is not None and not project.patch_path(e).exists()
     }
-    items = [
-        Item(entry=e, patch=None) if e.name in missing else project.items([e])[0]
-        for e in series.patches
-    ]
-    results = _results_for_status(project, applier, items)
+    results = _results_for_status(project, fork.store, base, missing)
     for i, r in enumerate(results):
         if r.name in missing:
             results[i] = PatchResult(name=r.name, status="conflict", detail=[missing[r.name]])
@@ -286,17 +283,22 @@ def series_status(project: Project) -> StatusReport:
         results=results,
         orphans=project.orphans(),
     )
+    if not has_worktree:
+        left = state.worktree or project.state_dir / "worktree"
+        if left.is_dir() and not left.is_symlink() and any(left.iterdir()):
+            report.interrupted_worktree = str(left)
     if has_worktree:
-        from forkpatch.stack import Stack
+        # The stack's model alone: reading it needs neither the engine nor the patch texts.
+        from forkpatch.stack import StackModel
 
         try:
-            stack = Stack(project)
+            stack = StackModel(project)
             report.worktree_problem = stack.base_mismatch()
             if report.worktree_problem is not None:
                 report.worktree = str(state.worktree)
                 return report
             wt = stack.wt()
-            applied = stack.applied(wt)
+            applied = stack.applied(wt, one_query=True)
             report.applied = [a.name for a in applied]
             report.changes = stack.outside_changes(wt, applied, edits=True)
             report.worktree = str(state.worktree)
@@ -317,17 +319,33 @@ _CACHE_VERSION = 1
 
 
 def _results_for_status(
-    project: Project, applier: SeriesApplier, items: list[Item]
+    project: Project, store: Git, base: str, missing: dict[str, str]
 ) -> list[PatchResult]:
-    """How each item applies to the base, in memory; kept in ``.forkpatch`` keyed by
-    everything the answer depends on (the base, each patch file's bytes, the options,
-    the code that computes it), so that a status with nothing changed reads it back
-    instead of listing the fork's tree and reading its files again."""
-    key = _status_key(project, applier, items)
+    """How each patch applies to ``base``, in memory (``missing``: the patches whose file
+    is gone, tried as absent); kept in ``.forkpatch`` keyed by everything the answer
+    depends on (the base, each patch file's bytes, the options, the code that computes
+    it), so that a status with nothing changed reads it back without listing the
+    fork's tree, reading its files, or even parsing the patch files."""
+    entries = project.series.patches
+    blobs = [None if e.name in missing else project.file_blob(e) for e in entries]
     path = project.state_dir / STATUS_CACHE
-    cached = _read_status_cache(path, key, [i.entry.name for i in items])
+    names = [e.name for e in entries]
+    # A listed file that is not there is load_patch's error to report: never cached.
+    readable = all(
+        b is not None or e.file is None or e.name in missing
+        for e, b in zip(entries, blobs, strict=True)
+    )
+    key = _status_key(project, base, STATUS_FUZZ, blobs)
+    cached = _read_status_cache(path, key, names) if readable else None
     if cached is not None:
         return cached
+    from forkpatch.engine import Item, SeriesApplier
+
+    items = [
+        Item(entry=e, patch=None) if e.name in missing else project.items([e])[0] for e in entries
+    ]
+    # Fuzz is allowed here only to *report* it; nothing is written.
+    applier = SeriesApplier(store, base, max_fuzz=STATUS_FUZZ)
     results = applier.run(items, write=False, stop_at_conflict=False).results
     with contextlib.suppress(OSError):  # a read-only project still gets its status
         data = {"key": key, "results": [r.to_json() for r in results]}
@@ -335,7 +353,7 @@ def _results_for_status(
     return results
 
 
-def _status_key(project: Project, applier: SeriesApplier, items: list[Item]) -> str:
+def _status_key(project: Project, base: str, fuzz: int, blobs: list[str | None]) -> str:
     import hashlib
     import json
 
@@ -349,16 +367,11 @@ def _status_key(project: Project, applier: SeriesApplier, items: list[Item]) -> 
     material = {
         "version": forkpatch.__version__,
         "code": stamp,
-        "base": applier.base_commit,
-        "fuzz": applier.max_fuzz,
+        "base": base,
+        "fuzz": fuzz,
         "items": [
-            [
-                i.entry.name,
-                i.entry.file,
-                i.entry.build_step,
-                None if i.patch is None else project.file_blob(i.entry),
-            ]
-            for i in items
+            [e.name, e.file, e.build_step, blob]
+            for e, blob in zip(project.series.patches, blobs, strict=True)
         ],
     }
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()

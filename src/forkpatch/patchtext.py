@@ -510,6 +510,8 @@ class PatchTexts:
         try:
             for fp in files:
                 before = current(fp.old_path) if fp.old_path is not None else None
+                if fp.old_path is None and fp.new_path and current(fp.new_path) is not None:
+                    return False  # it creates a file that is there: it does not apply
                 if fp.is_binary:
                     if fp.new_path is None or fp.new_oid is None:
                         return False

@@ -206,6 +206,7 @@ class Cache:
         self.data = {k: v for k, v in data.items() if _cache_entry(k, v, now)}
         if len(self.data) != len(data):
             log.warn(f"{self.path}: {len(data) - len(self.data)} damaged entries ignored")
+            self.changed = True  # written back without them
 
     def put(self, key: str, state: str, merge_commit: str | None, *, authenticated: bool) -> None:
         self.data[key] = {
@@ -302,7 +303,7 @@ def upstream_states(project: Project, entries: Sequence[PatchEntry]) -> dict[str
                 except ForgeHTTPError as exc:
                     why = exc.reason
                     if exc.status == 429 or (exc.status == 403 and "rate limited" in why):
-                        limited[origin(ref.api)] = why
+                        limited[origin(ref.api)] = f"{why}; not asked again in this run"
             if state is None:
                 known = cache.data.get(ref.key)
                 if known is not None:

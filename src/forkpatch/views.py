@@ -9,7 +9,7 @@ from forkpatch import log
 from forkpatch.escape import terminal
 
 if TYPE_CHECKING:
-    from forkpatch.engine import PatchResult
+    from forkpatch.results import PatchResult
 
 
 def table(rows: list[list[str]], headers: list[str]) -> str:

@@ -20,9 +20,8 @@ ALLOWED = {
     "smoke/incheck/registry.py": "runs in the smoke venv, stdlib only",
     "smoke/incheck/static.py": "runs in the smoke venv, stdlib only",
     "smoke/incheck/gpujit.py": "runs in the smoke venv, stdlib only",
-    # git calls outside git.py (git merge-file, rev-parse, the example fork's commits);
+    # git calls outside git.py (rev-parse, the example fork's commits);
     # they belong to git.py, whose owner moves them there.
-    "engine.py": "git merge-file",
     "track/bot.py": "git rev-parse of the user's clone",
     "example.py": "git, building the example fork",
     "forkrepo.py": "a type annotation of git's result",

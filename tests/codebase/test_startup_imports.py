@@ -89,7 +89,21 @@ def test_read_only_commands_leave_the_other_groups_out(tmp_path, capsys, command
     )
     assert out.returncode == 0, out.stderr
     loaded = set(json.loads(out.stderr.splitlines()[-1]))
+    if "pygit2" in loaded:  # a status computed (no kept answer): what pygit2 brings is its
+        loaded -= _modules_of("import pygit2")
     assert sorted(loaded.intersection(READ_ONLY_LAZY)) == [], "import it where it is used"
+
+
+def _modules_of(code: str) -> set[str]:
+    """The modules a bare interpreter holds after ``code``."""
+    got = subprocess.run(
+        [sys.executable, "-c", f"import json, sys; {code}; print(json.dumps(sorted(sys.modules)))"],
+        env=env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return set(json.loads(got.stdout))
 
 
 # What `forkpatch top` reads (series.yaml, state.json, one `git log`) needs neither
@@ -102,6 +116,9 @@ TOP_LAZY = [
     "forkpatch.stack.commands",
     "forkpatch.stack.editing",
     "unidiff",
+    # libgit2 costs more to load than the one `git log` top needs.
+    "pygit2",
+    "forkpatch.gitobj",
 ]
 
 
@@ -181,3 +198,27 @@ def test_subjects_without_encoded_words_skip_email_header():
     assert plain == ["[PATCH 2/5] fix the thing", "plain", "a = b ? c"]
     assert loaded is False, "a plain subject imported email.header"
     assert encoded == "café x"
+
+
+# A status with nothing changed reads its kept answer back: it parses no patch file and
+# loads neither the engine nor the commands that change the stack. (The import budget
+# itself, 50 ms for status, top and rebase --continue, is measured by
+# bench/bench_startup.py: a figure of the machine, not a test's.)
+STATUS_CACHED_LAZY = [*TOP_LAZY, "forkpatch.binarypatch", "forkpatch.patchheader"]
+
+
+def test_a_status_read_back_loads_neither_the_engine_nor_the_parser(tmp_path, capsys):
+    ex = copy_example(tmp_path, capsys)
+    ex.run("apply")
+    ex.run("status")  # computes and keeps the answer
+    out = subprocess.run(
+        [sys.executable, "-c", _RUN_AND_LIST, "status"],
+        cwd=ex.project,
+        env=env(),
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "cli-version" in out.stdout
+    loaded = set(json.loads(out.stderr.splitlines()[-1]))
+    assert sorted(loaded.intersection(STATUS_CACHED_LAZY)) == [], "import it where it is used"

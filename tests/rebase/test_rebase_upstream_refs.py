@@ -103,17 +103,17 @@ def test_without_the_reference_git_and_forkpatch_both_conflict(scenario):
     assert st["p1"]["replaced_by"].startswith(f"{up.fix[:12]} 'Fix line 20' (exactly")
 
 
-def test_a_named_commit_with_another_change_is_named_in_the_conflict(scenario):
-    """Upstream fixed it differently: not upstreamed, but the conflict names the commit."""
+def test_a_named_commit_with_another_change_to_the_same_files_is_a_declared_backport(scenario):
+    """Upstream's commit changed the line otherwise, and the patch no longer applies:
+    the patch says it is that commit's backport, and the target has the commit, so it
+    is upstreamed on that declaration (a commit with other files is only named in the
+    stop: tests/rebase/test_rebase_declared_backports.py)."""
     up = Upstream(fix_line="line 20 fixed differently\n")
     s = _series(scenario, up, REFERENCES["Origin"])
-    st = {p["name"]: p for p in s.check("v2", expect=3)["patches"]}
-    assert st["p1"]["status"] == "conflict"
-    assert st["p1"]["replaced_by"].startswith(up.fix[:12])
-    _code, _out, err = s.run("rebase", "--onto", "v2", expect=3)
-    assert f"upstream commit {up.fix[:12]} 'Fix line 20'" in err
-    assert "probably replaces this patch" in err
-    s.run("rebase", "--abort")
+    st = {p["name"]: p for p in s.check("v2")["patches"]}
+    assert st["p1"]["status"] == "upstreamed"
+    assert st["p1"]["evidence"].startswith(f"declared backport: upstream commit {up.fix[:12]}")
+    assert "touches exactly the patch's files" in st["p1"]["evidence"]
 
 
 class SideBranch(Upstream):

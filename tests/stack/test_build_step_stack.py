@@ -107,8 +107,6 @@ def test_delete_edit_refresh_new_on_a_build_step(tmp_path, capsys):
     before = snapshot(ex.project)
     _, _, err = ex.run("edit", "vllm-dist-info", expect=2)
     assert "build step" in err and "push vllm-dist-info" in err
-    _, _, err = ex.run("delete", "vllm-dist-info", expect=1)
-    assert "pop vllm-dist-info" in err
     assert snapshot(ex.project) == before
     ex.run("pop", "vllm-dist-info")
     _, _, err = ex.run("refresh", expect=2)
@@ -207,3 +205,14 @@ def test_refresh_of_a_middle_patch_leaves_no_build_step_unsaved(tmp_path, capsys
     ex.run("export")
     assert snapshot(ex.project) == before
     ex.run("pop", "--all")
+
+
+def test_delete_a_build_step_in_the_middle_re_applies_the_patches_above(tmp_path, capsys):
+    ex = _with_build_step(tmp_path, capsys)
+    ex.run("apply")
+    ex.run("delete", "vllm-dist-info")
+    without = [n for n in ORDER if n != "vllm-dist-info"]
+    assert _stack(ex) == without
+    assert [p.name for p in load_series(ex.project / "series.yaml").patches] == without
+    _, out, _ = ex.run("status", "--json")
+    assert json.loads(out)["changes"] == []

@@ -192,22 +192,40 @@ def test_a_status_with_nothing_changed_is_read_back_and_any_change_recomputes_it
 ) -> None:
     """status applies the series in memory; asked again about the same base and the same
     patch files it reads its answer back (no listing of the fork's tree, no reading of
-    its files). A patch file changed, the base changed, or the kept answer damaged: the
-    answer is computed again, and is right."""
+    its files: with a file of the fork gone from its objects, the answer is still the
+    kept one). A patch file changed, the base changed, or the kept answer damaged: the
+    answer is computed again (and kept anew), and is right."""
     project = _series(tmp_path, 6)
     shim = GitCalls(tmp_path)
-    first, calls = _status(shim, project)
-    assert set(first.values()) == {"clean"} and "ls-tree" in calls
-    again, calls = _status(shim, project)
-    assert again == first and "ls-tree" not in calls and "cat-file" not in calls
+    cache = project / ".forkpatch" / "status-cache.json"
+    first, _calls = _status(shim, project)
+    assert set(first.values()) == {"clean"} and cache.is_file()
+    # One blob of the fork's base tree hidden: a status that read the fork would fail.
+    fork = tmp_path / "fork"
+    oid = subprocess.run(
+        ["git", "-C", str(fork), "rev-parse", "v1:pkg/f000.py"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, **GIT_ENV},
+    ).stdout.strip()
+    loose = fork / ".git" / "objects" / oid[:2] / oid[2:]
+    hidden = loose.with_name(loose.name + ".hidden")
+    loose.rename(hidden)
+    try:
+        again, _calls = _status(shim, project)
+    finally:
+        hidden.rename(loose)
+    assert again == first
     # A patch file changed outside forkpatch (now it conflicts): computed again.
+    kept = cache.read_bytes()
     p2 = project / "patches" / "p002.patch"
     p2.write_text(p2.read_text().replace("-v3 = 3\n", "-v3 = 333\n"))
-    changed, calls = _status(shim, project)
-    assert changed["p002"] == "conflict" and "ls-tree" in calls
-    # Damaged, or sealed but for another answer: never trusted.
-    cache = project / ".forkpatch" / "status-cache.json"
-    for damage in (b"{not json", cache.read_bytes().replace(b'"conflict"', b'"clean"')):
+    changed, _calls = _status(shim, project)
+    assert changed["p002"] == "conflict" and cache.read_bytes() != kept
+    # Damaged, or sealed but for another answer: never trusted, computed and kept again.
+    kept = cache.read_bytes()
+    for damage in (b"{not json", kept.replace(b'"conflict"', b'"clean"')):
         cache.write_bytes(damage)
-        got, calls = _status(shim, project)
-        assert got == changed and "ls-tree" in calls
+        got, _calls = _status(shim, project)
+        assert got == changed and cache.read_bytes() == kept

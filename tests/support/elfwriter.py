@@ -53,12 +53,15 @@ def write_elf(
     load: bool = True,
     names_size: int | None = None,
     extra_sections: int = 0,
+    extended: bool = True,
 ) -> Path:
     """An ELF64 shared object at ``path`` holding ``sections`` (each 8-aligned) in one
     PT_LOAD segment. ``strip_sections``: no section header table (e_shoff 0), as
     ``strip --strip-section-headers`` leaves it; ``names_size`` pads the section name
     table to that many bytes of non-NUL filler; ``extra_sections`` adds that many empty
-    sections, each with its own name, before the real ones."""
+    sections, each with its own name, before the real ones. ``extended=False`` writes a
+    count of 0xff00 or more straight into e_shnum (as some writers do) instead of ELF's
+    extended numbering (the count in section 0)."""
     names = bytearray(b"\0")
     name_at: list[int] = []
     for i in range(extra_sections):
@@ -70,7 +73,11 @@ def write_elf(
     shstrtab_name = len(names)
     names += b".shstrtab\0"
     if names_size is not None and names_size > len(names):
+        filler_at = len(names)
         names += b"a" * (names_size - len(names))
+        # the extra sections' names point into the filler: strings with no end in sight
+        for i in range(extra_sections):
+            name_at[i] = filler_at + (i * 997) % (len(names) - filler_at)
     with open(path, "wb") as fh:
         offset = 64 + 56  # the ELF header, one program header
         placed = []
@@ -123,7 +130,7 @@ def write_elf(
         struct.pack_into("<QQQ", ident, 24, 0, 64, 0 if strip_sections else shoff)
         struct.pack_into("<IHHHHHH", ident, 48, 0, 64, 56, 1, 64, 0, 0)
         if not strip_sections:
-            big = shnum >= 0xFF00  # extended numbering: count and index in section 0
+            big = extended and shnum >= 0xFF00  # extended numbering: count, index in section 0
             struct.pack_into("<HH", ident, 60, 0 if big else shnum, 0xFFFF if big else shnum - 1)
             if big:
                 _write_at(fh, shoff + 32, struct.pack("<QI", shnum, shnum - 1))

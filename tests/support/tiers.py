@@ -12,6 +12,9 @@ from __future__ import annotations
 QUICK = ("patches/", "codebase/", "project/test_series.py", "patchset/test_repo_series.py")
 QUICK_LEFT_OUT = ("patches/test_import_series_styles.py",)
 NOT_QUICK = frozenset({"docker", "real_fork", "slow", "cuda"})
+# Left out of a plain `python3 -m pytest -q` (a developer's loop): `--all-tiers` or an
+# explicit -m runs them; .ci/run does.
+OPT_IN = ("slow", "real_fork")
 
 
 def quick_path(rel: str) -> bool:

@@ -97,8 +97,14 @@ def test_custom_pattern_and_a_base_it_does_not_match(tmp_path, fork):
     )
     report = list_releases(project)
     assert [t.tag for t in report.newer] == ["release-1.3.0"]
+    # A base whose own tag does not match counts from a matching tag at or below its
+    # commit (release-1.2.1 names v1.2.1's commit) ...
+    other = _project(tmp_path / "b", fork.path, pattern=r"^release-(?P<version>.+)$")
+    assert [t.tag for t in list_releases(other).newer] == ["release-1.3.0"]
+    # ... and with none there, the pattern is what is wrong: said so.
+    fork.git("tag", "-d", "release-1.2.1")
     with pytest.raises(SeriesError, match=r"does not match track\.pattern"):
-        list_releases(_project(tmp_path / "b", fork.path, pattern=r"^release-(?P<version>.+)$"))
+        list_releases(_project(tmp_path / "c", fork.path, pattern=r"^release-(?P<version>.+)$"))
 
 
 def test_bad_pattern_is_a_series_error(tmp_path, fork):

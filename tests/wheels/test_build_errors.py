@@ -71,7 +71,8 @@ def test_bad_crc_metadata(base_wheel: Path, out_dir: Path, provenance: Provenanc
 
 def test_version_mismatch(base_wheel: Path, out_dir: Path, provenance: Provenance) -> None:
     with pytest.raises(
-        BuildError, match=re.escape("is version 1.2.1, but the series is based on 1.3.0")
+        BuildError,
+        match=re.escape("is the fork's 1.2.1, but the series being built is on the fork's 1.3.0"),
     ) as ei:
         run(base_wheel, out_dir, provenance, expected_fork_version="1.3.0")
     assert "1.3.0 wheel" in str(ei.value.tip)

@@ -117,6 +117,11 @@ def status(c: Ctx, as_json: bool, upstream: bool) -> None:
             log.result(
                 f"editing '{report.editing}': `forkpatch refresh` re-applies the patches above it"
             )
+        if report.interrupted_worktree:
+            log.warn(
+                f"{report.interrupted_worktree} is a work tree an interrupted `forkpatch "
+                "apply` left half made; `forkpatch apply` makes it again"
+            )
         if report.worktree_problem:
             log.warn(f"{report.worktree_problem}; `forkpatch apply --force` rebuilds it")
         for change in report.changes:

@@ -46,9 +46,9 @@ def _summary(plan: Plan, emit: Callable[[str], None]) -> None:
     for o in plan.outcomes:
         lines = [c.reason for c in o.conflicts]
         if o.replaced_by:
-            lines.append(
-                f"upstream commit {o.replaced_by} is in {plan.onto}: it probably replaces it"
-            )
+            from forkpatch.rebase import replacement
+
+            lines.append(replacement(o.replaced_by, plan.onto))
         if o.status != "clean":
             lines += o.detail
         if o.evidence:

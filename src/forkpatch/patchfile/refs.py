@@ -19,7 +19,9 @@ _REF_LINE = re.compile(
 )
 _REF_FIELD = re.compile(
     r"^[ \t]*(?:Upstream-Status[ \t]*:[ \t]*(?:Backport|Accepted)\b"
-    r"|Origin[ \t]*:[ \t]*(?:upstream|backport)\b|Applied-Upstream[ \t]*:)(.*)$",
+    r"|Origin[ \t]*:[ \t]*(?:upstream|backport)\b|Applied-Upstream[ \t]*:"
+    # DEP-3's category is optional: a bare Origin URL into upstream's VCS is one too.
+    r"|Origin[ \t]*:(?=[ \t]*[a-z][a-z0-9+.-]*://\S*(?:/commit/|[?;&](?:id|h)=)))(.*)$",
     re.MULTILINE | re.IGNORECASE,
 )
 

@@ -40,6 +40,7 @@ from forkpatch.rebase.run import (
     skip,
     stopped_json,
 )
+from forkpatch.rebase.upstream import replacement
 
 __all__ = [
     "Forecast",
@@ -56,6 +57,7 @@ __all__ = [
     "continue_",
     "pending_hint",
     "rebase",
+    "replacement",
     "skip",
     "stopped_json",
 ]

@@ -144,9 +144,8 @@ class ConflictTree:
         """Stage everything the human did: (work tree, its tree id, changed paths vs HEAD)."""
         wt = self.git()
         wt.run("add", "-A")
-        raw = wt.run("diff", "--cached", "--no-renames", "--name-only", "-z", "HEAD").stdout
-        changed = [p.decode("utf-8", "surrogateescape") for p in raw.split(b"\0") if p]
-        return wt, wt.out("write-tree"), changed
+        tree = wt.write_tree()  # the index, in process; then what it changed against HEAD
+        return wt, tree, wt.objects.changed_paths("HEAD^{tree}", tree)
 
     def markers(self, paths: list[str]) -> list[str]:
         """The paths among ``paths`` that still hold conflict markers (regular files only)."""

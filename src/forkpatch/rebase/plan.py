@@ -27,11 +27,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, overload
 
 from forkpatch import log
-from forkpatch.engine import Item, PatchResult, SeriesApplier, TreeState, commit_message
+from forkpatch.engine import Item, SeriesApplier, TreeState, commit_message
 from forkpatch.git import FileChange, Git, ObjectReader, commit_date
 from forkpatch.kinds import APPLIED_STATUSES, DROPPED_STATUSES, OUTCOME_STATUSES
 from forkpatch.patchfile import PatchFile
 from forkpatch.rebase.upstream import ReferenceChecker, UpstreamIndex
+from forkpatch.results import PatchResult
 from forkpatch.series import BaseRef, PatchEntry
 
 if TYPE_CHECKING:
@@ -45,6 +46,8 @@ DROPPED = DROPPED_STATUSES
 # Every status an outcome can have.
 STATUSES = OUTCOME_STATUSES
 RELATIONS = ("same", "forward", "backwards", "diverged")
+#: How many added files git's merges compare a moved file with (merge.renameLimit).
+_MERGE_RENAME_LIMIT = 7000
 
 
 # --------------------------------------------------------------------------- data
@@ -504,6 +507,8 @@ class Classifier:
         self.upstream = UpstreamIndex(git, base_commit, target.commit, items)
         self.references = ReferenceChecker(git, target.name, target.commit)
         self._renames: dict[str, str] | None = None
+        self._added: dict[str, bool] | None = None  # path -> added (True) or deleted
+        self._searched: set[str] = set()
         self._applier: SeriesApplier | None = None
         self._reader: ObjectReader | None = None
         self._date: str | None = None
@@ -598,6 +603,61 @@ class Classifier:
                         i += 2
         return self._renames
 
+    def _search_rename(self, src: str) -> None:
+        """Where upstream moved ``src``, when the whole-tree rename detection gave up.
+
+        ``git diff -M`` skips inexact renames past ``diff.renameLimit`` (1,000 files):
+        between distant releases (or two lines of history) a moved file is then a
+        deletion and an addition. git's merges look further (merge-ort: the files
+        with the same name first, then up to ``merge.renameLimit``, 7,000), so
+        ``rebase`` and ``am -3`` follow the file. So does this: the files added
+        between the base and the target with ``src``'s name, else all of them (up to
+        that limit), are compared with ``src`` alone. Found or not, the answer is
+        kept (a resumed rebase reads it from its journal)."""
+        renames = self.renames()
+        if self._added is None:
+            raw = self.git.run(
+                "diff-tree",
+                "-r",
+                "--no-renames",
+                "--diff-filter=AD",
+                "--name-status",
+                "-z",
+                self.base_commit,
+                self.target.commit,
+            ).stdout.split(b"\0")
+            pairs = zip(raw[0::2], raw[1::2], strict=False)
+            self._added = {}
+            for status, path in pairs:
+                name = path.decode("utf-8", "surrogateescape")
+                self._added[name] = status == b"A"
+        if self._added.get(src) is not False or src in self._searched:
+            return  # not deleted between the two (or already asked)
+        self._searched.add(src)
+        added = [p for p, is_new in self._added.items() if is_new and p not in renames.values()]
+        base = src.rsplit("/", 1)[-1]
+        same_name = [p for p in added if p.rsplit("/", 1)[-1] == base]
+        for candidates in (same_name, added if len(added) <= _MERGE_RENAME_LIMIT else []):
+            if not candidates:
+                continue
+            raw = self.git.run(
+                "diff-tree",
+                "-r",
+                "-M",
+                "-l0",
+                "--diff-filter=R",
+                "--name-status",
+                "-z",
+                self.base_commit,
+                self.target.commit,
+                "--",
+                src,
+                *candidates,
+            ).stdout.split(b"\0")
+            if len(raw) >= 3 and raw[0].startswith(b"R"):
+                renames[src] = raw[2].decode("utf-8", "surrogateescape")
+                return
+
     def follow_renames(self, state: TreeState, item: Item) -> tuple[Item, dict[str, str]]:
         """Point a patch's file sections at the names upstream moved their files to."""
         patch = item.patch
@@ -610,6 +670,9 @@ class Classifier:
         if not missing:
             return item, {}
         renames = self.renames()
+        for fp in missing:
+            if fp.old_path not in renames:
+                self._search_rename(fp.old_path or "")
         moved: dict[str, str] = {}
         files = []
         for fp in patch.files:
@@ -658,6 +721,18 @@ class Classifier:
                 return result, [], {}
         item, moved = self.follow_renames(state, item)
         result, changes = self.applier.apply_patch(state, item)
+        if result.status == "conflict" and patch is not None and patch.files:
+            declared = self.references.declared(Item(item.entry, patch))
+            if declared is not None:
+                upstreamed = PatchResult(
+                    name=item.entry.name,
+                    status="upstreamed",
+                    files=list(patch.paths),
+                    added=patch.added,
+                    removed=patch.removed,
+                    evidence=declared,
+                )
+                return upstreamed, [], {}
         if moved:
             result.detail.extend(
                 f"{src}: upstream moved it to {dst}; the patch follows it"

@@ -50,6 +50,7 @@ from forkpatch.rebase.plan import (
 )
 from forkpatch.rebase.report import RebaseReport
 from forkpatch.rebase.state import Journal, RebaseState
+from forkpatch.rebase.upstream import replacement
 from forkpatch.series import PATCHES_DIR, SERIES_FILE, Series, dump_series, parse_series
 from forkpatch.stackstate import StackPosition
 
@@ -195,10 +196,7 @@ def _stop(project: Project, journal: Journal, stop: _Stop) -> None:
     lines = [f"patch '{item.entry.name}' does not apply to {state.onto}:"]
     lines += [f"  - {c.reason}" for c in outcome.conflicts]
     if outcome.replaced_by:
-        lines.append(
-            f"  upstream commit {outcome.replaced_by} is in {state.onto}: it probably "
-            "replaces this patch"
-        )
+        lines.append(f"  {replacement(outcome.replaced_by, state.onto)}")
     lines.append(
         f"the work tree {tree.path} holds the patches below it and this patch with "
         "conflict markers"

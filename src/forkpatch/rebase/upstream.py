@@ -38,6 +38,7 @@ from forkpatch.engine import Item
 from forkpatch.errors import PatchParseError
 from forkpatch.git import DIFF_OPTIONS, Git
 from forkpatch.patchfile import PatchFile, parse_patch, upstream_refs
+from forkpatch.patchheader import HeaderLayout
 from forkpatch.series import PatchEntry
 
 if TYPE_CHECKING:
@@ -240,6 +241,7 @@ class UpstreamIndex:
             name = item.entry.name
             subject = _subject_key(item.entry.summary)
             author = _mail_author(item.patch.header)
+            anonymous = _anonymous(item.patch.header)
             subsets = []
             for commit in by_age:
                 theirs = lines[commit]
@@ -248,11 +250,15 @@ class UpstreamIndex:
                     author is None or authors.get(commit) == author
                 )
                 who = " and author" if author is not None else ""
-                if theirs == mine and same_subject:
+                if theirs == mine and (same_subject or anonymous):
                     sure = (
                         f"upstream commit {commit[:12]} '{said}' has the patch's subject{who} "
                         "and exactly its added and removed lines (the same change under "
                         "another id)"
+                        if same_subject
+                        else f"upstream commit {commit[:12]} '{said}' makes exactly the "
+                        "patch's added and removed lines, and the patch has no subject, "
+                        "author or commit of its own to tell them apart (the same change)"
                     )
                     self._alike[name] = (commit, sure)
                     break
@@ -287,6 +293,17 @@ class UpstreamIndex:
                     "lines (the change merged as several commits)"
                 )
                 self._alike[name] = (subsets[-1], sure)
+
+
+#: How a conflict names the commit a patch says it is the backport of.
+DECLARED = "declared backport of"
+
+
+def replacement(replaced_by: str, onto: str) -> str:
+    """The line a conflict shows for the upstream commit that probably replaces it."""
+    if replaced_by.startswith(DECLARED):
+        return replaced_by
+    return f"upstream commit {replaced_by} is in {onto}: it probably replaces this patch"
 
 
 def _by_patch_id(commit: str, subject: str) -> str:
@@ -329,6 +346,14 @@ def _mail_author(header: str) -> str | None:
     return m.group(1).strip().lower() if m else None
 
 
+def _anonymous(header: str) -> bool:
+    """A patch that is only a diff (``diff -u``, a quilt patch without a description):
+    no subject, author or commit id of its own, so nothing its lines could be told
+    apart from an upstream commit's by."""
+    layout = HeaderLayout.parse(header)
+    return not layout.mail and not layout.description.strip() and not upstream_refs(header)
+
+
 def _reverse_diff(patch: PatchFile) -> bytes | None:
     """The text of the patch that undoes ``patch`` (for a revert's patch-id)."""
     try:
@@ -348,13 +373,15 @@ _NAMED_BY = re.compile(
 
 
 def _named_by(text: str, oid: str) -> str:
-    """Which line names ``oid`` (``Origin``, ``cherry picked from``, ...)."""
+    """Which line names ``oid`` (``Origin``, ``cherry picked from``, ...); a mail's
+    ``From`` line only when nothing else does (OE's mails carry both)."""
+    found = []
     for line in text.splitlines():
         if oid[:7] in line.lower():
             m = _NAMED_BY.match(line)
             if m:
-                return next(g for g in m.groups() if g)
-    return "upstream-commits"
+                found.append(next(g for g in m.groups() if g))
+    return next((f for f in found if f != "From"), found[0] if found else "upstream-commits")
 
 
 def entry_references(entry: PatchEntry) -> list[str]:
@@ -496,10 +523,47 @@ class ReferenceChecker:
         return None
 
     def probable(self, item: Item) -> str | None:
-        """The first commit the patch names that is in the target: its probable replacement."""
+        """The first commit the patch names that is in the target: its probable replacement
+        (for a patch that conflicts; :meth:`declared` says whether it is more)."""
         for commit, subject, how in self._referenced(item):
-            return f"{commit[:12]} '{subject}' (named by the patch's {how} line)"
+            return (
+                f"{DECLARED} {commit[:12]} '{subject}' (named by the patch's {how} line), "
+                f"which {self.target_name} contains: most likely `forkpatch rebase --skip`"
+            )
         return None
+
+    def declared(self, item: Item) -> str | None:
+        """The evidence for a patch that no longer applies and says it is the backport
+        of a commit the target contains (:func:`references`), when that commit touches
+        exactly the patch's files: the target has the change the patch was taken from,
+        adapted or not. None otherwise (a commit that touches other files than the
+        patch, or not all of them, is only named in the conflict: :meth:`probable`)."""
+        assert item.patch is not None
+        mine = set(item.patch.paths)
+        for commit, subject, how in self._referenced(item):
+            if self._files_of(commit) == mine:
+                return (
+                    f"declared backport: upstream commit {commit[:12]} '{subject}' (named by "
+                    f"the patch's {how} line) is in {self.target_name} and touches exactly "
+                    "the patch's files; the patch no longer applies there"
+                )
+        return None
+
+    def _files_of(self, commit: str) -> set[str]:
+        if self.fork is not None:
+            self.fork.require_history(commit, f"{commit}^", why="checking an upstream reference")
+        raw = self.git.run(
+            "diff-tree",
+            "-r",
+            "--no-renames",
+            "--root",
+            "--no-commit-id",
+            "--name-only",
+            "-z",
+            commit,
+            check=False,
+        ).stdout
+        return {p.decode("utf-8", "surrogateescape") for p in raw.split(b"\0") if p}
 
     def _same_change(self, patch: PatchFile, commit: str) -> str | None:
         if self.fork is not None:

@@ -5,6 +5,7 @@ the stack to match.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
@@ -63,12 +64,24 @@ class Stack(EditLoop):
         layout = Layout(dirs=dirs, excluded=old.excluded)
         if (path / ".git").exists():
             wt = self.project.linked_worktree(path)  # never another project's work tree
+            if self.state.worktree != path:
+                # Not recorded (an interrupted apply, a state.json removed): checked to
+                # hold nothing of anyone's before it is checked out again.
+                self.interrupted_worktree(path)
             self._forget_status()
             if layout != old:
                 worktree.apply_layout(wt, layout)
             self._write(wt, "checkout", "-q", "-f", "-B", BRANCH, head)
             self._write(wt, "clean", "-q", "-fdx")
         else:
+            if path.exists() and any(path.iterdir()) and self.interrupted_worktree(path):
+                log.warn(
+                    f"{path} was left half made by an interrupted `forkpatch apply`: "
+                    "removed and made again"
+                )
+                self.store.run("worktree", "remove", "--force", str(path), check=False)
+                shutil.rmtree(path, ignore_errors=True)
+                self.store.run("worktree", "prune")
             if path.exists() and any(path.iterdir()):
                 raise UsageError(
                     f"{path} exists and is not empty",
@@ -98,6 +111,42 @@ class Stack(EditLoop):
             )
         )
         return path
+
+    def interrupted_worktree(self, path: Path) -> bool:
+        """Whether ``path`` is a work tree of this project that an interrupted `apply`
+        left before it was recorded: forkpatch's own directory with no work tree in it
+        yet, or one linked to this store that was still being made (git's
+        ``initializing`` mark, an index git cannot read) or holds nothing of anyone's.
+        A linked work tree with uncommitted changes is refused, naming them."""
+        if self.state.worktree == path:
+            return False
+        dotgit = path / ".git"
+        if not dotgit.exists() and not dotgit.is_symlink():
+            # Killed before git wrote .git: only forkpatch's own directory is taken.
+            return path == (self.project.state_dir / DEFAULT_WORKTREE).resolve()
+        try:
+            wt = self.project.linked_worktree(path)
+        except StateError:
+            return False  # another project's: never touched
+        locked = wt.git_dir / "locked"
+        if locked.is_file() and "initializing" in locked.read_text(
+            encoding="utf-8", errors="replace"
+        ):
+            return True
+        probe = wt.run("status", "--porcelain", "-z", check=False)
+        if probe.returncode != 0:
+            return True  # the checkout never finished
+        # Only files missing (a checkout cut short): nothing of anyone's to lose.
+        changes = [c for c in worktree.status(wt) if "D" not in c.xy] if probe.stdout else []
+        if changes:
+            raise StateError(
+                f"{path} is a work tree of this project that state.json does not record, "
+                f"and it has uncommitted changes: {worktree.describe_changes(changes)}; "
+                "nothing was changed",
+                tip=f"save them (`git -C {path} stash push -u`, or copy the files), then "
+                f"remove {path} and run `forkpatch apply` again",
+            )
+        return True
 
     def _stack_worktree(self) -> Path | None:
         """The work tree that has the stack branch checked out, if one exists."""
@@ -192,7 +241,8 @@ class Stack(EditLoop):
         patches.insert(position, entry)
         changes = self.changes(wt)
         self.project.commit({entry: ("", b"")}, series.with_patches(patches))
-        self._write(wt, "update-ref", "HEAD", commit)
+        wt.update_ref("HEAD", commit)
+        self._forget_status()  # status is against HEAD, which moved
         self.remember(wt, [entry.name])
         self._settle_editing(wt)
         if changes:

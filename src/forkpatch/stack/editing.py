@@ -19,7 +19,6 @@ from forkpatch.engine import (
     CONFLICT_MARKER,
     DIFF_CONFLICT_MARKER,
     Item,
-    PatchResult,
     SeriesApplier,
     TreeState,
     canonical_diff,
@@ -35,6 +34,7 @@ from forkpatch.errors import (
 from forkpatch.fsutil import remove_in_tree, write_in_tree
 from forkpatch.git import Git, commit_date
 from forkpatch.patchtext import PatchTexts
+from forkpatch.results import PatchResult
 from forkpatch.series import PatchEntry
 from forkpatch.stack import worktree
 from forkpatch.stack.model import StackModel
@@ -116,8 +116,15 @@ class EditLoop(StackModel):
                 bad.describe_failure(
                     f"the top of the stack ({applied_names[-1] if applied_names else 'base'})"
                 ),
-                tip="run `forkpatch push --merge` to bring it in with conflict markers, or fix "
-                "the patch file",
+                tip=(
+                    "no version of the files it was made on was found (not in this "
+                    "project's git history, nor on the series' base): fix the patch file, "
+                    f"or re-make it on this stack (`forkpatch new {bad.name}-2`, edit, "
+                    "`forkpatch refresh`)"
+                    if merge
+                    else "run `forkpatch push --merge` to bring it in with conflict markers, "
+                    "or fix the patch file"
+                ),
             )
         self.remember(wt, pushed)
         self._settle_editing(wt)
@@ -215,11 +222,12 @@ class EditLoop(StackModel):
             wt.stage(changed)
         wt.stage(written)
         self._forget_status()
-        tree = wt.out("write-tree")
+        tree = wt.write_tree()
         commit = wt.commit_tree(
             tree, [parent], message, date=commit_date(self.store, self.base_commit())
         )
-        self._write(wt, "update-ref", "-m", "forkpatch refresh", "HEAD", commit)
+        wt.update_ref("HEAD", commit, message="forkpatch refresh")
+        self._forget_status()  # status is against HEAD, which moved
         return commit
 
     @staticmethod

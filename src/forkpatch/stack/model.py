@@ -251,7 +251,8 @@ class StackModel:
     def _write(self, wt: Git, *args: str) -> None:
         """A git command that changes the work tree (its status is asked again after)."""
         self._forget_status()
-        wt.run(*args)
+        with worktree.objects_named():
+            wt.run(*args)
 
     def _forget_status(self) -> None:
         self._status.clear()
@@ -264,23 +265,16 @@ class StackModel:
         assert head is not None
         return head
 
-    def applied(self, wt: Git | None = None) -> list[AppliedPatch]:
+    def applied(self, wt: Git | None = None, *, one_query: bool = False) -> list[AppliedPatch]:
+        """The applied patches, bottom first. ``one_query``: the command reads nothing
+        else of git (see :meth:`forkpatch.git.Git.first_parents`)."""
         wt = wt or self.wt()
         base = self.base_commit()
-        # One git process for the whole stack: ids, first parents and messages.
-        raw = wt.run(
-            "log", "--first-parent", "--reverse", "--format=%H%x00%P%x00%B%x1e", f"{base}..HEAD"
-        ).stdout.decode("utf-8", "surrogateescape")
+        # The whole stack in one walk: ids, first parents and messages.
         patches: list[AppliedPatch] = []
-        for record in raw.split("\x1e"):
-            record = record.strip("\n")
-            if not record:
-                continue
-            commit, _, rest = record.partition("\x00")
-            parents, _, message = rest.partition("\x00")
+        for commit, first_parent, message in wt.first_parents(base, "HEAD", one_query=one_query):
             name, _summary, _header = parse_commit_message(message)
             if name:
-                first_parent = parents.split(" ", 1)[0]
                 patches.append(AppliedPatch(name, (commit,), first_parent, message))
             elif patches:
                 last = patches[-1]
@@ -356,7 +350,7 @@ class StackModel:
         return applied[-1].name if applied else None
 
     def top(self) -> str | None:
-        applied = self.applied()
+        applied = self.applied(one_query=True)
         return applied[-1].name if applied else None
 
     def unapplied(self, applied: list[AppliedPatch]) -> list[PatchEntry]:
@@ -710,17 +704,38 @@ class StackModel:
         res = SeriesApplier(self.store, base).run(
             self.project.items(), write=False, stop_at_conflict=False
         )
-        bases = {r.name: r.images for r in res.results if r.images}
+        bases = {
+            r.name: r.images
+            for r in res.results
+            if r.images and r.status not in ("conflict", "blocked")
+        }
+        from forkpatch.stack import mergebase
+
         # Patches left unapplied by `refresh --force` keep the images they had
-        # on the old version of the patch below them: their true merge base.
+        # on the old version of the patch below them: their true merge base, while
+        # their file's diff still applies there (a teammate's version may not).
         saved = self.state.merge_bases
+        found: dict[str, dict[str, tuple[bytes | None, bytes | None]]] = {}
         if saved:
             with self.store.reader() as reader:
                 for name, files in saved.items():
-                    bases[name] = {
+                    found[name] = {
                         path: tuple(None if oid is None else reader.blob(oid) for oid in pair)  # type: ignore[misc]
                         for path, pair in files.items()
                     }
+        # A patch that does not apply on the series' base as it is (a teammate's version,
+        # made on other versions of the patches below): the files it was made on.
+        for entry in self.project.series.patches:
+            if entry.file is None or (entry.name in bases and entry.name not in found):
+                continue
+            patch = self.project.load_patch(entry)
+            assert patch is not None
+            images = mergebase.on_saved(patch, found[entry.name]) if entry.name in found else None
+            if images is None and entry.name not in bases:
+                images = mergebase.from_history(self.project, base, entry, patch)
+                images = images or mergebase.alone_on_base(self.project, base, entry, patch)
+            if images is not None:
+                bases[entry.name] = images
         return bases
 
     def _with_merge_bases(

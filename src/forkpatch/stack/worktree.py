@@ -25,13 +25,15 @@ leaves the path out of the work tree (:func:`settle`) and says so once.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from forkpatch import log
+from forkpatch.errors import ForkRepoError, GitError
 from forkpatch.git import Git
 from forkpatch.stackstate import Layout
 
@@ -77,6 +79,11 @@ def apply_layout(wt: Git, layout: Layout) -> None:
     their number); files left out need non-cone patterns (matched one by one,
     which costs little while they are few: the usual case with phantom files).
     """
+    with objects_named():
+        _apply_layout(wt, layout)
+
+
+def _apply_layout(wt: Git, layout: Layout) -> None:
     if layout.dirs is not None and not layout.excluded:
         dirs = [d for d in layout.dirs if not any(d.startswith(w + "/") for w in layout.dirs)]
         wt.run("sparse-checkout", "set", "--cone", "--stdin", input=_stdin(dirs))
@@ -95,9 +102,42 @@ def _sparse_enabled(wt: Git) -> bool:
     return proc.stdout.decode().strip() == "true"
 
 
+_MISSING = re.compile(r"unable to read sha1 file of (.+?) \(([0-9a-f]{40,64})\)")
+
+
+@contextlib.contextmanager
+def objects_named() -> Iterator[None]:
+    """A checkout that fails on an object the fork's repository lacks (a partial
+    snapshot of the fork: some large blobs left out) is reported with the files it
+    could not write and the ways out, not as git's bare "unable to read sha1 file"."""
+    try:
+        yield
+    except GitError as exc:
+        missing = _MISSING.findall(exc.message)
+        if not missing:
+            raise
+        shown = ", ".join(f"{p} ({oid[:12]})" for p, oid in missing[:5])
+        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        raise ForkRepoError(
+            f"the fork's repository lacks the content of {len(missing)} file(s) the work "
+            f"tree needs: {shown}{more} (a partial snapshot of the fork, with some large "
+            "blobs left out); the work tree was not made whole",
+            tip="`forkpatch apply --sparse` checks out only the directories the series "
+            "touches (the missing files are left out); or use a complete clone of the fork "
+            "(`git clone` of its URL, or `git fetch` the missing objects into it: a "
+            "`git fetch --unshallow` for a shallow clone), passed as `--fork-repo PATH` or "
+            "FORKPATCH_FORK_REPO, then `forkpatch apply` again",
+        ) from None
+
+
 def add_worktree(store: Git, path: Path, branch: str, head: str, layout: Layout) -> Git:
     """A new work tree at ``path`` on ``branch`` = ``head``, holding ``layout``'s files
     (the caller has pruned stale work trees)."""
+    with objects_named():
+        return _add_worktree(store, path, branch, head, layout)
+
+
+def _add_worktree(store: Git, path: Path, branch: str, head: str, layout: Layout) -> Git:
     if not layout.restricted:
         store.run("worktree", "add", "-q", "-f", "-B", branch, str(path), head)
         return open_worktree(path)

@@ -1,0 +1,76 @@
+"""What applying a patch gave: its status, the conflicts, the details shown.
+
+Apart from the engine that makes them (:mod:`forkpatch.engine`, which gives the same
+names), so that reading a kept answer back (`status` with nothing changed) needs
+neither the engine nor the patch parser.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from forkpatch.kinds import PATCH_STATUSES, PatchStatus
+
+# Worst wins when a patch's files end differently.
+STATUS_ORDER = PATCH_STATUSES
+
+
+def worst(statuses: Iterable[str]) -> PatchStatus:
+    ranked = [STATUS_ORDER.index(s) for s in statuses if s in STATUS_ORDER]
+    return STATUS_ORDER[max(ranked)] if ranked else "clean"
+
+
+@dataclass
+class Conflict:
+    path: str
+    reason: str
+    hunks: list[int] = field(default_factory=list)  # 1-based hunk numbers
+    line: int | None = None
+    merged: bytes | None = None  # content with conflict markers, when a 3-way ran
+
+
+@dataclass
+class PatchResult:
+    name: str
+    status: PatchStatus
+    files: list[str] = field(default_factory=list)
+    added: int = 0
+    removed: int = 0
+    detail: list[str] = field(default_factory=list)
+    evidence: str | None = None
+    conflicts: list[Conflict] = field(default_factory=list)
+    commit: str | None = None
+    # For each file the patch touched: content before and after (None = absent).
+    # Used as the 3-way merge base when the same series is applied elsewhere.
+    images: dict[str, tuple[bytes | None, bytes | None]] = field(default_factory=dict)
+    # Shown whatever the status (e.g. a mode the patch names but the tree does not have).
+    warnings: list[str] = field(default_factory=list)
+
+    def describe_failure(self, onto: str) -> str:
+        """Why the patch does not apply on ``onto`` (a tag, "the rebuilt stack"...), a
+        line per conflict, for an error message."""
+        lines = [f"patch '{self.name}' does not apply on {onto}:"]
+        lines += [f"  - {c.reason}" for c in self.conflicts]
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = {
+            "name": self.name,
+            "status": self.status,
+            "files": self.files,
+            "added": self.added,
+            "removed": self.removed,
+        }
+        if self.evidence:
+            out["evidence"] = self.evidence
+        if self.detail:
+            out["detail"] = self.detail
+        if self.warnings:
+            out["warnings"] = self.warnings
+        if self.conflicts:
+            out["conflicts"] = [
+                {"path": c.path, "reason": c.reason, "hunks": c.hunks, "line": c.line}
+                for c in self.conflicts
+            ]
+        return out
