@@ -57,13 +57,17 @@ def _huge(path: Path, payload: int, arch: int = 90) -> Path:
 
 
 def _in_child(code: str) -> dict:
-    """Run ``code`` (it prints a JSON object) in a fresh interpreter; add its peak RSS."""
+    """Run ``code`` (it prints a JSON object) in a fresh interpreter; add its own peak RSS."""
     wrapped = (
         "import json, resource, sys, time\n"
         "t0 = time.monotonic()\n"
         f"{code}\n"
         "out['seconds'] = time.monotonic() - t0\n"
-        "out['rss_mib'] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024\n"
+        # The peak of this interpreter's own memory (VmHWM starts again at exec, where
+        # ru_maxrss keeps the high-water mark of the process that started it).
+        "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM:')]\n"
+        "out['rss_mib'] = int(hwm[0].split()[1]) / 1024 if hwm else "
+        "resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024\n"
         "print(json.dumps(out))\n"
     )
     got = subprocess.run(
