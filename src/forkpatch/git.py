@@ -149,9 +149,10 @@ def git_env(extra: Mapping[str, str] | None = None, *, user_config: bool = False
         env["GIT_CONFIG_SYSTEM"] = os.devnull
         env["GIT_CONFIG_NOSYSTEM"] = "1"
     env["GIT_ATTR_NOSYSTEM"] = "1"
-    # No optional lock: a `git status` forkpatch runs (status, top, the checks before a
-    # write) never takes the index lock, so it never makes a writer beside it fail.
-    env["GIT_OPTIONAL_LOCKS"] = "0"
+    # Optional locks stay on: a `git status` writes back the index it refreshed (after a
+    # checkout every file is racily clean, and without the write-back each later status
+    # re-reads all of them: 0.2 s instead of 0.02 s on the fork's tree). A writer that
+    # meets such a short-lived lock waits for it (Git.run), so neither side fails.
     env["GIT_NO_REPLACE_OBJECTS"] = "1"
     env.setdefault("GIT_TERMINAL_PROMPT", "0")
     env["LC_ALL"] = "C"

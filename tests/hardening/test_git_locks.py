@@ -1,11 +1,11 @@
-"""git's own lock files: a reader never takes one, a writer waits for a live holder,
+"""git's own lock files: a writer waits out a reader's short lock and a live holder,
 and a tip about a lock says whether a process holds it.
 
 `forkpatch status --json` beside a `refresh` (an editor's status bar, a watch loop) used
 to take the work tree's index lock with its `git status` and make the refresh fail
 with "index.lock: File exists", whose tip said to delete a lock another process
-really held. Every git forkpatch runs has no optional lock (GIT_OPTIONAL_LOCKS=0);
-a lock another live process holds (the user's own git in the work tree) is waited
+really held. A lock that is gone again when the writer looks (a reader's `git
+status` writing back its refreshed index) is tried again; a lock another live process holds (the user's own git in the work tree) is waited
 for, up to ``LOCK_WAIT_S``; a tip names the holder's pid and says not to remove it,
 or says no process holds it (a killed git left it) and that it may go.
 """
@@ -173,7 +173,7 @@ RELIABILITY = [
         "concurrency",
         "a read-only command in a loop beside `refresh` in a loop",
         f"{len(READERS)} readers x {ROUNDS} refreshes",
-        "no refresh fails: forkpatch's git never takes an optional lock",
+        "no refresh fails: a writer waits out a reader's short index lock",
     ),
     Row(
         "concurrency",
