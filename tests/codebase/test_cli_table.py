@@ -101,3 +101,23 @@ def test_help_and_a_command_import_only_their_own_module(tmp_path) -> None:
         "forkpatch.cli.context",
         "forkpatch.cli.project",
     ]
+
+
+def test_commands_print_results_through_one_path():
+    """A command's result goes through ``log.result`` (stdout, credentials hidden,
+    controls escaped) or ``log.emit_json``: no bare ``click.echo`` or ``print`` in the
+    command modules (app.py, the error boundary, writes its diagnostics to stderr)."""
+    import ast
+    from pathlib import Path
+
+    found = []
+    for path in sorted(Path(forkpatch.cli.__file__).parent.glob("*.py")):
+        if path.name == "app.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call):
+                continue
+            name = ast.unparse(node.func)
+            if name in ("click.echo", "print", "click.secho"):
+                found.append(f"{path.name}:{node.lineno} {name}")
+    assert found == []

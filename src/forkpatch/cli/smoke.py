@@ -158,7 +158,7 @@ def smoke(
         ]
         from forkpatch.views import table
 
-        click.echo(table(rows, ["check", "tier", "baseline", "needs", "what it proves"]))
+        log.result(table(rows, ["check", "tier", "baseline", "needs", "what it proves"]))
         return
     if bisect is not None:
         if junit is not None or report_path is not None or allow_missing:
