@@ -710,29 +710,13 @@ class Classifier:
         if patch is not None and patch.files:
             evidence = self.upstream.evidence(item.entry.name) or self.references.evidence(item)
             if evidence is not None:
-                result = PatchResult(
-                    name=item.entry.name,
-                    status="upstreamed",
-                    files=list(patch.paths),
-                    added=patch.added,
-                    removed=patch.removed,
-                    evidence=evidence,
-                )
-                return result, [], {}
+                return _upstreamed(item.entry.name, patch, evidence), [], {}
         item, moved = self.follow_renames(state, item)
         result, changes = self.applier.apply_patch(state, item)
         if result.status == "conflict" and patch is not None and patch.files:
             declared = self.references.declared(Item(item.entry, patch))
             if declared is not None:
-                upstreamed = PatchResult(
-                    name=item.entry.name,
-                    status="upstreamed",
-                    files=list(patch.paths),
-                    added=patch.added,
-                    removed=patch.removed,
-                    evidence=declared,
-                )
-                return upstreamed, [], {}
+                return _upstreamed(item.entry.name, patch, declared), [], {}
         if moved:
             result.detail.extend(
                 f"{src}: upstream moved it to {dst}; the patch follows it"
@@ -984,3 +968,15 @@ def check(project: Project, options: RebaseOptions) -> Plan:
     walk = classifier.walk(0, setup.target.commit, write=False)
     warn_broken(classifier)
     return _plan(setup, walk)
+
+
+def _upstreamed(name: str, patch: PatchFile, evidence: str) -> PatchResult:
+    """The result of a patch the target already carries, on ``evidence``."""
+    return PatchResult(
+        name=name,
+        status="upstreamed",
+        files=list(patch.paths),
+        added=patch.added,
+        removed=patch.removed,
+        evidence=evidence,
+    )
