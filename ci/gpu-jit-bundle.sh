@@ -28,7 +28,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
 fork=${FORKPATCH_FORK_REPO:-$root/../shared/fixtures/1cat-vllm.git}
 py=${PYTHON:-python3}
-target_py= have= out= faults= max=60
+target_py='' have='' out='' faults='' max=60
 keep=()
 without=()
 usage() { sed -n '/^# usage:/,/^# env:/p' "$0" >&2; exit 2; }
