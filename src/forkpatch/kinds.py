@@ -16,9 +16,13 @@ Tier = Literal[HardwareTier, "gpu-jit"]
 """Every smoke tier: gpu-jit runs the fork's SM70 kernels as PTX on any GPU of capability
 7.0 or newer (static, gpu and gpu-jit), and never counts as sm70."""
 
-BuildMode = Literal["auto", "overlay", "container"]
-"""How a wheel is built: overlay patches the released wheel, container builds from
-source in the builder image, auto picks one from what the series changes."""
+BuilderMode = Literal["overlay", "container"]
+"""The two builders of a wheel: overlay patches the released wheel, container builds
+from source in the builder image."""
+
+BuildMode = Literal["auto", BuilderMode]
+"""How a wheel is to be built: by one builder, or auto (one picked from what the series
+changes and whether a base wheel is configured)."""
 
 Toolchain = Literal["apt", "wheels", "none"]
 """How the container builder's image gets its Python packages."""
@@ -53,6 +57,7 @@ SettingKind = Literal["duration", "size", "boolean", "count", "url", "path", "te
 
 HARDWARE_TIERS: tuple[HardwareTier, ...] = get_args(HardwareTier)
 TIERS: tuple[Tier, ...] = get_args(Tier)
+BUILDER_MODES: tuple[BuilderMode, ...] = get_args(BuilderMode)
 BUILD_MODES: tuple[BuildMode, ...] = get_args(BuildMode)
 TOOLCHAINS: tuple[Toolchain, ...] = get_args(Toolchain)
 SMOKE_DEPS: tuple[SmokeDeps, ...] = get_args(SmokeDeps)

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 from forkpatch import checkids
 from forkpatch.errors import SeriesError
-from forkpatch.kinds import BUILD_MODES, CACHE_KINDS
+from forkpatch.kinds import BUILD_MODES, CACHE_KINDS, BuildMode, CacheKind
 
 KNOWN_TIERS = checkids.TIERS
 BOT_BRANCH_FIELDS = ("tag", "version")
@@ -220,7 +220,7 @@ def _plain(value: Any, at: str, name: str) -> Value:
 class CacheSettings(SectionConfig):
     """``build.cache``: where compiler output is cached (forkpatch.wheels.container)."""
 
-    kind: str | None = None
+    kind: CacheKind | None = None
     volume: str | None = None
     ccache_dir: str | None = None
     max_size: str | None = None
@@ -244,7 +244,7 @@ def _cache(v: Value) -> CacheSettings:
 class BuildConfig(SectionConfig):
     """``build:``: how wheels are built (forkpatch.wheels.buildwheel)."""
 
-    mode: str | None = None
+    mode: BuildMode | None = None
     arch_list: str | None = None
     base_wheel: str | None = None
     dist_dir: str | None = None

@@ -130,6 +130,15 @@ def test_the_core_does_not_import_the_layers_above_it():
     assert "forkpatch.publish" not in graph["forkpatch.smoke.runner"]
 
 
+def test_the_build_does_not_reach_init_and_status():
+    """wheels/ sits above ops only in the layer order: what build-wheel asks of init
+    and status (is dist/ ignored by git?) the command asks, so no builder imports ops."""
+    graph = import_graph()
+    users = {m for m, targets in graph.items() if "forkpatch.ops" in targets}
+    assert not any(m.startswith("forkpatch.wheels") for m in users), users
+    assert "forkpatch.cli.build" in users
+
+
 def test_only_the_editing_commands_and_the_rebase_reach_the_stack():
     """The stack (the editable work tree) is a top floor: the build, the importer and
     the engine below it use the engine's results, not the stack's helpers."""

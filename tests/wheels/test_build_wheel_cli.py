@@ -9,6 +9,7 @@ that `forkpatch verify` accepts.
 from __future__ import annotations
 
 import json
+import re
 import zipfile
 from pathlib import Path
 
@@ -40,6 +41,10 @@ def test_container_and_overlay_builds_agree(example_project, example_fork, stand
     container = json.loads(out)
     assert container["mode"] == "container"
     assert Path(container["log"]).is_file()
+    # The provenance names the builder image by the id the engine gave for it.
+    image_id = container["provenance"]["builder"]["image_id"]
+    assert re.fullmatch(r"sha256:[0-9a-f]{64}", image_id), image_id
+    assert Path(container["log"]).read_text().rstrip("\n").endswith(" " + image_id)
     base = build_release_wheel(example_fork.path, "v1.2.1", tmp_path / "release")
     _, out, _ = run(
         "build-wheel",

@@ -34,7 +34,7 @@ def _build(src: Path, tmp: Path, image: str, *, cache: CacheConfig, name: str = 
     opts = BuildOptions(
         out_dir=tmp / name / "dist", cache=cache, base_image=image, toolchain="none", **kw
     )
-    return build_in_container(src, opts, version=VERSION, log_path=tmp / name / "build.log")
+    return build_in_container(src, opts, version=VERSION, log_path=tmp / name / "build.log").wheels
 
 
 def _container_name(log_path: Path) -> str:
@@ -60,7 +60,13 @@ def test_cold_build_then_cache_hit(
     cache = CacheConfig(volume=ccache_volume)
 
     t0 = time.monotonic()
-    wheels = _build(synthetic_fork, tmp_path, standin_image, cache=cache, name="cold")
+    opts = BuildOptions(
+        out_dir=tmp_path / "cold" / "dist", cache=cache, base_image=standin_image, toolchain="none"
+    )
+    made = build_in_container(
+        synthetic_fork, opts, version=VERSION, log_path=tmp_path / "cold" / "build.log"
+    )
+    wheels = made.wheels
     cold = time.monotonic() - t0
 
     out = tmp_path / "cold" / "dist"
@@ -83,9 +89,13 @@ def test_cold_build_then_cache_hit(
     assert "stale build dir present: False" in log_text
     assert "git dir present: False" in log_text
     assert _ccache_hits(log_text) == 0
-    # The last line names the image that built the wheels (provenance reads it).
+    # The build returns the id of the image that built the wheels (their provenance),
+    # the engine's own; the log's last line names it too, for a reader of the log.
+    assert re.fullmatch(r"sha256:[0-9a-f]{64}", made.image_id)
+    assert docker_client.images.get(made.image_id).id == made.image_id
     last = log_text.rstrip("\n").splitlines()[-1]
     assert re.fullmatch(r"# builder image forkpatch-builder:[0-9a-f]{16} sha256:[0-9a-f]{64}", last)
+    assert last.endswith(" " + made.image_id)
     err = capfd.readouterr().err
     assert "synthetic fork: version" in err  # streamed live, not only saved
     assert "Successfully built 1cat_vllm" in err

@@ -72,7 +72,8 @@ def build_wheel_cmd(
     as_json: bool,
 ) -> None:
     """Build the patched fork's wheel(s) into dist/ with a SHA256SUMS."""
-    from forkpatch.wheels.buildwheel import build_wheel
+    from forkpatch.ops import warn_if_not_ignored
+    from forkpatch.wheels.buildwheel import build_wheel, dist_dir
     from forkpatch.wheels.options import BuildOptions
 
     sources = {}
@@ -101,6 +102,9 @@ def build_wheel_cmd(
         max_jobs=max_jobs,
     )
     with project.locked("build-wheel"):
+        out = dist_dir(project, opts)
+        if out.is_relative_to(project.root):
+            warn_if_not_ignored(project.root, out)
         result = build_wheel(project, opts)
     say = log.info if as_json else log.result
     for w in result.wheels:

@@ -1,26 +1,29 @@
 """`forkpatch build-wheel`: from the series to a wheel with a version and provenance.
 
-Two builders sit behind one entry point (:func:`build_wheel`):
+Two builders sit behind one Protocol (:class:`Builder`) and one entry point
+(:func:`build_wheel`):
 
-- ``overlay``: the fork's released wheel for the base tag, with the patched
-  Python files replaced (seconds; only when no compiled source is touched);
-- ``container``: the patched tree built from source in the SM70 builder image
-  through the Docker engine (minutes to hours, cached by ccache/sccache).
+- :class:`OverlayBuilder`: the fork's released wheel for the base tag, with the
+  patched Python files replaced (seconds; only when no compiled source is touched);
+- :class:`ContainerBuilder`: the patched tree built from source in the SM70 builder
+  image through the Docker engine (minutes to hours, cached by ccache/sccache).
 
-``auto`` picks overlay when it is valid and a base wheel is configured, and
-says which it picked and why.
+:func:`choose_builder` (pure) takes the one asked for, or for ``auto`` the overlay
+when it fits and the container otherwise, and says why; whichever builds, the wheels
+enter dist/ once, with their SHA256SUMS, as one unit.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import shutil
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from types import MappingProxyType
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from packaging.version import InvalidVersion, Version
 
@@ -28,7 +31,7 @@ from forkpatch import __version__, log
 from forkpatch.engine import SeriesApplier
 from forkpatch.errors import BuildError, PatchApplyError
 from forkpatch.fsutil import file_sha256, sweep_temps
-from forkpatch.kinds import BUILD_MODES
+from forkpatch.kinds import BUILD_MODES, BuilderMode, BuildMode
 from forkpatch.project import Project
 from forkpatch.series import BaseRef, PatchEntry, Series
 from forkpatch.wheels.dist import commit_dist, dist_changes, recover_dist
@@ -43,6 +46,8 @@ from forkpatch.wheels.identity import (
 from forkpatch.wheels.options import DEFAULT_BASE_IMAGE, BuildOptions
 from forkpatch.wheels.overlay import (
     DEFAULT_COMPILED_PATTERNS,
+    BuildStep,
+    WheelMembers,
     by_importance,
     compiled_paths_touched,
     describe_compiled,
@@ -50,27 +55,33 @@ from forkpatch.wheels.overlay import (
     tree_path_to_wheel_path,
 )
 
-MODES = BUILD_MODES
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from forkpatch.git import Git
+    from forkpatch.wheels.sourcetree import TreeEntry
 
 
-@dataclass
+@dataclass(frozen=True)
 class BuildResult:
-    mode: str
+    """A finished build: which builder and why, the version, the wheels in dist/."""
+
+    mode: BuilderMode
     reason: str
     version: str
-    wheels: list[Path]
+    wheels: tuple[Path, ...]
     provenance: Provenance
     log_path: Path | None = None
     seconds: float = 0.0
-    sha256: dict[str, str] = field(default_factory=dict)
+    sha256: Mapping[str, str] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "mode": self.mode,
             "reason": self.reason,
             "version": self.version,
             "wheels": [str(w) for w in self.wheels],
-            "sha256": self.sha256,
+            "sha256": dict(self.sha256),
             "log": str(self.log_path) if self.log_path else None,
             "seconds": round(self.seconds, 3),
             "provenance": self.provenance.to_dict(),
@@ -160,8 +171,9 @@ def expected_provenance(project: Project, builder: BuilderInfo) -> Provenance:
     )
 
 
-def build_steps(series: Series) -> list[Any]:
-    steps = []
+def build_steps(series: Series) -> list[BuildStep | Callable[[WheelMembers], None]]:
+    """The build steps series.yaml's build-step entries add to the wheel."""
+    steps: list[BuildStep | Callable[[WheelMembers], None]] = []
     for e in series.patches:
         if e.build_step == "vllm-dist-info":
             from forkpatch.wheels.dist_alias import make_dist_alias_step
@@ -184,7 +196,7 @@ def apply_in_memory(project: Project, base: str) -> tuple[str, list[str]]:
     return result.head or base, sorted({f for r in result.results for f in r.files})
 
 
-def wheel_replacements(store: Any, head: str, touched: list[str]) -> dict[str, bytes | None]:
+def wheel_replacements(store: Git, head: str, touched: list[str]) -> dict[str, bytes | None]:
     """In-wheel path -> the bytes the series gives it at ``head`` (None: deleted)."""
     replacements: dict[str, bytes | None] = {}
     with store.reader() as reader:
@@ -215,182 +227,326 @@ def series_wheel_files(project: Project) -> tuple[dict[str, bytes | None], dict[
 
 
 def build_wheel(project: Project, opts: BuildOptions) -> BuildResult:
+    """The series' wheel(s) built into the dist directory, with their SHA256SUMS: the
+    inputs settled (:func:`build_context`), a builder chosen (:func:`choose_builder`),
+    the wheels built aside and committed into dist/ once."""
     started = time.monotonic()
+    ctx = build_context(project, opts)
+    builder, reason = choose_builder(ctx, requested_mode(opts, project.series.build.mode))
+    log.info(f"build mode: {builder.mode} ({reason}); version {ctx.version}")
+    # Built aside, then the wheels and SHA256SUMS enter dist/ as one unit: a build
+    # killed at any point leaves dist/ exactly as it was or exactly as it ends.
+    stage = Path(tempfile.mkdtemp(prefix=".forkpatch-stage-", dir=ctx.out_dir))
+    try:
+        built = builder.build(ctx, stage)
+        staged = list(built.wheels)
+        if ctx.out_dir.is_relative_to(project.root):
+            project.commit(extra=dist_changes(ctx.out_dir, staged))
+        else:
+            # A dist directory outside the project keeps its own journal there.
+            commit_dist(ctx.out_dir, staged)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    wheels = tuple(ctx.out_dir / w.name for w in staged)
+    return BuildResult(
+        mode=builder.mode,
+        reason=reason,
+        version=ctx.version,
+        wheels=wheels,
+        provenance=built.provenance,
+        log_path=built.log_path,
+        seconds=time.monotonic() - started,
+        sha256=MappingProxyType({w.name: file_sha256(w) for w in wheels}),
+    )
+
+
+def dist_dir(project: Project, opts: BuildOptions) -> Path:
+    """Where a build writes its wheels: ``opts.out_dir``, else build.dist-dir, else dist/."""
+    return (opts.out_dir or project.root / (project.series.build.dist_dir or "dist")).resolve()
+
+
+def requested_mode(opts: BuildOptions, configured: BuildMode | None) -> BuildMode:
+    """The mode asked for: the option's, else build.mode's when the option is auto."""
+    mode = opts.mode if opts.mode != "auto" else (configured or "auto")
+    if mode not in BUILD_MODES:
+        raise BuildError(f"unknown build mode '{mode}'", tip=f"use one of {', '.join(BUILD_MODES)}")
+    return mode
+
+
+def build_context(project: Project, opts: BuildOptions) -> BuildContext:
+    """A build's inputs, settled before a builder is chosen: dist/ made (and a killed
+    build's commit finished), the series applied in memory, the version, the compiled
+    files it touches and the base wheel."""
     series = project.series
     cfg = series.build
     fork = project.fork()
     base = fork.verify_base(series.base.tag, series.base.commit)
-    out_dir = (opts.out_dir or project.root / (cfg.dist_dir or "dist")).resolve()
+    out_dir = dist_dir(project, opts)
     out_dir.mkdir(parents=True, exist_ok=True)
-    recover_dist(out_dir)  # a build killed mid-commit (the container path's journal)
-    if out_dir.is_relative_to(project.root):
-        from forkpatch.ops import warn_if_not_ignored
-
-        warn_if_not_ignored(project.root, out_dir)
-    else:
+    recover_dist(out_dir)  # a build killed mid-commit (a dist directory's own journal)
+    if not out_dir.is_relative_to(project.root):
         sweep_temps(out_dir)
-
     head, touched = apply_in_memory(project, base)
     fork_v = series_fork_version(project)
-    version = build_version(fork_v, patchset_label(base, patch_items(project, series)))
     patterns = DEFAULT_COMPILED_PATTERNS if cfg.compiled_patterns is None else cfg.compiled_patterns
-    compiled = compiled_paths_touched(touched, patterns)
     base_wheel, _source = configured_base_wheel(project, series.base, fork_v, opts.base_wheel)
+    return BuildContext(
+        project=project,
+        opts=opts,
+        store=fork.store,
+        base=series.base,
+        head=head,
+        touched=tuple(touched),
+        compiled=tuple(compiled_paths_touched(touched, patterns)),
+        version=build_version(fork_v, patchset_label(base, patch_items(project, series))),
+        fork_version=fork_v,
+        base_wheel=base_wheel,
+        out_dir=out_dir,
+    )
 
-    mode = opts.mode if opts.mode != "auto" else (cfg.mode or "auto")
-    if mode not in MODES:
-        raise BuildError(f"unknown build mode '{mode}'", tip=f"use one of {', '.join(MODES)}")
-    if mode == "overlay" and compiled:
-        raise BuildError(
-            "an overlay build cannot include changes to compiled code; the series touches "
-            + describe_compiled(compiled),
-            tip="build with --mode container",
-        )
-    if mode == "overlay" and base_wheel is None:
-        raise BuildError(
-            f"an overlay build needs the fork's wheel for {series.base.describe()} ({fork_v})",
+
+@dataclass(frozen=True)
+class BuildContext:
+    """One build's inputs, the same whichever builder makes the wheels."""
+
+    project: Project
+    opts: BuildOptions
+    store: Git
+    base: BaseRef  # the series' base (its tag and commit)
+    head: str  # the series applied to the base, in memory
+    touched: tuple[str, ...]  # every file the series changes
+    compiled: tuple[str, ...]  # those an overlay cannot take (compiled code, packaging)
+    version: str  # the wheel's
+    fork_version: str  # the fork's at the base
+    base_wheel: Path | None  # the fork's wheel to overlay, where one is configured
+    out_dir: Path  # dist/
+
+
+@dataclass(frozen=True)
+class Built:
+    """What a builder made: its wheels (in the stage directory it was given, not yet
+    in dist/), their provenance, and the full build log where it keeps one."""
+
+    wheels: tuple[Path, ...]
+    provenance: Provenance
+    log_path: Path | None = None
+
+
+class Builder(Protocol):
+    """One way of making the series' wheels (:class:`OverlayBuilder`,
+    :class:`ContainerBuilder`)."""
+
+    @property
+    def mode(self) -> BuilderMode: ...
+
+    def unfit(self, ctx: BuildContext) -> str | None:
+        """Why this builder cannot make ``ctx``'s wheels (auto mode's reason for the
+        other one), or None. Pure: it reads ``ctx`` alone."""
+        ...
+
+    def refusal(self, ctx: BuildContext) -> BuildError:
+        """The error when this builder was asked for by name and is unfit."""
+        ...
+
+    def build(self, ctx: BuildContext, stage: Path) -> Built:
+        """Make the wheels into ``stage``."""
+        ...
+
+
+def choose_builder(ctx: BuildContext, requested: BuildMode) -> tuple[Builder, str]:
+    """The builder for ``requested`` and why (the log's "build mode: X (why)"). Pure:
+    no Docker, no log. A builder asked for by name and unfit is refused (BuildError);
+    auto takes the overlay where it fits, else the container, with the overlay's reason."""
+    if requested != "auto":
+        builder: Builder = OverlayBuilder() if requested == "overlay" else ContainerBuilder()
+        if builder.unfit(ctx) is not None:
+            raise builder.refusal(ctx)
+        return builder, "requested"
+    why = OverlayBuilder().unfit(ctx)
+    if why is None:
+        return OverlayBuilder(), OVERLAY_FITS
+    # Chosen for want of a base wheel alone: the builder says so (and what would avoid it).
+    return ContainerBuilder(for_want_of_base_wheel=not ctx.compiled), why
+
+
+OVERLAY_FITS = "the series touches only Python files and a base wheel is configured"
+NO_BASE_WHEEL = "no base wheel is configured (--base-wheel)"
+
+
+@dataclass(frozen=True)
+class OverlayBuilder:
+    """The fork's released wheel for the base with the series' Python files replaced
+    (seconds; only when no compiled source is touched and a base wheel is configured)."""
+
+    mode: ClassVar[BuilderMode] = "overlay"
+
+    def unfit(self, ctx: BuildContext) -> str | None:
+        if ctx.compiled:
+            return (
+                f"the series touches compiled code ({', '.join(by_importance(ctx.compiled)[:3])})"
+            )
+        if ctx.base_wheel is None:
+            return NO_BASE_WHEEL
+        return None
+
+    def refusal(self, ctx: BuildContext) -> BuildError:
+        if ctx.compiled:
+            return BuildError(
+                "an overlay build cannot include changes to compiled code; the series touches "
+                + describe_compiled(list(ctx.compiled)),
+                tip="build with --mode container",
+            )
+        return BuildError(
+            f"an overlay build needs the fork's wheel for {ctx.base.describe()} "
+            f"({ctx.fork_version})",
             tip=f"pass --base-wheel PATH, set build.base-wheel in series.yaml (it may hold "
             f"{{tag}} and {{version}}), or build a Python-only one: {BASE_WHEEL_COMMAND}",
         )
-    if mode == "auto":
-        if compiled:
-            mode, reason = (
-                "container",
-                (
-                    "the series touches compiled code ("
-                    + ", ".join(by_importance(compiled)[:3])
-                    + ")"
-                ),
-            )
-        elif base_wheel is None:
-            mode, reason = "container", "no base wheel is configured (--base-wheel)"
-            _say_why_container(series.base, fork_v, opts)
-        else:
-            mode, reason = (
-                "overlay",
-                ("the series touches only Python files and a base wheel is configured"),
-            )
-    else:
-        reason = "requested"
-    log.info(f"build mode: {mode} ({reason}); version {version}")
 
-    if mode == "overlay":
-        assert base_wheel is not None
-        # Built aside, then the wheel and SHA256SUMS enter dist/ as one unit: a build
-        # killed at any point leaves dist/ exactly as it was or exactly as it ends.
-        stage = Path(tempfile.mkdtemp(prefix=".forkpatch-stage-", dir=out_dir))
-        try:
-            staged, prov = _overlay(
-                project, fork.store, head, touched, (version, fork_v), base_wheel, stage, series
+    def build(self, ctx: BuildContext, stage: Path) -> Built:
+        base_wheel = ctx.base_wheel
+        if base_wheel is None:
+            raise self.refusal(ctx)
+        if not base_wheel.is_file():
+            raise BuildError(
+                f"base wheel {base_wheel} does not exist",
+                tip="download the fork's release wheel for the base tag",
             )
-            if out_dir.is_relative_to(project.root):
-                project.commit(extra=dist_changes(out_dir, staged))
-            else:
-                # A dist directory outside the project keeps its own journal there.
-                commit_dist(out_dir, staged)
-            wheels = [out_dir / w.name for w in staged]
-        finally:
-            shutil.rmtree(stage, ignore_errors=True)
-        log_path = None
-    else:
-        try:
-            wheels, prov, log_path = _container(
-                project, fork.store, head, version, out_dir, series, opts
+        replacements = wheel_replacements(ctx.store, ctx.head, list(ctx.touched))
+        builder = BuilderInfo(mode="overlay", base_wheel_sha256=file_sha256(base_wheel))
+        prov = expected_provenance(ctx.project, builder)
+        series = ctx.project.series
+        with log.step(f"overlay {len(replacements)} file(s) onto {base_wheel.name}"):
+            wheel = overlay_wheel(
+                base_wheel,
+                replacements=replacements,
+                new_version=ctx.version,
+                provenance=prov,
+                out_dir=stage,
+                extra_steps=build_steps(series),
+                expected_fork_version=ctx.fork_version,
+                expected_distribution=series.fork.distribution,
             )
+        return Built(wheels=(wheel,), provenance=prov)
+
+
+@dataclass(frozen=True)
+class ContainerBuilder:
+    """The patched tree built from source in the SM70 builder image through the Docker
+    engine (minutes to hours, cached by ccache/sccache). ``for_want_of_base_wheel``:
+    auto chose it only because no base wheel was configured for a Python-only series,
+    so it says so first, and a failure names the way that needs no container."""
+
+    mode: ClassVar[BuilderMode] = "container"
+    for_want_of_base_wheel: bool = False
+
+    def unfit(self, ctx: BuildContext) -> str | None:
+        return None  # any series; whether an engine answers is the build's to find
+
+    def refusal(self, ctx: BuildContext) -> BuildError:
+        return BuildError(f"a container build cannot build this series: {self.unfit(ctx)}")
+
+    def build(self, ctx: BuildContext, stage: Path) -> Built:
+        if not self.for_want_of_base_wheel:
+            return _container(ctx, stage)
+        _say_why_container(ctx)
+        try:
+            return _container(ctx, stage)
         except BuildError as exc:
-            if not (opts.mode == "auto" and not compiled and base_wheel is None):
-                raise
-            # Chosen only for want of a base wheel: the way that needs no container.
+            fork_v = ctx.fork_version
             raise type(exc)(
                 f"{exc.message}\n(auto mode built in a container because no base wheel of "
                 f"the fork's {fork_v} was given; the series touches only Python files)",
                 tip=f"pass --base-wheel with the fork's {fork_v} wheel, or run "
                 f"{BASE_WHEEL_COMMAND}" + (f"; or: {exc.tip}" if exc.tip else ""),
             ) from exc
-    res = BuildResult(
-        mode=mode,
-        reason=reason,
-        version=version,
-        wheels=wheels,
-        provenance=prov,
-        log_path=log_path,
-        seconds=time.monotonic() - started,
-        sha256={w.name: file_sha256(w) for w in wheels},
-    )
-    return res
 
 
 BASE_WHEEL_COMMAND = "`forkpatch base-wheel` (then build-wheel takes it)"
 
 
-def _say_why_container(base: BaseRef, fork_v: str, opts: BuildOptions) -> None:
+def _say_why_container(ctx: BuildContext) -> None:
     """auto mode on a Python-only series without a base wheel: the overlay path is
     the one that needs no Docker and no network; say so before the container build."""
+    toolchain = ctx.opts.toolchain
     offline = (
         "it needs a Docker engine and installs its toolchain from the network"
-        if opts.toolchain == "apt"
-        else f"it needs a Docker engine (--toolchain {opts.toolchain})"
+        if toolchain == "apt"
+        else f"it needs a Docker engine (--toolchain {toolchain})"
     )
     log.warn(
         "the series touches only Python files, but there is no base wheel of the fork's "
-        f"{fork_v} ({base.describe()}) to overlay, so this is a container build from source: "
-        f"{offline}. Without them, pass --base-wheel with the fork's wheel for the base, "
-        f"or build a Python-only one with {BASE_WHEEL_COMMAND}; offline container builds "
-        "take --toolchain wheels --wheelhouse DIR"
+        f"{ctx.fork_version} ({ctx.base.describe()}) to overlay, so this is a container "
+        f"build from source: {offline}. Without them, pass --base-wheel with the fork's "
+        f"wheel for the base, or build a Python-only one with {BASE_WHEEL_COMMAND}; "
+        "offline container builds take --toolchain wheels --wheelhouse DIR"
     )
 
 
-def _overlay(
-    project: Project,
-    store: Any,
-    head: str,
-    touched: list[str],
-    versions: tuple[str, str],
-    base_wheel: Path,
-    out_dir: Path,
-    series: Series,
-) -> tuple[list[Path], Provenance]:
-    version, fork_v = versions
-    if not base_wheel.is_file():
-        raise BuildError(
-            f"base wheel {base_wheel} does not exist",
-            tip="download the fork's release wheel for the base tag",
-        )
-    replacements = wheel_replacements(store, head, touched)
-    builder = BuilderInfo(mode="overlay", base_wheel_sha256=file_sha256(base_wheel))
-    prov = expected_provenance(project, builder)
-    with log.step(f"overlay {len(replacements)} file(s) onto {base_wheel.name}"):
-        wheel = overlay_wheel(
-            base_wheel,
-            replacements=replacements,
-            new_version=version,
-            provenance=prov,
-            out_dir=out_dir,
-            extra_steps=build_steps(series),
-            expected_fork_version=fork_v,
-            expected_distribution=series.fork.distribution,
-        )
-    return [wheel], prov
-
-
-def _container(
-    project: Project,
-    store: Any,
-    head: str,
-    version: str,
-    out_dir: Path,
-    series: Series,
-    opts: BuildOptions,
-) -> tuple[list[Path], Provenance, Path]:
+def _container(ctx: BuildContext, stage: Path) -> Built:
+    """The container build: the tree at ``ctx.head`` built in the builder image into a
+    directory of its own, then the fork's wheel re-versioned with its provenance (and
+    any other wheel copied) into ``stage``."""
     from forkpatch.wheels.container import CacheConfig, build_in_container
 
+    opts, series = ctx.opts, ctx.project.series
     cfg = series.build
     arch = opts.arch_list or cfg.arch_list or "7.0"
     base_image = opts.base_image or cfg.base_image or DEFAULT_BASE_IMAGE
-    logs = project.state_dir / "logs"
+    logs = ctx.project.state_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    log_path = logs / f"build-{version}-{time.strftime('%Y%m%dT%H%M%S')}.log"
-    entries = []
+    log_path = logs / f"build-{ctx.version}-{time.strftime('%Y%m%dT%H%M%S')}.log"
+    entries = _source_entries(ctx.store, ctx.head)
+    cache = opts.cache
+    if cache is None:
+        cache_cfg = cfg.cache.as_mapping() if cfg.cache else {}
+        cache = CacheConfig.from_mapping(cache_cfg) if cache_cfg else CacheConfig.from_env()
+    with tempfile.TemporaryDirectory(prefix="forkpatch-build-", dir=ctx.out_dir) as tmp:
+        raw_dir = Path(tmp) / "raw"
+        raw_dir.mkdir()
+        resolved = dataclasses.replace(
+            opts,
+            out_dir=raw_dir,
+            arch_list=arch,
+            base_image=base_image,
+            max_jobs=opts.max_jobs or cfg.max_jobs,
+            cache=cache,
+        )
+        made = build_in_container(entries, resolved, version=ctx.version, log_path=log_path)
+        builder = BuilderInfo(
+            mode="container",
+            image_id=made.image_id,
+            build_args={
+                "TORCH_CUDA_ARCH_LIST": arch,
+                "BASE_IMAGE": base_image,
+                "FLASH_ATTN_V100_CUDA_ARCH_LIST": "7.0",
+            },
+        )
+        prov = expected_provenance(ctx.project, builder)
+        dist = series.fork.distribution.replace("-", "_").lower()
+        final: list[Path] = []
+        for w in made.wheels:
+            if w.name.lower().startswith(dist + "-"):
+                final.append(
+                    overlay_wheel(
+                        w,
+                        replacements={},
+                        new_version=ctx.version,
+                        provenance=prov,
+                        out_dir=stage,
+                        extra_steps=build_steps(series),
+                    )
+                )
+            else:
+                target = stage / w.name
+                shutil.copy2(w, target)
+                final.append(target)
+    return Built(wheels=tuple(final), provenance=prov, log_path=log_path)
+
+
+def _source_entries(store: Git, head: str) -> list[TreeEntry]:
+    """The tree at ``head`` as (path, mode, bytes) entries, submodules left out."""
+    entries: list[TreeEntry] = []
     with store.reader() as reader:
         for path, (mode, oid) in store.ls_tree(head).items():
             if mode == "160000":
@@ -402,72 +558,4 @@ def _container(
                     tip="fetch the fork again (`forkpatch status` refreshes it)",
                 )
             entries.append((path, int(mode, 8), data))
-    cache = opts.cache
-    if cache is None:
-        cache_cfg = cfg.cache.as_mapping() if cfg.cache else {}
-        cache = CacheConfig.from_mapping(cache_cfg) if cache_cfg else CacheConfig.from_env()
-    with (
-        tempfile.TemporaryDirectory(prefix="forkpatch-build-", dir=out_dir) as tmp,
-        contextlib.ExitStack() as stack,
-    ):
-        tmp_dir = Path(tmp)
-        raw_dir = tmp_dir / "raw"
-        raw_dir.mkdir()
-        resolved = dataclasses.replace(
-            opts,
-            out_dir=raw_dir,
-            arch_list=arch,
-            base_image=base_image,
-            max_jobs=opts.max_jobs or cfg.max_jobs,
-            cache=cache,
-        )
-        wheels = build_in_container(entries, resolved, version=version, log_path=log_path)
-        builder = BuilderInfo(
-            mode="container",
-            image_id=_image_id(log_path),
-            build_args={
-                "TORCH_CUDA_ARCH_LIST": arch,
-                "BASE_IMAGE": base_image,
-                "FLASH_ATTN_V100_CUDA_ARCH_LIST": "7.0",
-            },
-        )
-        prov = expected_provenance(project, builder)
-        dist = series.fork.distribution.replace("-", "_").lower()
-        final: list[Path] = []
-        # Staged where commit_files takes its sources from (swept after a kill).
-        stage = Path(tempfile.mkdtemp(prefix=".forkpatch-stage-", dir=out_dir))
-        stack.callback(shutil.rmtree, stage, ignore_errors=True)
-        for w in wheels:
-            if w.name.lower().startswith(dist + "-"):
-                final.append(
-                    overlay_wheel(
-                        w,
-                        replacements={},
-                        new_version=version,
-                        provenance=prov,
-                        out_dir=stage,
-                        extra_steps=build_steps(series),
-                    )
-                )
-            else:
-                target = stage / w.name
-                shutil.copy2(w, target)
-                final.append(target)
-        # The wheels and SHA256SUMS enter dist/ as one unit, as the overlay path's do.
-        if out_dir.is_relative_to(project.root):
-            project.commit(extra=dist_changes(out_dir, final))
-        else:
-            commit_dist(out_dir, final)
-    return [out_dir / w.name for w in final], prov, log_path
-
-
-def _image_id(log_path: Path) -> str | None:
-    try:
-        for line in reversed(
-            log_path.read_text(encoding="utf-8", errors="replace").splitlines()[-400:]
-        ):
-            if "builder image" in line and "sha256:" in line:
-                return "sha256:" + line.split("sha256:", 1)[1].split()[0].rstrip(").,")
-    except OSError:
-        return None
-    return None
+    return entries

@@ -551,6 +551,15 @@ class BuildContainer:
 # the entry point
 
 
+@dataclass(frozen=True)
+class ContainerWheels:
+    """What a container build gave: its wheels, and the id of the builder image that
+    built them (``sha256:...``, as the engine names it; the wheels' provenance)."""
+
+    wheels: tuple[Path, ...]
+    image_id: str
+
+
 def build_in_container(
     source_dir: Path | Sequence[TreeEntry],
     opts: BuildOptions,
@@ -558,8 +567,9 @@ def build_in_container(
     version: str,
     log_path: Path,
     client: docker.DockerClient | None = None,
-) -> list[Path]:
-    """Build the fork's wheels in the SM70 builder container; return the wheels in ``opts.out_dir``.
+) -> ContainerWheels:
+    """Build the fork's wheels in the SM70 builder container; return the wheels in
+    ``opts.out_dir`` and the id of the builder image that built them.
 
     ``source_dir`` is the patched fork tree (a directory, or ``(path, mode,
     bytes)`` tree entries). ``version`` becomes ``VLLM_VERSION_OVERRIDE``.
@@ -574,7 +584,7 @@ def build_in_container(
     if opts.out_dir is None:
         raise BuildError("build_in_container needs BuildOptions.out_dir")
     out_dir = opts.out_dir
-    return _run_in_builder(
+    wheels, image_id = _run_in_builder(
         source_dir,
         opts,
         env={"VLLM_VERSION_OVERRIDE": version},
@@ -583,6 +593,7 @@ def build_in_container(
         collect=lambda box: _publish(box, out_dir),
         client=client,
     )
+    return ContainerWheels(wheels=tuple(wheels), image_id=image_id)
 
 
 def compile_in_container(
@@ -617,7 +628,7 @@ def compile_in_container(
                 old.unlink()
         return box.fetch_files(out_dir)
 
-    return _run_in_builder(
+    files, _image = _run_in_builder(
         source_dir,
         opts,
         env={"VLLM_VERSION_OVERRIDE": "0+compile.only", "FORKPATCH_COMPILE_ONLY": " ".join(units)},
@@ -626,6 +637,7 @@ def compile_in_container(
         collect=collect,
         client=client,
     )
+    return files
 
 
 def _run_in_builder(
@@ -637,8 +649,9 @@ def _run_in_builder(
     title: str,
     collect: Callable[[BuildContainer], list[Path]],
     client: docker.DockerClient | None,
-) -> list[Path]:
-    """Builder image, container, source (and local fork sources) in, build script, ``collect``."""
+) -> tuple[list[Path], str]:
+    """Builder image, container, source (and local fork sources) in, build script,
+    ``collect``: what it collected, and the builder image's id."""
     cache = opts.cache or CacheConfig.from_env()
     dockerfile = opts.dockerfile or default_dockerfile()
     base_image = opts.base_image or DEFAULT_BASE_IMAGE
@@ -679,7 +692,7 @@ def _run_in_builder(
     if cache.kind == "ccache":
         _ensure_volume(client, cache.volume)
         volumes[cache.volume] = {"bind": cache.ccache_dir, "mode": "rw"}
-    build_args = {"TOOLCHAIN": opts.toolchain}
+    build_args: dict[str, str] = {"TOOLCHAIN": opts.toolchain}
     if opts.python_version:
         build_args["PYTHON_VERSION"] = opts.python_version
 
@@ -742,9 +755,9 @@ def _run_in_builder(
                 )
             with log.step("fetch the results"):
                 results = collect(box)
-        # Last line of the log, for provenance readers: which image built these wheels.
+        # Last line of the log, for a reader of the log: which image built these wheels.
         log_file.write(f"# builder image {tag} {image_id}\n")
-    return results
+    return results, image_id
 
 
 def _dep_name(var: str) -> str:
@@ -847,6 +860,7 @@ def _fmt_elapsed(seconds: float) -> str:
 __all__ = [
     "BuildContainer",
     "CacheConfig",
+    "ContainerWheels",
     "build_in_container",
     "builder_context",
     "builder_image_key",

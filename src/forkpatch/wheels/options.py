@@ -17,7 +17,7 @@ from typing import Any
 
 from forkpatch import settings
 from forkpatch.errors import BuildError
-from forkpatch.kinds import TOOLCHAINS, CacheKind
+from forkpatch.kinds import TOOLCHAINS, BuildMode, CacheKind, Toolchain
 
 #: The production base of the builder image, pinned by digest (ci/builder.Dockerfile
 #: says where the digest comes from and that it was not checked against the registry).
@@ -55,12 +55,12 @@ class BuildOptions:
     ``network_mode`` (of the build container) and ``extra_env``.
     """
 
-    mode: str = "auto"
+    mode: BuildMode = "auto"
     base_wheel: Path | None = None
     out_dir: Path | None = None
     arch_list: str | None = None
     base_image: str | None = None
-    toolchain: str = "apt"
+    toolchain: Toolchain = "apt"
     python_version: str | None = None
     wheelhouse: Path | str | None = None
     sources: Mapping[str, Path] = field(default_factory=dict)
