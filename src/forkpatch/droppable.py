@@ -25,9 +25,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
-from forkpatch import log
+from forkpatch import kinds, log
 from forkpatch.errors import ForkpatchError, UsageError
 from forkpatch.project import Project
 from forkpatch.series import PatchEntry, Series
@@ -35,8 +35,9 @@ from forkpatch.series import PatchEntry, Series
 if TYPE_CHECKING:
     from forkpatch.rebase import Target
 
-DROPPABLE, NEEDED, NOT_EVALUATED = "droppable", "needed", "not-evaluated"
-VERDICTS = (DROPPABLE, NEEDED, NOT_EVALUATED)
+DROPPABLE: Final[kinds.Verdict] = "droppable"
+NEEDED: Final[kinds.Verdict] = "needed"
+NOT_EVALUATED: Final[kinds.Verdict] = "not-evaluated"
 _FAILS = ("failed", "error")
 
 
@@ -58,7 +59,7 @@ class Verdict:
     """One patch's answer, with the facts it rests on."""
 
     name: str
-    verdict: str  # see VERDICTS
+    verdict: kinds.Verdict
     evidence: str
     condition: str = ""  # drop-when's text
     upstream_status: str | None = None  # the patch's status at the target (the rebase's)
@@ -424,7 +425,7 @@ def _undecided(verdict: Verdict) -> bool:
 
 def _verdict(
     entry: PatchEntry,
-    verdict: str,
+    verdict: kinds.Verdict,
     evidence: str,
     outcome: Any,
     *,

@@ -37,6 +37,9 @@ HunkStatus = Literal["clean", "offset", "fuzz"]
 """How a hunk applied: where its context said, at other line numbers, or with context
 lines ignored."""
 
+HunkLineKind = Literal[" ", "-", "+"]
+"""A line of a hunk's body: context, removed or added."""
+
 PatchStatus = Literal[HunkStatus, "merged", "upstreamed", "conflict", "blocked"]
 """How a patch applied to a tree (the engine's result), from the best to the worst."""
 
@@ -63,9 +66,54 @@ TOOLCHAINS: tuple[Toolchain, ...] = get_args(Toolchain)
 SMOKE_DEPS: tuple[SmokeDeps, ...] = get_args(SmokeDeps)
 CACHE_KINDS: tuple[CacheKind, ...] = get_args(CacheKind)
 HUNK_STATUSES: tuple[HunkStatus, ...] = get_args(HunkStatus)
+HUNK_LINE_KINDS: tuple[HunkLineKind, ...] = get_args(HunkLineKind)
 PATCH_STATUSES: tuple[PatchStatus, ...] = get_args(PatchStatus)
 APPLIED_STATUSES: tuple[AppliedStatus, ...] = get_args(AppliedStatus)
 DROPPED_STATUSES: tuple[DroppedStatus, ...] = get_args(DroppedStatus)
 OUTCOME_STATUSES: tuple[OutcomeStatus, ...] = get_args(OutcomeStatus)
 REBASE_PHASES: tuple[RebasePhase, ...] = get_args(RebasePhase)
 SETTING_KINDS: tuple[SettingKind, ...] = get_args(SettingKind)
+
+# The words of the results of the later stages (droppable, publish, track) and of the
+# upstream questions, each a Literal with its tuple beside it.
+
+Verdict = Literal["droppable", "needed", "not-evaluated"]
+"""`forkpatch droppable`'s answer for one patch: it can go, it must stay, or it could
+not be judged (what was missing is named)."""
+
+PublishAction = Literal["uploaded", "already-published"]
+"""What `forkpatch publish` did with a wheel: put it there, or found the same bytes."""
+
+StageStatus = Literal["done", "conflict", "failed", "skipped", "not-run"]
+"""How one stage of a `forkpatch track` run ended (not-run: a smoke whose tiers asked
+for did not all run)."""
+
+RunStatus = Literal["conflict", "failed", "published", "smoked", "built", "rebased", "pending"]
+"""A `forkpatch track` run as a whole: the furthest stage done, or why it stopped."""
+
+TrackStatus = Literal[RunStatus, "up-to-date", "unchanged"]
+"""What `forkpatch track` reports: a run's status, or that there was nothing to run (no
+newer release; the open change reports these inputs already)."""
+
+ReleaseStatus = Literal["new-release", "up-to-date"]
+"""Where a series stands against the fork's releases (`forkpatch track --list`)."""
+
+TrackChangeKind = Literal["pull", "issue", "none"]
+"""What `forkpatch track`'s bot opens for a run: a pull request with the rebased
+series, an issue (a conflict or a failure), or nothing."""
+
+ReferenceKind = Literal["github-pr", "gitlab-mr", "commit"]
+"""What a patch's ``upstream:`` names that forkpatch can ask about."""
+
+UpstreamState = Literal["open", "draft", "merged", "closed", "unknown"]
+"""Where a patch's upstream request stands, as ``status --upstream`` says."""
+
+VERDICTS: tuple[Verdict, ...] = get_args(Verdict)
+PUBLISH_ACTIONS: tuple[PublishAction, ...] = get_args(PublishAction)
+STAGE_STATUSES: tuple[StageStatus, ...] = get_args(StageStatus)
+RUN_STATUSES: tuple[RunStatus, ...] = get_args(RunStatus)
+TRACK_STATUSES: tuple[TrackStatus, ...] = get_args(TrackStatus)
+RELEASE_STATUSES: tuple[ReleaseStatus, ...] = get_args(ReleaseStatus)
+TRACK_CHANGE_KINDS: tuple[TrackChangeKind, ...] = get_args(TrackChangeKind)
+REFERENCE_KINDS: tuple[ReferenceKind, ...] = get_args(ReferenceKind)
+UPSTREAM_STATES: tuple[UpstreamState, ...] = get_args(UpstreamState)

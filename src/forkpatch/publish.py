@@ -63,6 +63,7 @@ from forkpatch.fsutil import (
     sweep_temps,
     write_event,
 )
+from forkpatch.kinds import PublishAction
 from forkpatch.redact import MIN_SECRET_LENGTH, redact, strip_url_credentials
 from forkpatch.smoke.report import (
     REPORT_SUFFIX,
@@ -735,13 +736,16 @@ def open_target(to: str, *, simple_url: str | None = None, timeout_s: float = 60
 # --------------------------------------------------------------------------- publish
 
 
-@dataclass
+@dataclass(frozen=True)
 class Published:
+    """One wheel published: its file and sha256, what was done, its report's place and
+    the missing tiers allowed for it."""
+
     file: str
     sha256: str
-    action: str  # "uploaded" | "already-published"
+    action: PublishAction
     report: str
-    overrides: dict[str, str]
+    overrides: Mapping[str, str]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -749,7 +753,7 @@ class Published:
             "sha256": self.sha256,
             "action": self.action,
             "report": self.report,
-            "allowed_missing_tiers": self.overrides,
+            "allowed_missing_tiers": dict(self.overrides),
         }
 
 

@@ -44,12 +44,12 @@ from forkpatch.errors import ForkpatchError, InputFileError
 from forkpatch.fetch import Auth, origin
 from forkpatch.forgehttp import Field, ForgeHTTPError, check_fields, get_json, parse_json
 from forkpatch.fsutil import atomic_write, read_regular
+from forkpatch.kinds import UPSTREAM_STATES, ReferenceKind, UpstreamState
 from forkpatch.project import Project
 from forkpatch.series import PatchEntry, upstream_credentials
 
 CACHE_FILE = "upstream.json"
 CACHE_LIMIT = 4 << 20  # bytes: a few thousand answers
-STATES = ("open", "draft", "merged", "closed", "unknown")
 TIMEOUT_S = 10.0  # a request, unless FORKPATCH_FORGE_TIMEOUT says otherwise
 TOTAL_S = 30.0  # every request of one status together
 GITHUB_API = "https://api.github.com"
@@ -81,7 +81,7 @@ GITLAB_MR_FIELDS = (
 
 @dataclass(frozen=True)
 class Reference:
-    kind: str  # "github-pr" | "gitlab-mr" | "commit"
+    kind: ReferenceKind
     url: str
     key: str  # the cache key: the API URL asked (its origin and the question)
     api: str | None = None  # the API URL asked
@@ -142,7 +142,7 @@ def reference(entry: PatchEntry) -> Reference | None:
     return None
 
 
-def _github(data: Mapping[str, Any]) -> tuple[str, str | None]:
+def _github(data: Mapping[str, Any]) -> tuple[UpstreamState, str | None]:
     got = check_fields(data, GITHUB_PR_FIELDS)
     if got["merged"] is True or got["merged_at"] is not None:
         return "merged", got["merge_commit_sha"]
@@ -151,7 +151,7 @@ def _github(data: Mapping[str, Any]) -> tuple[str, str | None]:
     return "closed", None
 
 
-def _gitlab(data: Mapping[str, Any]) -> tuple[str, str | None]:
+def _gitlab(data: Mapping[str, Any]) -> tuple[UpstreamState, str | None]:
     got = check_fields(data, GITLAB_MR_FIELDS)
     if got["state"] == "merged":
         return "merged", got["merge_commit_sha"] or got["squash_commit_sha"]
@@ -165,7 +165,7 @@ def _cache_entry(key: Any, value: Any, now: float) -> bool:
     """Whether one cache entry is what :meth:`Cache.put` writes."""
     if not (isinstance(key, str) and len(key) <= 2048 and key.startswith(("http://", "https://"))):
         return False
-    if not isinstance(value, dict) or value.get("state") not in STATES:
+    if not isinstance(value, dict) or value.get("state") not in UPSTREAM_STATES:
         return False
     fetched, commit = value.get("fetched"), value.get("merge_commit")
     if not isinstance(fetched, (int, float)) or isinstance(fetched, bool):
@@ -208,7 +208,9 @@ class Cache:
             log.warn(f"{self.path}: {len(data) - len(self.data)} damaged entries ignored")
             self.changed = True  # written back without them
 
-    def put(self, key: str, state: str, merge_commit: str | None, *, authenticated: bool) -> None:
+    def put(
+        self, key: str, state: UpstreamState, merge_commit: str | None, *, authenticated: bool
+    ) -> None:
         self.data[key] = {
             "state": state,
             "merge_commit": merge_commit,

@@ -188,7 +188,7 @@ def test_the_tracker_keeps_its_results_and_views_below_its_actions():
 
 
 # The patch-file package from the bottom up: a module imports only the rows below
-# its own (and, of the rest of forkpatch, only errors and fsutil); the package's
+# its own (and, of the rest of forkpatch, only errors, fsutil and kinds); the package's
 # face imports nothing but its own modules.
 PATCHFILE_LAYERS = (
     ("model", "lines", "names", "binary", "refs"),
@@ -203,7 +203,7 @@ def test_the_patch_file_modules_import_from_the_bottom_up():
     inside = {m for m in graph if m.startswith(package + ".")}
     layered = [f"{package}.{name}" for row in PATCHFILE_LAYERS for name in row]
     assert sorted(layered) == sorted(inside), "a new module of patchfile/: give it a row"
-    below: set[str] = {"forkpatch.errors", "forkpatch.fsutil"}
+    below: set[str] = {"forkpatch.errors", "forkpatch.fsutil", "forkpatch.kinds"}
     wrong = []
     for row in PATCHFILE_LAYERS:
         names = {f"{package}.{name}" for name in row}

@@ -237,6 +237,37 @@ def test_stage_results_round_trip_and_bad_files_are_not_trusted():
     assert stage_from_json("build", ["not", "a", "mapping"]) is None
 
 
+@pytest.mark.parametrize(
+    ("stage", "result", "field", "word"),
+    [
+        ("build", BuildDone("overlay", "r", "1.0", {"w.whl": "1"}, None, {}), "mode", "wheel"),
+        ("build", BuildDone("container", "r", "1.0", {}, None, {}), "mode", "auto"),
+        ("smoke", _smoked(True), "tier", "sm80"),
+        ("smoke", _smoked(False), "tier", 70),
+    ],
+)
+def test_a_stage_result_with_a_word_outside_its_set_is_not_trusted(stage, result, field, word):
+    """A result file's build mode and smoke tier are words of closed sets (the typed
+    fields say which): one outside its set is not a result of ours."""
+    raw = json.loads(json.dumps(stage_to_json(result)))
+    assert stage_from_json(stage, raw) == result
+    assert stage_from_json(stage, {**raw, field: word}) is None
+
+
+@pytest.mark.parametrize("status", ["published", "built", "pending"])
+def test_a_state_marker_s_status_is_a_run_status_or_the_marker_is_not_ours(status):
+    key = RunKey("v1.3.0", "a" * 40, "b" * 64)
+
+    def marker(word: object) -> str:
+        data = {"key": key.to_json(), "status": word, "final": True}
+        return f"<!-- forkpatch-state: {json.dumps(data)} -->"
+
+    prior = parse_state_marker(marker(status))
+    assert prior is not None and prior.status == status
+    for bad in ("Published", "up-to-date", None, 3, ["published"]):
+        assert parse_state_marker(marker(bad)) is None, bad
+
+
 def test_run_info_round_trips_its_release_tags_and_refuses_a_bad_one():
     """run.json's tags are read back as the typed tags they were (date, pre-release,
     why held back); a tag that is not one makes the file not a run's."""

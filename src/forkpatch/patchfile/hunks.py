@@ -34,6 +34,7 @@ from unidiff.patch import Hunk as UnidiffHunk
 from unidiff.patch import PatchSet
 
 from forkpatch.errors import PatchParseError
+from forkpatch.kinds import HUNK_LINE_KINDS, HunkLineKind
 from forkpatch.patchfile.lines import bare_line, show_line, split_lines
 from forkpatch.patchfile.model import Hunk, HunkLine, hunk_header
 from forkpatch.patchfile.names import decode_name
@@ -43,7 +44,7 @@ _HUNK_HEADER = re.compile(rb"\A@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@ ?(.*)\
 # and git extended headers are read by the parser.
 _UNIDIFF_FILE_HEADER = ("--- a\n", "+++ b\n")
 _UNIDIFF_NO_NEWLINE = "\\ No newline at end of file\n"
-_HUNK_KINDS = frozenset(" -+")
+_HUNK_KINDS: dict[str, HunkLineKind] = {k: k for k in HUNK_LINE_KINDS}
 
 FIX_TIP = (
     "the patch file was cut short or edited by hand; regenerate it "
@@ -228,8 +229,9 @@ def _hunk_lines(hunk: UnidiffHunk) -> tuple[HunkLine, ...] | None:
     body: list[HunkLine] = []
     for ln in hunk:
         kind = ln.line_type
-        if kind in _HUNK_KINDS:
-            body.append(HunkLine(kind, ln.value.encode("latin-1")))
+        ours = _HUNK_KINDS.get(kind)
+        if ours is not None:
+            body.append(HunkLine(ours, ln.value.encode("latin-1")))
         elif kind == "\\" and body and body[-1].text.endswith(b"\n"):
             last = body[-1]
             body[-1] = HunkLine(last.kind, last.text[:-1])

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from forkpatch.kinds import HunkLineKind
 
 DEV_NULL = "/dev/null"
 #: The modes of files git keeps and forkpatch applies: regular, executable, symlink.
@@ -22,7 +26,7 @@ class HunkLine:
     without one when a ``\\ No newline at end of file`` marker followed it.
     """
 
-    kind: str
+    kind: HunkLineKind
     text: bytes
 
 

@@ -12,6 +12,7 @@ from typing import Any
 from forkpatch import __version__, log
 from forkpatch.errors import ForkpatchError, UsageError
 from forkpatch.fsutil import atomic_write, name_part
+from forkpatch.kinds import TrackStatus
 from forkpatch.project import Project
 from forkpatch.track.pipeline import RunContext, RunOptions
 from forkpatch.track.releases import TagInfo, TrackReport, bot_branch, list_releases, pick_tag
@@ -32,7 +33,7 @@ from forkpatch.track.workdir import LATEST_FILE, WorkDir, out_root
 
 @dataclass(frozen=True)
 class RunResult:
-    status: str
+    status: TrackStatus
     report: TrackReport
     state: RunState | None = None
     work_dir: Path | None = None

@@ -15,6 +15,7 @@ from typing import Any
 from forkpatch.errors import GitError, UsageError
 from forkpatch.fsutil import atomic_write
 from forkpatch.git import Git, git_env
+from forkpatch.kinds import RunStatus, TrackChangeKind
 from forkpatch.project import Project
 from forkpatch.series import PATCHES_DIR, SERIES_FILE
 from forkpatch.track.stages import (
@@ -36,9 +37,9 @@ MAX_BODY = 60_000
 class Change:
     """What the pull/merge request (or issue) for a run should be."""
 
-    kind: str  # "pull" | "issue" | "none"
+    kind: TrackChangeKind
     tag: str
-    status: str
+    status: RunStatus
     title: str
     body_file: Path
     branch: str | None = None

@@ -21,6 +21,7 @@ from packaging.version import InvalidVersion, Version
 
 from forkpatch import log
 from forkpatch.errors import NewRelease, SeriesError, UsageError
+from forkpatch.kinds import ReleaseStatus
 from forkpatch.project import Project
 from forkpatch.track.forecast import Forecast
 
@@ -90,7 +91,7 @@ class TrackReport:
         return NewRelease.exit_code if self.target is not None else 0
 
     @property
-    def status(self) -> str:
+    def status(self) -> ReleaseStatus:
         return "new-release" if self.target else "up-to-date"
 
     def to_json(self) -> dict[str, Any]:

@@ -14,6 +14,15 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar
 
 from forkpatch.fsutil import read_regular
+from forkpatch.kinds import (
+    BUILDER_MODES,
+    RUN_STATUSES,
+    TIERS,
+    BuilderMode,
+    RunStatus,
+    StageStatus,
+    Tier,
+)
 from forkpatch.project import Project
 from forkpatch.track.forecast import ConflictEntry, Forecast
 from forkpatch.track.releases import TagInfo
@@ -111,7 +120,7 @@ class RunInfo:
 @dataclass(frozen=True)
 class Skipped:
     reason: str
-    status: ClassVar[str] = "skipped"
+    status: ClassVar[StageStatus] = "skipped"
 
 
 @dataclass(frozen=True)
@@ -119,7 +128,7 @@ class Failed:
     error: str
     tip: str | None = None
     target: str | None = None  # publish: where it was going (no credentials)
-    status: ClassVar[str] = "failed"
+    status: ClassVar[StageStatus] = "failed"
 
 
 @dataclass(frozen=True)
@@ -135,7 +144,7 @@ class RebaseDone:
     forecast: Forecast | None = None
     #: each patch's upstream request, as ``status --upstream`` sees it: {"state", ...}
     upstream: dict[str, dict[str, str]] | None = None
-    status: ClassVar[str] = "done"
+    status: ClassVar[StageStatus] = "done"
 
 
 @dataclass(frozen=True)
@@ -145,24 +154,24 @@ class RebaseConflict:
     blocked: tuple[str, ...]
     patches: dict[str, str]
     forecast: Forecast | None = None
-    status: ClassVar[str] = "conflict"
+    status: ClassVar[StageStatus] = "conflict"
 
 
 @dataclass(frozen=True)
 class BuildDone:
-    mode: str
+    mode: BuilderMode
     reason: str
     version: str
     wheels: dict[str, str]  # file name -> sha256
     base_wheel: str | None
     provenance: dict[str, Any]  # the wheel's forkpatch-provenance.json
-    status: ClassVar[str] = "done"
+    status: ClassVar[StageStatus] = "done"
 
 
 @dataclass(frozen=True)
 class SmokeRun:
     passed: bool
-    tier: str
+    tier: Tier
     runner: str
     wheels: dict[str, str]
     report: str
@@ -177,7 +186,7 @@ class SmokeRun:
     droppable: dict[str, dict[str, str]] | None = None
 
     @property
-    def status(self) -> str:
+    def status(self) -> StageStatus:
         if not self.passed:
             return "failed"
         return "not-run" if self.missing else "done"
@@ -189,7 +198,7 @@ class PublishDone:
     wheels: dict[str, str]
     actions: dict[str, str]
     allowed_missing_tiers: tuple[str, ...]
-    status: ClassVar[str] = "done"
+    status: ClassVar[StageStatus] = "done"
 
 
 RebaseResult = RebaseDone | RebaseConflict | Failed | Skipped
@@ -202,6 +211,8 @@ _NESTED: dict[str, Callable[[Any], Any]] = {
     "forecast": lambda v: None if v is None else Forecast.from_json(v),
     "conflict": ConflictEntry.from_json,
 }
+#: The fields holding a word of a closed set: a word outside it is not a result of ours.
+_WORDS: dict[str, tuple[str, ...]] = {"mode": BUILDER_MODES, "tier": TIERS}
 _BY_STATUS: dict[str, dict[str, type]] = {
     "rebase": {"done": RebaseDone, "conflict": RebaseConflict},
     "build": {"done": BuildDone},
@@ -241,6 +252,8 @@ def stage_from_json(stage: str, raw: Any) -> StageResult | None:
             if f.name not in raw:
                 continue
             value = raw[f.name]
+            if f.name in _WORDS and value not in _WORDS[f.name]:
+                return None
             if f.name in _NESTED:
                 value = _NESTED[f.name](value)
             elif isinstance(value, list):
@@ -270,19 +283,20 @@ class Stages:
         return {s: stage_to_json(r) for s in STEPS if (r := self.get(s)) is not None}
 
 
-def overall_status(stages: Stages) -> str:
+def overall_status(stages: Stages) -> RunStatus:
     """conflict | failed | published | smoked | built | rebased | pending."""
     if isinstance(stages.rebase, RebaseConflict):
         return "conflict"
     present = [r for s in STEPS if (r := stages.get(s)) is not None]
     if any(r.status == "failed" for r in present):
         return "failed"
-    for result, name in (
+    furthest: tuple[tuple[StageResult | None, RunStatus], ...] = (
         (stages.publish, "published"),
         (stages.smoke, "smoked"),
         (stages.build, "built"),
         (stages.rebase, "rebased"),
-    ):
+    )
+    for result, name in furthest:
         if result is not None and result.status == "done":
             return name
     return "pending"
@@ -306,7 +320,7 @@ class RunState:
         return self.info.tag
 
     @property
-    def status(self) -> str:
+    def status(self) -> RunStatus:
         return overall_status(self.stages)
 
     def to_json(self) -> dict[str, Any]:
@@ -318,7 +332,7 @@ class PriorState:
     """What an open change's body says about the run that wrote it."""
 
     key: RunKey
-    status: str
+    status: RunStatus
     final: bool
 
 
@@ -343,7 +357,10 @@ def parse_state_marker(text: str) -> PriorState | None:
     key = RunKey.from_json(raw.get("key")) if isinstance(raw, dict) else None
     if key is None:
         return None
-    return PriorState(key=key, status=str(raw.get("status")), final=raw.get("final") is True)
+    status = raw.get("status")
+    if status not in RUN_STATUSES:
+        return None  # a marker this forkpatch did not write (or a run's status it lacks)
+    return PriorState(key=key, status=status, final=raw.get("final") is True)
 
 
 def series_digest(project: Project) -> str:

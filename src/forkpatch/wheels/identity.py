@@ -19,11 +19,12 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
 from forkpatch.errors import BuildError
+from forkpatch.kinds import BUILDER_MODES, BuilderMode
 from forkpatch.redact import strip_url_credentials
 
 __all__ = [
@@ -133,13 +134,13 @@ class PatchRecord:
 class BuilderInfo:
     """How the wheel was built."""
 
-    mode: Literal["overlay", "container"]
+    mode: BuilderMode
     image_id: str | None = None
     base_wheel_sha256: str | None = None
     build_args: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.mode not in ("overlay", "container"):
+        if self.mode not in BUILDER_MODES:
             raise BuildError(f"builder mode {self.mode!r} is neither 'overlay' nor 'container'")
         # Read-only and key-sorted: the record is a value, and its JSON is stable.
         object.__setattr__(
