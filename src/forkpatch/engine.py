@@ -21,27 +21,18 @@ from forkpatch.errors import PathSafetyError
 from forkpatch.git import FastImport, FileChange, Git, ObjectReader, commit_date
 from forkpatch.kinds import PatchStatus
 from forkpatch.patchfile import FilePatch, PatchFile, check_paths
-from forkpatch.patchheader import description_of
 from forkpatch.results import Conflict, PatchResult, worst
 from forkpatch.series import PatchEntry
-from forkpatch.trailer import TRAILER
+
+# Written beside its reader in trailer.py; named here too for the callers that import it
+# with the engine (the rebase and the stack).
+from forkpatch.trailer import commit_message as commit_message
 
 # Worst wins when a patch's files end differently.
 #: A conflict marker line as ``git merge-file`` writes it (``<<<<<<< ``, ``||||||| ``, ``>>>>>>> ``).
 CONFLICT_MARKER = re.compile(rb"^(<{7} |>{7} |\|{7} )", re.M)
 #: The same markers on an added line of a diff.
 DIFF_CONFLICT_MARKER = re.compile(rb"^\+(<{7} |>{7} |\|{7} )", re.M)
-
-
-def commit_message(entry: PatchEntry, header: str) -> str:
-    """``name: summary``, the description of the patch file's ``header`` (a mail's body
-    or the plain text, above any ``---`` line: see patchheader), and the trailer."""
-    parts = [f"{entry.name}: {entry.summary}"]
-    description = description_of(header)
-    if description:
-        parts.append(description)
-    parts.append(f"{TRAILER}: {entry.name}")
-    return "\n\n".join(parts) + "\n"
 
 
 @dataclass

@@ -55,6 +55,7 @@ from forkpatch.fsutil import (
     TMP_SUFFIX,
     atomic_write,
     commit_files,
+    file_sha256,
     naming,
     new_file_mode,
     pause_point,
@@ -74,7 +75,7 @@ from forkpatch.smoke.report import (
     read_report,
     store_path,
 )
-from forkpatch.smoke.wheelinfo import WheelInfo, read_wheel, sha256_file
+from forkpatch.smoke.wheelinfo import WheelInfo, read_wheel
 from forkpatch.wheels.runner import require_module, tail
 from forkpatch.wheels.runner import run as run_tool
 
@@ -402,7 +403,7 @@ class DirTarget:
             ):
                 p.unlink()
         if any(self.packages.glob("*.whl")):
-            write_sums(self.packages)
+            write_index_sums(self.packages)
             self.write_indexes()
 
     def existing(self, project_name: str) -> dict[str, str]:
@@ -412,7 +413,7 @@ class DirTarget:
             for p in self.packages.glob("*.whl"):
                 ident = _identity(p.name)
                 if ident is not None and ident[0] == norm:
-                    out[p.name] = sha256_file(p)
+                    out[p.name] = file_sha256(p)
         return out
 
     def publish(self, gate: Gate, report: dict[str, Any]) -> None:
@@ -430,7 +431,7 @@ class DirTarget:
                 with naming(dest):
                     shutil.copyfile(gate.source, tmp)
                 os.chmod(tmp, new_file_mode())
-                if sha256_file(Path(tmp)) != wheel.sha256:
+                if file_sha256(Path(tmp)) != wheel.sha256:
                     raise PublishError(
                         f"{wheel.path.name} changed while it was being copied",
                         tip="publish the final file again",
@@ -443,7 +444,7 @@ class DirTarget:
             if tmp is not None:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
-        write_sums(self.packages)
+        write_index_sums(self.packages)
         self.write_indexes()
 
     def write_indexes(self) -> None:
@@ -455,7 +456,7 @@ class DirTarget:
                 projects.setdefault(ident[0], []).append(p)
         for name, files in projects.items():
             links = "\n".join(
-                f'    <a href="../../packages/{quote(p.name)}#sha256={sha256_file(p)}">'
+                f'    <a href="../../packages/{quote(p.name)}#sha256={file_sha256(p)}">'
                 f"{html.escape(p.name)}</a><br>"
                 for p in files
             )
@@ -478,8 +479,9 @@ def _in_packages(rel: str) -> bool:
     return rel.startswith("packages/") and rel.count("/") == 1
 
 
-def write_sums(directory: Path) -> Path:
-    """SHA256SUMS (``sha256sum -c`` format) for the wheels and reports in ``directory``."""
+def write_index_sums(directory: Path) -> Path:
+    """SHA256SUMS (``sha256sum -c`` format) for the wheels and reports in ``directory``
+    (an index directory's packages/: every wheel and report there)."""
     return fsutil.write_sums(
         directory,
         {
@@ -592,7 +594,7 @@ class IndexTarget:
         atomic_write(beside, dumps(report))
         _merge_sums(
             gate.wheel.path.parent,
-            {gate.wheel.path.name: gate.wheel.sha256, beside.name: sha256_file(beside)},
+            {gate.wheel.path.name: gate.wheel.sha256, beside.name: file_sha256(beside)},
         )
 
     def _redact(self, text: str) -> str:
@@ -671,7 +673,7 @@ class IndexTarget:
                 "--comment",
                 (f"forkpatch: published without smoke tier(s) {tiers} (--allow-missing-tier)"),
             ]
-        if gate.staged is not None and sha256_file(gate.staged) != gate.wheel.sha256:
+        if gate.staged is not None and file_sha256(gate.staged) != gate.wheel.sha256:
             raise PublishError(
                 f"the private copy of {gate.wheel.path.name} changed before the upload",
                 tip="nothing was uploaded; run publish again",

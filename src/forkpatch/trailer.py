@@ -1,15 +1,36 @@
-"""The trailer that names a forkpatch commit's patch, and reading a commit message back.
+"""The message of a forkpatch commit, written and read back in one place.
 
-Every commit forkpatch makes for a patch ends in ``Forkpatch-Patch: NAME``; the stack
-finds its patches by it. Kept apart from the engine so that reading the stack (``top``,
-``status``) needs neither the engine nor the patch parser.
+Every commit forkpatch makes for a patch is ``name: summary``, the patch's description
+and the trailer ``Forkpatch-Patch: NAME`` (:func:`commit_message`); the stack finds its
+patches by the trailer (:func:`parse_commit_message`). Kept apart from the engine so
+that reading the stack (``top``, ``status``) needs neither the engine nor the patch
+parser (the writer imports the header reader when it writes).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from forkpatch.series import PatchEntry
+
 TRAILER = "Forkpatch-Patch"
 
-__all__ = ["TRAILER", "parse_commit_message"]
+__all__ = ["TRAILER", "commit_message", "parse_commit_message"]
+
+
+def commit_message(entry: PatchEntry, header: str) -> str:
+    """``name: summary``, the description of the patch file's ``header`` (a mail's body
+    or the plain text, above any ``---`` line: see patchheader), and the trailer: what
+    :func:`parse_commit_message` reads back."""
+    from forkpatch.patchheader import description_of
+
+    parts = [f"{entry.name}: {entry.summary}"]
+    description = description_of(header)
+    if description:
+        parts.append(description)
+    parts.append(f"{TRAILER}: {entry.name}")
+    return "\n\n".join(parts) + "\n"
 
 
 def parse_commit_message(message: str) -> tuple[str | None, str, str]:

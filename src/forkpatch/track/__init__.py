@@ -40,9 +40,9 @@ from __future__ import annotations
 from forkpatch.track.act import RunResult, run
 from forkpatch.track.bot import MAX_BODY, Change, prepare_change
 from forkpatch.track.forecast import (
+    BranchForecast,
     ConflictEntry,
     ConflictSpot,
-    Forecast,
     forecast,
     forecast_or_warn,
     fork_branch_head,
@@ -84,12 +84,12 @@ __all__ = [
     "MAX_BODY",
     "STEPS",
     "SUMMARY_FILE",
+    "BranchForecast",
     "BuildDone",
     "Change",
     "ConflictEntry",
     "ConflictSpot",
     "Failed",
-    "Forecast",
     "PublishDone",
     "RebaseConflict",
     "RebaseDone",

@@ -83,7 +83,7 @@ class ConflictEntry:
 
 
 @dataclass(frozen=True)
-class Forecast:
+class BranchForecast:
     """How the series fares on the head of the fork's default branch."""
 
     branch: str
@@ -105,7 +105,7 @@ class Forecast:
         }
 
     @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> Forecast:
+    def from_json(cls, raw: Mapping[str, Any]) -> BranchForecast:
         return cls(
             branch=str(raw["branch"]),
             commit=str(raw["commit"]),
@@ -175,7 +175,7 @@ def _classify_on_branch(project: Project, branch: str, head: str) -> list[Outcom
     return list(rb.classify(project, rb.Target(branch, head)).outcomes)
 
 
-def forecast_or_warn(project: Project) -> Forecast | None:
+def forecast_or_warn(project: Project) -> BranchForecast | None:
     """:func:`forecast`, or None with a warning when the fork's branch cannot be had:
     the forecast is extra; the release answer must come without it."""
     try:
@@ -185,12 +185,12 @@ def forecast_or_warn(project: Project) -> Forecast | None:
         return None
 
 
-def forecast(project: Project) -> Forecast:
+def forecast(project: Project) -> BranchForecast:
     """How the series fares on the head of the fork's default branch (changes nothing)."""
     branch, head = fork_branch_head(project)
     project.fork().verify_base(project.series.base.tag, project.series.base.commit)
     outcomes = _classify_on_branch(project, branch, head)
-    return Forecast(
+    return BranchForecast(
         branch=branch,
         commit=head,
         patches={o.name: o.status for o in outcomes},

@@ -28,7 +28,7 @@ from forkpatch.kinds import BuildMode, Tier
 from forkpatch.project import Project
 from forkpatch.redact import strip_url_credentials
 from forkpatch.series import PATCHES_DIR, SERIES_FILE, PatchEntry
-from forkpatch.track.forecast import ConflictEntry, Forecast, forecast
+from forkpatch.track.forecast import BranchForecast, ConflictEntry, forecast
 from forkpatch.track.releases import version_of
 from forkpatch.track.stages import (
     STEPS,
@@ -537,7 +537,7 @@ def _download(url: str, dest_dir: Path) -> Path:
     return dest
 
 
-def _conflict_stage(plan: Plan, fc: Forecast | None) -> RebaseConflict:
+def _conflict_stage(plan: Plan, fc: BranchForecast | None) -> RebaseConflict:
     """The rebase stage's result for a plan that conflicts (``plan.ok`` is false)."""
     outcomes = plan.outcomes
     at = next(i for i, o in enumerate(outcomes) if o.status == "conflict")

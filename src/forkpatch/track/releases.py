@@ -23,7 +23,7 @@ from forkpatch import log
 from forkpatch.errors import NewRelease, SeriesError, UsageError
 from forkpatch.kinds import ReleaseStatus
 from forkpatch.project import Project
-from forkpatch.track.forecast import Forecast
+from forkpatch.track.forecast import BranchForecast
 
 DEFAULT_PATTERN = r"^v(?P<version>.+)$"
 DEFAULT_BOT_BRANCH = "forkpatch/rebase-{tag}"
@@ -83,7 +83,7 @@ class TrackReport:
     ignored: list[str] = field(default_factory=list)  # sorted
     # Tags that name no commit (a tree, a blob): never a release -> what they name.
     not_commits: Mapping[str, str] = field(default_factory=dict)
-    forecast: Forecast | None = None
+    forecast: BranchForecast | None = None
     bot_branch: str | None = None  # the bot branch for the target
 
     @property

@@ -24,7 +24,7 @@ from forkpatch.kinds import (
     Tier,
 )
 from forkpatch.project import Project
-from forkpatch.track.forecast import ConflictEntry, Forecast
+from forkpatch.track.forecast import BranchForecast, ConflictEntry
 from forkpatch.track.releases import TagInfo
 
 RESULT_VERSION = 2
@@ -141,7 +141,7 @@ class RebaseDone:
     report_json: str
     report_markdown: str
     series_sha256: str  # of the rebased series in project/
-    forecast: Forecast | None = None
+    forecast: BranchForecast | None = None
     #: each patch's upstream request, as ``status --upstream`` sees it: {"state", ...}
     upstream: dict[str, dict[str, str]] | None = None
     status: ClassVar[StageStatus] = "done"
@@ -153,7 +153,7 @@ class RebaseConflict:
     conflict: ConflictEntry
     blocked: tuple[str, ...]
     patches: dict[str, str]
-    forecast: Forecast | None = None
+    forecast: BranchForecast | None = None
     status: ClassVar[StageStatus] = "conflict"
 
 
@@ -208,7 +208,7 @@ PublishResult = PublishDone | Failed | Skipped
 StageResult = RebaseResult | BuildResult | SmokeResult | PublishResult
 
 _NESTED: dict[str, Callable[[Any], Any]] = {
-    "forecast": lambda v: None if v is None else Forecast.from_json(v),
+    "forecast": lambda v: None if v is None else BranchForecast.from_json(v),
     "conflict": ConflictEntry.from_json,
 }
 #: The fields holding a word of a closed set: a word outside it is not a result of ours.
