@@ -25,6 +25,7 @@ from forkpatch.redact import CREDENTIAL_TIP, hide_url_secrets, url_has_credentia
 from forkpatch.results import STATUS_ORDER, Conflict, PatchResult
 from forkpatch.series import SERIES_FILE, load_series, new_series, save_series
 from forkpatch.stackstate import StackState
+from forkpatch.typedreader import TypedReader
 
 if TYPE_CHECKING:
     from forkpatch.stack import OutsideChange
@@ -384,47 +385,37 @@ def _read_status_cache(path: Path, key: str, names: list[str]) -> list[PatchResu
         data = load_state(path, kind=_CACHE_KIND, version=_CACHE_VERSION)
         if data is None or data.get("key") != key:
             return None
-        raw = data["results"]
-        if not isinstance(raw, list) or [r["name"] for r in raw] != names:
-            return None
-        return [_result_of(r) for r in raw]
-    except (ForkpatchError, OSError, KeyError, TypeError, ValueError):
+        r = TypedReader(str(path))
+        raw = r.items(data, "results", "")
+        results = [_result_of(r, item, f"results[{i}]") for i, item in enumerate(raw)]
+    except (ForkpatchError, OSError):
         return None
+    return results if [x.name for x in results] == names else None
 
 
-def _result_of(r: dict[str, object]) -> PatchResult:
+def _result_of(r: TypedReader, raw: object, where: str) -> PatchResult:
     """A PatchResult from its ``to_json()`` (what status shows of it)."""
-
-    def strings(key: str) -> list[str]:
-        value = r.get(key, [])
-        if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
-            raise ValueError(key)
-        return value
-
+    d = r.mapping(raw, where)
     conflicts = []
-    for c in r.get("conflicts", []):  # type: ignore[attr-defined]
-        hunks, line = c["hunks"], c["line"]
-        if not (isinstance(c["path"], str) and isinstance(c["reason"], str)):
-            raise ValueError("conflicts")
-        if not (isinstance(hunks, list) and all(isinstance(h, int) for h in hunks)):
-            raise ValueError("hunks")
-        if not (line is None or isinstance(line, int)):
-            raise ValueError("line")
-        conflicts.append(Conflict(c["path"], c["reason"], hunks=hunks, line=line))
-    name, status, evidence = r["name"], r["status"], r.get("evidence")
-    added, removed = r["added"], r["removed"]
-    if not (isinstance(name, str) and status in STATUS_ORDER and isinstance(added, int)):
-        raise ValueError("name/status")
-    if not (isinstance(removed, int) and (evidence is None or isinstance(evidence, str))):
-        raise ValueError("removed/evidence")
+    for j, c in enumerate(r.items(d, "conflicts", where, optional=True)):
+        cw = f"{where}.conflicts[{j}]"
+        cd = r.mapping(c, cw)
+        conflicts.append(
+            Conflict(
+                r.text(cd, "path", cw),
+                r.text(cd, "reason", cw),
+                hunks=list(r.numbers(cd, "hunks", cw)),
+                line=r.maybe_number(cd, "line", cw),
+            )
+        )
     return PatchResult(
-        name=name,
-        status=status,
-        files=strings("files"),
-        added=added,
-        removed=removed,
-        detail=strings("detail"),
-        evidence=evidence,
+        name=r.text(d, "name", where),
+        status=r.word(d, "status", STATUS_ORDER, where),
+        files=list(r.strings(d, "files", where, optional=True)),
+        added=r.number(d, "added", where),
+        removed=r.number(d, "removed", where),
+        detail=list(r.strings(d, "detail", where, optional=True)),
+        evidence=r.maybe_text(d, "evidence", where),
         conflicts=conflicts,
-        warnings=strings("warnings"),
+        warnings=list(r.strings(d, "warnings", where, optional=True)),
     )

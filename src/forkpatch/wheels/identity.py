@@ -26,6 +26,7 @@ from packaging.version import InvalidVersion, Version
 from forkpatch.errors import BuildError
 from forkpatch.kinds import BUILDER_MODES, BuilderMode
 from forkpatch.redact import strip_url_credentials
+from forkpatch.typedreader import TypedReader
 
 __all__ = [
     "LABEL_LENGTH",
@@ -203,94 +204,55 @@ class Provenance:
 
     @classmethod
     def from_json(cls, text: str | bytes, *, source: str = "provenance") -> Provenance:
+        """Provenance read back from a wheel, every value checked (a :class:`BuildError`
+        naming ``source`` and the place otherwise)."""
         try:
             d = json.loads(text)
         except (ValueError, UnicodeDecodeError) as exc:
             raise BuildError(f"{source}: not valid JSON ({exc})") from None
-        try:
-            _check_keys(
-                d,
-                {
-                    "schema",
-                    "fork_url",
-                    "tag",
-                    "commit",
-                    "patches",
-                    "forkpatch_version",
-                    "builder",
-                    "files",
-                    "members_sha256",
-                },
-                source,
-                required={
-                    "schema",
-                    "fork_url",
-                    "tag",
-                    "commit",
-                    "patches",
-                    "forkpatch_version",
-                    "builder",
-                },
+        r = TypedReader(source, error=BuildError)
+        top = r.mapping(d, "", keys=_KEYS, required=_REQUIRED)
+        if top["schema"] != _SCHEMA:
+            raise BuildError(
+                f"{source}: provenance schema {top['schema']!r} is not {_SCHEMA}",
+                tip="upgrade forkpatch to read this wheel's provenance",
             )
-            if d["schema"] != _SCHEMA:
-                raise BuildError(
-                    f"{source}: provenance schema {d['schema']!r} is not {_SCHEMA}",
-                    tip="upgrade forkpatch to read this wheel's provenance",
-                )
-            patches = []
-            for i, p in enumerate(d["patches"]):
-                _check_keys(
-                    p,
-                    {"name", "sha256", "build_step"},
-                    f"{source}: patches[{i}]",
-                    required={"name"},
-                )
-                patches.append(PatchRecord(p["name"], p.get("sha256"), p.get("build_step")))
-            b = d["builder"]
-            _check_keys(
-                b,
-                {"mode", "image_id", "base_wheel_sha256", "build_args"},
-                f"{source}: builder",
-                required={"mode"},
-            )
-            builder = BuilderInfo(
-                mode=b["mode"],
-                image_id=b.get("image_id"),
-                base_wheel_sha256=b.get("base_wheel_sha256"),
-                build_args=dict(b.get("build_args") or {}),
-            )
-            files = d.get("files")
-            if files is not None and not (
-                isinstance(files, dict)
-                and all(
-                    isinstance(k, str) and (v is None or (isinstance(v, str) and len(v) == 64))
-                    for k, v in files.items()
-                )
-            ):
-                raise BuildError(f"{source}: files must map paths to sha256 hex digests or null")
-            members = d.get("members_sha256")
-            if members is not None and not (isinstance(members, str) and len(members) == 64):
-                raise BuildError(f"{source}: members_sha256 must be a sha256 hex digest")
-            return cls(
-                files=files,
-                members_sha256=members,
-                fork_url=d["fork_url"],
-                tag=d["tag"],
-                commit=d["commit"],
-                patches=tuple(patches),
-                forkpatch_version=d["forkpatch_version"],
-                builder=builder,
-            )
-        except (TypeError, AttributeError) as exc:
-            raise BuildError(f"{source}: malformed provenance ({exc})") from None
+        patches = []
+        for i, raw in enumerate(r.items(top, "patches", "")):
+            where = f"patches[{i}]"
+            p = r.mapping(raw, where, keys=("name", "sha256", "build_step"), required=("name",))
+            name, sha = r.text(p, "name", where), r.maybe_sha256(p, "sha256", where)
+            try:
+                patches.append(PatchRecord(name, sha, r.maybe_text(p, "build_step", where)))
+            except BuildError as exc:
+                raise r.fail(where, exc.message) from None
+        b = r.mapping(top["builder"], "builder", keys=_BUILDER_KEYS, required=("mode",))
+        builder = BuilderInfo(
+            mode=r.word(b, "mode", BUILDER_MODES, "builder"),
+            image_id=r.maybe_text(b, "image_id", "builder"),
+            base_wheel_sha256=r.maybe_sha256(b, "base_wheel_sha256", "builder"),
+            build_args=r.text_map(b, "build_args", "builder"),
+        )
+        return cls(
+            fork_url=r.text(top, "fork_url", ""),
+            tag=r.text(top, "tag", ""),
+            commit=r.oid(top, "commit", ""),
+            patches=tuple(patches),
+            forkpatch_version=r.text(top, "forkpatch_version", ""),
+            builder=builder,
+            files=_files(r, top),
+            members_sha256=r.maybe_sha256(top, "members_sha256", ""),
+        )
 
 
-def _check_keys(d: Any, allowed: set[str], where: str, required: set[str] | None = None) -> None:
-    if not isinstance(d, dict):
-        raise BuildError(f"{where}: expected an object, got {type(d).__name__}")
-    unknown = sorted(set(d) - allowed)
-    if unknown:
-        raise BuildError(f"{where}: unknown key(s) {', '.join(unknown)}")
-    missing = sorted((allowed if required is None else required) - set(d))
-    if missing:
-        raise BuildError(f"{where}: missing key(s) {', '.join(missing)}")
+_REQUIRED = ("schema", "fork_url", "tag", "commit", "patches", "forkpatch_version", "builder")
+_KEYS = (*_REQUIRED, "files", "members_sha256")
+_BUILDER_KEYS = ("mode", "image_id", "base_wheel_sha256", "build_args")
+
+
+def _files(r: TypedReader, top: Mapping[str, object]) -> dict[str, str | None] | None:
+    """Provenance's ``files``: in-wheel path -> sha256 of its bytes, or None (deleted)."""
+    if top.get("files") is None:
+        return None
+    raw = r.mapping(top["files"], "files")
+    return {path: r.maybe_sha256(raw, path, "files") for path in raw}
