@@ -20,9 +20,10 @@ from forkpatch.forkrepo import (
 )
 from forkpatch.fsutil import atomic_write, dump_state, load_state
 from forkpatch.git import Git
+from forkpatch.kinds import PATCH_STATUSES
 from forkpatch.project import Project
 from forkpatch.redact import CREDENTIAL_TIP, hide_url_secrets, url_has_credentials
-from forkpatch.results import STATUS_ORDER, Conflict, PatchResult
+from forkpatch.results import Conflict, PatchResult
 from forkpatch.series import SERIES_FILE, load_series, new_series, save_series
 from forkpatch.stackstate import StackState
 from forkpatch.typedreader import TypedReader
@@ -410,7 +411,7 @@ def _result_of(r: TypedReader, raw: object, where: str) -> PatchResult:
         )
     return PatchResult(
         name=r.text(d, "name", where),
-        status=r.word(d, "status", STATUS_ORDER, where),
+        status=r.word(d, "status", PATCH_STATUSES, where),
         files=list(r.strings(d, "files", where, optional=True)),
         added=r.number(d, "added", where),
         removed=r.number(d, "removed", where),

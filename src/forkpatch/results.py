@@ -12,13 +12,12 @@ from dataclasses import dataclass, field
 
 from forkpatch.kinds import PATCH_STATUSES, PatchStatus
 
-# Worst wins when a patch's files end differently.
-STATUS_ORDER = PATCH_STATUSES
-
 
 def worst(statuses: Iterable[str]) -> PatchStatus:
-    ranked = [STATUS_ORDER.index(s) for s in statuses if s in STATUS_ORDER]
-    return STATUS_ORDER[max(ranked)] if ranked else "clean"
+    """The worst of ``statuses`` (PATCH_STATUSES runs from the best to the worst): a
+    patch's files may end differently, and the worst wins."""
+    ranked = [PATCH_STATUSES.index(s) for s in statuses if s in PATCH_STATUSES]
+    return PATCH_STATUSES[max(ranked)] if ranked else "clean"
 
 
 @dataclass
