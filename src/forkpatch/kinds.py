@@ -74,6 +74,10 @@ OUTCOME_STATUSES: tuple[OutcomeStatus, ...] = get_args(OutcomeStatus)
 REBASE_PHASES: tuple[RebasePhase, ...] = get_args(RebasePhase)
 SETTING_KINDS: tuple[SettingKind, ...] = get_args(SettingKind)
 
+TeamCheckSource = Literal["project", "fork"]
+"""Where a team's pytest check lives (smoke.checks' ``in``): the project, or the fork's
+tree at the series' base."""
+
 # The words of the results of the later stages (droppable, publish, track) and of the
 # upstream questions, each a Literal with its tuple beside it.
 
@@ -108,6 +112,7 @@ ReferenceKind = Literal["github-pr", "gitlab-mr", "commit"]
 UpstreamState = Literal["open", "draft", "merged", "closed", "unknown"]
 """Where a patch's upstream request stands, as ``status --upstream`` says."""
 
+TEAM_CHECK_SOURCES: tuple[TeamCheckSource, ...] = get_args(TeamCheckSource)
 VERDICTS: tuple[Verdict, ...] = get_args(Verdict)
 PUBLISH_ACTIONS: tuple[PublishAction, ...] = get_args(PublishAction)
 STAGE_STATUSES: tuple[StageStatus, ...] = get_args(StageStatus)

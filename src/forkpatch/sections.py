@@ -20,7 +20,14 @@ from typing import Any, ClassVar
 
 from forkpatch import checkids
 from forkpatch.errors import SeriesError
-from forkpatch.kinds import BUILD_MODES, CACHE_KINDS, BuildMode, CacheKind
+from forkpatch.kinds import (
+    BUILD_MODES,
+    CACHE_KINDS,
+    TEAM_CHECK_SOURCES,
+    BuildMode,
+    CacheKind,
+    TeamCheckSource,
+)
 
 KNOWN_TIERS = checkids.TIERS
 BOT_BRANCH_FIELDS = ("tag", "version")
@@ -266,7 +273,6 @@ class BuildConfig(SectionConfig):
     )
 
 
-TEAM_CHECK_SOURCES = ("project", "fork")
 _TEAM_CHECK_ID = re.compile(r"^([a-z0-9-]+)\.([a-z0-9][a-z0-9._-]{0,79})$")
 
 
@@ -282,7 +288,7 @@ class TeamCheck(SectionConfig):
 
     pytest: str | None = None
     command: tuple[str, ...] | None = None
-    source: str | None = None  # "in": project (default) or fork, for pytest
+    source: TeamCheckSource | None = None  # "in": project (default) or fork, for pytest
     summary: str | None = None
     timeout: int | None = None  # seconds (default 600)
 
