@@ -231,8 +231,9 @@ def build_wheel(project: Project, opts: BuildOptions) -> BuildResult:
     inputs settled (:func:`build_context`), a builder chosen (:func:`choose_builder`),
     the wheels built aside and committed into dist/ once."""
     started = time.monotonic()
+    requested = requested_mode(opts, project.series.build.mode)
     ctx = build_context(project, opts)
-    builder, reason = choose_builder(ctx, requested_mode(opts, project.series.build.mode))
+    builder, reason = choose_builder(ctx, requested)
     log.info(f"build mode: {builder.mode} ({reason}); version {ctx.version}")
     # Built aside, then the wheels and SHA256SUMS enter dist/ as one unit: a build
     # killed at any point leaves dist/ exactly as it was or exactly as it ends.
