@@ -36,8 +36,9 @@ class Export:
         unless ``force``; nothing is written then.
 
         A patch file (or series.yaml entry) changed outside forkpatch since the work
-        tree last matched it is never overwritten: refused (:meth:`~forkpatch.stack.sync.Sync.check_outside_changes`)
-        unless ``force`` (the work tree's version wins); ``skip_changed`` leaves those
+        tree last matched it is never overwritten: refused
+        (:meth:`~forkpatch.stack.sync.Sync.check_outside_changes`) unless ``force``
+        (the work tree's version wins); ``skip_changed`` leaves those
         files as they are and writes the others (still refused where both changed).
         """
         wt = self.model.wt()

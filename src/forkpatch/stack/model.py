@@ -192,8 +192,8 @@ class StackModel:
 
         What it protects is what is in no object: ``git status`` of the work tree
         against its HEAD (files modified, staged, deleted, or new and not ignored).
-        Commits made by hand are objects (:meth:`require_refreshed` checks those), and
-        files the fork's .gitignore ignores (caches, build output) are not edits.
+        Commits made by hand are objects (``Sync.require_refreshed`` checks those),
+        and files the fork's .gitignore ignores (caches, build output) are not edits.
         ``force``: discard them, naming each (``can_force``: the command has --force,
         the way out the message names for that). ``rebase``: the conflict work tree of a
         rebase in progress (the ways out differ: patches cannot be refreshed then)."""

@@ -34,8 +34,9 @@ class StackMoves:
 
     def position(self, command: str, doing: str) -> StackPosition | None:
         """Where the stack stands (None: no work tree), checked to hold no unsaved work
-        before ``command`` (``doing``, for messages) moves it: no edit pending, no edits in no object, every patch
-        refreshed; what changed outside forkpatch in patches/ is taken first."""
+        before ``command`` (``doing``, for messages) moves it: no edit pending, no edits
+        in no object, every patch refreshed; what changed outside forkpatch in patches/
+        is taken first."""
         path = self.model.worktree_path()
         if path is None or not (path / ".git").exists():
             return None
@@ -61,8 +62,8 @@ class StackMoves:
 
     def guard_move(self, doing: str, *, conflict_tree: Path, unless_at: str | None) -> None:
         """Before ``doing`` moves the stack: refuse edits in no object (see
-        :meth:`guard_worktree`). ``unless_at``: nothing moves when the stack's head is
-        still this commit, and the edits are kept (said so)."""
+        :meth:`StackModel.guard_worktree`). ``unless_at``: nothing moves when the stack's
+        head is still this commit, and the edits are kept (said so)."""
         path = self.model.worktree_path()
         if path is None or not (path / ".git").exists():
             return

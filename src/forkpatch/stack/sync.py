@@ -151,7 +151,7 @@ class Exports:
 
         A patch whose commit is the one forkpatch recorded with its file (``synced``)
         has no edits of its own: if its file differs, it changed outside forkpatch
-        (:meth:`check_outside_changes` tells), and re-applying takes it."""
+        (:meth:`Sync.check_outside_changes` tells), and re-applying takes it."""
         record = self.model.state.synced
         if record is not None:
             synced = record.patches
