@@ -92,7 +92,7 @@ class EditLoop:
         pushed = [r.name for r in result.results if r.status not in ("conflict", "blocked")]
         if bad is not None:
             if merge and any(c.merged is not None for c in bad.conflicts):
-                self.materialise_conflict(wt, bad)
+                self._materialise_conflict(wt, bad)
                 # Its commit holds markers its file does not: not in sync with it.
                 self.sync.remember(wt, [*pushed, bad.name], unsynced=[bad.name])
                 raise ConflictError(
@@ -119,7 +119,7 @@ class EditLoop:
         self.writer.settle_editing(wt)
         return result.results
 
-    def materialise_conflict(self, wt: Git, bad: PatchResult) -> None:
+    def _materialise_conflict(self, wt: Git, bad: PatchResult) -> None:
         """Commit the conflicting patch with its markers so refresh can amend it."""
         entry = self.project.series.get(bad.name)
         patch = self.project.load_patch(entry)

@@ -16,6 +16,7 @@ import stat
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import MappingProxyType
 
 from forkpatch import log
 from forkpatch.engine import (
@@ -155,7 +156,7 @@ class Refresh:
             series=self._with_summary(top),
             head=None if result is None else result.head or top.commit,
             touched=() if result is None else tuple(self.writer.touched(result)),
-            commits=commits,
+            commits=MappingProxyType(commits),
             remembered=tuple(remembered),
             state=state if above or keep_later else None,
             edit_done=bool(above),
