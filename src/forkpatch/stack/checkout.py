@@ -147,6 +147,7 @@ class Checkout:
                         f"run `forkpatch apply --worktree {path}` again",
                     )
             wt = worktree.add_worktree(self.store, path, BRANCH, head, layout)
+            self.model.forget()  # a new work tree: nothing read of one before holds
         layout, _changes = worktree.settle(wt, layout, self.fork.describe())
         self.writer.save(
             self.model.state.with_(
