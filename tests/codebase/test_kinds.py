@@ -97,8 +97,6 @@ STILL_STR = frozenset(
         "smoke/report.py:CheckResult.outcome",
         "smoke/report.py:CheckResult.tier",
         "smoke/runner.py:SmokeOptions.tier",
-        "stack/model.py:OutsideChange.kind",
-        "stack/model.py:OutsideChange.side",
         "track/stages.py:RebaseConflict.relation",  # the rebase's Relation, when it has one
         "track/stages.py:RebaseDone.relation",
     }
