@@ -26,8 +26,6 @@ DEFAULT_BASE_IMAGE = (
     "@sha256:a99a1860ba8e2916e5c3e73b72ec4c4301653a84586e05bfc9a2aa2d58027e97"
 )
 
-#: How the builder image gets its toolchain (ci/builder.Dockerfile, ARG TOOLCHAIN).
-
 #: The fork's own variables for local copies of what its CMake would otherwise
 #: download at configure time (FetchContent). Any of them may be given in
 #: :attr:`BuildOptions.sources`; which ones a build needs depends on the arch list.
