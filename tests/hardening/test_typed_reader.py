@@ -18,6 +18,7 @@ from forkpatch.typedreader import TEXT_LIMIT, TypedReader
 from forkpatch.wheels.identity import BuilderInfo, PatchRecord, Provenance
 from support.cli import Runner
 from support.projects import copy_example
+from support.reliability import Row
 
 R = TypedReader("state.json")
 OID = "0123456789abcdef" * 2 + "01234567"
@@ -98,25 +99,25 @@ def test_provenance_round_trips():
     assert Provenance.from_json(GOOD.to_json()) == GOOD
 
 
-@pytest.mark.parametrize(
-    ("change", "said"),
-    [
-        (lambda d: d.update(surprise=1), "prov: unknown key(s) surprise"),
-        (lambda d: d.pop("tag"), "prov: missing key(s) tag"),
-        (lambda d: d.update(tag=121), "prov: 'tag' must be a str, found 121"),
-        (lambda d: d.update(commit="v1.2.1"), "prov: 'commit' is not a commit id"),
-        (lambda d: d.update(patches={}), "prov: 'patches' must be a list"),
-        (lambda d: d["patches"].append("c"), "prov: patches[2]: expected an object, got str"),
-        (lambda d: d["patches"][0].update(sha256="xyz"), "prov: patches[0]: 'sha256' must be a"),
-        (lambda d: d["patches"][1].pop("build_step"), "prov: patches[1]: provenance entry 'b'"),
-        (lambda d: d["patches"][0].pop("name"), "prov: patches[0]: missing key(s) name"),
-        (lambda d: d["builder"].update(mode="docker"), "prov: builder: 'mode' is 'docker'"),
-        (lambda d: d["builder"].update(build_args=[]), "prov: builder.build_args: expected an"),
-        (lambda d: d["builder"]["build_args"].update(K=7), "builder.build_args: 'K' must be a str"),
-        (lambda d: d["files"].update({"vllm/y.py": 1}), "prov: files: 'vllm/y.py' must be a str"),
-        (lambda d: d.update(members_sha256="short"), "prov: 'members_sha256' must be a sha256"),
-    ],
-)
+PROVENANCE_DAMAGE = [
+    (lambda d: d.update(surprise=1), "prov: unknown key(s) surprise"),
+    (lambda d: d.pop("tag"), "prov: missing key(s) tag"),
+    (lambda d: d.update(tag=121), "prov: 'tag' must be a str, found 121"),
+    (lambda d: d.update(commit="v1.2.1"), "prov: 'commit' is not a commit id"),
+    (lambda d: d.update(patches={}), "prov: 'patches' must be a list"),
+    (lambda d: d["patches"].append("c"), "prov: patches[2]: expected an object, got str"),
+    (lambda d: d["patches"][0].update(sha256="xyz"), "prov: patches[0]: 'sha256' must be a"),
+    (lambda d: d["patches"][1].pop("build_step"), "prov: patches[1]: provenance entry 'b'"),
+    (lambda d: d["patches"][0].pop("name"), "prov: patches[0]: missing key(s) name"),
+    (lambda d: d["builder"].update(mode="docker"), "prov: builder: 'mode' is 'docker'"),
+    (lambda d: d["builder"].update(build_args=[]), "prov: builder.build_args: expected an"),
+    (lambda d: d["builder"]["build_args"].update(K=7), "builder.build_args: 'K' must be a str"),
+    (lambda d: d["files"].update({"vllm/y.py": 1}), "prov: files: 'vllm/y.py' must be a str"),
+    (lambda d: d.update(members_sha256="short"), "prov: 'members_sha256' must be a sha256"),
+]
+
+
+@pytest.mark.parametrize(("change", "said"), PROVENANCE_DAMAGE)
 def test_provenance_wrong_in_one_place_is_refused_naming_it(change, said):
     with pytest.raises(BuildError) as err:
         Provenance.from_json(_with(change), source="prov")
@@ -144,19 +145,20 @@ def _status(run: Runner) -> dict[str, str]:
     return {p["name"]: p["status"] for p in json.loads(out)["patches"]}
 
 
-@pytest.mark.parametrize(
-    "damage",
-    [
-        lambda r: r.update(status="perfect"),
-        lambda r: r.update(added="3"),
-        lambda r: r.update(added=True),
-        lambda r: r.update(files=["a", None]),
-        lambda r: r.update(conflicts=[{"path": "a", "reason": "x", "hunks": ["1"], "line": 1}]),
-        lambda r: r.update(conflicts=[{"path": "a", "reason": "x", "hunks": [1], "line": "9"}]),
-        lambda r: r.pop("name"),
-    ],
-    ids=["status", "added text", "added bool", "files", "hunks", "line", "no name"],
-)
+CACHE_DAMAGE = {
+    "status": lambda r: r.update(status="perfect"),
+    "added text": lambda r: r.update(added="3"),
+    "added bool": lambda r: r.update(added=True),
+    "files": lambda r: r.update(files=["a", None]),
+    "hunks": lambda r: r.update(
+        conflicts=[{"path": "a", "reason": "x", "hunks": ["1"], "line": 1}]
+    ),
+    "line": lambda r: r.update(conflicts=[{"path": "a", "reason": "x", "hunks": [1], "line": "9"}]),
+    "no name": lambda r: r.pop("name"),
+}
+
+
+@pytest.mark.parametrize("damage", CACHE_DAMAGE.values(), ids=CACHE_DAMAGE.keys())
 def test_a_status_cache_sealed_with_a_wrong_value_is_computed_again(example, damage):
     cache = example.project / ".forkpatch" / "status-cache.json"
     want = _status(example.run)
@@ -167,3 +169,23 @@ def test_a_status_cache_sealed_with_a_wrong_value_is_computed_again(example, dam
     assert _status(example.run) == want
     kept = load_state(cache, kind="status-cache", version=1)
     assert kept is not None and kept["results"] != data["results"]  # kept anew, right
+
+
+RELIABILITY = [
+    Row(
+        "wheel integrity",
+        "a wheel's provenance wrong in one place: an unknown or missing key, a value of "
+        "another type, a commit id or sha256 that is not one, a builder mode outside its set",
+        f"{len(PROVENANCE_DAMAGE)} cases",
+        "refused naming the wheel's provenance and the place in it (BuildError); never read "
+        "as the wheel's identity",
+        refused=str(len(PROVENANCE_DAMAGE)),
+    ),
+    Row(
+        "changed outside forkpatch",
+        "the status cache sealed again with a wrong value (a status outside its set, a count "
+        "that is text or a boolean, a stray type in a list, a missing name)",
+        f"{len(CACHE_DAMAGE)} cases",
+        "not trusted: the status is computed again, right, and kept anew",
+    ),
+]
