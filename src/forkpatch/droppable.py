@@ -38,7 +38,6 @@ if TYPE_CHECKING:
 DROPPABLE: Final[kinds.Verdict] = "droppable"
 NEEDED: Final[kinds.Verdict] = "needed"
 NOT_EVALUATED: Final[kinds.Verdict] = "not-evaluated"
-_FAILS = ("failed", "error")
 
 
 @dataclass(frozen=True)
@@ -523,7 +522,7 @@ def _with_checks(
         )
     # 1. Its own checks: passing with the patch and failing without it is proof.
     for cid in entry.smoke:
-        if got.get(cid) in _FAILS and had.get(cid) == "passed":
+        if got.get(cid) in kinds.CHECK_FAILURES and had.get(cid) == "passed":
             return _verdict(
                 entry,
                 NEEDED,
@@ -537,7 +536,7 @@ def _with_checks(
     # without it shows a patch above uses what this one adds.
     if without.blocked_by is None:
         for cid, owners in stays.items():
-            if got.get(cid) in _FAILS and had.get(cid) == "passed":
+            if got.get(cid) in kinds.CHECK_FAILURES and had.get(cid) == "passed":
                 return _verdict(
                     entry,
                     NEEDED,
@@ -571,7 +570,7 @@ def _with_checks(
             with_patch=had,
             missing=("condition",),
         )
-    failed = [c for c in cond if got.get(c) in _FAILS]
+    failed = [c for c in cond if got.get(c) in kinds.CHECK_FAILURES]
     if failed:
         c = failed[0]
         return _verdict(
@@ -608,7 +607,7 @@ def _with_checks(
             missing=(f"rework of {without.blocked_by}",),
         )
     # The patches that stay must pass their own checks without it too.
-    broken = [c for c in stays if got.get(c) in _FAILS]
+    broken = [c for c in stays if got.get(c) in kinds.CHECK_FAILURES]
     if broken:
         c = broken[0]
         return _verdict(

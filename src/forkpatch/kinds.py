@@ -91,6 +91,10 @@ TeamCheckSource = Literal["project", "fork"]
 """Where a team's pytest check lives (smoke.checks' ``in``): the project, or the fork's
 tree at the series' base."""
 
+CheckFailure = Literal["failed", "error"]
+"""The outcomes of a smoke check that count against it: its assertion failed, or it
+raised (the others: passed, not-run)."""
+
 # The words of the results of the later stages (droppable, publish, track) and of the
 # upstream questions, each a Literal with its tuple beside it.
 
@@ -125,6 +129,7 @@ ReferenceKind = Literal["github-pr", "gitlab-mr", "commit"]
 UpstreamState = Literal["open", "draft", "merged", "closed", "unknown"]
 """Where a patch's upstream request stands, as ``status --upstream`` says."""
 
+CHECK_FAILURES: tuple[CheckFailure, ...] = get_args(CheckFailure)
 TEAM_CHECK_SOURCES: tuple[TeamCheckSource, ...] = get_args(TeamCheckSource)
 VERDICTS: tuple[Verdict, ...] = get_args(Verdict)
 PUBLISH_ACTIONS: tuple[PublishAction, ...] = get_args(PublishAction)

@@ -64,7 +64,7 @@ from forkpatch.fsutil import (
     sweep_temps,
     write_event,
 )
-from forkpatch.kinds import PublishAction
+from forkpatch.kinds import CHECK_FAILURES, PublishAction
 from forkpatch.redact import MIN_SECRET_LENGTH, redact, strip_url_credentials
 from forkpatch.smoke.report import (
     REPORT_SUFFIX,
@@ -208,7 +208,7 @@ def check_gate(
             raise PublishError(f"unknown tier '{t}'", tip=f"tiers: {', '.join(TIERS)}")
     checked = find_report(wheel, project, explicit)
     path = checked.path
-    failed = [c for c in checked.checks if c.outcome in ("failed", "error")]
+    failed = [c for c in checked.checks if c.outcome in CHECK_FAILURES]
     if failed or not checked.passed:
         names = ", ".join(f"{c.id} ({c.outcome})" for c in failed) or "see the report"
         raise PublishError(

@@ -29,6 +29,7 @@ SETS = [
     kinds.REBASE_PHASES,
     kinds.BUILDER_MODES,
     kinds.HUNK_LINE_KINDS,
+    kinds.CHECK_FAILURES,
     kinds.TEAM_CHECK_SOURCES,
     kinds.VERDICTS,
     kinds.PUBLISH_ACTIONS,
