@@ -310,3 +310,65 @@ def test_the_server_is_gone_after_the_run(tmp_path: Path, project: Path, venv: P
     start = tmp_path / "env" / "team-server" / "start.log"
     pid = int(json.loads(start.read_text(encoding="utf-8").strip().splitlines()[-1])["pid"])
     assert _gone(pid)
+
+
+CRASH_ON_IMPORT = """A module that {what} the interpreter that imports it (a test).
+
+diff --git a/vllm/crashy.py b/vllm/crashy.py
+--- /dev/null
++++ b/vllm/crashy.py
+@@ -0,0 +1,2 @@
++import os, signal, time
++{code}
+"""
+CRASHES = {
+    "segfault": ("crashes", "os.kill(os.getpid(), signal.SIGSEGV)", "killed by SIGSEGV"),
+    "hang": ("hangs", "time.sleep(600)", "ran past its own limit of 8 s"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("crash", sorted(CRASHES))
+def test_a_built_in_check_that_crashes_fails_alone_and_the_rest_run(
+    example_build,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    crash: str,
+) -> None:
+    """static.import-patched-modules imports a patched module that segfaults or hangs:
+    that check fails, saying how the process ended, and the checks after it run in a
+    fresh check process (before: each was an error, "ended before it ran", and a hang
+    took the whole --timeout)."""
+    import json
+    from dataclasses import replace
+
+    from forkpatch.project import Project
+    from forkpatch.series import PatchEntry, load_series, save_series
+    from forkpatch.smoke import session
+    from forkpatch.wheels.buildwheel import BuildOptions, build_wheel
+    from support import smoke
+    from support.cli import Runner
+
+    project = smoke.copy_project(example_build, tmp_path / "project")
+    what, code, says = CRASHES[crash]
+    text = CRASH_ON_IMPORT.format(what=what, code=code)
+    (project / "patches" / "crashy.patch").write_text(text, encoding="utf-8")
+    monkeypatch.setattr(session, "CHECK_TIMEOUT_S", 8.0)
+    series = load_series(project / "series.yaml")
+    entry = PatchEntry(name="crashy", file="crashy.patch", summary="crash on import")
+    patches = [replace(p, smoke=()) for p in series.patches] + [entry]
+    save_series(series.with_patches(patches), project / "series.yaml")
+    opts = BuildOptions(
+        mode="overlay", base_wheel=example_build.base_wheel, out_dir=tmp_path / "dist"
+    )
+    wheel = build_wheel(Project(project), opts).wheels[0]
+    run = Runner(project, capsys)
+    _code, out, _err = run("smoke", str(wheel), "--tier", "static", "--json", expect=1)
+    got = {c["id"]: c for c in json.loads(out)["checks"]}
+    crashed = got["static.import-patched-modules"]
+    assert crashed["outcome"] == "failed", crashed
+    assert says in crashed["detail"], crashed
+    after = ["static.provenance", "static.installed-from-wheel", "static.version-metadata"]
+    assert all(got[c]["outcome"] in ("passed", "not-run") for c in after), got
+    assert got["static.provenance"]["outcome"] == "passed"
