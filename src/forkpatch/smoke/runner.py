@@ -45,9 +45,9 @@ from forkpatch.smoke.report import (
     store_path,
     write_report,
 )
-from forkpatch.smoke.session import CheckOverran, run_incheck_resumed
+from forkpatch.smoke.session import CheckOverran, run_incheck_resumed, team_server
+from forkpatch.smoke.team import check_env, run_team_checks
 from forkpatch.smoke.team import fork_tests as _fork_tests
-from forkpatch.smoke.team import run_team_checks
 from forkpatch.smoke.wheelinfo import WheelInfo, read_wheel, sha256_file
 
 if TYPE_CHECKING:
@@ -304,6 +304,7 @@ def run_smoke(opts: SmokeOptions, project: Project | None = None) -> SmokeOutcom
         keep=opts.keep_env,
         deadline=deadline,
     ) as senv:
+        modules = _modules_for(project, entries)
         spec = {
             "checks": [cid for cid in to_run if cid not in HOST_CHECKS and cid not in team],
             "dist": primary.name,
@@ -311,7 +312,7 @@ def run_smoke(opts: SmokeOptions, project: Project | None = None) -> SmokeOutcom
             "prefix": str(senv.path),
             "deps": senv.deps,
             "forbidden_paths": _forbidden_paths(project, senv.path),
-            "modules": _modules_for(project, entries),
+            "modules": modules,
             "provenance_sha256": primary.provenance_sha256,
             "provenance_problems": problems,
             "series_compared": project is not None and prov is not None,
@@ -322,31 +323,42 @@ def run_smoke(opts: SmokeOptions, project: Project | None = None) -> SmokeOutcom
             "ptx_lib": str(opts.ptx_lib.resolve()) if opts.ptx_lib else None,
         }
         in_env = [cid for cid in to_run if cid not in HOST_CHECKS and cid not in team]
-        with log.step(
-            f"run {len(in_env)} check(s) in the smoke environment (tiers {', '.join(tiers)})"
-        ):
-            records, proc_note = run_incheck_resumed(
-                in_env,
-                lambda ids: _run_incheck(
-                    senv.python, senv.path.parent, {**spec, "checks": list(ids)}, deadline
-                ),
-                deadline=deadline,
-            )
         mine = {cid: team[cid] for cid in to_run if cid in team}
-        if mine:
-            with log.step(f"run {len(mine)} team check(s) in the smoke environment"):
-                results.update(
-                    run_team_checks(
-                        mine,
-                        senv,
-                        plan,
-                        device=_device_of(records),
-                        root=opts.checks_root
-                        or (Path(project.root) if project is not None else None),
-                        fork_tests=lambda: _fork_tests(project, senv.path.parent),
-                        deadline=deadline,
-                    )
+        server = team_server(
+            senv.python,
+            senv.path.parent,
+            check_env(senv),
+            deadline,
+            preimport=modules,  # vllm and what the patches change, as the checks import them
+        )
+        with server as team_srv:
+            if any(tc.pytest and cid.startswith("static.") for cid, tc in mine.items()):
+                team_srv.start_soon()  # its imports overlap the built-in checks
+            with log.step(
+                f"run {len(in_env)} check(s) in the smoke environment (tiers {', '.join(tiers)})"
+            ):
+                records, proc_note = run_incheck_resumed(
+                    in_env,
+                    lambda ids: _run_incheck(
+                        senv.python, senv.path.parent, {**spec, "checks": list(ids)}, deadline
+                    ),
+                    deadline=deadline,
                 )
+            if mine:
+                with log.step(f"run {len(mine)} team check(s) in the smoke environment"):
+                    results.update(
+                        run_team_checks(
+                            mine,
+                            senv,
+                            plan,
+                            device=_device_of(records),
+                            root=opts.checks_root
+                            or (Path(project.root) if project is not None else None),
+                            fork_tests=lambda: _fork_tests(project, senv.path.parent),
+                            deadline=deadline,
+                            server=team_srv,
+                        )
+                    )
         env_info = senv.to_json()
         for rec in records:
             if rec.get("kind") == "env":

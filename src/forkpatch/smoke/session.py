@@ -31,6 +31,7 @@ import json
 import os
 import shutil
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -70,10 +71,24 @@ class TeamServer:
         self.failed: str | None = None  # why it could not start (then checks run alone)
         self.imported: list[dict[str, Any]] = []
         self.starts = 0
+        self._starting: threading.Thread | None = None
+
+    def start_soon(self) -> None:
+        """Start the server now, in the background (its imports overlap whatever the
+        caller does next); :meth:`argv` waits for it."""
+        if self._starting is None and self.pid is None:
+            self._starting = threading.Thread(target=self._start, daemon=True)
+            self._starting.start()
+
+    def _wait_started(self) -> None:
+        if self._starting is not None:
+            self._starting.join()
+            self._starting = None
 
     def argv(self, pytest_args: Sequence[str]) -> list[str] | None:
         """The client command for a pytest run of ``pytest_args`` through the server
         (started now if it is not running); None: the server cannot be had."""
+        self._wait_started()
         if self.pid is None or not _alive(self.pid):
             self._start()
         if self.pid is None:
@@ -131,6 +146,7 @@ class TeamServer:
 
     def stop(self) -> None:
         """End the server (its session); its checks have ended with their clients."""
+        self._wait_started()
         pid, self.pid = self.pid, None
         if pid is None:
             return

@@ -13,6 +13,7 @@ lacks, or nothing to run from is ``not-run`` with the reason.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
@@ -109,20 +110,24 @@ def run_team_checks(
     fork_tests: Callable[[], Path],
     deadline: Deadline | None = None,
     preimport: Sequence[str] = PREIMPORT,
+    server: TeamServer | None = None,
 ) -> dict[str, CheckResult]:
     """Run the team's ``checks`` in ``senv``; one result per check.
 
     Each runs in a session of its own (ended as a group at its timeout, at the smoke
     run's ``deadline`` or on Ctrl-C), its output kept as a bounded tail on disk. The
     pytest checks fork from one server that has imported ``preimport`` (vllm) once
-    (:mod:`forkpatch.smoke.session`)."""
-    env = clean_env()
-    env["PATH"] = os.pathsep.join([str(senv.bin_dir), env.get("PATH", "")])
-    env["VIRTUAL_ENV"] = str(senv.path)
+    (:mod:`forkpatch.smoke.session`; ``server``: one the caller started, else one of
+    its own)."""
+    env = check_env(senv)
     out: dict[str, CheckResult] = {}
     deadline = deadline or Deadline(None)
     has_pytest: list[bool] = []  # asked once, at the first pytest check
-    with team_server(senv.python, senv.path.parent, env, deadline, preimport) as server:
+    with contextlib.ExitStack() as stack:
+        if server is None:
+            server = stack.enter_context(
+                team_server(senv.python, senv.path.parent, env, deadline, preimport)
+            )
         for n, (cid, tc) in enumerate(checks.items(), 1):
             tier = cid.partition(".")[0]
             t0 = time.monotonic()
@@ -134,6 +139,14 @@ def run_team_checks(
             )
             log.info(f"    [{n}/{len(checks)}] {outcome:<8} {cid} ({time.monotonic() - t0:.1f}s)")
     return out
+
+
+def check_env(senv: SmokeEnv) -> dict[str, str]:
+    """The environment a team check runs in: the smoke venv's interpreter first on PATH."""
+    env = clean_env()
+    env["PATH"] = os.pathsep.join([str(senv.bin_dir), env.get("PATH", "")])
+    env["VIRTUAL_ENV"] = str(senv.path)
+    return env
 
 
 def _run_one(
