@@ -326,7 +326,7 @@ def run_smoke(opts: SmokeOptions, project: Project | None = None) -> SmokeOutcom
         mine = {cid: team[cid] for cid in to_run if cid in team}
         server = team_server(
             senv.python,
-            senv.path.parent,
+            senv.work_dir,
             check_env(senv),
             deadline,
             preimport=modules,  # vllm and what the patches change, as the checks import them
@@ -340,7 +340,7 @@ def run_smoke(opts: SmokeOptions, project: Project | None = None) -> SmokeOutcom
                 records, proc_note = run_incheck_resumed(
                     in_env,
                     lambda ids: _run_incheck(
-                        senv.python, senv.path.parent, {**spec, "checks": list(ids)}, deadline
+                        senv.python, senv.work_dir, {**spec, "checks": list(ids)}, deadline
                     ),
                     deadline=deadline,
                 )
@@ -354,7 +354,7 @@ def run_smoke(opts: SmokeOptions, project: Project | None = None) -> SmokeOutcom
                             device=_device_of(records),
                             root=opts.checks_root
                             or (Path(project.root) if project is not None else None),
-                            fork_tests=lambda: _fork_tests(project, senv.path.parent),
+                            fork_tests=lambda: _fork_tests(project, senv.work_dir),
                             deadline=deadline,
                             server=team_srv,
                         )

@@ -126,7 +126,7 @@ def run_team_checks(
     with contextlib.ExitStack() as stack:
         if server is None:
             server = stack.enter_context(
-                team_server(senv.python, senv.path.parent, env, deadline, preimport)
+                team_server(senv.python, senv.work_dir, env, deadline, preimport)
             )
         for n, (cid, tc) in enumerate(checks.items(), 1):
             tier = cid.partition(".")[0]
@@ -206,7 +206,7 @@ def _run_one(
         cwd = root
     log.info(f"+ {' '.join(alone)}  (in {cwd}{', through the check server' if via else ''})")
     timeout = tc.timeout or DEFAULT_TIMEOUT_S
-    logs = senv.path.parent / "team-logs"
+    logs = senv.work_dir / "team-logs"
     logs.mkdir(exist_ok=True)
 
     def run(cmd: list[str]) -> proc.Finished:
