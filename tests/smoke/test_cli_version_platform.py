@@ -117,3 +117,25 @@ def test_cpu_platform_plugin_is_metadata_only(tmp_path: Path) -> None:
         os.path.join("forkpatch_smoke_cpu_platform-0.dist-info", "entry_points.txt"),
         "forkpatch_smoke_cpu_platform.py",
     ]
+
+
+def test_with_a_platform_plugin_of_its_own_it_runs_as_it_is_first(
+    fake_bin: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An environment with a vLLM platform plugin of its own (a companion wheel) gets no
+    second plugin from the start (vLLM refuses two); if vLLM still infers no platform,
+    the CPU one is selected and it runs again."""
+    import importlib.metadata as md
+
+    real = md.entry_points
+
+    def entry_points(**kw):
+        if kw.get("group") == "vllm.platform_plugins":
+            return [md.EntryPoint("cuda_look", "x:activate", "vllm.platform_plugins")]
+        return real(**kw)
+
+    monkeypatch.setattr(md, "entry_points", entry_points)
+    ctx = incheck.Ctx(spec={"version": VERSION}, device={"cuda_available": False})
+    detail = incheck.cli_version(ctx)  # the fake sees no plugin: fails, then the CPU one
+    assert "CPU platform selected by a platform plugin" in detail
+    assert runs(fake_bin) == 2

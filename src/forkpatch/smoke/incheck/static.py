@@ -141,30 +141,44 @@ class VersionRun:
     selected from the start through a platform plugin that exists only for this run."""
 
     def __init__(self, ctx: Ctx) -> None:
-        script = os.path.join(os.path.dirname(sys.executable), "vllm")
+        self.script = os.path.join(os.path.dirname(sys.executable), "vllm")
         self.how = ""
         self.missing: str | None = None
         self.proc: subprocess.Popen[bytes] | None = None
         self._dirs: list[tempfile.TemporaryDirectory[str]] = []
-        if not os.path.exists(script):
-            self.missing = f"the wheel installed no `vllm` console script ({script})"
+        if not os.path.exists(self.script):
+            self.missing = f"the wheel installed no `vllm` console script ({self.script})"
             return
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-        paths = []
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+        self.paths: list[str] = []
         names = standin.install()
         if names:  # the wheel's missing compiled extension, as in this process
-            paths.append(self._tempdir("forkpatch-stand-in-"))
-            standin.write_sitecustomize(paths[-1], names)
-        if not ctx.device.get("cuda_available"):
+            self.paths.append(self._tempdir("forkpatch-stand-in-"))
+            standin.write_sitecustomize(self.paths[-1], names)
+        # Without a CUDA device vLLM infers no platform (unless a platform plugin of the
+        # environment's own answers): the CPU one is selected from the start, not after
+        # a first run that failed. With another plugin installed it runs as it is, and
+        # only if vLLM then infers no platform is it run again with the CPU one.
+        self.may_retry = not ctx.device.get("cuda_available")
+        if self.may_retry and not _platform_plugins():
+            self._spawn(cpu_platform=True)
+        else:
+            self._spawn(cpu_platform=False)
+
+    def _spawn(self, *, cpu_platform: bool) -> None:
+        paths = list(self.paths)
+        if cpu_platform:
             paths.append(self._tempdir("forkpatch-cpu-platform-"))
             write_cpu_platform_plugin(paths[-1])
             self.how = " (no CUDA device: vLLM's CPU platform selected by a platform plugin)"
+            self.may_retry = False
+        env = dict(self.env)
         if paths:
             env["PYTHONPATH"] = os.pathsep.join(paths)
         self.started = time.monotonic()
-        self._out = tempfile.TemporaryFile()  # noqa: SIM115 - closed in finish()
+        self._out = tempfile.TemporaryFile()  # noqa: SIM115 - closed in _wait()
         self.proc = subprocess.Popen(
-            [script, "--version"],
+            [self.script, "--version"],
             stdin=subprocess.DEVNULL,
             stdout=self._out,
             stderr=subprocess.STDOUT,
@@ -176,11 +190,9 @@ class VersionRun:
         self._dirs.append(tempfile.TemporaryDirectory(prefix=prefix))
         return self._dirs[-1].name
 
-    def finish(self) -> tuple[int, str]:
-        """Its exit status and output (AssertionError: no script, or no end in time)."""
+    def _wait(self) -> tuple[int, str]:
+        assert self.proc is not None
         try:
-            if self.proc is None:
-                raise AssertionError(self.missing)
             left = VERSION_TIMEOUT_S - (time.monotonic() - self.started)
             try:
                 self.proc.wait(timeout=max(left, 0.1))
@@ -192,13 +204,33 @@ class VersionRun:
                 ) from None
             size = self._out.seek(0, os.SEEK_END)
             self._out.seek(max(0, size - _OUTPUT_LIMIT))  # a traceback ends it
-            text = self._out.read().decode("utf-8", "replace")
-            return self.proc.returncode, text
+            return self.proc.returncode, self._out.read().decode("utf-8", "replace")
         finally:
-            if self.proc is not None:
-                self._out.close()
+            self._out.close()
+
+    def finish(self) -> tuple[int, str]:
+        """Its exit status and output (AssertionError: no script, or no end in time)."""
+        try:
+            if self.proc is None:
+                raise AssertionError(self.missing)
+            code, text = self._wait()
+            if code != 0 and _NO_PLATFORM in text and self.may_retry:
+                self._spawn(cpu_platform=True)
+                code, text = self._wait()
+            return code, text
+        finally:
             for d in self._dirs:
                 d.cleanup()
+
+
+def _platform_plugins() -> list[str]:
+    """The environment's own vLLM platform plugins (entry points, by name)."""
+    import importlib.metadata as md
+
+    try:
+        return [ep.name for ep in md.entry_points(group="vllm.platform_plugins")]
+    except Exception:
+        return []
 
 
 # `vllm --version` prints a line or two; of more (a traceback), the last this many bytes.
