@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import stat
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -666,6 +665,8 @@ class Project:
         done: list[str] = []
         store = self.store_dir
         admins = store / "worktrees"
+        import shutil  # only for a moved or copied project
+
         state_path = self.state_dir / STATE_FILE
         state = self.read_state() if state_path.exists() else None
         recorded = state.root if state is not None else None
