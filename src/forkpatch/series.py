@@ -962,12 +962,13 @@ def dump_series(series: Series) -> str:
                     lines[0] = "  - " + lines[0][4:]
                     first = False
                 out.extend(lines)
-    from forkpatch.sections import SECTIONS, SectionConfig
+    if series.sections:  # the sections module loads only for a series that has some
+        from forkpatch.sections import SECTIONS, SectionConfig
 
-    for name in SECTIONS:
-        cfg = series.sections.get(name)
-        if isinstance(cfg, SectionConfig) and cfg:
-            out.extend(_emit_value(name, cfg.as_mapping(), 0))
+        for name in SECTIONS:
+            cfg = series.sections.get(name)
+            if isinstance(cfg, SectionConfig) and cfg:
+                out.extend(_emit_value(name, cfg.as_mapping(), 0))
     return "\n".join(out) + "\n"
 
 
