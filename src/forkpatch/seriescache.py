@@ -106,7 +106,8 @@ def cached_series(data: bytes, state_dir: Path) -> Series | None:
         doc = parse_state(raw, path=path, kind=_KIND, version=_VERSION)
     except (OSError, UnicodeDecodeError, ForkpatchError):  # absent, garbled, not ours
         return None
-    if doc.get("text") != text or doc.get("code") != _jsonable(code_stamp()):
+    stamp = code_stamp()
+    if not _known(stamp) or doc.get("text") != text or doc.get("code") != _jsonable(stamp):
         return None
     series = series_from_json(doc.get("series"))
     if series is not None:
@@ -118,14 +119,21 @@ def keep_series(data: bytes, series: Series, state_dir: Path) -> None:
     """Keep ``series`` as the parse of ``data``, when it reads back as the same series
     (a series that does not, say a section this form cannot hold, is never kept).
     Only into an existing state directory; a read-only project keeps nothing."""
-    if not state_dir.is_dir():
+    stamp = code_stamp()
+    if not state_dir.is_dir() or not _known(stamp):
         return
     form = series_to_json(series)
     if series_from_json(form) != series:
         return
     with contextlib.suppress(OSError, UnicodeDecodeError):
-        doc = {"text": data.decode("utf-8"), "code": _jsonable(code_stamp()), "series": form}
+        doc = {"text": data.decode("utf-8"), "code": _jsonable(stamp), "series": form}
         atomic_write(state_dir / CACHE_FILE, dump_state(_KIND, _VERSION, doc))
+
+
+def _known(stamp: list[list[object]]) -> bool:
+    """Whether every file of the stamp was found: code that is not in plain files (a
+    zip) has no stamp that would change with it, so nothing is kept for it."""
+    return all(row[1] is not None for row in stamp[1:])
 
 
 def _jsonable(stamp: list[list[object]]) -> list[list[object]]:

@@ -211,3 +211,16 @@ def test_the_code_stamp_names_the_parser_modules_and_pyyaml():
     names = [row[0] for row in stamp[1:]]
     assert names == [*seriescache.PARSER_MODULES, "yaml"]
     assert all(len(row) == 4 for row in stamp[1:]), "every file found"
+
+
+def test_nothing_is_kept_for_code_whose_files_are_not_found(tmp_path, monkeypatch):
+    """Code that is not in plain files (a zip) has no stamp that changes with it."""
+    text = HEAD + ENTRIES
+    root = project_with(tmp_path, text)
+    read(root)
+    assert seriescache.cached_series(text.encode(), root / ".forkpatch") is not None
+    monkeypatch.setattr(seriescache, "PARSER_MODULES", (*seriescache.PARSER_MODULES, "nowhere"))
+    assert seriescache.cached_series(text.encode(), root / ".forkpatch") is None
+    (root / ".forkpatch" / seriescache.CACHE_FILE).unlink()
+    assert read(root) == parse_series(text)
+    assert not (root / ".forkpatch" / seriescache.CACHE_FILE).exists()
