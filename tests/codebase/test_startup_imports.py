@@ -270,8 +270,14 @@ TOP_BUDGET = {
     "forkpatch.trailer",
     "forkpatch.views",
 }
-# status also reads what changed outside forkpatch (forkpatch.stack.sync).
-STATUS_BUDGET = TOP_BUDGET | {"forkpatch.ops", "forkpatch.results", "forkpatch.stack.sync"}
+# status also reads what changed outside forkpatch (forkpatch.stack.sync) and its kept
+# answer through the state files' typed reader (forkpatch.typedreader: errors, fsutil, re).
+STATUS_BUDGET = TOP_BUDGET | {
+    "forkpatch.ops",
+    "forkpatch.results",
+    "forkpatch.stack.sync",
+    "forkpatch.typedreader",
+}
 # ... and of the standard library, what only a write, a rare path or a large digest needs:
 # hashlib (OpenSSL and blake2; fsutil.digest takes CPython's own sha1/sha256 for small
 # inputs), importlib.util, tempfile and shutil (with random, bz2 and lzma).
