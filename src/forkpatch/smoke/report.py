@@ -99,6 +99,7 @@ class CheckResult:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "patches", tuple(self.patches))
+        as_tier(self.tier), as_outcome(self.outcome)  # a word outside its Literal is a bug
 
     @classmethod
     def of(
