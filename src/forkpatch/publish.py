@@ -168,7 +168,7 @@ def find_report(
     """The smoke report for exactly this file (by sha256) and where it is; PublishError
     when there is none.
 
-    A report that does not validate (:func:`forkpatch.smoke.report.validate_report`) is
+    A report that does not validate (:meth:`forkpatch.smoke.report.SmokeReport.from_json`) is
     refused at once with its file and field named, never skipped silently.
     """
     wrong: list[str] = []

@@ -68,7 +68,9 @@ def test_a_run_with_less_evidence_of_a_tier_does_not_replace_the_stored_one(
         assert "kept" in err and "tier " in err
     else:
         assert written == path
-        assert json.loads(path.read_text())["checks"] == _checks_report(wheel, new).to_json()["checks"]
+        assert (
+            json.loads(path.read_text())["checks"] == _checks_report(wheel, new).to_json()["checks"]
+        )
 
 
 RELIABILITY = [

@@ -99,7 +99,9 @@ class CheckResult:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "patches", tuple(self.patches))
-        as_tier(self.tier), as_outcome(self.outcome)  # a word outside its Literal is a bug
+        # A word outside its Literal is a bug of the caller: refused here, not written.
+        as_tier(self.tier)
+        as_outcome(self.outcome)
 
     @classmethod
     def of(
@@ -255,9 +257,6 @@ class SmokeReport:
     def tiers(self) -> Mapping[Tier, TierResult]:
         """Every tier's result, in tier order, from the check results."""
         return MappingProxyType(derive_tiers(self.checks, self.requested_tiers))
-
-    def tier_status(self) -> Mapping[Tier, TierResult]:
-        return self.tiers
 
     @property
     def passed(self) -> bool:
@@ -473,11 +472,6 @@ def read_report(path: Path) -> SmokeReport:
             tip="run `forkpatch smoke WHEEL` again to write a fresh one",
         ) from None
     return SmokeReport.from_json(data, source=Path(path))
-
-
-def validate_report(data: object, *, path: Path) -> SmokeReport:
-    """:meth:`SmokeReport.from_json` (the name older callers use)."""
-    return SmokeReport.from_json(data, source=path)
 
 
 class _Bad(Exception):

@@ -14,7 +14,16 @@ from dataclasses import dataclass, field, fields, replace
 from typing import ClassVar
 
 from forkpatch.fsutil import read_regular
-from forkpatch.kinds import CheckOutcome, JsonObject, JsonValue, Tier, TierStatus
+from forkpatch.kinds import (
+    CHECK_OUTCOMES,
+    TIER_STATUSES,
+    TIERS,
+    CheckOutcome,
+    JsonObject,
+    JsonValue,
+    Tier,
+    TierStatus,
+)
 from forkpatch.project import Project
 from forkpatch.track.forecast import ConflictEntry, Forecast
 from forkpatch.track.releases import TagInfo
@@ -199,9 +208,27 @@ SmokeResult = SmokeRun | Failed | Skipped
 PublishResult = PublishDone | Failed | Skipped
 StageResult = RebaseResult | BuildResult | SmokeResult | PublishResult
 
+
+def _words(keys: tuple[str, ...] | None, values: tuple[str, ...]) -> Callable[[object], object]:
+    """A reader of a map whose keys (None: any string) and values are closed sets of
+    words (a smoke result's tiers and check outcomes): ValueError for any other."""
+
+    def read(raw: object) -> object:
+        if not isinstance(raw, Mapping) or not all(
+            isinstance(k, str) and (keys is None or k in keys) and v in values
+            for k, v in raw.items()
+        ):
+            raise ValueError(f"not a map of {', '.join(values)}")
+        return dict(raw)
+
+    return read
+
+
 _NESTED: dict[str, Callable[[Mapping[str, object]], object]] = {
     "forecast": lambda v: None if v is None else Forecast.from_json(v),
     "conflict": ConflictEntry.from_json,
+    "tiers": _words(TIERS, TIER_STATUSES),
+    "checks": _words(None, CHECK_OUTCOMES),
 }
 _BY_STATUS: dict[str, dict[str, type]] = {
     "rebase": {"done": RebaseDone, "conflict": RebaseConflict},
