@@ -49,7 +49,7 @@ def test_a_report_written_before_the_types_reads_back_into_the_same_bytes(path: 
     assert again == report
 
 
-@pytest.mark.parametrize("name", ["full", "minimal", "no-device"])
+@pytest.mark.parametrize("name", ["full", "minimal", "no-device", "real-static"])
 def test_the_junit_file_of_a_report_read_back_is_the_one_written_before(name: str):
     report = read_report(REPORTS / f"{name}.smoke.json")
     assert junit_xml(report) == (REPORTS / f"{name}.junit.xml").read_bytes()

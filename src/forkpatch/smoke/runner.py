@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from forkpatch import checkids, log, proc
 from forkpatch.errors import SmokeError, TierNotRun
-from forkpatch.kinds import CHECK_OUTCOMES, TIERS, JsonObject, JsonValue
+from forkpatch.kinds import CHECK_OUTCOMES, TIERS, CheckOutcome, JsonObject, JsonValue
 from forkpatch.proc import Deadline, tail
 from forkpatch.series import PatchEntry
 from forkpatch.smoke import checks as registry
@@ -677,11 +677,11 @@ def failure_tip(report: SmokeReport) -> str:
 
 
 #: Lines of a check's detail shown under its first (the report has them all).
-DETAIL_LINES = {incheck.PASSED: 6}
+DETAIL_LINES: dict[CheckOutcome, int] = {PASSED: 6}
 DETAIL_LINES_NOT_PASSED = 20
 
 
-def _detail_lines(rest: Sequence[str], outcome: str) -> list[str]:
+def _detail_lines(rest: Sequence[str], outcome: CheckOutcome) -> list[str]:
     """The detail's lines after the first, as many as the terminal shows for ``outcome``
     (a failure's last output, what each kernel module carries or why it was unreadable)."""
     rest = [ln for ln in rest if ln.strip()]
@@ -689,7 +689,7 @@ def _detail_lines(rest: Sequence[str], outcome: str) -> list[str]:
     if len(rest) <= keep:
         return rest
     more = f"... {len(rest) - keep + 1} more line(s) in the report"
-    if outcome == incheck.PASSED:
+    if outcome == PASSED:
         return [*rest[: keep - 1], more]
     return [more, *rest[-(keep - 1) :]]  # a failure's output: its end says why
 
