@@ -28,7 +28,7 @@ from typing import Any, Final
 
 from forkpatch import log
 from forkpatch.errors import SmokeError, UsageError
-from forkpatch.kinds import BisectStatus, CheckOutcome
+from forkpatch.kinds import BisectStatus, CheckOutcome, Tier
 from forkpatch.project import Project
 from forkpatch.series import SERIES_FILE, PatchEntry, Series
 from forkpatch.smoke.checks import tiers_up_to
@@ -49,7 +49,7 @@ class BisectOptions:
 
     target: Path | None = None  # a wheel, a series.yaml or a project dir (None: the project)
     base_wheel: Path | None = None  # default: series build.base-wheel
-    tier: str = "sm70"
+    tier: Tier = "sm70"
     deps: str = "system"
     python: str | None = None
     index_url: str | None = None

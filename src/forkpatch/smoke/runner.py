@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from forkpatch import checkids, log, proc
 from forkpatch.errors import SmokeError, TierNotRun
-from forkpatch.kinds import CHECK_OUTCOMES, TIERS, CheckOutcome, JsonObject, JsonValue
+from forkpatch.kinds import CHECK_OUTCOMES, TIERS, CheckOutcome, JsonObject, JsonValue, Tier
 from forkpatch.proc import Deadline, tail
 from forkpatch.series import PatchEntry
 from forkpatch.smoke import checks as registry
@@ -66,7 +66,7 @@ class SmokeOptions:
     """What ``forkpatch smoke`` was asked to do."""
 
     wheels: tuple[Path, ...]
-    tier: str = "sm70"  # static < gpu < sm70 cumulative; gpu-jit: static, gpu, gpu-jit
+    tier: Tier = "sm70"  # static < gpu < sm70 cumulative; gpu-jit: static, gpu, gpu-jit
     deps: str = "system"
     python: str | None = None
     index_url: str | None = None
