@@ -176,3 +176,36 @@ def test_the_edited_fixture_itself_reads(tmp_path: Path):
     """The base of the variants above is a valid report: each refusal is its one edit."""
     report = read_report(_edited(tmp_path, lambda data: None))
     assert report.publish is not None and report.provenance is not None
+
+
+@pytest.mark.parametrize(
+    "rec, outcome, detail",
+    [
+        ({"id": "static.version-metadata", "outcome": "passed", "detail": "ok"}, "passed", "ok"),
+        (
+            {"id": "static.version-metadata", "outcome": "fine", "detail": "it said"},
+            "error",
+            (
+                "the check process reported the outcome 'fine', none of passed, failed, error, "
+                "not-run\nit said"
+            ),
+        ),
+        ({"id": "static.version-metadata", "outcome": None}, "error", "outcome None"),
+        ({"id": "static.version-metadata", "outcome": "not-run", "duration_s": "x"}, "not-run", ""),
+    ],
+)
+def test_a_check_record_becomes_a_typed_result(rec, outcome, detail):
+    from forkpatch.smoke import checks
+    from forkpatch.smoke.runner import check_record
+
+    got = check_record(rec, checks.registry(), {"static.version-metadata": ["p"]})
+    assert got is not None and got.outcome == outcome and detail in got.detail
+    assert got.tier == "static" and got.patches == ("p",) and got.duration_s == 0.0
+
+
+@pytest.mark.parametrize("cid", ["static.nothing-like-it", 7, None])
+def test_a_record_of_no_known_check_is_not_a_result(cid):
+    from forkpatch.smoke import checks
+    from forkpatch.smoke.runner import check_record
+
+    assert check_record({"id": cid, "outcome": "passed"}, checks.registry(), {}) is None

@@ -361,7 +361,7 @@ def run_smoke(opts: SmokeOptions, project: Project | None = None) -> SmokeOutcom
                 running = str(rec.get("id"))
             elif rec.get("kind") == "check":
                 running = None
-                got = _check_record(rec, reg, plan)
+                got = check_record(rec, reg, plan)
                 if got is not None:
                     results[got.id] = got
         for cid in to_run:
@@ -404,22 +404,30 @@ def run_smoke(opts: SmokeOptions, project: Project | None = None) -> SmokeOutcom
     )
 
 
-def _check_record(
+def check_record(
     rec: JsonObject, reg: Mapping[str, registry.CheckSpec], plan: Mapping[str, Sequence[str]]
 ) -> CheckResult | None:
     """A check's result as the check process wrote it (None: not a check of this run's
-    registry, or an outcome that is not one)."""
+    registry). An outcome outside :data:`~forkpatch.kinds.CheckOutcome` is an error of
+    the check, with the word it wrote."""
     cid = rec.get("id")
-    outcome = next((o for o in CHECK_OUTCOMES if o == rec.get("outcome")), None)
-    if not isinstance(cid, str) or cid not in reg or outcome is None:
+    if not isinstance(cid, str) or cid not in reg:
         return None
+    said = rec.get("outcome")
+    detail = str(rec.get("detail", ""))
+    outcome = next((o for o in CHECK_OUTCOMES if o == said), None)
+    if outcome is None:
+        words = ", ".join(CHECK_OUTCOMES)
+        said_detail = f"\n{detail}" if detail else ""
+        outcome = ERROR
+        detail = f"the check process reported the outcome {said!r}, none of {words}{said_detail}"
     duration = rec.get("duration_s")
     return CheckResult.of(
         cid,
         reg[cid].tier,
         outcome,
         float(duration) if isinstance(duration, (int, float)) else 0.0,
-        str(rec.get("detail", "")),
+        detail,
         plan.get(cid, []),
     )
 
