@@ -209,3 +209,14 @@ def test_a_record_of_no_known_check_is_not_a_result(cid):
     from forkpatch.smoke.runner import check_record
 
     assert check_record({"id": cid, "outcome": "passed"}, checks.registry(), {}) is None
+
+
+@pytest.mark.parametrize("depth", [50, 5_000, 200_000])
+def test_a_deeply_nested_report_is_refused_naming_it(tmp_path: Path, depth: int):
+    data = json.loads((REPORTS / "minimal.smoke.json").read_text(encoding="utf-8"))
+    text = json.dumps(data).replace('"device": {}', '"device": ' + "[" * depth + "]" * depth)
+    path = tmp_path / "deep.smoke.json"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(SmokeError) as exc:
+        read_report(path)
+    assert exc.value.message.startswith(f"{path}: ")

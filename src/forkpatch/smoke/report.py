@@ -56,13 +56,19 @@ STORE = Path(".forkpatch") / "smoke"
 
 
 def _is_json(value: object) -> bool:
-    if value is None or isinstance(value, (str, int, float)):
-        return True
-    if isinstance(value, (list, tuple)):
-        return all(_is_json(v) for v in value)
-    if isinstance(value, dict):
-        return all(isinstance(k, str) and _is_json(v) for k, v in value.items())
-    return False
+    # Iterative: a file's nesting decides the depth, never Python's recursion limit.
+    todo = [value]
+    while todo:
+        v = todo.pop()
+        if v is None or isinstance(v, (str, int, float)):
+            continue
+        if isinstance(v, (list, tuple)):
+            todo.extend(v)
+        elif isinstance(v, dict) and all(isinstance(k, str) for k in v):
+            todo.extend(v.values())
+        else:
+            return False
+    return True
 
 
 def json_object(value: object) -> JsonObject | None:
@@ -466,9 +472,11 @@ def read_report(path: Path) -> SmokeReport:
         raise SmokeError(f"{path}: no such smoke report") from None
     try:
         data = json.loads(raw.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise SmokeError(
-            f"{path}: not a JSON smoke report ({exc})",
+            f"{path}: not a JSON smoke report ({type(exc).__name__}: {exc})"
+            if isinstance(exc, RecursionError)
+            else f"{path}: not a JSON smoke report ({exc})",
             tip="run `forkpatch smoke WHEEL` again to write a fresh one",
         ) from None
     return SmokeReport.from_json(data, source=Path(path))
