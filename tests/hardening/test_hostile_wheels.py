@@ -324,7 +324,7 @@ BAD_PROVENANCE: dict[str, tuple[bytes, str]] = {
     ),
     "files that are no digests": (
         json.dumps({**_PROVENANCE, "files": {"vllm/x.py": 1}}).encode(),
-        "files must map paths",
+        "files",
     ),
 }
 
