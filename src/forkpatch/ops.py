@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,7 +17,7 @@ from forkpatch.forkrepo import (
     is_local_source,
     local_git_dir,
 )
-from forkpatch.fsutil import atomic_write, dump_state, load_state
+from forkpatch.fsutil import atomic_write, digest, dump_state, load_state
 from forkpatch.git import Git
 from forkpatch.project import Project
 from forkpatch.redact import CREDENTIAL_TIP, hide_url_secrets, url_has_credentials
@@ -81,6 +80,8 @@ def init_project(
         if enclosing is not None:
             _refuse_the_fork(root, enclosing, fork_url, fork_override, commit)
     except BaseException:
+        import shutil  # only to undo a failed init: status loads none
+
         if fresh:  # a failed init leaves the directory as it found it
             shutil.rmtree(root / STORE_DIR, ignore_errors=True)
         if made:
@@ -354,7 +355,6 @@ def _results_for_status(
 
 
 def _status_key(project: Project, base: str, fuzz: int, blobs: list[str | None]) -> str:
-    import hashlib
     import json
 
     import forkpatch
@@ -374,7 +374,7 @@ def _status_key(project: Project, base: str, fuzz: int, blobs: list[str | None])
             for e, blob in zip(project.series.patches, blobs, strict=True)
         ],
     }
-    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
+    return digest("sha256", json.dumps(material, sort_keys=True).encode())
 
 
 def _read_status_cache(path: Path, key: str, names: list[str]) -> list[PatchResult] | None:
