@@ -276,14 +276,20 @@ class Objects:
             raise _error("cannot write a blob", exc) from None
 
     def write_tree(
-        self, base_tree: str | None, changes: Mapping[str, tuple[str, str] | None]
+        self,
+        base_tree: str | None,
+        changes: Mapping[str, tuple[str, str] | None],
+        *,
+        strict: bool = False,
     ) -> str:
         """The tree ``base_tree`` with ``changes`` (path -> (mode, blob id), or None to
-        delete) made in order; a directory left empty is removed, as fast-import does."""
+        delete) made in order; a directory left empty is removed, as fast-import does.
+        ``strict``: a path whose leading directory is a file or a symbolic link of the
+        tree is refused (fast-import replaces it with a directory)."""
         pg = _pygit2()
         repo = self.repo
         try:
-            tree = _edit_tree(repo, pg, base_tree, dict(changes))
+            tree = _edit_tree(repo, pg, base_tree, dict(changes), strict=strict)
             if tree is None:
                 tree = str(repo.TreeBuilder().write())
         except (pg.GitError, OSError, ValueError) as exc:
@@ -387,7 +393,12 @@ def _read_header(odb: Any, oid: str) -> tuple[str, int]:
 
 
 def _edit_tree(
-    repo: Any, pg: Any, tree_id: str | None, changes: dict[str, tuple[str, str] | None]
+    repo: Any,
+    pg: Any,
+    tree_id: str | None,
+    changes: dict[str, tuple[str, str] | None],
+    *,
+    strict: bool = False,
 ) -> str | None:
     """Write ``tree_id`` with ``changes`` (relative paths); None when it ends empty."""
     builder = repo.TreeBuilder(repo[tree_id]) if tree_id else repo.TreeBuilder()
@@ -409,10 +420,12 @@ def _edit_tree(
             builder.insert(name, value[1], _mode(value[0]))
     for name, sub in below.items():
         existing = builder.get(name)
+        if strict and existing is not None and existing.filemode != 0o040000:
+            raise ValueError(f"'{name}' is not a directory of the tree")
         sub_id = (
             str(existing.id) if existing is not None and existing.filemode == 0o040000 else None
         )
-        new = _edit_tree(repo, pg, sub_id, sub)
+        new = _edit_tree(repo, pg, sub_id, sub, strict=strict)
         if new is None:
             if existing is not None and sub_id is not None:
                 builder.remove(name)

@@ -184,12 +184,12 @@ def _stop(project: Project, journal: Journal, stop: _Stop) -> None:
     item = classifier.items[index]
     outcome = state.outcomes[index]
     tree = ConflictTree(project)
-    wt = tree.checkout(state.head, recorded=stop.recorded)
     changes = stop.changes
     if changes is None:
-        with wt.reader() as reader:
-            changes = classifier.conflict_changes(TreeState(wt, reader, state.head), item)
-    tree.bring_in(changes[0])
+        store = classifier.git
+        with store.reader() as reader:
+            changes = classifier.conflict_changes(TreeState(store, reader, state.head), item)
+    tree.write_stop(state.head, changes[0], recorded=stop.recorded)
     raws = {fp.path: fp.raw for fp in item.patch.files} if item.patch else {}
     rejects = tree.save_rejects(journal.dir, [(p, raws.get(p, b"")) for p in changes[1]])
     journal.mark_stop(state)
