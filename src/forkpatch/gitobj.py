@@ -246,6 +246,48 @@ class Objects:
         out.reverse()
         return out
 
+    def peel(self, rev: str) -> tuple[str, str, str] | None:
+        """(the object ``rev`` names, that object peeled of every tag object, its type),
+        as ``git cat-file --batch-check`` of ``rev`` and ``rev^{}`` gives them; None when
+        it names nothing (or is ambiguous)."""
+        pg = _pygit2()
+        if not rev or rev.startswith("-"):
+            return None
+        repo = self.repo
+        try:
+            obj: Any = repo.revparse_single(rev)
+            named = str(obj.id)
+            for _ in range(64):  # a chain of tags, bounded as git bounds it
+                if obj.type != pg.enums.ObjectType.TAG:
+                    break
+                obj = repo[obj.target]
+            else:
+                return None
+        except (KeyError, ValueError, pg.GitError, pg.InvalidSpecError):
+            return None
+        return named, str(obj.id), _TYPE_NAMES[int(obj.type)]
+
+    def commits(self, revs: Iterable[str]) -> dict[str, tuple[str, str]]:
+        """rev -> (commit id, subject as ``git log --format=%s`` prints it) for each of
+        ``revs`` that names a commit (``git cat-file --batch-check`` of ``rev^{commit}``,
+        then ``git log --no-walk``): an ambiguous or unknown name, or one that is no
+        commit, is left out."""
+        pg = _pygit2()
+        repo = self.repo
+        out: dict[str, tuple[str, str]] = {}
+        for rev in revs:
+            if not rev or rev.startswith("-"):
+                continue
+            try:
+                commit = repo.revparse_single(rev).peel(pg.Commit)
+            except (KeyError, ValueError, pg.GitError, pg.InvalidSpecError):
+                continue
+            subject = subject_of(_message(commit))
+            # As git log prints it to a C locale and forkpatch reads it: valid UTF-8.
+            subject = subject.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+            out[rev] = (str(commit.id), subject)
+        return out
+
     def changed_paths(self, old: str, new: str) -> list[str]:
         """The paths whose entries differ between two trees, sorted as git sorts them
         (``git diff --no-renames --name-only OLD NEW``)."""
@@ -381,6 +423,20 @@ def _message(commit: Any) -> str:
     except LookupError:
         text = raw.decode("utf-8", "surrogateescape")
     return text.strip("\n")
+
+
+def subject_of(message: str) -> str:
+    """A commit message's subject as ``git log --format=%s`` gives it: the first
+    paragraph (blank lines before it skipped), its lines' trailing white space removed
+    and the lines joined with a space."""
+    lines: list[str] = []
+    for line in message.split("\n"):
+        if not line.strip():
+            if lines:
+                break
+            continue
+        lines.append(line.rstrip())
+    return " ".join(lines)
 
 
 def _is_hex(text: str) -> bool:

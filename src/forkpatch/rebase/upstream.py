@@ -438,7 +438,7 @@ class ReferenceChecker:
             self._commits[ref] = (commit, subject) if commit and subject is not None else None
 
     def prefetch(self, entries: Sequence[PatchEntry]) -> None:
-        """Resolve every reference the series entries name at once (three git processes,
+        """Resolve every reference the series entries name at once (one git process,
         however many patches name a commit): which exist, which are in the target's
         history, and their subjects. A series imported from ``git format-patch`` mails
         names a commit in every entry (the ``From <id>`` line, kept in
@@ -449,34 +449,20 @@ class ReferenceChecker:
         refs = list(dict.fromkeys(refs))
         if not refs:
             return
-        check = self.git.run(
-            "cat-file",
-            "--batch-check=%(objectname) %(objecttype)",
-            input="".join(f"{r}^{{commit}}\n" for r in refs).encode(),
-            check=False,
-        )
-        lines = check.stdout.decode("utf-8", "replace").splitlines()
-        found: dict[str, str] = {}
-        for ref, line in zip(refs, lines, strict=False):
-            oid, _, kind = line.partition(" ")
-            if kind == "commit" and len(oid) == 40:
-                found[ref] = oid
+        # Which name commits, and their subjects: read in process (no git process).
+        commits = self.git.objects.commits(refs)
+        found = {ref: oid for ref, (oid, _subject) in commits.items()}
+        subjects = dict(commits.values())
         outside: set[str] = set()
-        subjects: dict[str, str] = {}
         if found:
             oids = sorted(set(found.values()))
             # Commits reachable from the references but not from the target: a reference
-            # that is listed is not in the target's history.
+            # that is listed is not in the target's history. (git's walk: libgit2's
+            # stops elsewhere at a shallow store's boundary.)
             walked = self.git.run(
                 "rev-list", *oids, "--not", self.target_commit, check=False
             ).stdout
             outside = set(walked.decode().split())
-            log = self.git.run(
-                "log", "--no-walk=unsorted", "--format=%H%x00%s", *oids, check=False
-            ).stdout.decode("utf-8", "replace")
-            for line in log.splitlines():
-                commit, _, subject = line.partition("\0")
-                subjects[commit] = subject
         for ref in refs:
             got = found.get(ref)
             inside = got is not None and got not in outside and got in subjects
@@ -485,19 +471,9 @@ class ReferenceChecker:
     def _resolve(self, ref: str) -> tuple[str, str] | None:
         """(full id, subject) of a referenced commit that is in the target's history."""
         if ref not in self._commits:
-            proc = self.git.run(
-                "log",
-                "-1",
-                "--format=%H%x00%s",
-                "--end-of-options",
-                f"{ref}^{{commit}}",
-                check=False,
-            )
-            got = None
-            if proc.returncode == 0 and proc.stdout.strip():
-                commit, _, subject = proc.stdout.decode("utf-8", "replace").strip().partition("\0")
-                if self.git.is_ancestor(commit, self.target_commit):
-                    got = (commit, subject)
+            got = self.git.objects.commits([ref]).get(ref)
+            if got is not None and not self.git.is_ancestor(got[0], self.target_commit):
+                got = None
             self._commits[ref] = got
         return self._commits[ref]
 
