@@ -931,8 +931,12 @@ def check_target(project: Project, onto: str) -> Setup:
 
 
 def classifier_for(project: Project, setup: Setup, options: RebaseOptions) -> Classifier:
-    classifier = Classifier(project.fork().store, setup.target, setup.base.commit, project.items())
+    from forkpatch.rebase.upstream import PATCH_ID_CACHE, PatchIdCache
+
+    store = project.fork().store
+    classifier = Classifier(store, setup.target, setup.base.commit, project.items())
     classifier.fork = project.fork()
+    classifier.upstream.cache = PatchIdCache(project.state_dir / PATCH_ID_CACHE, store)
     return classifier.configure(three_way=options.three_way, fuzz=options.fuzz)
 
 
