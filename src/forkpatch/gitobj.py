@@ -495,16 +495,34 @@ def _edit_tree(
 # ---------------------------------------------------------------------- 3-way merges
 
 
+class _ScratchObjects(Objects):
+    """A repository of nothing but an object database in a temporary directory (no
+    config, refs or HEAD: 0.5 ms to make where ``git init`` of a bare repository takes
+    15-50 ms, paid by every command that merges)."""
+
+    def __init__(self, directory: Path) -> None:
+        super().__init__(directory)
+        pg = _pygit2()
+        repo = pg.Repository()
+        odb = pg.Odb()
+        odb.add_backend(pg.OdbBackendLoose(str(directory), 1, False), 1)
+        repo.set_odb(odb)
+        self._repo = repo
+
+    @property
+    def repo(self) -> pygit2.Repository:
+        assert self._repo is not None
+        return self._repo
+
+
 def _scratch() -> Objects:
-    """A private bare repository for the blobs of 3-way merges: a merge never writes
+    """A private object database for the blobs of 3-way merges: a merge never writes
     into the project's store, so that a read-only project still gets its status."""
     global _SCRATCH, _SCRATCH_DIR
     with _LOCK:
         if _SCRATCH is None:
-            pg = _pygit2()
             _SCRATCH_DIR = tempfile.TemporaryDirectory(prefix="forkpatch-merge-")
-            pg.init_repository(_SCRATCH_DIR.name, bare=True)
-            _SCRATCH = Objects(Path(_SCRATCH_DIR.name))
+            _SCRATCH = _ScratchObjects(Path(_SCRATCH_DIR.name))
     return _SCRATCH
 
 
