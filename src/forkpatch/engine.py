@@ -580,6 +580,42 @@ def _unique(items: Iterable[str]) -> list[str]:
     return list(seen)
 
 
+def restack(
+    git: Git, base: str, entries: Sequence[PatchEntry], made: Mapping[str, str]
+) -> str | None:
+    """The editable stack's commits for ``entries`` on ``base`` (what
+    ``SeriesApplier(step_commits=True).run(..., write=True)`` gives for them), from the
+    commits made for the same patches on ``base`` already (``made``: patch name -> its
+    commit, each on the one before it: a rebase's), without applying anything again: a
+    patch's commit is taken as it is where its parent is the commit below it in the
+    stack, and made again on it (the same tree and message, in process) where a build
+    step's empty commit comes between. Returns the stack's head; None when a patch of
+    ``entries`` has no commit in ``made`` or one is not a commit on the one before (the
+    caller then applies the series)."""
+    objects = git.objects
+    date = commit_date(git, base)
+    tip = base
+    tip_tree: str | None = None
+    for entry in entries:
+        if entry.file is None:  # a build step: an empty commit carrying its name
+            tip_tree = tip_tree or git.tree_of(tip)
+            tip = git.commit_tree(tip_tree, [tip], commit_message(entry, ""), date=date)
+            continue
+        commit = made.get(entry.name)
+        parts = objects.commit_parts(commit) if commit else None
+        if commit is None or parts is None:
+            return None
+        tree, parents, message = parts
+        if parents == (tip,):
+            tip = commit
+        elif tip_tree is not None and len(parents) == 1 and git.tree_of(parents[0]) == tip_tree:
+            tip = git.commit_tree(tree, [tip], message, date=date)  # past a build step
+        else:
+            return None
+        tip_tree = tree
+    return tip
+
+
 def diffs_of_commits(git: Git, commits: Sequence[str]) -> dict[str, bytes]:
     """Canonical diff of each commit against its first parent, with one git process."""
     return _diff_tree_stdin(git, list(commits), list(commits))

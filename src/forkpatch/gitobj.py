@@ -288,6 +288,17 @@ class Objects:
             out[rev] = (str(commit.id), subject)
         return out
 
+    def commit_parts(self, oid: str) -> tuple[str, tuple[str, ...], str] | None:
+        """(tree, parents, message as written) of the commit ``oid``, or None."""
+        pg = _pygit2()
+        try:
+            commit = self.repo.revparse_single(oid).peel(pg.Commit)
+        except (KeyError, ValueError, pg.GitError, pg.InvalidSpecError):
+            return None
+        raw: bytes = commit.raw_message
+        message = raw.decode("utf-8", "surrogateescape")
+        return str(commit.tree_id), tuple(str(p) for p in commit.parent_ids), message
+
     def changed_paths(self, old: str, new: str) -> list[str]:
         """The paths whose entries differ between two trees, sorted as git sorts them
         (``git diff --no-renames --name-only OLD NEW``)."""

@@ -435,7 +435,9 @@ def _finish(
         from forkpatch.stack import Stack
 
         project.reload()
-        Stack(project).rebuild_on(state.onto_commit, state.stack.applied)
+        # The stack is made of the rebase's own commits (the files were written from them).
+        made = {o.name: o.commit for o in state.outcomes if o.commit and o.status not in DROPPED}
+        Stack(project).rebuild_on(state.onto_commit, state.stack.applied, made)
     store.delete_ref(HEAD_REF)
     store.repack_if_many()  # each stop's commits came as one small pack
     journal.clear()

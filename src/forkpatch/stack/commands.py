@@ -6,7 +6,7 @@ the stack to match.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -342,14 +342,18 @@ class Stack(EditLoop):
         else:
             self._settle_editing(self.wt())
 
-    def rebuild_on(self, base: str, names: Iterable[str]) -> None:
+    def rebuild_on(
+        self, base: str, names: Iterable[str], made: Mapping[str, str] | None = None
+    ) -> None:
         """After series.yaml moved to ``base`` (a rebase): the stack on ``base``, up to
-        the prefix of the series that holds every one of ``names`` still in it."""
+        the prefix of the series that holds every one of ``names`` still in it.
+        ``made``: the commits the rebase made on ``base`` for the patches (name ->
+        commit), taken as the stack's instead of applying the files again."""
         path = self.worktree_path()
         if path is None or not (path / ".git").exists():
             return
         self._save(self.state.with_(base=base, editing=None))
-        self._rebuild_applied(set(names))
+        self._rebuild_applied(set(names), made=made)
         self.remember(None)
 
     def rename(self, old: str, new: str) -> PatchEntry:

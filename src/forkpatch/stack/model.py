@@ -802,11 +802,20 @@ class StackModel:
         if settled != editing:
             self._save(state.with_(editing=settled))
 
-    def _rebuild_applied(self, names: set[str], renames: dict[str, str] | None = None) -> list[str]:
+    def _rebuild_applied(
+        self,
+        names: set[str],
+        renames: dict[str, str] | None = None,
+        *,
+        made: Mapping[str, str] | None = None,
+    ) -> list[str]:
         """Re-create the work tree's stack from the files after a change of series.yaml:
         the shortest prefix of the (new) order that holds every name in ``names``, so
         that nothing applied before is left unapplied (and the editing position moved
-        with it; ``renames``: old name -> new). Returns the names applied."""
+        with it; ``renames``: old name -> new). ``made``: commits made for these
+        patches on the base already (a rebase's, whose commits the files were written
+        from): the stack is made of them (:func:`forkpatch.engine.restack`). Returns
+        the names applied."""
         if self.worktree_path() is None:
             return []
         wt = self.wt()
@@ -814,17 +823,23 @@ class StackModel:
         order = series.names()
         count = max((order.index(n) + 1 for n in names if n in order), default=0)
         entries = list(series.patches[:count])
-        from forkpatch.engine import SeriesApplier
+        from forkpatch.engine import SeriesApplier, restack
 
-        result = SeriesApplier(self.store, self.base_commit(), step_commits=True).run(
-            self.project.items(entries), write=True
-        )
-        if not result.ok:
-            bad = result.first_conflict()
-            assert bad is not None
-            raise PatchApplyError(bad.describe_failure("the rebuilt stack"))
-        self._widen(wt, self._touched(result))
-        self._write(wt, "reset", "-q", "--hard", result.head or self.base_commit())
+        head = restack(self.store, self.base_commit(), entries, made) if made else None
+        if head is not None:
+            touched = self.store.objects.changed_paths(self.base_commit(), head)
+        else:
+            result = SeriesApplier(self.store, self.base_commit(), step_commits=True).run(
+                self.project.items(entries), write=True
+            )
+            if not result.ok:
+                bad = result.first_conflict()
+                assert bad is not None
+                raise PatchApplyError(bad.describe_failure("the rebuilt stack"))
+            head = result.head or self.base_commit()
+            touched = self._touched(result)
+        self._widen(wt, touched)
+        self._write(wt, "reset", "-q", "--hard", head)
         self._settle_editing(wt, renames)
         return order[:count]
 
