@@ -147,9 +147,9 @@ class Outcome:
         return cls(
             name=result.name,
             status=result.status,
-            files=tuple(result.files),
+            files=result.files,
             evidence=result.evidence,
-            detail=tuple(result.detail),
+            detail=result.detail,
             conflicts=tuple(
                 FileConflict(c.path, c.reason, tuple(c.hunks), c.line) for c in result.conflicts
             ),
@@ -718,10 +718,11 @@ class Classifier:
             if declared is not None:
                 return _upstreamed(item.entry.name, patch, declared), [], {}
         if moved:
-            result.detail.extend(
+            followed = tuple(
                 f"{src}: upstream moved it to {dst}; the patch follows it"
                 for src, dst in moved.items()
             )
+            result = replace(result, detail=(*result.detail, *followed))
         return result, changes, moved
 
     def outcome(self, state: TreeState, item: Item) -> tuple[Outcome, list[FileChange]]:
@@ -979,7 +980,7 @@ def _upstreamed(name: str, patch: PatchFile, evidence: str) -> PatchResult:
     return PatchResult(
         name=name,
         status="upstreamed",
-        files=list(patch.paths),
+        files=tuple(patch.paths),
         added=patch.added,
         removed=patch.removed,
         evidence=evidence,

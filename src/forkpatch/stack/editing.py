@@ -128,7 +128,7 @@ class EditLoop(StackModel):
             )
         self.remember(wt, pushed)
         self._settle_editing(wt)
-        return result.results
+        return list(result.results)
 
     def _materialise_conflict(self, wt: Git, bad: PatchResult) -> None:
         """Commit the conflicting patch with its markers so refresh can amend it."""
