@@ -116,7 +116,8 @@ class ConflictTree:
                 wt.run("add", "-A")  # untracked files go with the rest
         else:
             self._remove_foreign()
-            self.store.run("worktree", "prune")
+            if (self.store.git_dir / "worktrees" / WORKTREE_DIR).exists():
+                self.store.run("worktree", "prune")  # its work tree went: its record goes
             self.store.run(
                 "worktree", "add", "-q", "-f", "--detach", "--no-checkout", str(self.path), head
             )
