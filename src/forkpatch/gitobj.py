@@ -299,6 +299,38 @@ class Objects:
         message = raw.decode("utf-8", "surrogateescape")
         return str(commit.tree_id), tuple(str(p) for p in commit.parent_ids), message
 
+    def raw_changes(self, old: str, new: str) -> list[tuple[str, str, str, str, str]]:
+        """(old mode, new mode, old id, new id, path) of every path whose entry differs
+        between two trees, the fields of ``git diff-tree -r --raw --full-index
+        --no-renames OLD NEW`` (an absent side: mode 000000 and the null id); a path
+        whose type changed is one entry or a deletion and a creation, alike to a reader
+        of the fields."""
+        pg = _pygit2()
+        repo = self.repo
+        null = "0" * 40
+        try:
+            a = repo.revparse_single(old).peel(pg.Tree)
+            b = repo.revparse_single(new).peel(pg.Tree)
+            deltas = list(a.diff_to_tree(b).deltas)
+        except (KeyError, ValueError, pg.GitError, pg.InvalidSpecError) as exc:
+            raise _error(f"cannot compare {old} and {new}", exc) from None
+        added, deleted = pg.enums.DeltaStatus.ADDED, pg.enums.DeltaStatus.DELETED
+        out = []
+        for d in deltas:
+            before = d.status != added
+            after = d.status != deleted
+            path = (d.new_file if after else d.old_file).raw_path
+            out.append(
+                (
+                    f"{d.old_file.mode:06o}" if before else "000000",
+                    f"{d.new_file.mode:06o}" if after else "000000",
+                    str(d.old_file.id) if before else null,
+                    str(d.new_file.id) if after else null,
+                    path.decode("utf-8", "surrogateescape"),
+                )
+            )
+        return out
+
     def changed_paths(self, old: str, new: str) -> list[str]:
         """The paths whose entries differ between two trees, sorted as git sorts them
         (``git diff --no-renames --name-only OLD NEW``)."""

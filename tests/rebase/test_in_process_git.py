@@ -375,3 +375,59 @@ def test_peeled_names_are_cat_files(tmp_path):
         if all(len(parts) == 2 and parts[1] in kinds for parts in lines):
             want = (lines[0][0], lines[1][0], lines[1][1])
         assert git.objects.peel(ref) == want, name
+
+
+def _fields(raw: bytes) -> list[tuple[str, str, str, str, str]]:
+    """The (old mode, new mode, old id, new id, path) of `git diff-tree -r -z --raw`."""
+    parts = raw.split(b"\0")
+    out = []
+    for i in range(0, len(parts) - 1, 2):
+        if not parts[i].startswith(b":"):
+            continue
+        old_mode, new_mode, old_id, new_id, _status = parts[i][1:].decode().split()
+        out.append((old_mode, new_mode, old_id, new_id, parts[i + 1].decode()))
+    return out
+
+
+def _sides(fields):
+    """path -> (before, after) entries, as a reader of the fields sees them."""
+    out: dict[str, list] = {}
+    for old_mode, new_mode, old_id, new_id, path in fields:
+        got = out.setdefault(path, [None, None])
+        if old_mode != "000000":
+            got[0] = (old_mode, old_id)
+        if new_mode != "000000":
+            got[1] = (new_mode, new_id)
+    return out
+
+
+def test_raw_changes_are_git_diff_tree_raws(tmp_path):
+    """Objects.raw_changes between two trees: the fields of `git diff-tree -r --raw
+    --full-index --no-renames`, in its order (changed, added, deleted, a mode change, a
+    file become a link, nested directories, a directory become a file)."""
+    repo = ScratchRepo(tmp_path / "r")
+    repo.add_file("a.txt", "one\n")
+    repo.add_file("gone.txt", "bye\n")
+    repo.add_file("run.sh", "echo\n")
+    repo.add_file("d/e/f.txt", "deep\n")
+    repo.add_file("x/y.txt", "was a directory\n")
+    repo.add_file("link", "target\n")
+    old = repo.commit("old")
+    repo.add_file("a.txt", "two\n")
+    repo.remove_file("gone.txt")
+    (repo.path / "run.sh").chmod(0o755)
+    repo.add_file("d/e/g.txt", "new\n")
+    repo.remove_file("x/y.txt")
+    if (repo.path / "x").is_dir():
+        (repo.path / "x").rmdir()
+    repo.add_file("x", "now a file\n")
+    (repo.path / "link").unlink()
+    (repo.path / "link").symlink_to("a.txt")
+    new = repo.commit("new")
+    git = Git(repo.path / ".git")
+    raw = git.run("diff-tree", "-r", "-z", "--raw", "--full-index", "--no-renames", old, new)
+    want = _fields(raw.stdout)
+    got = git.objects.raw_changes(old, new)
+    assert _sides(got) == _sides(want)
+    assert list(dict.fromkeys(f[4] for f in got)) == list(dict.fromkeys(f[4] for f in want))
+    assert git.objects.raw_changes(new, new) == []
