@@ -178,7 +178,7 @@ class UpstreamIndex:
                 *missing,
             ).stdout
             fresh = dict(_commit_chunks(listed))
-        # The same bytes as one `git log -p` of every candidate, oldest... in age order.
+        # The same bytes as one `git log -p` of every candidate, newest first.
         log_p = b"".join(known[c][1] if c in known else fresh.get(c, b"") for c in order)
         current = ""
         authors: dict[str, str] = {}
@@ -517,7 +517,7 @@ class PatchIdCache:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write(self.path, raw)
-        except OSError:
+        except (OSError, ForkpatchError):
             return
         self._dirty = False
 
