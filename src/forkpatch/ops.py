@@ -277,7 +277,7 @@ def series_status(project: Project) -> StatusReport:
     results = _results_for_status(project, fork.store, base, missing)
     for i, r in enumerate(results):
         if r.name in missing:
-            results[i] = PatchResult(name=r.name, status="conflict", detail=[missing[r.name]])
+            results[i] = PatchResult(name=r.name, status="conflict", detail=(missing[r.name],))
     report = StatusReport(
         base_tag=series.base.label,
         base_commit=base,
@@ -347,7 +347,7 @@ def _results_for_status(
     ]
     # Fuzz is allowed here only to *report* it; nothing is written.
     applier = SeriesApplier(store, base, max_fuzz=STATUS_FUZZ)
-    results = applier.run(items, write=False, stop_at_conflict=False).results
+    results = list(applier.run(items, write=False, stop_at_conflict=False).results)
     with contextlib.suppress(OSError):  # a read-only project still gets its status
         data = {"key": key, "results": [r.to_json() for r in results]}
         atomic_write(path, dump_state(_CACHE_KIND, _CACHE_VERSION, data))
@@ -410,7 +410,7 @@ def _result_of(r: dict[str, object]) -> PatchResult:
             raise ValueError("hunks")
         if not (line is None or isinstance(line, int)):
             raise ValueError("line")
-        conflicts.append(Conflict(c["path"], c["reason"], hunks=hunks, line=line))
+        conflicts.append(Conflict(c["path"], c["reason"], hunks=tuple(hunks), line=line))
     name, status, evidence = r["name"], r["status"], r.get("evidence")
     added, removed = r["added"], r["removed"]
     if not (isinstance(name, str) and status in STATUS_ORDER and isinstance(added, int)):
@@ -420,11 +420,11 @@ def _result_of(r: dict[str, object]) -> PatchResult:
     return PatchResult(
         name=name,
         status=status,
-        files=strings("files"),
+        files=tuple(strings("files")),
         added=added,
         removed=removed,
-        detail=strings("detail"),
+        detail=tuple(strings("detail")),
         evidence=evidence,
-        conflicts=conflicts,
-        warnings=strings("warnings"),
+        conflicts=tuple(conflicts),
+        warnings=tuple(strings("warnings")),
     )
