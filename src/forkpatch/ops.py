@@ -279,7 +279,7 @@ def series_status(project: Project) -> StatusReport:
     results = _results_for_status(project, fork.store, base, missing)
     for i, r in enumerate(results):
         if r.name in missing:
-            results[i] = PatchResult(name=r.name, status="conflict", detail=[missing[r.name]])
+            results[i] = PatchResult(name=r.name, status="conflict", detail=(missing[r.name],))
     report = StatusReport(
         base_tag=series.base.label,
         base_commit=base,
@@ -349,7 +349,7 @@ def _results_for_status(
     ]
     # Fuzz is allowed here only to *report* it; nothing is written.
     applier = SeriesApplier(store, base, max_fuzz=STATUS_FUZZ)
-    results = applier.run(items, write=False, stop_at_conflict=False).results
+    results = list(applier.run(items, write=False, stop_at_conflict=False).results)
     with contextlib.suppress(OSError):  # a read-only project still gets its status
         data = {"key": key, "results": [r.to_json() for r in results]}
         atomic_write(path, dump_state(_CACHE_KIND, _CACHE_VERSION, data))
@@ -405,18 +405,18 @@ def _result_of(r: TypedReader, raw: object, where: str) -> PatchResult:
             Conflict(
                 r.text(cd, "path", cw),
                 r.text(cd, "reason", cw),
-                hunks=list(r.numbers(cd, "hunks", cw)),
+                hunks=r.numbers(cd, "hunks", cw),
                 line=r.maybe_number(cd, "line", cw),
             )
         )
     return PatchResult(
         name=r.text(d, "name", where),
         status=r.word(d, "status", PATCH_STATUSES, where),
-        files=list(r.strings(d, "files", where, optional=True)),
+        files=r.strings(d, "files", where, optional=True),
         added=r.number(d, "added", where),
         removed=r.number(d, "removed", where),
-        detail=list(r.strings(d, "detail", where, optional=True)),
+        detail=r.strings(d, "detail", where, optional=True),
         evidence=r.maybe_text(d, "evidence", where),
-        conflicts=conflicts,
-        warnings=list(r.strings(d, "warnings", where, optional=True)),
+        conflicts=tuple(conflicts),
+        warnings=r.strings(d, "warnings", where, optional=True),
     )

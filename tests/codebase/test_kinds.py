@@ -22,6 +22,8 @@ SETS = [
     kinds.BUILD_MODES,
     kinds.TOOLCHAINS,
     kinds.SMOKE_DEPS,
+    kinds.CHECK_OUTCOMES,
+    kinds.TIER_STATUSES,
     kinds.PATCH_STATUSES,
     kinds.APPLIED_STATUSES,
     kinds.DROPPED_STATUSES,
@@ -91,13 +93,8 @@ STILL_STR = frozenset(
         "rebase/report.py:ReportedPatch.status",
         "rebase/report.py:RebaseReport.relation",
         "rebase/state.py:RebaseState.relation",
-        "smoke/bisect.py:BisectOptions.tier",
-        "smoke/bisect.py:BisectResult.status",
         "smoke/checks.py:CheckSpec.tier",
         "smoke/kernels.py:HostCheck.tier",
-        "smoke/report.py:CheckResult.outcome",
-        "smoke/report.py:CheckResult.tier",
-        "smoke/runner.py:SmokeOptions.tier",
         "track/stages.py:RebaseConflict.relation",  # the rebase's Relation, when it has one
         "track/stages.py:RebaseDone.relation",
     }

@@ -147,9 +147,9 @@ class Outcome:
         return cls(
             name=result.name,
             status=result.status,
-            files=tuple(result.files),
+            files=result.files,
             evidence=result.evidence,
-            detail=tuple(result.detail),
+            detail=result.detail,
             conflicts=tuple(
                 FileConflict(c.path, c.reason, tuple(c.hunks), c.line) for c in result.conflicts
             ),
@@ -718,10 +718,11 @@ class Classifier:
             if declared is not None:
                 return _upstreamed(item.entry.name, patch, declared), [], {}
         if moved:
-            result.detail.extend(
+            followed = tuple(
                 f"{src}: upstream moved it to {dst}; the patch follows it"
                 for src, dst in moved.items()
             )
+            result = replace(result, detail=(*result.detail, *followed))
         return result, changes, moved
 
     def outcome(self, state: TreeState, item: Item) -> tuple[Outcome, list[FileChange]]:
@@ -931,8 +932,12 @@ def check_target(project: Project, onto: str) -> Setup:
 
 
 def classifier_for(project: Project, setup: Setup, options: RebaseOptions) -> Classifier:
-    classifier = Classifier(project.fork().store, setup.target, setup.base.commit, project.items())
+    from forkpatch.rebase.upstream import PATCH_ID_CACHE, PatchIdCache
+
+    store = project.fork().store
+    classifier = Classifier(store, setup.target, setup.base.commit, project.items())
     classifier.fork = project.fork()
+    classifier.upstream.cache = PatchIdCache(project.state_dir / PATCH_ID_CACHE, store)
     return classifier.configure(three_way=options.three_way, fuzz=options.fuzz)
 
 
@@ -975,7 +980,7 @@ def _upstreamed(name: str, patch: PatchFile, evidence: str) -> PatchResult:
     return PatchResult(
         name=name,
         status="upstreamed",
-        files=list(patch.paths),
+        files=tuple(patch.paths),
         added=patch.added,
         removed=patch.removed,
         evidence=evidence,
