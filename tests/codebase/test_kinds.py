@@ -25,6 +25,7 @@ SETS = [
     kinds.DROPPED_STATUSES,
     kinds.OUTCOME_STATUSES,
     kinds.REBASE_PHASES,
+    kinds.RELATIONS,
 ]
 
 
