@@ -148,6 +148,8 @@ def test_a_stop_of_the_previous_version_goes_on_as_one_of_this_version(stopped, 
     # What a stopped rebase tells the user reads the old journal too.
     _, _, err = s.run("status")
     assert "stopped at patch 'p1'" in err, err
+    _, _, err = s.run("apply", expect=1)
+    assert "refused while a rebase onto v2 is in progress" in err, err
     got = _finish(s, how)
     assert got == expected
     assert got[0] == 0

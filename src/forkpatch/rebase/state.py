@@ -320,10 +320,10 @@ class _Reader:
     def state(self, version: int, d: Mapping[str, object]) -> RebaseState:
         """The state in ``version``'s shape (see :data:`READ_VERSIONS`)."""
         if version == 2:
-            plan, options, memo = self.plan_v2(d), self.options(d, ""), self.memo(d, "")
+            options, plan, memo = self.options(d, ""), self.plan_v2(d), self.memo(d, "")
         else:
-            plan = self.plan(self.mapping(d.get("plan"), "plan"))
             options = self.options(self.mapping(d.get("options"), "options"), "options.")
+            plan = self.plan(self.mapping(d.get("plan"), "plan"))
             memo = self.memo(self.mapping(d.get("memo"), "memo"), "memo.")
         phase = self.word(d, "phase", "phase", REBASE_PHASES)
         conflict = self.maybe_text(d, "conflict", "conflict")
