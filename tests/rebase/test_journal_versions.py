@@ -284,3 +284,49 @@ def _killed_at_journal(project: Path) -> None:
         os.waitpid(proc.pid, 0)
     finally:
         proc.returncode = -9
+
+
+def test_a_journal_read_and_written_again_is_the_same_state(stopped):
+    """Nothing is lost between the versions: a version-2 journal read, written (version
+    3) and read again is the state it was; a version-3 journal read and written again is
+    byte for byte the same file."""
+    from forkpatch.project import Project
+    from forkpatch.rebase.state import Journal
+
+    s, _reset = stopped
+    journal = Journal(Project(s.project))
+    raw = _state_file(s.project).read_bytes()
+    state = journal.load()
+    journal.save(state)
+    assert _state_file(s.project).read_bytes() == raw
+    _put_old_journal(s.project, "stopped-v2.json")
+    old = Journal(Project(s.project)).load()
+    assert old.plan.outcomes == state.plan.outcomes
+    assert (old.plan.onto, old.plan.onto_commit, old.plan.base, old.plan.base_commit) == (
+        state.plan.onto,
+        state.plan.onto_commit,
+        state.plan.base,
+        state.plan.base_commit,
+    )
+    assert old.memo == state.memo and old.options == state.options
+    assert (old.phase, old.conflict, old.stack) == (state.phase, state.conflict, state.stack)
+    journal = Journal(Project(s.project))
+    journal.save(old)
+    assert _version(s.project) == 3
+    assert journal.load() == old
+
+
+@pytest.mark.parametrize("how", ["--continue", "--skip"])
+def test_a_version_2_journal_from_before_the_target_record_was_kept(stopped, how):
+    """The first version-2 journals had no onto_tag / onto_branch: their target's name
+    was recorded as its tag; series.yaml records it so."""
+    s, reset = stopped
+    expected = _finish(s, how)
+    reset()
+
+    def older(data):
+        del data["onto_tag"], data["onto_branch"]
+
+    _put_old_journal(s.project, "stopped-v2.json", older)
+    assert _finish(s, how) == expected
+    assert "tag: v2" in (s.project / "series.yaml").read_text(encoding="utf-8")
