@@ -221,6 +221,8 @@ def _garbled_cases():
         ("upstream", set_("upstream", [["p4", "nope", "s"]]), "is not a commit id"),
         ("missing", lambda d: d.pop("onto_commit"), "'onto_commit' is missing"),
         ("conflict", set_("conflict", "p0"), "is not a conflicting patch"),
+        ("not the first", set_("conflict", "p2"), "does not follow from its patches"),
+        ("writing", set_("phase", "writing"), "does not follow from its patches"),
         (
             "a path",
             outcome(lambda o: o["conflicts"][0].update(path="../outside")),

@@ -161,6 +161,9 @@ def _tamper_cases(outside: Path):
 
         _rewrite(_journal(project), edit)
 
+    def phase_not_of_the_plan(project):  # "writing" while a patch still conflicts
+        _rewrite(_journal(project), lambda d: d.update(phase="writing", conflict=None))
+
     def journal_symlink(project):
         p = _journal(project)
         target = outside / "state.json"
@@ -191,6 +194,7 @@ def _tamper_cases(outside: Path):
         ("commit", commit_not_an_id, "is not a commit id"),
         ("reference", reference_not_an_id, "expected a commit id and its subject"),
         ("types", wrong_types, "must be a int"),
+        ("phase", phase_not_of_the_plan, "does not follow from its patches' outcomes"),
         ("journal symlink", journal_symlink, "symbolic link"),
         ("patches symlink", patches_symlink, "symbolic link"),
     ]

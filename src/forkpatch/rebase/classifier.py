@@ -700,6 +700,12 @@ def check_target(project: Project, onto: str) -> Setup:
     return _setup(project, Target(name, resolved.commit, described, record))
 
 
+def classifier_for(project: Project, setup: Setup, options: RebaseOptions) -> Classifier:
+    """The classifier of the project's series for a new start (a resumed rebase makes
+    its own from its journal: :meth:`Classifier.resume`)."""
+    return Classifier(project.fork(), setup, project.items(), options)
+
+
 def _plan(setup: Setup, walk: Walk) -> Plan:
     return Plan(setup, tuple(walk.outcomes), walk.head)
 
@@ -710,7 +716,7 @@ def classify(project: Project, target: Target, *, three_way: bool = True, fuzz: 
     written, not even objects."""
     setup = _setup(project, target)
     options = RebaseOptions(onto=target.name, three_way=three_way, fuzz=fuzz)
-    classifier = Classifier(project.fork(), setup, project.items(), options)
+    classifier = classifier_for(project, setup, options)
     walk = classifier.walk(0, target.commit, write=False)
     warn_broken(classifier)
     return _plan(setup, walk)
@@ -719,7 +725,7 @@ def classify(project: Project, target: Target, *, three_way: bool = True, fuzz: 
 def check(project: Project, options: RebaseOptions) -> Plan:
     """``forkpatch check --onto TAG``: how every patch fares on the tag. Changes nothing."""
     setup = check_target(project, options.onto)
-    classifier = Classifier(project.fork(), setup, project.items(), options)
+    classifier = classifier_for(project, setup, options)
     walk = classifier.walk(0, setup.target.commit, write=False)
     warn_broken(classifier)
     return _plan(setup, walk)

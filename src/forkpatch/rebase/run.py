@@ -39,7 +39,7 @@ from forkpatch.kinds import DROPPED_STATUSES
 from forkpatch.patchfile import in_line_endings_of, lf_form
 from forkpatch.patchtext import PatchTexts
 from forkpatch.project import Project, find_root
-from forkpatch.rebase.classifier import Classifier, check_target
+from forkpatch.rebase.classifier import Classifier, check_target, classifier_for
 from forkpatch.rebase.conflict import ConflictTree
 from forkpatch.rebase.plan import Outcome, Plan, RebaseOptions
 from forkpatch.rebase.report import RebaseReport
@@ -93,13 +93,13 @@ def rebase(project: Project, options: RebaseOptions) -> RebaseResult:
         )
     stack = _stack_before(project)
     setup = check_target(project, options.onto)
-    classifier = Classifier(project.fork(), setup, project.items(), options)
+    classifier = classifier_for(project, setup, options)
     walk = classifier.walk(0, setup.target.commit, write=True, forecast=True)
     plan = Plan(setup, tuple(walk.outcomes), walk.head)
     # With a stop to come, the merge bases computed so far go into the store as blobs.
     memo = classifier.memo(images=walk.conflict is not None)
     state = journal.start(RebaseState.of(plan, options, memo, stack))
-    project.fork().store.update_ref(HEAD_REF, state.head)
+    project.fork().store.update_ref(HEAD_REF, state.plan.head)
     _pause("journal")
     if state.phase == "conflict":
         _stop(project, journal, _Stop(state, classifier, walk.stop))
@@ -131,13 +131,13 @@ def _stop(project: Project, journal: Journal, stop: _Stop) -> NoReturn:
     classifier = stop.classifier or _resume(project, journal, state)
     index = state.conflict_index
     item = classifier.items[index]
-    outcome = state.outcomes[index]
+    outcome = state.plan.outcomes[index]
     tree = ConflictTree(project)
-    wt = tree.checkout(state.head, recorded=stop.recorded)
+    wt = tree.checkout(state.plan.head, recorded=stop.recorded)
     changes = stop.changes
     if changes is None:
         with wt.reader() as reader:
-            changes = classifier.conflict_changes(TreeState(wt, reader, state.head), item)
+            changes = classifier.conflict_changes(TreeState(wt, reader, state.plan.head), item)
     tree.bring_in(changes[0])
     raws = {fp.path: fp.raw for fp in item.patch.files} if item.patch else {}
     rejects = tree.save_rejects(journal.dir, [(p, raws.get(p, b"")) for p in changes[1]])
@@ -183,8 +183,8 @@ def continue_(project: Project, report_dir: Path | None = None) -> RebaseResult:
     classifier = _resume(project, journal, state)
     index = state.conflict_index
     item = classifier.items[index]
-    outcome = state.outcomes[index]
-    head = state.head
+    outcome = state.plan.outcomes[index]
+    head = state.plan.head
     if not changed:  # the tree is the one below the patch
         outcome = Outcome(
             name=outcome.name,
@@ -232,16 +232,16 @@ def skip(project: Project, report_dir: Path | None = None) -> RebaseResult:
             tip="`forkpatch rebase --continue` finishes it",
         )
     index = state.conflict_index
-    old = state.outcomes[index]
+    old = state.plan.outcomes[index]
     outcome = Outcome(
         name=old.name,
         status="skipped",
         files=old.files,
         evidence=f"dropped with `forkpatch rebase --skip` (it conflicted: {old.reasons})",
     )
-    log.info(f"[{index + 1}/{len(state.outcomes)}] {outcome.name} ... skipped")
+    log.info(f"[{index + 1}/{len(state.plan.outcomes)}] {outcome.name} ... skipped")
     classifier = _resume(project, journal, state)
-    step = _Step(state, outcome, state.head, classifier, doing="`forkpatch rebase --skip`")
+    step = _Step(state, outcome, state.plan.head, classifier, doing="`forkpatch rebase --skip`")
     return _go_on(project, journal, step, report_dir)
 
 
@@ -266,10 +266,10 @@ def _go_on(
     # Past a new conflict the outcomes of the first run (forecasts) stay until then.
     done = len(walk.outcomes)
     outcomes = (
-        *state.outcomes[:index],
+        *state.plan.outcomes[:index],
         step.outcome,
         *walk.outcomes,
-        *state.outcomes[index + 1 + done :],
+        *state.plan.outcomes[index + 1 + done :],
     )
     state = state.with_(
         plan=replace(state.plan, outcomes=outcomes, head=walk.head),
@@ -281,7 +281,7 @@ def _go_on(
         # that stops again leaves the stack alone and need not look at it.
         _guard_stack(project, step.state, step.doing)
     journal.save(state)
-    project.fork().store.update_ref(HEAD_REF, state.head)
+    project.fork().store.update_ref(HEAD_REF, state.plan.head)
     if state.phase == "conflict":
         _stop(project, journal, _Stop(state, step.classifier, walk.stop, step.recorded))
     return _finish(project, journal, state, report_dir)
@@ -305,8 +305,8 @@ def abort(project: Project) -> list[str]:
 
 def _new_series(journal: Journal, state: RebaseState) -> Series:
     series = journal.original_series()
-    dropped = {o.name for o in state.outcomes if o.status in DROPPED_STATUSES}
-    return series.with_base(state.target.base).with_patches(
+    dropped = {o.name for o in state.plan.outcomes if o.status in DROPPED_STATUSES}
+    return series.with_base(state.plan.target.base).with_patches(
         p for p in series.patches if p.name not in dropped
     )
 
@@ -318,13 +318,15 @@ def _finish(
     assert state.phase == "writing", "finished only once every patch has its outcome"
     store = project.fork().store
     series = journal.original_series()
-    diffs = diffs_of_commits(store, [o.commit for o in state.outcomes if o.refresh and o.commit])
+    diffs = diffs_of_commits(
+        store, [o.commit for o in state.plan.outcomes if o.refresh and o.commit]
+    )
     old_texts: dict[str, bytes] = {}
     new_texts: dict[str, bytes] = {}
     writes: dict[str, bytes | None] = {}
     with PatchTexts(store) as texts:  # one object reader for every rewritten file
-        texts.prefetch((None, o.commit) for o in state.outcomes if o.refresh and o.commit)
-        for i, o in enumerate(state.outcomes):
+        texts.prefetch((None, o.commit) for o in state.plan.outcomes if o.refresh and o.commit)
+        for i, o in enumerate(state.plan.outcomes):
             file = series.patches[i].file
             if file is None:
                 continue
@@ -436,7 +438,7 @@ def stopped_json(project: Project, stopped: RebaseState | None = None) -> dict[s
         "base_commit": plan.base_commit,
         "conflict": state.conflict,
         "worktree": str(ConflictTree(project).path) if written else None,
-        "patches": [o.to_json() for o in state.outcomes],
+        "patches": [o.to_json() for o in state.plan.outcomes],
         "next": [
             "forkpatch rebase --continue",
             "forkpatch rebase --skip",

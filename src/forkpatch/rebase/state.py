@@ -104,20 +104,8 @@ class RebaseState:
         )
 
     @property
-    def target(self) -> Target:
-        return self.plan.target
-
-    @property
-    def outcomes(self) -> tuple[Outcome, ...]:
-        return self.plan.outcomes
-
-    @property
-    def head(self) -> str:
-        return self.plan.head
-
-    @property
     def conflict_index(self) -> int:
-        return next(i for i, o in enumerate(self.outcomes) if o.name == self.conflict)
+        return next(i for i, o in enumerate(self.plan.outcomes) if o.name == self.conflict)
 
     def with_(self, *, plan: Plan | None = None, memo: ClassifierMemo | None = None) -> RebaseState:
         """The state with a new plan (where the rebase stands follows it: stopped at its
@@ -133,7 +121,7 @@ class RebaseState:
         )
 
     def to_data(self) -> dict[str, object]:
-        plan, base, target, memo = self.plan, self.plan.setup.base, self.target, self.memo
+        plan, base, target, memo = self.plan, self.plan.setup.base, self.plan.target, self.memo
         return {
             "phase": self.phase,
             "conflict": self.conflict,
@@ -331,6 +319,13 @@ class _Reader:
             o.name == conflict and o.status == "conflict" for o in plan.outcomes
         ):
             raise self.fail("conflict", f"{conflict!r} is not a conflicting patch of the rebase")
+        # Where the rebase stands follows from its plan (RebaseState.with_): stopped at the
+        # first conflicting patch, or writing once none conflicts.
+        first = plan.first_conflict
+        if (phase, conflict) != (("writing", None) if first is None else ("conflict", first.name)):
+            raise self.fail(
+                "phase", f"{phase} at {conflict!r} does not follow from its patches' outcomes"
+            )
         stack = None
         if d.get("stack") is not None:
             sd = self.mapping(d["stack"], "stack")
@@ -620,7 +615,7 @@ class Journal:
                 self.original_bytes(SERIES_FILE).decode("utf-8"), path=SERIES_FILE
             )
             names = [e.name for e in series.patches]
-            if self._state is not None and [o.name for o in self._state.outcomes] != names:
+            if self._state is not None and [o.name for o in self._state.plan.outcomes] != names:
                 raise _Reader(self.path).fail(
                     "outcomes", f"do not name the saved series' patches {names}"
                 )
@@ -641,7 +636,7 @@ class Journal:
 
     def mark_stop(self, state: RebaseState) -> None:
         """Record that the conflict work tree now holds ``state``'s stop (written last)."""
-        atomic_write(self.dir / STOP_FILE, f"{state.conflict} {state.head}\n".encode())
+        atomic_write(self.dir / STOP_FILE, f"{state.conflict} {state.plan.head}\n".encode())
 
     def holds_stop(self, state: RebaseState) -> bool:
         """Whether the conflict work tree was completely written for ``state``'s stop."""
@@ -649,7 +644,7 @@ class Journal:
         try:
             return (
                 not path.is_symlink()
-                and path.read_bytes() == f"{state.conflict} {state.head}\n".encode()
+                and path.read_bytes() == f"{state.conflict} {state.plan.head}\n".encode()
             )
         except OSError:
             return False
