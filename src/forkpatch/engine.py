@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from forkpatch import applier, binarypatch
 from forkpatch.errors import PathSafetyError
@@ -22,7 +22,7 @@ from forkpatch.git import FastImport, FileChange, Git, ObjectReader, commit_date
 from forkpatch.kinds import PatchStatus
 from forkpatch.patchfile import FilePatch, PatchFile, check_paths
 from forkpatch.patchheader import description_of
-from forkpatch.results import Conflict, PatchResult, worst
+from forkpatch.results import FileConflict, PatchResult, worst
 from forkpatch.series import PatchEntry
 from forkpatch.trailer import TRAILER
 
@@ -159,7 +159,7 @@ class _FileOutcome:
     status: PatchStatus
     changes: list[tuple[str, str | None, bytes | None]]  # (path, mode or None=delete, data)
     detail: list[str]
-    conflict: Conflict | None = None
+    conflict: FileConflict | None = None
     images: dict[str, tuple[bytes | None, bytes | None]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
@@ -224,7 +224,7 @@ class SeriesApplier:
                     "conflict",
                     [],
                     [],
-                    Conflict(fp.old_path, f"{fp.old_path} does not exist in the tree"),
+                    FileConflict(fp.old_path, f"{fp.old_path} does not exist in the tree"),
                 )
             old = got
         elif fp.new_path is not None and (there := state.get(fp.new_path)) is not None:
@@ -235,7 +235,7 @@ class SeriesApplier:
                 "conflict",
                 [],
                 [],
-                Conflict(fp.new_path, f"{fp.new_path} already exists, the patch creates it"),
+                FileConflict(fp.new_path, f"{fp.new_path} already exists, the patch creates it"),
             )
         old_mode, old_data = old if old is not None else (None, None)
 
@@ -243,7 +243,7 @@ class SeriesApplier:
             try:
                 new_data = binarypatch.apply_binary(old_data, fp, self.git)
             except binarypatch.BinaryPatchError as exc:
-                return _FileOutcome("conflict", [], [], Conflict(path, str(exc)))
+                return _FileOutcome("conflict", [], [], FileConflict(path, str(exc)))
             result_status: PatchStatus = "clean"
             detail: list[str] = []
         else:
@@ -339,13 +339,13 @@ class SeriesApplier:
         failure: applier.HunkFailed,
     ) -> _FileOutcome:
         # HunkFailed.index is 1-based; 0 means the file as a whole.
-        conflict = Conflict(
+        conflict = FileConflict(
             fp.path,
             f"hunk {failure.index} of {fp.path} does not apply at "
             f"line {failure.line}: {failure.reason}"
             if failure.index
             else f"{fp.path}: {failure.reason}",
-            hunks=[failure.index] if failure.index else [],
+            hunks=(failure.index,) if failure.index else (),
             line=failure.line,
         )
         if not self.three_way or ours is None:
@@ -353,8 +353,8 @@ class SeriesApplier:
         images = self.merge_bases.get(name, {})
         src = fp.old_path or fp.path
         if src not in images or images[src][0] is None:
-            conflict.reason += " (no merge base for a 3-way merge)"
-            return _FileOutcome("conflict", [], [], conflict)
+            why = f"{conflict.reason} (no merge base for a 3-way merge)"
+            return _FileOutcome("conflict", [], [], replace(conflict, reason=why))
         base = images[src][0] or b""
         theirs = images.get(fp.new_path or src, (None, None))[1]
         if theirs is None:
@@ -363,16 +363,15 @@ class SeriesApplier:
             ours, base, theirs, (f"{self.labels[0]}", "old base", f"{self.labels[1]} {name}")
         )
         if merged is None:
-            conflict.reason += " (a binary file: no 3-way merge)"
-            return _FileOutcome("conflict", [], [], conflict)
+            why = f"{conflict.reason} (a binary file: no 3-way merge)"
+            return _FileOutcome("conflict", [], [], replace(conflict, reason=why))
         if n_conflicts:
-            conflict.merged = merged
-            conflict.reason = (
+            why = (
                 f"{fp.path}: {n_conflicts} conflicting region(s) after a 3-way "
                 f"merge (hunk {failure.index} first failed at line "
                 f"{failure.line})"
             )
-            return _FileOutcome("conflict", [], [], conflict)
+            return _FileOutcome("conflict", [], [], replace(conflict, reason=why, merged=merged))
         return _FileOutcome(
             "merged",
             self._changes(fp, old_mode, merged),

@@ -22,7 +22,7 @@ from forkpatch.fsutil import atomic_write, dump_state, load_state
 from forkpatch.git import Git
 from forkpatch.project import Project
 from forkpatch.redact import CREDENTIAL_TIP, hide_url_secrets, url_has_credentials
-from forkpatch.results import STATUS_ORDER, Conflict, PatchResult
+from forkpatch.results import STATUS_ORDER, FileConflict, PatchResult
 from forkpatch.series import SERIES_FILE, load_series, new_series, save_series
 from forkpatch.stackstate import StackState
 
@@ -410,7 +410,7 @@ def _result_of(r: dict[str, object]) -> PatchResult:
             raise ValueError("hunks")
         if not (line is None or isinstance(line, int)):
             raise ValueError("line")
-        conflicts.append(Conflict(c["path"], c["reason"], hunks=hunks, line=line))
+        conflicts.append(FileConflict(c["path"], c["reason"], hunks=tuple(hunks), line=line))
     name, status, evidence = r["name"], r["status"], r.get("evidence")
     added, removed = r["added"], r["removed"]
     if not (isinstance(name, str) and status in STATUS_ORDER and isinstance(added, int)):

@@ -12,7 +12,7 @@ reads a tree or writes anything.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import overload
 
@@ -26,7 +26,7 @@ from forkpatch.kinds import (
     Relation,
 )
 from forkpatch.patchfile import PatchFile
-from forkpatch.results import PatchResult
+from forkpatch.results import FileConflict, PatchResult
 from forkpatch.series import BaseRef, PatchEntry
 
 # --------------------------------------------------------------------------- data
@@ -59,24 +59,6 @@ class Target:
     @property
     def base(self) -> BaseRef:
         return self.record or BaseRef(self.name, self.commit)
-
-
-@dataclass(frozen=True)
-class FileConflict:
-    """Why one file of a patch does not apply."""
-
-    path: str
-    reason: str
-    hunks: tuple[int, ...] = ()
-    line: int | None = None
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "path": self.path,
-            "reason": self.reason,
-            "hunks": list(self.hunks),
-            "line": self.line,
-        }
 
 
 @dataclass(frozen=True)
@@ -130,9 +112,8 @@ class Outcome:
             files=tuple(result.files),
             evidence=result.evidence,
             detail=tuple(result.detail),
-            conflicts=tuple(
-                FileConflict(c.path, c.reason, tuple(c.hunks), c.line) for c in result.conflicts
-            ),
+            # The engine's, without the merged file (the conflict work tree's, not the plan's).
+            conflicts=tuple(replace(c, merged=None) for c in result.conflicts),
             commit=result.commit,
             moved=tuple(moved.items()),
         )

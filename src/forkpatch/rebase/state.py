@@ -52,7 +52,6 @@ from forkpatch.patchfile import PatchFile, parse_patch
 from forkpatch.project import COMMIT_JOURNAL, REBASE_JOURNAL, Project
 from forkpatch.rebase.plan import (
     ClassifierMemo,
-    FileConflict,
     Forecast,
     Items,
     Outcome,
@@ -61,6 +60,7 @@ from forkpatch.rebase.plan import (
     Setup,
     Target,
 )
+from forkpatch.results import FileConflict
 from forkpatch.series import NAME_RE, PATCHES_DIR, SERIES_FILE, BaseRef, Series, parse_series
 from forkpatch.stackstate import StackPosition
 

@@ -37,11 +37,11 @@ conflicts. Talking to GitHub/GitLab is left to ``ci/forkpatch-ci.sh``.
 
 from __future__ import annotations
 
+from forkpatch.results import FileConflict
 from forkpatch.track.act import RunResult, run
 from forkpatch.track.bot import MAX_BODY, Change, prepare_change
 from forkpatch.track.forecast import (
     ConflictEntry,
-    ConflictSpot,
     Forecast,
     forecast,
     forecast_or_warn,
@@ -87,8 +87,8 @@ __all__ = [
     "BuildDone",
     "Change",
     "ConflictEntry",
-    "ConflictSpot",
     "Failed",
+    "FileConflict",
     "Forecast",
     "PublishDone",
     "RebaseConflict",
