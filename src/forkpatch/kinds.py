@@ -55,6 +55,17 @@ ancestor, or on another line of history."""
 SettingKind = Literal["duration", "size", "boolean", "count", "url", "path", "text"]
 """How a FORKPATCH_* environment setting is written (forkpatch.settings reads each)."""
 
+ChangeKind = Literal[
+    "modified", "deleted", "misnamed", "added", "renamed", "removed", "moved", "edited"
+]
+"""How a patch file or series.yaml entry differs from what forkpatch last wrote or read
+for the stack's work tree (forkpatch.stack.sync.OutsideChange); added, removed and moved
+are changes of series.yaml's list, the others of one patch."""
+
+ChangeSide = Literal["file", "worktree", "both"]
+"""Which side of an outside change changed: patches/ or series.yaml only, only the work
+tree (edits not written to patches/ yet), or both."""
+
 HARDWARE_TIERS: tuple[HardwareTier, ...] = get_args(HardwareTier)
 TIERS: tuple[Tier, ...] = get_args(Tier)
 BUILD_MODES: tuple[BuildMode, ...] = get_args(BuildMode)
@@ -69,3 +80,5 @@ OUTCOME_STATUSES: tuple[OutcomeStatus, ...] = get_args(OutcomeStatus)
 REBASE_PHASES: tuple[RebasePhase, ...] = get_args(RebasePhase)
 RELATIONS: tuple[Relation, ...] = get_args(Relation)
 SETTING_KINDS: tuple[SettingKind, ...] = get_args(SettingKind)
+CHANGE_KINDS: tuple[ChangeKind, ...] = get_args(ChangeKind)
+CHANGE_SIDES: tuple[ChangeSide, ...] = get_args(ChangeSide)

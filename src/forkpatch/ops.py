@@ -289,7 +289,7 @@ def series_status(project: Project) -> StatusReport:
             report.interrupted_worktree = str(left)
     if has_worktree:
         # The stack's model alone: reading it needs neither the engine nor the patch texts.
-        from forkpatch.stack import StackModel
+        from forkpatch.stack import StackModel, Sync
 
         try:
             stack = StackModel(project)
@@ -300,7 +300,7 @@ def series_status(project: Project) -> StatusReport:
             wt = stack.wt()
             applied = stack.applied(wt, one_query=True)
             report.applied = [a.name for a in applied]
-            report.changes = stack.outside_changes(wt, applied, edits=True)
+            report.changes = Sync(stack).outside_changes(wt, applied, edits=True)
             report.worktree = str(state.worktree)
             report.editing = state.editing.patch if state.editing is not None else None
         except SeriesError:

@@ -203,3 +203,36 @@ def test_the_patch_file_modules_import_from_the_bottom_up():
         below |= names
     assert wrong == []
     assert graph[package] <= inside  # the face only re-exports
+
+
+# The stack's parts from the bottom up: the model reads, the writer writes, the sync
+# record holds a model, the commands hold the three, the face composes them all. A
+# module imports only the rows below its own (TYPE_CHECKING and lazy imports count).
+STACK_LAYERS = (
+    ("worktree", "mergebase"),
+    ("model",),
+    ("writer",),
+    ("sync",),
+    ("checkout", "editing", "export", "moves", "refresh"),
+    ("edits",),
+    ("commands",),
+)
+
+
+def test_the_stack_modules_import_from_the_bottom_up():
+    graph = import_graph()
+    package = "forkpatch.stack"
+    inside = {m for m in graph if m.startswith(package + ".")}
+    layered = [f"{package}.{name}" for row in STACK_LAYERS for name in row]
+    assert sorted(layered) == sorted(inside), "a new module of stack/: give it a row"
+    below: set[str] = set()
+    wrong = []
+    for row in STACK_LAYERS:
+        names = {f"{package}.{name}" for name in row}
+        for mod in sorted(names):
+            wrong += [f"{mod} -> {t}" for t in sorted((graph[mod] & inside) - below)]
+        below |= names
+    assert wrong == []
+    # What `top` and `status` read loads nothing that applies or renders a patch.
+    heavy = {"forkpatch.engine", "forkpatch.patchtext", "forkpatch.applier"}
+    assert not graph[f"{package}.model"] & (heavy | {"forkpatch.patchfile"})

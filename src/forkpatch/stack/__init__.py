@@ -13,12 +13,13 @@ and write patch files and series.yaml last, each atomically.
 
 from typing import TYPE_CHECKING
 
-from forkpatch.stack.model import BRANCH, AppliedPatch, OutsideChange, StackModel
+from forkpatch.stack.model import BRANCH, AppliedPatch, StackModel
 from forkpatch.stack.worktree import describe_changes
 from forkpatch.stackstate import StackPosition, StackState
 
 if TYPE_CHECKING:
     from forkpatch.stack.commands import Stack
+    from forkpatch.stack.sync import OutsideChange, Sync
 
 __all__ = [
     "BRANCH",
@@ -28,15 +29,21 @@ __all__ = [
     "StackModel",
     "StackPosition",
     "StackState",
+    "Sync",
     "describe_changes",
 ]
 
 
 def __getattr__(name: str) -> object:
-    """``Stack`` (the commands, with the engine and the patch texts) loads when first
-    asked for: a command that only reads the stack takes :class:`StackModel`."""
+    """``Stack`` (the commands, with the engine and the patch texts) and ``Sync`` (what
+    changed outside forkpatch, for ``status``) load when first asked for: ``top`` reads
+    the stack through :class:`StackModel` alone."""
     if name == "Stack":
         from forkpatch.stack.commands import Stack
 
         return Stack
+    if name in ("Sync", "OutsideChange"):
+        from forkpatch.stack import sync
+
+        return getattr(sync, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,223 @@
+"""The stack's writing side: the git commands that move the work tree, state.json
+written whole, a sparse work tree widened, the stack rebuilt from patches/ or put
+back, the editing position settled, the merge bases `push --merge` needs.
+
+Everything here changes the work tree or state.json; it holds the command's
+:class:`~forkpatch.stack.model.StackModel` and tells it to ask git again after each
+write (:meth:`StackModel.forget`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from forkpatch.engine import SeriesApplier, SeriesResult
+from forkpatch.errors import PatchApplyError
+from forkpatch.git import Git, commit_date
+from forkpatch.stack import mergebase, worktree
+from forkpatch.stack.model import BRANCH, StackModel
+from forkpatch.stackstate import Editing, Layout, StackPosition, StackState, dirs_of
+
+Images = dict[str, tuple[bytes | None, bytes | None]]
+
+
+class StackWriter:
+    """What changes the work tree and state.json, for one command (see the module)."""
+
+    def __init__(self, model: StackModel) -> None:
+        self.model = model
+        self.project = model.project
+        self.store = model.store
+
+    def save(self, state: StackState) -> None:
+        self.project.write_state(state)
+
+    def _save_layout(self, layout: Layout) -> None:
+        if layout != self.model.state.layout:
+            self.save(self.model.state.with_(layout=layout))
+
+    def write(self, wt: Git, *args: str) -> None:
+        """A git command that changes the work tree (its status is asked again after)."""
+        self.model.forget()
+        with worktree.objects_named():
+            wt.run(*args)
+
+    def widen(self, wt: Git, paths: list[str] | None = None) -> None:
+        """A sparse work tree grows to every directory the applied patches (and
+        ``paths``) touch, so that what is in a patch can always be seen and edited."""
+        layout = self.model.layout()
+        if not layout.sparse:
+            return
+        if paths is None:
+            raw = wt.run("diff", "--name-only", "-z", self.model.base_commit(), "HEAD").stdout
+            paths = [x.decode("utf-8", "surrogateescape") for x in raw.split(b"\0") if x]
+        if layout.covers(paths):
+            return
+        new = layout.with_dirs(dirs_of(paths))
+        self.model.forget()
+        worktree.apply_layout(wt, new)
+        self._save_layout(new)
+
+    def merge_bases(self) -> dict[str, Images]:
+        """Each patch's pre/post file images on the series' own base: the 3-way base."""
+        base = self.project.series.base.commit
+        res = SeriesApplier(self.store, base).run(
+            self.project.items(), write=False, stop_at_conflict=False
+        )
+        bases = {
+            r.name: r.images
+            for r in res.results
+            if r.images and r.status not in ("conflict", "blocked")
+        }
+        # Patches left unapplied by `refresh --force` keep the images they had
+        # on the old version of the patch below them: their true merge base, while
+        # their file's diff still applies there (a teammate's version may not).
+        saved = self.model.state.merge_bases
+        found: dict[str, Images] = {}
+        if saved:
+            with self.store.reader() as reader:
+                for name, files in saved.items():
+                    found[name] = {
+                        path: tuple(None if oid is None else reader.blob(oid) for oid in pair)  # type: ignore[misc]
+                        for path, pair in files.items()
+                    }
+        # A patch that does not apply on the series' base as it is (a teammate's version,
+        # made on other versions of the patches below): the files it was made on.
+        for entry in self.project.series.patches:
+            if entry.file is None or (entry.name in bases and entry.name not in found):
+                continue
+            patch = self.project.load_patch(entry)
+            assert patch is not None
+            images = mergebase.on_saved(patch, found[entry.name]) if entry.name in found else None
+            if images is None and entry.name not in bases:
+                images = mergebase.from_history(self.project, base, entry, patch)
+                images = images or mergebase.alone_on_base(self.project, base, entry, patch)
+            if images is not None:
+                bases[entry.name] = images
+        return bases
+
+    def with_merge_bases(
+        self,
+        state: StackState,
+        names: list[str],
+        bases: dict[str, Images] | None = None,
+    ) -> StackState:
+        """``state`` remembering ``names``' current images (as blobs in the store) for
+        `push --merge` (``bases``: :meth:`merge_bases` when the caller has it already)."""
+        bases = self.merge_bases() if bases is None else bases
+        saved = dict(state.merge_bases)
+        for name in names:
+            if name in bases:
+                saved[name] = {
+                    path: (
+                        None if pair[0] is None else self.store.hash_blob(pair[0]),
+                        None if pair[1] is None else self.store.hash_blob(pair[1]),
+                    )
+                    for path, pair in bases[name].items()
+                }
+        return state.with_(merge_bases=saved)
+
+    @staticmethod
+    def touched(result: SeriesResult) -> list[str]:
+        """Every path the patches of ``result`` touch."""
+        return [p for r in result.results for p in r.files]
+
+    def settle_editing(
+        self,
+        wt: Git,
+        renames: dict[str, str] | None = None,
+        applied: list[str] | None = None,
+    ) -> None:
+        """Make the editing position match the stack after any command that changed it.
+
+        ``edit`` pops the patches above the edited one and remembers them so that
+        ``refresh`` re-applies them. Whatever happens to the stack since (a ``new``
+        patch on top, a ``push``, a rename, a move or an import into the series, a
+        deletion), the position is: the top applied patch is the one being edited,
+        and the patches to re-apply are every unapplied one after it in series order,
+        up to the last one ``edit`` popped; with none left there is no edit pending.
+        ``renames``: old name -> new name; ``applied``: the applied patches' names when
+        the caller knows them."""
+        state = self.model.state
+        editing = state.editing
+        if editing is None:
+            return
+        renames = renames or {}
+        order = self.project.series.names()
+        if applied is None:
+            applied = [a.name for a in self.model.applied(wt)]
+        pending = {renames.get(n, n) for n in editing.above} & set(order)
+        settled = None
+        if applied and renames.get(editing.patch, editing.patch) in applied and pending:
+            start = order.index(applied[-1]) + 1 if applied[-1] in order else len(order)
+            end = max(order.index(n) for n in pending) + 1
+            above = [n for n in order[start:end] if n not in applied]
+            if above:
+                settled = Editing(applied[-1], tuple(above))
+        if settled != editing:
+            self.save(state.with_(editing=settled))
+
+    def rebuild_applied(self, names: set[str], renames: dict[str, str] | None = None) -> list[str]:
+        """Re-create the work tree's stack from the files after a change of series.yaml:
+        the shortest prefix of the (new) order that holds every name in ``names``, so
+        that nothing applied before is left unapplied (and the editing position moved
+        with it; ``renames``: old name -> new). Returns the names applied."""
+        if self.model.worktree_path() is None:
+            return []
+        wt = self.model.wt()
+        series = self.project.series
+        order = series.names()
+        count = max((order.index(n) + 1 for n in names if n in order), default=0)
+        entries = list(series.patches[:count])
+        result = SeriesApplier(self.store, self.model.base_commit(), step_commits=True).run(
+            self.project.items(entries), write=True
+        )
+        if not result.ok:
+            bad = result.first_conflict()
+            assert bad is not None
+            raise PatchApplyError(bad.describe_failure("the rebuilt stack"))
+        self.widen(wt, self.touched(result))
+        self.write(wt, "reset", "-q", "--hard", result.head or self.model.base_commit())
+        self.settle_editing(wt, renames)
+        return order[:count]
+
+    def commit_worktree(
+        self,
+        wt: Git,
+        *,
+        parent: str,
+        message: str,
+        written: Iterable[str] = (),
+        changed: Iterable[str] | None = None,
+    ) -> str:
+        """Commit the work tree; ``written``: the files forkpatch wrote there itself,
+        staged whatever the ignore rules say; ``changed``: the work tree's changes as
+        `git status` named them, staged alone (no second walk of the whole tree)."""
+        if changed is None:
+            self.write(wt, "add", "-A")
+        else:
+            # What status names is tracked, or new and not ignored: staged whatever the
+            # ignore rules say (a tracked file in an ignored directory is still the patch's).
+            self.model.forget()
+            wt.stage(changed)
+        wt.stage(written)
+        self.model.forget()
+        tree = wt.write_tree()
+        commit = wt.commit_tree(
+            tree, [parent], message, date=commit_date(self.store, self.model.base_commit())
+        )
+        wt.update_ref("HEAD", commit, message="forkpatch refresh")
+        self.model.forget()  # status is against HEAD, which moved
+        return commit
+
+    def put_back(self, position: StackPosition) -> None:
+        """Move the stack back to ``position`` (an aborted rebase)."""
+        path = self.model.worktree_path()
+        if path is None or not (path / ".git").exists():
+            return
+        wt = self.model.wt(check_base=False)  # moving it to that base is the point
+        if self.model.head(wt) != position.head:
+            self.write(wt, "checkout", "-q", "-f", "-B", BRANCH, position.head)
+            self.write(wt, "clean", "-q", "-fd")
+        if self.model.state.base != position.base:
+            self.save(self.model.state.with_(base=position.base))
