@@ -353,8 +353,10 @@ class SeriesApplier:
         images = self.merge_bases.get(name, {})
         src = fp.old_path or fp.path
         if src not in images or images[src][0] is None:
-            why = f"{conflict.reason} (no merge base for a 3-way merge)"
-            return _FileOutcome("conflict", [], [], replace(conflict, reason=why))
+            conflict = replace(
+                conflict, reason=conflict.reason + " (no merge base for a 3-way merge)"
+            )
+            return _FileOutcome("conflict", [], [], conflict)
         base = images[src][0] or b""
         theirs = images.get(fp.new_path or src, (None, None))[1]
         if theirs is None:
@@ -363,15 +365,21 @@ class SeriesApplier:
             ours, base, theirs, (f"{self.labels[0]}", "old base", f"{self.labels[1]} {name}")
         )
         if merged is None:
-            why = f"{conflict.reason} (a binary file: no 3-way merge)"
-            return _FileOutcome("conflict", [], [], replace(conflict, reason=why))
-        if n_conflicts:
-            why = (
-                f"{fp.path}: {n_conflicts} conflicting region(s) after a 3-way "
-                f"merge (hunk {failure.index} first failed at line "
-                f"{failure.line})"
+            conflict = replace(
+                conflict, reason=conflict.reason + " (a binary file: no 3-way merge)"
             )
-            return _FileOutcome("conflict", [], [], replace(conflict, reason=why, merged=merged))
+            return _FileOutcome("conflict", [], [], conflict)
+        if n_conflicts:
+            conflict = replace(
+                conflict,
+                merged=merged,
+                reason=(
+                    f"{fp.path}: {n_conflicts} conflicting region(s) after a 3-way "
+                    f"merge (hunk {failure.index} first failed at line "
+                    f"{failure.line})"
+                ),
+            )
+            return _FileOutcome("conflict", [], [], conflict)
         return _FileOutcome(
             "merged",
             self._changes(fp, old_mode, merged),
