@@ -74,8 +74,10 @@ NOSTOP_TAG = "v1.1-nostop"
 REAL_BASE = "v1.2.1"
 REAL_ONTO = "v1.3.0"
 STOPPED = 3  # forkpatch's exit status at a conflict
-TARGETS = {"stops": 1.0, "nostop": 1.0, "real": 0.6}  # forkpatch / git rebase, whole
-CONTINUE_TARGET = 0.15  # seconds per forkpatch `rebase --continue`
+# forkpatch / git rebase, whole: (warm, cold) per scenario
+TARGETS = {"stops": (1.2, 1.2), "nostop": (1.2, 1.2), "real": (0.5, 0.6)}
+CONTINUE_TARGET = 0.10  # seconds per forkpatch `rebase --continue` / `--skip`
+ENDS_TARGET = 1.5  # forkpatch's first and finishing call / git rebase's
 
 
 def say(text: str) -> None:
@@ -636,17 +638,24 @@ def report(result: dict[str, object]) -> str:
             ],
         ),
     ]
-    target = TARGETS.get(scenario.split("-")[0])
-    for name in ("forkpatch warm", "forkpatch cold"):
+    targets = TARGETS.get(scenario.split("-")[0])
+    git_s = tools["git rebase"]
+    for name, target in zip(("forkpatch warm", "forkpatch cold"), targets or (), strict=False):
         s = tools.get(name)
-        if s is None or not git_whole or target is None:
+        if s is None or not git_whole:
             continue
         ratio = s["whole"] / git_whole  # type: ignore[operator]
         verdict = "MET" if ratio <= target else "MISSED"
         line = f"target: {name} whole <= {target}x git rebase: {ratio:.2f}x -> {verdict}"
-        if s["continue"] is not None:
-            ok = "MET" if s["continue"] <= CONTINUE_TARGET else "MISSED"  # type: ignore[operator]
-            line += f"; each --continue <= {CONTINUE_TARGET} s: {s['continue']:.2f} s -> {ok}"
+        for end in ("start", "finish"):
+            if s[end] is not None and git_s[end]:
+                r = s[end] / git_s[end]  # type: ignore[operator]
+                ok = "MET" if r <= ENDS_TARGET else "MISSED"
+                line += f"; {end} <= {ENDS_TARGET}x git's: {r:.2f}x -> {ok}"
+        for step in ("continue", "skip"):
+            if s[step] is not None:
+                ok = "MET" if s[step] <= CONTINUE_TARGET else "MISSED"  # type: ignore[operator]
+                line += f"; each --{step} <= {CONTINUE_TARGET} s: {s[step]:.2f} s -> {ok}"
         lines.append(line)
     return "\n".join(lines)
 

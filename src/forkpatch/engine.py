@@ -44,11 +44,11 @@ def commit_message(entry: PatchEntry, header: str) -> str:
     return "\n\n".join(parts) + "\n"
 
 
-@dataclass
+@dataclass(frozen=True)
 class SeriesResult:
     base_commit: str
-    results: list[PatchResult]
-    commits: list[str] = field(default_factory=list)  # applied patch commits, in order
+    results: tuple[PatchResult, ...]
+    commits: tuple[str, ...] = ()  # applied patch commits, in order
     head: str | None = None  # last commit written (base when nothing applied)
 
     @property
@@ -412,15 +412,33 @@ class SeriesApplier:
 
     def apply_patch(self, state: TreeState, item: Item) -> tuple[PatchResult, list[FileChange]]:
         entry, patch = item.entry, item.patch
-        result = PatchResult(name=entry.name, status="clean")
         if patch is None:
-            result.status = "clean"
-            result.detail.append(f"build step '{entry.build_step}': applied when building")
-            return result, []
+            step = f"build step '{entry.build_step}': applied when building"
+            return PatchResult(name=entry.name, status="clean", detail=(step,)), []
         check_paths(patch)
-        result.files = _unique([p for fp in patch.files for p in (fp.old_path, fp.new_path) if p])
-        result.added, result.removed = patch.added, patch.removed
-        for path in result.files:
+        files = tuple(_unique([p for fp in patch.files for p in (fp.old_path, fp.new_path) if p]))
+        detail: list[str] = []
+        warnings: list[str] = []
+        conflicts: list[FileConflict] = []
+        images: dict[str, tuple[bytes | None, bytes | None]] = {}
+
+        def result(
+            status: PatchStatus, evidence: str | None = None, *, with_conflicts: bool = False
+        ) -> PatchResult:
+            return PatchResult(
+                name=entry.name,
+                status=status,
+                files=files,
+                added=patch.added,
+                removed=patch.removed,
+                detail=tuple(detail),
+                evidence=evidence,
+                conflicts=tuple(conflicts) if with_conflicts else (),
+                images=images,
+                warnings=tuple(warnings),
+            )
+
+        for path in files:
             link = state.symlink_prefix(path)
             if link is not None:
                 raise PathSafetyError(
@@ -430,17 +448,16 @@ class SeriesApplier:
                 )
         pending: list[tuple[str, str | None, bytes | None]] = []
         statuses: list[str] = []
-        images: dict[str, tuple[bytes | None, bytes | None]] = {}
         # Apply on a scratch overlay so a failing patch leaves ``state`` intact.
         scratch = state.copy()
         for i, fp in enumerate(patch.files):
             out = self._apply_file(scratch, fp, entry.name, i)
             statuses.append(out.status)
-            result.detail.extend(out.detail)
-            result.warnings.extend(out.warnings)
+            detail.extend(out.detail)
+            warnings.extend(out.warnings)
             images.update(out.images)
             if out.conflict is not None:
-                result.conflicts.append(out.conflict)
+                conflicts.append(out.conflict)
                 continue
             for path, mode, data in out.changes:
                 if mode is None:
@@ -448,9 +465,8 @@ class SeriesApplier:
                 else:
                     scratch.set(path, mode, data or b"")
             pending.extend(out.changes)
-        result.images = images
         # A symlink the patch itself creates may not lead the patch's other paths either.
-        for path in result.files:
+        for path in files:
             link = scratch.symlink_prefix(path)
             if link is not None and link != path:
                 raise PathSafetyError(
@@ -461,14 +477,11 @@ class SeriesApplier:
                     tip="change the patch to write the real path",
                 )
 
-        if result.conflicts:
+        if conflicts:
             if self.detect_upstream and self._reverse_applies(state, patch):
-                result.status = "upstreamed"
-                result.conflicts = []
-                result.evidence = "reverse-applies cleanly: every hunk's result is already there"
-                return result, []
-            result.status = "conflict"
-            return result, []
+                why = "reverse-applies cleanly: every hunk's result is already there"
+                return result("upstreamed", why), []
+            return result("conflict", with_conflicts=True), []
 
         # Net effect against the state before the patch.
         changes: list[FileChange] = []
@@ -485,28 +498,25 @@ class SeriesApplier:
                 changes.append(FileChange(path, mode=after[0], data=after[1]))
         status = worst(statuses)
         if self.detect_upstream and not effective:
-            result.status = "upstreamed"
-            result.evidence = (
+            why = (
                 "content already present: applying it changes nothing"
                 if status != "merged"
                 else "content already present: the 3-way merge adds nothing"
             )
-            return result, []
+            return result("upstreamed", why), []
         if (
             self.detect_upstream
             and status in ("merged", "fuzz")
             and self._reverse_applies(state, patch)
         ):
-            result.status = "upstreamed"
-            result.evidence = "reverse-applies cleanly: every hunk's result is already there"
-            return result, []
+            why = "reverse-applies cleanly: every hunk's result is already there"
+            return result("upstreamed", why), []
         for change in changes:
             if change.is_delete:
                 state.delete(change.path)
             else:
                 state.set(change.path, change.mode or "100644", change.data or b"")
-        result.status = status
-        return result, changes
+        return result(status), changes
 
     # ----------------------------------------------------------------- a series
 
@@ -526,7 +536,9 @@ class SeriesApplier:
         tree without the conflicting patch and reported with their own status).
         """
         start = parent or self.base_commit
-        out = SeriesResult(base_commit=start, results=[])
+        results: list[PatchResult] = []
+        commits: list[str] = []
+        head: str | None = None
         with self.git.reader() as reader:
             state = TreeState(self.git, reader, start)
             state.prefetch(items)
@@ -537,16 +549,16 @@ class SeriesApplier:
             failed = False
             for item in items:
                 if failed and stop_at_conflict:
-                    out.results.append(
+                    results.append(
                         PatchResult(
                             name=item.entry.name,
                             status="blocked",
-                            detail=["not tried: a patch below it conflicted"],
+                            detail=("not tried: a patch below it conflicted",),
                         )
                     )
                     continue
                 result, changes = self.apply_patch(state, item)
-                out.results.append(result)
+                results.append(result)
                 if result.status == "conflict":
                     failed = True
                     continue
@@ -560,14 +572,16 @@ class SeriesApplier:
                         ),
                         date=date,
                     )
-                    marks.append((len(out.results) - 1, tip))
+                    marks.append((len(results) - 1, tip))
             if fi is not None:
                 ids = fi.finish()
                 for idx, mark in marks:
-                    out.results[idx].commit = ids[mark]
-                    out.commits.append(ids[mark])
-                out.head = out.commits[-1] if out.commits else start
-        return out
+                    results[idx] = replace(results[idx], commit=ids[mark])
+                    commits.append(ids[mark])
+                head = commits[-1] if commits else start
+        return SeriesResult(
+            base_commit=start, results=tuple(results), commits=tuple(commits), head=head
+        )
 
 
 class _Overlay(TreeState):
@@ -585,6 +599,42 @@ def _unique(items: Iterable[str]) -> list[str]:
     for x in items:
         seen.setdefault(x, None)
     return list(seen)
+
+
+def restack(
+    git: Git, base: str, entries: Sequence[PatchEntry], made: Mapping[str, str]
+) -> str | None:
+    """The editable stack's commits for ``entries`` on ``base`` (what
+    ``SeriesApplier(step_commits=True).run(..., write=True)`` gives for them), from the
+    commits made for the same patches on ``base`` already (``made``: patch name -> its
+    commit, each on the one before it: a rebase's), without applying anything again: a
+    patch's commit is taken as it is where its parent is the commit below it in the
+    stack, and made again on it (the same tree and message, in process) where a build
+    step's empty commit comes between. Returns the stack's head; None when a patch of
+    ``entries`` has no commit in ``made`` or one is not a commit on the one before (the
+    caller then applies the series)."""
+    objects = git.objects
+    date = commit_date(git, base)
+    tip = base
+    tip_tree: str | None = None
+    for entry in entries:
+        if entry.file is None:  # a build step: an empty commit carrying its name
+            tip_tree = tip_tree or git.tree_of(tip)
+            tip = git.commit_tree(tip_tree, [tip], commit_message(entry, ""), date=date)
+            continue
+        commit = made.get(entry.name)
+        parts = objects.commit_parts(commit) if commit else None
+        if commit is None or parts is None:
+            return None
+        tree, parents, message = parts
+        if parents == (tip,):
+            tip = commit
+        elif tip_tree is not None and len(parents) == 1 and git.tree_of(parents[0]) == tip_tree:
+            tip = git.commit_tree(tree, [tip], message, date=date)  # past a build step
+        else:
+            return None
+        tip_tree = tree
+    return tip
 
 
 def diffs_of_commits(git: Git, commits: Sequence[str]) -> dict[str, bytes]:

@@ -515,7 +515,12 @@ class ForkRepo:
 
     def _peel_local(self, ref: str) -> tuple[str, str, str] | None:
         """(the object ``ref`` names, that object peeled of every tag object, its type)
-        in a local fork, from one git process; None when there is no such ref."""
+        in a local fork, read in process (one git process where libgit2 cannot open the
+        fork: an extension it does not know); None when there is no such ref."""
+        try:
+            return self._source_git.objects.peel(ref)
+        except GitError:
+            pass
         out = self._source_git.run(
             "cat-file",
             "--batch-check=%(objectname) %(objecttype)",

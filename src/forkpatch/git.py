@@ -14,7 +14,6 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -446,12 +445,9 @@ class Git:
 def blob_id(data: bytes, length: int = 40) -> str:
     """The id git gives ``data`` as a blob (``git hash-object``), without running git:
     sha1, or sha256 for a 64-digit ``length`` (a sha256 repository's ids)."""
-    import hashlib  # only where a blob id is needed: keeps start-up light
+    from forkpatch.fsutil import digest  # no hashlib for a small blob: a light start-up
 
-    h = hashlib.sha256() if length == 64 else hashlib.sha1()
-    h.update(b"blob %d\0" % len(data))
-    h.update(data)
-    return h.hexdigest()
+    return digest("sha256" if length == 64 else "sha1", b"blob %d\0" % len(data), data)
 
 
 def identity_env(date: str | None = None) -> dict[str, str]:
@@ -696,6 +692,8 @@ class FastImport:
             return {}
         if len(self._queued) <= IN_PROCESS_COMMITS:
             return self._finish_in_process()
+        import tempfile  # only for fast-import: read-only commands load none
+
         with tempfile.TemporaryDirectory(prefix="forkpatch-fi-") as tmp:
             marks = Path(tmp) / "marks"
             # `reset` without `from`: the ref is left as it was (absent), not written.

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,7 +17,7 @@ from forkpatch.forkrepo import (
     is_local_source,
     local_git_dir,
 )
-from forkpatch.fsutil import atomic_write, dump_state, load_state
+from forkpatch.fsutil import atomic_write, digest, dump_state, load_state
 from forkpatch.git import Git
 from forkpatch.project import Project
 from forkpatch.redact import CREDENTIAL_TIP, hide_url_secrets, url_has_credentials
@@ -81,6 +80,8 @@ def init_project(
         if enclosing is not None:
             _refuse_the_fork(root, enclosing, fork_url, fork_override, commit)
     except BaseException:
+        import shutil  # only to undo a failed init: status loads none
+
         if fresh:  # a failed init leaves the directory as it found it
             shutil.rmtree(root / STORE_DIR, ignore_errors=True)
         if made:
@@ -276,7 +277,7 @@ def series_status(project: Project) -> StatusReport:
     results = _results_for_status(project, fork.store, base, missing)
     for i, r in enumerate(results):
         if r.name in missing:
-            results[i] = PatchResult(name=r.name, status="conflict", detail=[missing[r.name]])
+            results[i] = PatchResult(name=r.name, status="conflict", detail=(missing[r.name],))
     report = StatusReport(
         base_tag=series.base.label,
         base_commit=base,
@@ -346,7 +347,7 @@ def _results_for_status(
     ]
     # Fuzz is allowed here only to *report* it; nothing is written.
     applier = SeriesApplier(store, base, max_fuzz=STATUS_FUZZ)
-    results = applier.run(items, write=False, stop_at_conflict=False).results
+    results = list(applier.run(items, write=False, stop_at_conflict=False).results)
     with contextlib.suppress(OSError):  # a read-only project still gets its status
         data = {"key": key, "results": [r.to_json() for r in results]}
         atomic_write(path, dump_state(_CACHE_KIND, _CACHE_VERSION, data))
@@ -354,7 +355,6 @@ def _results_for_status(
 
 
 def _status_key(project: Project, base: str, fuzz: int, blobs: list[str | None]) -> str:
-    import hashlib
     import json
 
     import forkpatch
@@ -374,7 +374,7 @@ def _status_key(project: Project, base: str, fuzz: int, blobs: list[str | None])
             for e, blob in zip(project.series.patches, blobs, strict=True)
         ],
     }
-    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
+    return digest("sha256", json.dumps(material, sort_keys=True).encode())
 
 
 def _read_status_cache(path: Path, key: str, names: list[str]) -> list[PatchResult] | None:
@@ -420,11 +420,11 @@ def _result_of(r: dict[str, object]) -> PatchResult:
     return PatchResult(
         name=name,
         status=status,
-        files=strings("files"),
+        files=tuple(strings("files")),
         added=added,
         removed=removed,
-        detail=strings("detail"),
+        detail=tuple(strings("detail")),
         evidence=evidence,
-        conflicts=conflicts,
-        warnings=strings("warnings"),
+        conflicts=tuple(conflicts),
+        warnings=tuple(strings("warnings")),
     )

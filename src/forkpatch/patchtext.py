@@ -177,7 +177,7 @@ class PatchTexts:
         # (parent, commit) pairs announced by prefetch(); what they may need is read
         # for all of them at once, on first use.
         self._pending: list[tuple[str, str]] = []
-        self._raw: dict[tuple[str, str], bytes] = {}
+        self._raw: dict[tuple[str, str], list[tuple[str, str, str, str, str]]] = {}
         self._stats: dict[tuple[str, str], str] = {}
 
     def __enter__(self) -> PatchTexts:
@@ -208,8 +208,9 @@ class PatchTexts:
 
     def prefetch(self, pairs: Iterable[tuple[str | None, str]]) -> None:
         """Announce the ``(parent, commit)`` pairs about to be rendered (parent None: the
-        commit's first parent). Whatever of git a render needs beyond the diff (the raw
-        changes, a diffstat) is then read for every announced pair with one git process,
+        commit's first parent). Whatever of git a render needs beyond the diff (a diffstat;
+        the raw changes are read in process) is then read for every announced pair with
+        one git process,
         not one or two per patch: a rebase that refreshes 300 patch files in their own
         form starts a handful of git processes instead of ~900."""
         for parent, commit in pairs:
@@ -244,15 +245,10 @@ class PatchTexts:
         return chunks
 
     def _fill(self, what: str) -> None:
-        done = self._raw if what == "raw" else self._stats
-        keys = [k for k in dict.fromkeys(self._pending) if k not in done]
+        keys = [k for k in dict.fromkeys(self._pending) if k not in self._stats]
         if not keys:
             return
-        if what == "raw":
-            args = ["-r", "-z", "--raw", "--full-index", "--no-renames"]
-            for key, chunk in zip(keys, self._batch(args, keys), strict=True):
-                self._raw[key] = chunk
-        else:
+        if what == "stat":
             args = ["--stat=72", "--summary", "-M", "--no-color"]
             for key, chunk in zip(keys, self._batch(args, keys), strict=True):
                 self._stats[key] = chunk.decode("utf-8", "surrogateescape")
@@ -576,31 +572,18 @@ class PatchTexts:
         self, parent: str, commit: str
     ) -> tuple[dict[str, tuple[str, str]], dict[str, tuple[str, str]], set[str]]:
         """(mode, blob id) before and after of every path ``commit`` changes, and the
-        paths: one ``git diff-tree --raw`` (a rename is a deletion and a creation here)."""
+        paths, read in process (a rename is a deletion and a creation here)."""
         key = (parent, commit)
-        if key not in self._raw and key in self._pending:
-            self._fill("raw")
         out = self._raw.get(key)
-        if out is None:
-            out = self._raw[key] = self.git.run(
-                "diff-tree", "-r", "-z", "--raw", "--full-index", "--no-renames", parent, commit
-            ).stdout
-        fields = out.split(b"\0")
+        if out is None:  # in process: the fields of `git diff-tree -r --raw --no-renames`
+            out = self._raw[key] = self.git.objects.raw_changes(parent, commit)
         pre: dict[str, tuple[str, str]] = {}
         post: dict[str, tuple[str, str]] = {}
-        i = 0
-        while i + 1 < len(fields):
-            meta = fields[i]
-            if not meta.startswith(b":"):
-                i += 1
-                continue
-            old_mode, new_mode, old_oid, new_oid, _status = meta[1:].decode().split()
-            path = fields[i + 1].decode("utf-8", "surrogateescape")
+        for old_mode, new_mode, old_oid, new_oid, path in out:
             if old_mode != "000000":
                 pre[path] = (old_mode, old_oid)
             if new_mode != "000000":
                 post[path] = (new_mode, new_oid)
-            i += 2
         return pre, post, set(pre) | set(post)
 
     # ------------------------------------------------------------------ rewriting

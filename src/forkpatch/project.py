@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import stat
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -41,8 +40,9 @@ from forkpatch.series import (
     PatchEntry,
     Series,
     dump_series,
-    load_series_bytes,
     parse_series,
+    parse_series_bytes,
+    read_series_bytes,
     save_series,
 )
 from forkpatch.stackstate import STATE_FILE, FileRecord, StackState, SyncRecord
@@ -120,8 +120,16 @@ class Project:
     def series(self) -> Series:
         if self._series is None:
             # Parsed once per process for the same bytes (series.parse_series keeps
-            # the last results by text: exact, unlike an mtime/size key).
-            self._series, data = load_series_bytes(self.series_path)
+            # the last results by text: exact, unlike an mtime/size key), and kept
+            # across commands for exactly that text (forkpatch.seriescache).
+            from forkpatch import seriescache
+
+            data = read_series_bytes(self.series_path)
+            series = seriescache.cached_series(data, self.state_dir)
+            if series is None:
+                series = parse_series_bytes(data, self.series_path)
+                seriescache.keep_series(data, series, self.state_dir)
+            self._series = series
             self._read[self.series_path] = data
         return self._series
 
@@ -657,6 +665,8 @@ class Project:
         done: list[str] = []
         store = self.store_dir
         admins = store / "worktrees"
+        import shutil  # only for a moved or copied project
+
         state_path = self.state_dir / STATE_FILE
         state = self.read_state() if state_path.exists() else None
         recorded = state.root if state is not None else None

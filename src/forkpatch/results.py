@@ -1,4 +1,4 @@
-"""What applying a patch gave: its status, the conflicts, the details shown.
+"""What applying a patch gave: its status, the conflicts, the details shown (frozen).
 
 Apart from the engine that makes them (:mod:`forkpatch.engine`, which gives the same
 names), so that reading a kept answer back (`status` with nothing changed) needs
@@ -59,22 +59,22 @@ class FileConflict:
         return cls(path, reason, tuple(hunks), line)
 
 
-@dataclass
+@dataclass(frozen=True)
 class PatchResult:
     name: str
     status: PatchStatus
-    files: list[str] = field(default_factory=list)
+    files: tuple[str, ...] = ()
     added: int = 0
     removed: int = 0
-    detail: list[str] = field(default_factory=list)
+    detail: tuple[str, ...] = ()
     evidence: str | None = None
-    conflicts: list[FileConflict] = field(default_factory=list)
+    conflicts: tuple[FileConflict, ...] = ()
     commit: str | None = None
     # For each file the patch touched: content before and after (None = absent).
     # Used as the 3-way merge base when the same series is applied elsewhere.
     images: dict[str, tuple[bytes | None, bytes | None]] = field(default_factory=dict)
     # Shown whatever the status (e.g. a mode the patch names but the tree does not have).
-    warnings: list[str] = field(default_factory=list)
+    warnings: tuple[str, ...] = ()
 
     def describe_failure(self, onto: str) -> str:
         """Why the patch does not apply on ``onto`` (a tag, "the rebuilt stack"...), a
@@ -87,16 +87,16 @@ class PatchResult:
         out: dict[str, object] = {
             "name": self.name,
             "status": self.status,
-            "files": self.files,
+            "files": list(self.files),
             "added": self.added,
             "removed": self.removed,
         }
         if self.evidence:
             out["evidence"] = self.evidence
         if self.detail:
-            out["detail"] = self.detail
+            out["detail"] = list(self.detail)
         if self.warnings:
-            out["warnings"] = self.warnings
+            out["warnings"] = list(self.warnings)
         if self.conflicts:
             out["conflicts"] = [c.to_json() for c in self.conflicts]
         return out

@@ -19,25 +19,30 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
-
-import yaml
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from forkpatch import checkids
 from forkpatch.errors import SeriesError
 from forkpatch.fsutil import atomic_write
 from forkpatch.redact import CREDENTIAL_TIP, hide_url_secrets, url_has_credentials
-from forkpatch.sections import (
-    SECTIONS,
-    BuildConfig,
-    PublishConfig,
-    SectionConfig,
-    SmokeConfig,
-    TrackConfig,
-    Value,
-)
 
-_C = TypeVar("_C", bound=SectionConfig)
+if TYPE_CHECKING:
+    import yaml
+
+    from forkpatch.sections import (
+        BuildConfig,
+        PublishConfig,
+        SectionConfig,
+        SmokeConfig,
+        TrackConfig,
+        Value,
+    )
+
+# PyYAML and the typed sections load with the first series.yaml this process parses
+# or writes: a command whose series.yaml is the one its kept parse was made from
+# (forkpatch.seriescache) needs neither, nor does a series without sections.
+
+_C = TypeVar("_C", bound="SectionConfig")
 
 SERIES_FILE = "series.yaml"
 PATCHES_DIR = "patches"
@@ -52,8 +57,13 @@ BUILD_STEPS = ("vllm-dist-info",)
 SMOKE_CHECKS = checkids.CHECK_IDS
 HOST_SMOKE_CHECKS = checkids.HOST_CHECK_IDS
 
-# libyaml's loader when PyYAML was built with it (5-10x faster on large series).
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+def _loader() -> Any:
+    """libyaml's loader when PyYAML was built with it (5-10x faster on large series)."""
+    import yaml
+
+    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 
 TOP_KEYS = ("version", "fork", "base", "patches", "build", "smoke", "publish", "track")
 FORK_KEYS = ("name", "url", "distribution")
@@ -153,6 +163,10 @@ class Series:
     header_comment: str = ""
 
     def __post_init__(self) -> None:
+        if not self.sections:
+            return  # nothing to type: the sections module is not needed
+        from forkpatch.sections import SECTIONS, SectionConfig
+
         typed: dict[str, SectionConfig] = {}
         for name, value in self.sections.items():
             cls = SECTIONS.get(name)
@@ -172,18 +186,26 @@ class Series:
 
     @property
     def build(self) -> BuildConfig:
+        from forkpatch.sections import BuildConfig
+
         return self._typed("build", BuildConfig)
 
     @property
     def smoke(self) -> SmokeConfig:
+        from forkpatch.sections import SmokeConfig
+
         return self._typed("smoke", SmokeConfig)
 
     @property
     def publish(self) -> PublishConfig:
+        from forkpatch.sections import PublishConfig
+
         return self._typed("publish", PublishConfig)
 
     @property
     def track(self) -> TrackConfig:
+        from forkpatch.sections import TrackConfig
+
         return self._typed("track", TrackConfig)
 
     def _typed(self, name: str, cls: type[_C]) -> _C:
@@ -236,10 +258,12 @@ class _Loc:
 
 
 def _check_no_aliases(text: str, loc: _Loc) -> None:
+    import yaml
+
     if "&" not in text and "*" not in text:
         return  # no anchor ('&') or alias ('*') indicator anywhere: nothing to find
     try:
-        for event in yaml.parse(text, Loader=_Loader):
+        for event in yaml.parse(text, Loader=_loader()):
             anchor = getattr(event, "anchor", None)
             if isinstance(event, yaml.AliasEvent) or anchor:
                 line = event.start_mark.line + 1 if event.start_mark is not None else "?"
@@ -259,6 +283,8 @@ def _yaml_error(exc: yaml.YAMLError, loc: _Loc) -> SeriesError:
 
 
 def _mapping(node: yaml.Node, loc: _Loc, what: str) -> dict[str, yaml.Node]:
+    import yaml
+
     if not isinstance(node, yaml.MappingNode):
         raise loc.err(node, f"{what} must be a mapping")
     out: dict[str, yaml.Node] = {}
@@ -286,6 +312,8 @@ def _check_keys(
 
 
 def _scalar(node: yaml.Node, loc: _Loc, what: str, *, allow_empty: bool = False) -> str:
+    import yaml
+
     if not isinstance(node, yaml.ScalarNode):
         raise loc.err(node, f"{what} must be a string")
     value = _native(node, loc) if node.tag != "tag:yaml.org,2002:str" else node.value
@@ -339,6 +367,8 @@ def _native(node: yaml.Node, loc: _Loc) -> Any:
     Constructed from the node itself: re-serialising it (the obvious shortcut) turns an
     empty value such as ``version:`` into an empty document that PyYAML cannot read.
     """
+    import yaml
+
     loader = yaml.SafeLoader("")
     try:
         return loader.construct_document(node)
@@ -375,13 +405,21 @@ def parse_series(text: str, *, path: str = SERIES_FILE) -> Series:
     if hit is not None:
         return hit
     series = _parse_series(text, path=path)
-    if len(_PARSED) >= _PARSED_MAX:
-        _PARSED.pop(next(iter(_PARSED)))
-    _PARSED[text] = series
+    note_parsed(text, series)
     return series
 
 
+def note_parsed(text: str, series: Series) -> None:
+    """Keep ``series`` as what ``text`` parses to in this process (the caller proved it:
+    :mod:`forkpatch.seriescache` read it back for exactly this text)."""
+    if len(_PARSED) >= _PARSED_MAX:
+        _PARSED.pop(next(iter(_PARSED)))
+    _PARSED[text] = series
+
+
 def _parse_series(text: str, *, path: str) -> Series:
+    import yaml
+
     from forkpatch.fsutil import merge_markers, unresolved_merge
 
     markers = merge_markers(text.encode("utf-8", "surrogateescape"))
@@ -395,7 +433,7 @@ def _parse_series(text: str, *, path: str) -> Series:
     loc = _Loc(path)
     _check_no_aliases(text, loc)
     try:
-        root = yaml.compose(text, Loader=_Loader)
+        root = yaml.compose(text, Loader=_loader())
     except yaml.YAMLError as exc:
         raise _yaml_error(exc, loc) from None
     if root is None:
@@ -472,11 +510,15 @@ def _parse_series(text: str, *, path: str) -> Series:
 
     # The sections first: the team's own smoke checks are names a patch may use.
     sections: dict[str, SectionConfig] = {}
-    for name, cls in SECTIONS.items():
-        if name in top:
-            sections[name] = cls.from_values(_section_values(top[name], loc, name))
-    smoke_cfg = sections.get("smoke")
-    known = tuple(smoke_cfg.team_checks()) if isinstance(smoke_cfg, SmokeConfig) else ()
+    known: tuple[str, ...] = ()
+    if any(key not in ("version", "fork", "base", "patches") for key in top):
+        from forkpatch.sections import SECTIONS, SmokeConfig
+
+        for name, cls in SECTIONS.items():
+            if name in top:
+                sections[name] = cls.from_values(_section_values(top[name], loc, name))
+        smoke_cfg = sections.get("smoke")
+        known = tuple(smoke_cfg.team_checks()) if isinstance(smoke_cfg, SmokeConfig) else ()
 
     patches: list[PatchEntry] = []
     if "patches" in top and not (
@@ -524,6 +566,10 @@ def _section_values(node: yaml.Node, loc: _Loc, name: str) -> dict[str, Value]:
 
 
 def _value(node: yaml.Node, loc: _Loc, name: str) -> Value:
+    import yaml
+
+    from forkpatch.sections import Value
+
     at = f"{loc.path}:{node.start_mark.line + 1}"
     if isinstance(node, yaml.SequenceNode):
         items = tuple(f"{loc.path}:{n.start_mark.line + 1}" for n in node.value)
@@ -536,6 +582,8 @@ def _value(node: yaml.Node, loc: _Loc, name: str) -> Value:
 
 def _commit_text(node: yaml.Node, loc: _Loc) -> str:
     """base.commit as written: never "quote it" for a value that is not a commit id."""
+    import yaml
+
     if isinstance(node, yaml.ScalarNode) and node.tag != "tag:yaml.org,2002:str":
         value = _native(node, loc)
         if not isinstance(value, str):
@@ -550,6 +598,8 @@ def _commit_text(node: yaml.Node, loc: _Loc) -> str:
 def _parse_entry(item: yaml.Node, loc: _Loc, known: Iterable[str] = ()) -> PatchEntry:
     """One patch entry; ``known``: the check ids it may name besides the built-in ones
     (the team's own, from the smoke section)."""
+    import yaml
+
     known = (*SMOKE_CHECKS, *HOST_SMOKE_CHECKS, *known)
     m = _mapping(item, loc, "patch entry")
     _check_keys(m, PATCH_KEYS, loc, "patch entry", item)
@@ -634,6 +684,8 @@ def _drop_when(
 ) -> tuple[str, tuple[str, ...], bool]:
     """``drop-when``: a text, or a mapping of its text and the conditions to evaluate;
     ``known``: the check ids ``passes-without`` may name (checked here, as ``smoke:``)."""
+    import yaml
+
     if not isinstance(node, yaml.MappingNode):
         return _scalar(node, loc, f"{what}: drop-when", allow_empty=True), (), False
     m = _mapping(node, loc, f"{what}: drop-when")
@@ -716,17 +768,23 @@ def load_series(path: Path) -> Series:
 
 def load_series_bytes(path: Path) -> tuple[Series, bytes]:
     """series.yaml parsed, with the bytes it was parsed from."""
+    data = read_series_bytes(path)
+    return parse_series_bytes(data, path), data
+
+
+def read_series_bytes(path: Path) -> bytes:
+    """series.yaml's bytes (a regular file, bounded in size), or the error saying where
+    a series starts."""
     from forkpatch.fsutil import read_regular
 
     try:
-        data = read_regular(path)
+        return read_regular(path)
     except FileNotFoundError:
         raise SeriesError(
             f"{path}: not found",
             tip="run `forkpatch init --fork-url URL --base TAG` to start a series, "
             "or run forkpatch in the project directory (-C DIR)",
         ) from None
-    return parse_series_bytes(data, path), data
 
 
 def parse_series_bytes(data: bytes, path: Path) -> Series:
@@ -763,12 +821,16 @@ def _block_literal(value: str, indent: int) -> str:
 # Names, files, tags and commit ids: no indicator, space or quote, so the emitter
 # writes them plain unless the resolver reads them as another type (true, null, 12).
 _PLAIN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./-]*\Z")
-_RESOLVER = yaml.resolver.Resolver()
+_RESOLVERS: list[Any] = []  # PyYAML's resolver, made once (with PyYAML's first use)
 _STR = "tag:yaml.org,2002:str"
 
 
 def _plain_resolves_to_str(value: str) -> bool:
-    tag = _RESOLVER.resolve(yaml.ScalarNode, value, (True, False))  # type: ignore[no-untyped-call]
+    import yaml
+
+    if not _RESOLVERS:
+        _RESOLVERS.append(yaml.resolver.Resolver())
+    tag = _RESOLVERS[0].resolve(yaml.ScalarNode, value, (True, False))
     return bool(tag == _STR)
 
 
@@ -778,11 +840,13 @@ def _scalar_yaml(value: str, indent: int) -> str:
     A block is used only when it reads back as the same text (characters a block
     cannot hold, such as a carriage return or a control character, get a quoted
     string instead)."""
+    import yaml
+
     if "\n" in value.rstrip("\n"):
         try:
             # The block as it stands in the file: followed by a line break (a block
             # at the very end of a document without one would lose its last newline).
-            again = yaml.load("k: " + _block_literal(value, 2) + "\n", Loader=_Loader)
+            again = yaml.load("k: " + _block_literal(value, 2) + "\n", Loader=_loader())
         except yaml.YAMLError:
             again = None
         if isinstance(again, dict) and again.get("k") == value:
@@ -799,19 +863,23 @@ def _scalar_yaml(value: str, indent: int) -> str:
         # "fork's" reads better than 'fork''s'; a JSON string is a valid YAML scalar
         # (unless a character such as NEL means a line break inside it).
         as_json = json.dumps(value, ensure_ascii=False)
-        if yaml.load(as_json, Loader=_Loader) == value:
+        if yaml.load(as_json, Loader=_loader()) == value:
             dumped = as_json
     return dumped
 
 
 def _flow_round_trips(inner: str, value: list[str]) -> bool:
+    import yaml
+
     try:
-        return bool(yaml.load(f"[{inner}]", Loader=_Loader) == value)
+        return bool(yaml.load(f"[{inner}]", Loader=_loader()) == value)
     except yaml.YAMLError:
         return False
 
 
 def _emit_value(key: str, value: Any, indent: int) -> list[str]:
+    import yaml
+
     pad = " " * indent
     if isinstance(value, str):
         return [f"{pad}{key}: {_scalar_yaml(value, indent + 2)}"]
@@ -894,10 +962,13 @@ def dump_series(series: Series) -> str:
                     lines[0] = "  - " + lines[0][4:]
                     first = False
                 out.extend(lines)
-    for name in SECTIONS:
-        cfg = series.sections.get(name)
-        if isinstance(cfg, SectionConfig) and cfg:
-            out.extend(_emit_value(name, cfg.as_mapping(), 0))
+    if series.sections:  # the sections module loads only for a series that has some
+        from forkpatch.sections import SECTIONS, SectionConfig
+
+        for name in SECTIONS:
+            cfg = series.sections.get(name)
+            if isinstance(cfg, SectionConfig) and cfg:
+                out.extend(_emit_value(name, cfg.as_mapping(), 0))
     return "\n".join(out) + "\n"
 
 

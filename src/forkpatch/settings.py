@@ -119,6 +119,15 @@ SETTINGS: dict[str, Setting] = {
             "1",
         ),
         _s(
+            "FORKPATCH_SMOKE_ENV_CACHE",
+            "path",
+            "",
+            "a directory where `smoke` keeps its environments (`--deps system` or `none`) "
+            "by wheel and interpreter, to reuse them verified file by file (unset: a "
+            "fresh one each run)",
+            "~/.cache/forkpatch/smoke-envs",
+        ),
+        _s(
             "FORKPATCH_DEBUG",
             "boolean",
             "0",

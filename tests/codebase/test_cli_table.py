@@ -90,29 +90,27 @@ def test_help_and_a_command_import_only_their_own_module(tmp_path) -> None:
         )
         return json.loads(out.stderr.splitlines()[-1])
 
-    assert loaded("--help") == ["forkpatch.cli.app", "forkpatch.cli.context"]
-    assert loaded("top", "--help") == [
-        "forkpatch.cli.app",
-        "forkpatch.cli.context",
-        "forkpatch.cli.stack",
-    ]
-    assert loaded("st", "--help") == [
-        "forkpatch.cli.app",
-        "forkpatch.cli.context",
-        "forkpatch.cli.project",
-    ]
+    entry = ["forkpatch.cli.app", "forkpatch.cli.context", "forkpatch.cli.dispatch"]
+    assert loaded("--help") == entry
+    # The read-only commands' bodies (cli/readonly.py) are what their click commands run.
+    assert loaded("top", "--help") == sorted(
+        [*entry, "forkpatch.cli.readonly", "forkpatch.cli.stack"]
+    )
+    assert loaded("st", "--help") == sorted(
+        [*entry, "forkpatch.cli.project", "forkpatch.cli.readonly"]
+    )
 
 
 def test_commands_print_results_through_one_path():
     """A command's result goes through ``log.result`` (stdout, credentials hidden,
     controls escaped) or ``log.emit_json``: no bare ``click.echo`` or ``print`` in the
-    command modules (app.py, the error boundary, writes its diagnostics to stderr)."""
+    command modules (dispatch.py, the error boundary, writes its diagnostics to stderr)."""
     import ast
     from pathlib import Path
 
     found = []
     for path in sorted(Path(forkpatch.cli.__file__).parent.glob("*.py")):
-        if path.name == "app.py":
+        if path.name == "dispatch.py":
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if not isinstance(node, ast.Call):

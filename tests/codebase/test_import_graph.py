@@ -130,6 +130,25 @@ def test_the_core_does_not_import_the_layers_above_it():
     assert "forkpatch.publish" not in graph["forkpatch.smoke.runner"]
 
 
+# Inside smoke/, the floors the check processes sit on: the check suite (copied into the
+# smoke venv, importing nothing of forkpatch), then session (the long-lived check
+# processes: the runner below it, the suite beside it), then team and runner above it.
+SMOKE_SESSION_MAY_IMPORT = {
+    "forkpatch.log",
+    "forkpatch.proc",
+    "forkpatch.smoke",
+    "forkpatch.smoke.incheck",
+}
+
+
+def test_the_check_session_sits_below_team_and_runner():
+    graph = import_graph()
+    own = {m for m in graph["forkpatch.smoke.session"] if m.startswith("forkpatch")}
+    assert own <= SMOKE_SESSION_MAY_IMPORT, own - SMOKE_SESSION_MAY_IMPORT
+    users = {m for m, targets in graph.items() if "forkpatch.smoke.session" in targets}
+    assert users == {"forkpatch.smoke.team", "forkpatch.smoke.runner"}, users
+
+
 def test_only_the_editing_commands_and_the_rebase_reach_the_stack():
     """The stack (the editable work tree) is a top floor: the build, the importer and
     the engine below it use the engine's results, not the stack's helpers."""

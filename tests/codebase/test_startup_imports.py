@@ -235,3 +235,74 @@ def test_a_status_read_back_loads_neither_the_engine_nor_the_parser(tmp_path, ca
     assert "cli-version" in out.stdout
     loaded = set(json.loads(out.stderr.splitlines()[-1]))
     assert sorted(loaded.intersection(STATUS_CACHED_LAZY)) == [], "import it where it is used"
+
+
+# The start-up budget of the commands run between two edits, as the modules they may
+# load: forkpatch's own (a module not listed here is a deliberate addition to every
+# `top` and `status`), and no package from outside the standard library (click,
+# PyYAML, pygit2, unidiff: the plain forms run without click, series.yaml's kept parse
+# needs no PyYAML, the kept status answer no engine). The time itself is measured by
+# bench/bench_startup.py (50 ms of imports) and bench_readonly.py (0.08 s wall).
+TOP_BUDGET = {
+    "forkpatch",
+    "forkpatch.checkids",
+    "forkpatch.cli",
+    "forkpatch.cli.context",
+    "forkpatch.cli.dispatch",
+    "forkpatch.cli.readonly",
+    "forkpatch.entry",
+    "forkpatch.errors",
+    "forkpatch.escape",
+    "forkpatch.forkrepo",
+    "forkpatch.fsutil",
+    "forkpatch.git",
+    "forkpatch.kinds",
+    "forkpatch.log",
+    "forkpatch.project",
+    "forkpatch.redact",
+    "forkpatch.series",
+    "forkpatch.seriescache",
+    "forkpatch.settings",
+    "forkpatch.stack",
+    "forkpatch.stack.model",
+    "forkpatch.stack.worktree",
+    "forkpatch.stackstate",
+    "forkpatch.trailer",
+    "forkpatch.views",
+}
+# status also reads what changed outside forkpatch (forkpatch.stack.sync).
+STATUS_BUDGET = TOP_BUDGET | {"forkpatch.ops", "forkpatch.results", "forkpatch.stack.sync"}
+# ... and of the standard library, what only a write, a rare path or a large digest needs:
+# hashlib (OpenSSL and blake2; fsutil.digest takes CPython's own sha1/sha256 for small
+# inputs), importlib.util, tempfile and shutil (with random, bz2 and lzma).
+READ_ONLY_STDLIB_LAZY = ["hashlib", "importlib.util", "tempfile", "shutil", "random", "bz2"]
+
+
+@pytest.mark.parametrize(
+    "command, budget",
+    [
+        (["top"], TOP_BUDGET),
+        (["-q", "top"], TOP_BUDGET),
+        (["status"], STATUS_BUDGET),
+        (["st", "--json"], STATUS_BUDGET),
+        (["-C", ".", "series"], STATUS_BUDGET),
+    ],
+)
+def test_top_and_status_stay_within_their_module_budget(tmp_path, capsys, command, budget):
+    ex = copy_example(tmp_path, capsys)
+    ex.run("apply")
+    ex.run("status")  # the kept status answer, and series.yaml's kept parse
+    out = subprocess.run(
+        [sys.executable, "-c", _RUN_AND_LIST, *command],
+        cwd=ex.project,
+        env=env(),
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
+    loaded = set(json.loads(out.stderr.splitlines()[-1])) - _modules_of("pass")
+    ours = {m for m in loaded if m == "forkpatch" or m.startswith("forkpatch.")}
+    assert sorted(ours - budget) == [], "outside the start-up budget: import it where it is used"
+    outside = {m.split(".")[0] for m in loaded - ours} - set(sys.stdlib_module_names)
+    assert sorted(outside) == [], "a package from outside the standard library at start-up"
+    assert sorted(loaded.intersection(READ_ONLY_STDLIB_LAZY)) == [], "import it where it is used"

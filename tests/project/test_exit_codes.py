@@ -9,6 +9,8 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 import forkpatch.errors as errors
 from forkpatch.cli import main
 from support import REPO_ROOT
@@ -40,14 +42,27 @@ def test_the_module_docstring_names_the_class_of_each_code() -> None:
         assert any(n in line for n in names), (code, names, line)
 
 
-def test_an_unexpected_exception_is_internal_error_4(monkeypatch, capsys) -> None:
+@pytest.mark.parametrize(
+    "args, where",
+    [
+        (["apply"], "group"),  # through click
+        (["status", "--upstream"], "group"),
+        (["status"], "readonly.status"),  # a plain form: without click (cli/dispatch.py)
+        (["-q", "top"], "readonly.top"),
+    ],
+)
+def test_an_unexpected_exception_is_internal_error_4(monkeypatch, capsys, args, where) -> None:
     import forkpatch.cli as cli_module
+    from forkpatch.cli import readonly
 
     def boom(*_a: object, **_k: object) -> None:
         raise RuntimeError("kaboom")
 
-    monkeypatch.setattr(cli_module.cli, "main", boom)
-    assert main(["status"]) == errors.InternalError.exit_code == 4
+    if where == "group":
+        monkeypatch.setattr(cli_module.cli, "main", boom)
+    else:
+        monkeypatch.setattr(readonly, where.split(".")[1], boom)
+    assert main(args) == errors.InternalError.exit_code == 4
     err = capsys.readouterr().err
     assert "internal error: RuntimeError: kaboom" in err and "--debug" in err
 

@@ -199,3 +199,19 @@ def test_state_file_round_trip_and_refusals(tmp_path):
         with pytest.raises(StateError) as info:
             load_state(path, kind="stack", version=2)
         assert str(path) in str(info.value), what
+
+
+@pytest.mark.parametrize("size", [0, 1, 55, 64, 4096, 65535, 65536, 65537, 1 << 20])
+@pytest.mark.parametrize("name", ["sha1", "sha256"])
+def test_digest_is_hashlib_s(name, size):
+    """fsutil.digest: CPython's own module for small inputs, hashlib for large ones: the
+    same digest either way, however the input is split."""
+    import hashlib
+
+    from forkpatch.fsutil import digest
+
+    data = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    want = hashlib.new(name, data).hexdigest()
+    assert digest(name, data) == want
+    assert digest(name, data[:7], data[7:]) == want
+    assert digest(name) == hashlib.new(name).hexdigest()

@@ -294,3 +294,140 @@ def test_commits_take_any_revision_as_parent_as_git_commit_tree_does(tmp_path):
     assert parents == [first, tree] and head != first
     with pytest.raises(Exception, match="no commit"):
         g.commit_tree(tree, ["no-such-ref"], "m\n")
+
+
+MESSAGES = {
+    "one line": b"fix the thing\n",
+    "paragraph of lines": b"fix the thing\nacross two lines  \n\nbody\n",
+    "blank lines first": b"\n\n  indented subject\t\n\nbody\n",
+    "white space only line ends it": b"subject\n \t\nbody\n",
+    "latin-1 with its header": "caf\u00e9 fix\n".encode("latin-1"),
+    "invalid UTF-8": b"bad \xff byte\n",
+    "no newline": b"no newline at the end",
+}
+
+
+def test_commits_and_subjects_are_cat_file_and_git_logs(tmp_path):
+    """Objects.commits: the commit each name peels to and its subject, as `git cat-file
+    --batch-check` of `NAME^{commit}` and `git log --no-walk --format=%s` give them; an
+    unknown, ambiguous or non-commit name is left out as cat-file leaves it out."""
+    repo = ScratchRepo(tmp_path / "r")
+    repo.add_file("a.txt", "one\n")
+    base = repo.commit("base")
+    git = Git(repo.path / ".git")
+    tree = git.tree_of(base)
+    made = {}
+    for label, message in MESSAGES.items():
+        headers = b"tree %s\nparent %s\n" % (tree.encode(), base.encode())
+        who = b"A U Thor <a@example.invalid> 1700000000 +0000"
+        headers += b"author " + who + b"\ncommitter " + who + b"\n"
+        if label.startswith("latin-1"):
+            headers += b"encoding ISO-8859-1\n"
+        raw = headers + b"\n" + message
+        written = git.run("hash-object", "-t", "commit", "-w", "--stdin", input=raw)
+        made[label] = written.stdout.decode().strip()
+    repo.git("tag", "-a", "-m", "annotated", "t-annotated", made["one line"])
+    names = [*made.values(), "t-annotated", "HEAD", tree, "no-such", base[:4], "-v", ""]
+    got = git.objects.commits(names)
+    for name in names:
+        if not name:
+            assert name not in got
+            continue
+        check = (
+            git.run(
+                "cat-file",
+                "--batch-check=%(objectname) %(objecttype)",
+                input=f"{name}^{{commit}}\n".encode(),
+            )
+            .stdout.decode()
+            .split()
+        )
+        if len(check) != 2 or check[1] != "commit":
+            assert name not in got, name
+            continue
+        subject = git.run("log", "--no-walk", "--format=%s", check[0]).stdout
+        assert got[name] == (check[0], subject.decode("utf-8", "replace").rstrip("\n")), name
+
+
+def test_peeled_names_are_cat_files(tmp_path):
+    """Objects.peel: a name's object, peeled of every tag object, and its type, as `git
+    cat-file --batch-check` of NAME and NAME^{} gives them (tags of tags, of a tree, of
+    a blob, lightweight; unknown names)."""
+    repo = ScratchRepo(tmp_path / "r")
+    repo.add_file("a.txt", "one\n")
+    commit = repo.commit("base")
+    repo.git("tag", "light", commit)
+    repo.git("tag", "-a", "-m", "a", "annotated", commit)
+    repo.git("tag", "-a", "-m", "o", "outer", "annotated")
+    repo.git("tag", "-a", "-m", "t", "of-tree", f"{commit}^{{tree}}")
+    repo.git("tag", "-a", "-m", "b", "of-blob", f"{commit}:a.txt")
+    git = Git(repo.path / ".git")
+    for name in ("light", "annotated", "outer", "of-tree", "of-blob", "nothing", "HEAD"):
+        ref = f"refs/tags/{name}" if name != "HEAD" else name
+        out = git.run(
+            "cat-file",
+            "--batch-check=%(objectname) %(objecttype)",
+            input=f"{ref}\n{ref}^{{}}\n".encode(),
+        ).stdout.decode()
+        lines = [line.split() for line in out.splitlines()]
+        want = None
+        kinds = ("commit", "tree", "blob", "tag")  # else "missing" or "ambiguous"
+        if all(len(parts) == 2 and parts[1] in kinds for parts in lines):
+            want = (lines[0][0], lines[1][0], lines[1][1])
+        assert git.objects.peel(ref) == want, name
+
+
+def _fields(raw: bytes) -> list[tuple[str, str, str, str, str]]:
+    """The (old mode, new mode, old id, new id, path) of `git diff-tree -r -z --raw`."""
+    parts = raw.split(b"\0")
+    out = []
+    for i in range(0, len(parts) - 1, 2):
+        if not parts[i].startswith(b":"):
+            continue
+        old_mode, new_mode, old_id, new_id, _status = parts[i][1:].decode().split()
+        out.append((old_mode, new_mode, old_id, new_id, parts[i + 1].decode()))
+    return out
+
+
+def _sides(fields):
+    """path -> (before, after) entries, as a reader of the fields sees them."""
+    out: dict[str, list] = {}
+    for old_mode, new_mode, old_id, new_id, path in fields:
+        got = out.setdefault(path, [None, None])
+        if old_mode != "000000":
+            got[0] = (old_mode, old_id)
+        if new_mode != "000000":
+            got[1] = (new_mode, new_id)
+    return out
+
+
+def test_raw_changes_are_git_diff_tree_raws(tmp_path):
+    """Objects.raw_changes between two trees: the fields of `git diff-tree -r --raw
+    --full-index --no-renames`, in its order (changed, added, deleted, a mode change, a
+    file become a link, nested directories, a directory become a file)."""
+    repo = ScratchRepo(tmp_path / "r")
+    repo.add_file("a.txt", "one\n")
+    repo.add_file("gone.txt", "bye\n")
+    repo.add_file("run.sh", "echo\n")
+    repo.add_file("d/e/f.txt", "deep\n")
+    repo.add_file("x/y.txt", "was a directory\n")
+    repo.add_file("link", "target\n")
+    old = repo.commit("old")
+    repo.add_file("a.txt", "two\n")
+    repo.remove_file("gone.txt")
+    (repo.path / "run.sh").chmod(0o755)
+    repo.add_file("d/e/g.txt", "new\n")
+    repo.remove_file("x/y.txt")
+    if (repo.path / "x").is_dir():
+        (repo.path / "x").rmdir()
+    repo.add_file("x", "now a file\n")
+    (repo.path / "link").unlink()
+    (repo.path / "link").symlink_to("a.txt")
+    new = repo.commit("new")
+    git = Git(repo.path / ".git")
+    raw = git.run("diff-tree", "-r", "-z", "--raw", "--full-index", "--no-renames", old, new)
+    want = _fields(raw.stdout)
+    got = git.objects.raw_changes(old, new)
+    assert _sides(got) == _sides(want)
+    assert list(dict.fromkeys(f[4] for f in got)) == list(dict.fromkeys(f[4] for f in want))
+    assert git.objects.raw_changes(new, new) == []

@@ -270,3 +270,52 @@ def test_many_small_packs_are_rolled_up_without_rewriting_the_big_one(tmp_path, 
     after = set(git.out("cat-file", "--batch-all-objects", "--batch-check=%(objectname)").split())
     assert after == objects and {big[b] for b in blobs} <= after
     assert git.repack_if_many() is False  # few packs now: nothing to do
+
+
+def _subcommands(calls: list[str]) -> list[str]:
+    """The git subcommand of each logged call (the word after the --git-dir/-c options)."""
+    out = []
+    for call in calls:
+        words = call.split()
+        i = 0
+        while i < len(words) and (words[i].startswith("--") or words[i] == "-c"):
+            i += 2 if words[i] == "-c" else 1
+        out.append(words[i] if i < len(words) else "")
+    return out
+
+
+@pytest.mark.parametrize("second", ["--continue", "--skip"])
+def test_a_stop_moves_the_conflict_work_tree_in_one_process_as_reset_and_add_would(
+    scenario, tmp_path, monkeypatch, second
+):
+    """A --continue (or --skip) that stops again starts two git processes: `add -A` (what
+    the human did, or the untracked files to remove) and one `read-tree -u --reset` to
+    the stop's tree (written in process: the patches below and the conflicting patch
+    with its markers); no `reset --hard` and no second `add`. The work tree is then what
+    `reset --hard HEAD` and `add` of the brought-in files made before: HEAD the patches
+    below, the conflicting files staged, nothing unstaged, an untracked file gone with a
+    --skip (and part of the resolution with a --continue)."""
+    n = 6
+    s = _series(scenario, n)
+    wt = s.project / ".forkpatch" / "rebase-worktree"
+    s.run("rebase", "--onto", "v2", expect=3)
+    path = wt / "m00.py"
+    path.write_text("# header\n" + replace_once(LINES, "line 20\n", "line 20 both 0\n"))
+    (wt / "scratch.txt").write_text("left behind\n")
+    calls = GitCalls(tmp_path / "calls")
+    monkeypatch.setenv("PATH", calls.path)
+    s.run("rebase", second, expect=None)
+    monkeypatch.undo()
+    made = _subcommands(calls.take())
+    assert (s.project / ".forkpatch" / "rebase" / "state.json").is_file()  # stopped again
+    assert made.count("reset") == 0 and made.count("worktree") == 0, made
+    assert made.count("add") == 1 and made.count("read-tree") == 1, made
+    assert git(wt, "rev-parse", "HEAD") == git(wt, "rev-parse", "refs/forkpatch/rebase/head")
+    if second == "--skip":
+        assert not (wt / "scratch.txt").exists()
+    else:  # the whole work tree is the resolution: the new file is in the patch below
+        assert git(wt, "show", "HEAD:scratch.txt") == "left behind"
+    assert git(wt, "diff", "--name-only") == ""  # nothing unstaged
+    staged = git(wt, "diff", "--cached", "--name-only", "HEAD").split()
+    assert staged == ["m05.py"], staged
+    assert b"<<<<<<<" in (wt / "m05.py").read_bytes()

@@ -10,6 +10,7 @@ The fake console script here behaves like vLLM's platform detection.
 from __future__ import annotations
 
 import os
+import re
 import stat
 import sys
 from pathlib import Path
@@ -19,7 +20,9 @@ import pytest
 from forkpatch.smoke import incheck
 
 FAKE_VLLM = """#!{python}
-import sys
+import os, sys
+with open(os.path.join(os.path.dirname(sys.argv[0]), "runs"), "a") as fh:
+    fh.write("run\\n")
 from importlib.metadata import entry_points
 
 plugins = [ep for ep in entry_points(group="vllm.platform_plugins")]
@@ -47,11 +50,56 @@ def fake_bin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return bindir
 
 
-def test_no_platform_without_cuda_retries_with_the_cpu_platform(fake_bin: Path) -> None:
+def runs(bindir: Path) -> int:
+    path = bindir / "runs"
+    return len(path.read_text().splitlines()) if path.is_file() else 0
+
+
+def test_no_platform_without_cuda_runs_once_with_the_cpu_platform(fake_bin: Path) -> None:
     ctx = incheck.Ctx(spec={"version": VERSION}, device={"cuda_available": False})
     detail = incheck.cli_version(ctx)
     assert detail.startswith(f"`vllm --version` -> {VERSION}")
     assert "CPU platform selected by a platform plugin" in detail
+    assert runs(fake_bin) == 1  # not once without the plugin and again with it
+
+
+@pytest.mark.parametrize("cuda", [False, True])
+@pytest.mark.parametrize("printed", ["1.2.1", "1.2.1+fp.9999999999", ""])
+def test_a_wrong_version_fails(
+    fake_bin: Path, monkeypatch: pytest.MonkeyPatch, cuda: bool, printed: str
+) -> None:
+    """The check catches a console script that prints another version (or none)."""
+    script = fake_bin / "vllm"
+    text = script.read_text()
+    if cuda:  # a CUDA box: vLLM finds its platform, no plugin
+        text = text.replace("if not platforms:", "if False:").replace(
+            "assert platforms ==", "assert not platforms or platforms =="
+        )
+    script.write_text(text.replace(f'print("{VERSION}")', f'print("{printed}")'))
+    ctx = incheck.Ctx(spec={"version": VERSION}, device={"cuda_available": cuda})
+    with pytest.raises(AssertionError, match=re.escape(f"want {VERSION!r}")):
+        incheck.cli_version(ctx)
+
+
+def test_it_starts_with_the_check_process_and_runs_once(fake_bin: Path) -> None:
+    """The check process starts `vllm --version` before the other checks run
+    (start_early); the check then reads that run and starts no second one."""
+    ctx = incheck.Ctx(spec={"version": VERSION}, device={"cuda_available": False})
+    incheck.start_early(["static.installed-from-wheel", "static.cli-version"], ctx)
+    assert set(ctx.early) == {"static.cli-version"}
+    ctx.early["static.cli-version"].proc.wait(timeout=60)
+    assert runs(fake_bin) == 1  # ran before its check's turn
+    assert incheck.cli_version(ctx).startswith(f"`vllm --version` -> {VERSION}")
+    assert runs(fake_bin) == 1
+    assert not ctx.early
+
+
+def test_a_missing_console_script_fails(fake_bin: Path) -> None:
+    (fake_bin / "vllm").unlink()
+    ctx = incheck.Ctx(spec={"version": VERSION}, device={"cuda_available": False})
+    incheck.start_early(["static.cli-version"], ctx)
+    with pytest.raises(AssertionError, match="no `vllm` console script"):
+        incheck.cli_version(ctx)
 
 
 def test_no_platform_with_cuda_is_a_failure(fake_bin: Path) -> None:
@@ -69,3 +117,25 @@ def test_cpu_platform_plugin_is_metadata_only(tmp_path: Path) -> None:
         os.path.join("forkpatch_smoke_cpu_platform-0.dist-info", "entry_points.txt"),
         "forkpatch_smoke_cpu_platform.py",
     ]
+
+
+def test_with_a_platform_plugin_of_its_own_it_runs_as_it_is_first(
+    fake_bin: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An environment with a vLLM platform plugin of its own (a companion wheel) gets no
+    second plugin from the start (vLLM refuses two); if vLLM still infers no platform,
+    the CPU one is selected and it runs again."""
+    import importlib.metadata as md
+
+    real = md.entry_points
+
+    def entry_points(**kw):
+        if kw.get("group") == "vllm.platform_plugins":
+            return [md.EntryPoint("cuda_look", "x:activate", "vllm.platform_plugins")]
+        return real(**kw)
+
+    monkeypatch.setattr(md, "entry_points", entry_points)
+    ctx = incheck.Ctx(spec={"version": VERSION}, device={"cuda_available": False})
+    detail = incheck.cli_version(ctx)  # the fake sees no plugin: fails, then the CPU one
+    assert "CPU platform selected by a platform plugin" in detail
+    assert runs(fake_bin) == 2

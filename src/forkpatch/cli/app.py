@@ -1,31 +1,26 @@
-"""The ``forkpatch`` command line: the group, its table of commands, and :func:`main`.
+"""The ``forkpatch`` command line's click group and its table of commands.
 
 Each command parses its options, opens the project, calls the core and hands the
 result to one view; the commands live by group in the modules of this package and are imported only when they
 run (the table below names each one's module and function, and carries the short help
 that `forkpatch --help` lists). Errors derived from :class:`ForkpatchError` are reported
-in one place (:func:`main`) with their exit code; tracebacks only with ``--debug``. A
-command's result goes to stdout (``log.result``), progress and diagnostics to stderr,
-``--json`` alone to stdout.
+in one place (:func:`forkpatch.cli.dispatch.main`) with their exit code; tracebacks only
+with ``--debug``. A command's result goes to stdout (``log.result``), progress and
+diagnostics to stderr, ``--json`` alone to stdout.
 """
 
 from __future__ import annotations
 
-import errno
 import importlib
-import signal
-import sys
-import threading
 from collections.abc import Mapping
 from gettext import gettext as _
 from pathlib import Path
-from typing import Any, ClassVar, Literal, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import click
 
-from forkpatch import __version__, log, settings
+from forkpatch import __version__, log
 from forkpatch.cli.context import Ctx
-from forkpatch.errors import Finished, ForkpatchError, InternalError, Interrupted
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -218,166 +213,15 @@ def cli(
     ctx.obj = Ctx(directory, fork_repo, debug)
 
 
-def _utf8_args(argv: list[str]) -> list[str]:
-    """Arguments a locale could not decode (UTF-8 bytes under LC_ALL=C come in as
-    surrogates) read as UTF-8, the encoding of everything forkpatch writes."""
-    out = []
-    for arg in argv:
-        if any("\udc80" <= ch <= "\udcff" for ch in arg):
-            raw = arg.encode(sys.getfilesystemencoding(), "surrogateescape")
-            arg = raw.decode("utf-8", "surrogateescape")
-        out.append(arg)
-    return out
-
-
-def main(argv: list[str] | None = None) -> int:
-    log.tolerant_streams()
-    argv = _utf8_args(argv if argv is not None else sys.argv[1:])
-    debug = "--debug" in argv or settings.flag_or_false("FORKPATCH_DEBUG")
-    command, directory = _command_of(argv)
-    code, note = _run(argv, debug, directory)
-    # `rebase` reports its own state; any other command that ran mentions a rebase in
-    # progress (after a Ctrl-C every command does: how to go on or back).
-    if note == "always" or (note == "command" and command not in (None, "rebase", "init", "demo")):
-        _hint_pending_operation(directory)
-    return code
-
-
-def _run(
-    argv: list[str], debug: bool, directory: Path | None
-) -> tuple[int, Literal["always", "command", "never"]]:
-    """The command's exit status, and whether a rebase in progress is worth a note after it
-    (not after a usage error or an internal error)."""
+def run_group(argv: list[str]) -> int | None:
+    """Run ``argv`` through the group (errors of the command propagate to
+    :mod:`forkpatch.cli.dispatch`'s boundary); an exit status when click itself refused
+    the command line (a usage error, shown here as click shows it)."""
     try:
-        # From here on a Ctrl-C is a KeyboardInterrupt that the handlers below report
-        # (forkpatch.entry ended the process at once while the modules were loading).
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-        settings.check_environment()  # a wrong FORKPATCH_* value: exit 2, nothing done
         cli.main(args=argv, prog_name="forkpatch", standalone_mode=False)
-    except ForkpatchError as exc:
-        if debug:
-            _print_traceback()
-        log.error(exc.message)
-        if exc.tip:
-            log.detail(f"  tip: {exc.tip}")
-        return exc.exit_code, "command"
-    except Finished as exc:
-        return exc.exit_code, "command"
     except click.exceptions.Abort:  # click's name for a KeyboardInterrupt in a command
-        _report_interrupt(directory)
-        return Interrupted.exit_code, "always"
+        raise KeyboardInterrupt from None
     except click.ClickException as exc:
         exc.show()
-        return (2 if isinstance(exc, click.UsageError) else exc.exit_code), "never"
-    except SystemExit as exc:
-        return (int(exc.code or 0) if not isinstance(exc.code, str) else 1), "command"
-    except KeyboardInterrupt:
-        _report_interrupt(directory)
-        return Interrupted.exit_code, "always"
-    except OSError as exc:
-        # The machine said no (permissions, a read-only or full disk): the user's to
-        # fix, not a bug. Anything else is still an internal error below.
-        known = _ENVIRONMENT_ERRORS.get(exc.errno or 0)
-        if known is None:
-            return _internal_error(debug), "never"
-        if debug:
-            _print_traceback()
-        where = exc.filename if exc.filename is not None else "a file"
-        log.error(f"{where}: {exc.strerror or exc}")
-        log.detail(f"  tip: {known}")
-        return ForkpatchError.exit_code, "command"
-    except Exception:
-        return _internal_error(debug), "never"
-    return 0, "command"
-
-
-_ENVIRONMENT_ERRORS = {
-    errno.EACCES: "check that you may use it (its owner and mode), or choose another place",
-    errno.EPERM: "check that you may use it (its owner, mode, attributes), or choose another place",
-    errno.EROFS: "that file system is read-only: choose another place",
-    errno.ENOSPC: "the disk is full: free some space and run the command again",
-    errno.EDQUOT: "your disk quota is used up: free some space and run the command again",
-    errno.EFBIG: "the file is larger than this process may write (`ulimit -f`, or the file "
-    "system's limit): raise the limit or choose another place",
-}
-
-
-def _print_traceback() -> None:
-    import traceback  # only for --debug: keeps it out of every start-up
-
-    traceback.print_exc()
-
-
-def _internal_error(debug: bool) -> int:
-    if debug:
-        _print_traceback()
-    else:
-        etype, value, _ = sys.exc_info()
-        log.error(f"internal error: {etype.__name__ if etype else '?'}: {value}")
-        print("  tip: run again with --debug for a traceback and report it", file=sys.stderr)
-    return InternalError.exit_code
-
-
-def _report_interrupt(directory: Path | None) -> None:
-    """Ctrl-C: say what state the project is in. Every write of series.yaml and patches/
-    is one unit (fsutil.commit_files), so they are as before the command or completely
-    written; a unit cut short after its commit point is finished by the next command."""
-    from forkpatch.forkrepo import STORE_DIR
-    from forkpatch.project import COMMIT_JOURNAL, find_root
-
-    state = (
-        "series.yaml and patches/ are as they were before this command, or completely "
-        "written (forkpatch writes them as one unit, never half); `forkpatch status` "
-        "shows where the project and its work tree stand"
-    )
-    try:
-        root = find_root(directory or Path.cwd())
-    except Exception:
-        root = None
-    if root is not None and (root / STORE_DIR / COMMIT_JOURNAL).exists():
-        state = (
-            "a write of series.yaml and patches/ was cut short after its commit point: "
-            "the next forkpatch command on this project finishes it"
-        )
-    elif root is None:
-        state = "no forkpatch project was changed"
-    log.error(f"interrupted (Ctrl-C): {state}")
-
-
-def _hint_pending_operation(directory: Path | None) -> None:
-    """A note on stderr when a rebase is in progress in the project (its journal exists);
-    the rebase package is imported only then."""
-    from forkpatch.forkrepo import STORE_DIR
-    from forkpatch.project import REBASE_JOURNAL, find_root
-
-    try:
-        journal = find_root(directory or Path.cwd()) / STORE_DIR / REBASE_JOURNAL
-        if not (journal.is_file() or journal.is_symlink()):
-            return
-        from forkpatch.rebase import pending_hint
-
-        hint = pending_hint(directory or Path.cwd())
-    except Exception:
-        return
-    if hint:
-        log.detail(f"  note: {hint}")
-
-
-def _command_of(args: list[str]) -> tuple[str | None, Path | None]:
-    """The subcommand and the -C directory of a command line, for the pending-rebase note."""
-    directory: Path | None = None
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if arg in ("-C", "--fork-repo"):
-            if arg == "-C" and i + 1 < len(args):
-                directory = Path(args[i + 1])
-            i += 2
-            continue
-        if arg.startswith("-C") and len(arg) > 2:
-            directory = Path(arg[2:])
-        elif not arg.startswith("-"):
-            return arg, directory
-        i += 1
-    return None, directory
+        return 2 if isinstance(exc, click.UsageError) else exc.exit_code
+    return None

@@ -1,12 +1,13 @@
 """What every command gets (the project directory and global switches), for the command
-modules of this package (none of them imports the group in :mod:`forkpatch.cli.app`)."""
+modules of this package (none of them imports the group in :mod:`forkpatch.cli.app`).
+Importing it loads no click: :mod:`forkpatch.cli.dispatch` runs the plain forms of
+`top` and `status` without it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-import click
+from typing import TYPE_CHECKING, Concatenate, ParamSpec, TypeVar
 
 if TYPE_CHECKING:
     from forkpatch.project import Project
@@ -47,4 +48,13 @@ class Ctx:
         return StackModel(self.project())
 
 
-pass_ctx = click.make_pass_decorator(Ctx)
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def pass_ctx(f: Callable[Concatenate[Ctx, _P], _R]) -> Callable[_P, _R]:
+    """click's pass decorator for :class:`Ctx` (made when a command module, which
+    imports click anyway, applies it)."""
+    import click
+
+    return click.make_pass_decorator(Ctx)(f)

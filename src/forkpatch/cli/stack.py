@@ -8,8 +8,9 @@ from pathlib import Path
 import click
 
 from forkpatch import log
+from forkpatch.cli import readonly
 from forkpatch.cli.context import Ctx, pass_ctx
-from forkpatch.errors import StateError, UsageError
+from forkpatch.errors import UsageError
 from forkpatch.views import print_results
 
 
@@ -74,10 +75,7 @@ def pop(c: Ctx, name: str | None, all_: bool, force: bool) -> None:
 @pass_ctx
 def top(c: Ctx) -> None:
     """Print the name of the top applied patch."""
-    name = c.stack_model().top()
-    if name is None:  # exit 1 as quilt's "No patches applied": a state, not a usage error
-        raise StateError("no patch is applied", tip="`forkpatch push` applies the next one")
-    log.result(name)
+    readonly.top(c)
 
 
 @click.command()

@@ -495,10 +495,11 @@ class Classifier:
             if declared is not None:
                 return _upstreamed(item.entry.name, patch, declared), [], {}
         if moved:
-            result.detail.extend(
+            followed = tuple(
                 f"{src}: upstream moved it to {dst}; the patch follows it"
                 for src, dst in moved.items()
             )
+            result = replace(result, detail=(*result.detail, *followed))
         return result, changes, moved
 
     def outcome(self, state: TreeState, item: Item) -> tuple[Outcome, list[FileChange]]:
@@ -703,7 +704,11 @@ def check_target(project: Project, onto: str) -> Setup:
 def classifier_for(project: Project, setup: Setup, options: RebaseOptions) -> Classifier:
     """The classifier of the project's series for a new start (a resumed rebase makes
     its own from its journal: :meth:`Classifier.resume`)."""
-    return Classifier(project.fork(), setup, project.items(), options)
+    from forkpatch.rebase.upstream import PATCH_ID_CACHE, PatchIdCache
+
+    classifier = Classifier(project.fork(), setup, project.items(), options)
+    classifier.upstream.cache = PatchIdCache(project.state_dir / PATCH_ID_CACHE, classifier.git)
+    return classifier
 
 
 def _plan(setup: Setup, walk: Walk) -> Plan:
@@ -736,7 +741,7 @@ def _upstreamed(name: str, patch: PatchFile, evidence: str) -> PatchResult:
     return PatchResult(
         name=name,
         status="upstreamed",
-        files=list(patch.paths),
+        files=tuple(patch.paths),
         added=patch.added,
         removed=patch.removed,
         evidence=evidence,

@@ -25,7 +25,7 @@ import stat
 from pathlib import Path
 
 from forkpatch.engine import CONFLICT_MARKER
-from forkpatch.errors import PathSafetyError, StateError
+from forkpatch.errors import GitError, PathSafetyError, StateError
 from forkpatch.fsutil import remove_in_tree, write_in_tree
 from forkpatch.git import FileChange, Git
 from forkpatch.project import Project
@@ -94,6 +94,54 @@ class ConflictTree:
         self.store.run("worktree", "prune")
         self.store.run("worktree", "add", "-q", "-f", "--detach", str(self.path), head)
         return self.git()
+
+    def write_stop(self, head: str, changes: list[FileChange], *, recorded: bool = False) -> Git:
+        """The work tree at ``head`` with the conflicting patch brought in (``changes``:
+        clean, merged or with markers), staged: :meth:`checkout` then :meth:`bring_in`,
+        in one git process where it can. The stop's tree (``head``'s with ``changes``)
+        is written in process, then ``git read-tree -u --reset`` moves the index and the
+        work tree to it (git rewrites only the paths that differ, as ``reset --hard``
+        does, and never follows a symbolic link on the way), and HEAD is set to ``head``.
+        A change git's tree cannot take as it is (a path through a file or a symbolic
+        link of ``head``, an unusual mode) goes the long way, whose writes refuse a
+        symbolic link with the way out."""
+        stop_tree = self._stop_tree(head, changes)
+        if stop_tree is None:
+            wt = self.checkout(head, recorded=recorded)
+            self.bring_in(changes)
+            return wt
+        if self._admin() is not None:
+            wt = self.git()
+            if not recorded:
+                wt.run("add", "-A")  # untracked files go with the rest
+        else:
+            self._remove_foreign()
+            if (self.store.git_dir / "worktrees" / WORKTREE_DIR).exists():
+                self.store.run("worktree", "prune")  # its work tree went: its record goes
+            self.store.run(
+                "worktree", "add", "-q", "-f", "--detach", "--no-checkout", str(self.path), head
+            )
+            wt = self.git()
+        wt.run("read-tree", "-u", "--reset", stop_tree)
+        wt.update_ref("HEAD", head)
+        return wt
+
+    def _stop_tree(self, head: str, changes: list[FileChange]) -> str | None:
+        """``head``'s tree with ``changes`` (objects only), or None when a change cannot
+        be made in a tree as it is (see :meth:`write_stop`)."""
+        store = self.store
+        edits: dict[str, tuple[str, str] | None] = {}
+        for ch in changes:
+            if ch.is_delete:
+                edits[ch.path] = None
+            elif ch.mode in _MODES or ch.mode == "120000":
+                edits[ch.path] = (ch.mode or "100644", store.objects.write_blob(ch.data or b""))
+            else:
+                return None
+        try:
+            return store.objects.write_tree(store.tree_of(head), edits, strict=True)
+        except GitError:
+            return None
 
     def _remove_foreign(self) -> None:
         """Whatever is at the work tree's place and is not a valid work tree goes."""

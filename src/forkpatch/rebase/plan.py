@@ -109,9 +109,9 @@ class Outcome:
         return cls(
             name=result.name,
             status=outcome_status(result.status),
-            files=tuple(result.files),
+            files=result.files,
             evidence=result.evidence,
-            detail=tuple(result.detail),
+            detail=result.detail,
             # The engine's, without the merged file (the conflict work tree's, not the plan's).
             conflicts=tuple(replace(c, merged=None) for c in result.conflicts),
             commit=result.commit,

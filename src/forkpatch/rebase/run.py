@@ -133,12 +133,12 @@ def _stop(project: Project, journal: Journal, stop: _Stop) -> NoReturn:
     item = classifier.items[index]
     outcome = state.plan.outcomes[index]
     tree = ConflictTree(project)
-    wt = tree.checkout(state.plan.head, recorded=stop.recorded)
     changes = stop.changes
     if changes is None:
-        with wt.reader() as reader:
-            changes = classifier.conflict_changes(TreeState(wt, reader, state.plan.head), item)
-    tree.bring_in(changes[0])
+        store = classifier.git
+        with store.reader() as reader:
+            changes = classifier.conflict_changes(TreeState(store, reader, state.plan.head), item)
+    tree.write_stop(state.plan.head, changes[0], recorded=stop.recorded)
     raws = {fp.path: fp.raw for fp in item.patch.files} if item.patch else {}
     rejects = tree.save_rejects(journal.dir, [(p, raws.get(p, b"")) for p in changes[1]])
     journal.mark_stop(state)
@@ -375,7 +375,11 @@ def _finish(
         from forkpatch.stack import Stack
 
         project.reload()
-        Stack(project).rebuild_on(plan.onto_commit, state.stack.applied)
+        # The stack is made of the rebase's own commits (the files were written from them).
+        made = {
+            o.name: o.commit for o in plan.outcomes if o.commit and o.status not in DROPPED_STATUSES
+        }
+        Stack(project).rebuild_on(plan.onto_commit, state.stack.applied, made)
     store.delete_ref(HEAD_REF)
     store.repack_if_many()  # each stop's commits came as one small pack
     journal.clear()

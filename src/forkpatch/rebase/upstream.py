@@ -28,14 +28,16 @@ reverse-apply on the new base) come on top, in :mod:`forkpatch.engine`.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections import Counter
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from forkpatch.applier import HunkFailed, apply_file_patch, reverse
 from forkpatch.engine import Item
-from forkpatch.errors import PatchParseError
+from forkpatch.errors import ForkpatchError, PatchParseError
 from forkpatch.git import DIFF_OPTIONS, Git
 from forkpatch.patchfile import PatchFile, parse_patch, upstream_refs
 from forkpatch.patchheader import HeaderLayout
@@ -57,6 +59,9 @@ class UpstreamIndex:
 
     def __init__(self, git: Git, base: str, onto: str, items: Sequence[Item]) -> None:
         self.git, self.base, self.onto, self.items = git, base, onto, items
+        #: What earlier calls learnt of the range's commits and of the patches (set by
+        #: the caller that has a project; None: every answer asked of git).
+        self.cache: PatchIdCache | None = None
         self._upstream: dict[str, tuple[int, str]] | None = None  # pid -> (age, commit)
         self._subjects: dict[str, str] = {}
         self._series: dict[str, tuple[str, str | None]] = {}  # name -> (pid, reverse pid)
@@ -85,7 +90,18 @@ class UpstreamIndex:
         return out
 
     def _touched(self) -> list[tuple[str, frozenset[str]]]:
-        """(commit, paths it touches) for base..onto, newest first."""
+        """(commit, paths it touches) for base..onto, newest first (the cache's when
+        an earlier call listed the range)."""
+        if self.cache is not None:
+            got = self.cache.range(self.base, self.onto)
+            if got is not None:
+                return got
+        listed = self._list_touched()
+        if self.cache is not None:
+            self.cache.put_range(self.base, self.onto, listed)
+        return listed
+
+    def _list_touched(self) -> list[tuple[str, frozenset[str]]]:
         raw = self.git.run(
             "log",
             "--no-merges",
@@ -122,7 +138,7 @@ class UpstreamIndex:
         age_of = {commit: age for age, (commit, _paths) in enumerate(touched)}
         wanted: set[str] = set()
         fake: dict[str, tuple[str, bool]] = {}
-        chunks = []
+        chunks: list[tuple[str, bytes]] = []
         for i, item in enumerate(self.items):
             if item.patch is None or not item.patch.diff:
                 continue
@@ -137,18 +153,33 @@ class UpstreamIndex:
                 oid = f"{2 * i + rev + 1:040x}"
                 fake[oid] = (item.entry.name, rev)
                 chunks.append(
-                    f"commit {oid}\n".encode() + diff + (b"" if diff.endswith(b"\n") else b"\n")
+                    (
+                        oid,
+                        f"commit {oid}\n".encode()
+                        + diff
+                        + (b"" if diff.endswith(b"\n") else b"\n"),
+                    )
                 )
         if not wanted:
+            self._save()
             return
-        log_p = self.git.run(
-            "log",
-            "--no-walk=unsorted",
-            "--no-merges",
-            "--format=commit %H%nsubject %s%nauthor %ae",
-            *DIFF_OPTIONS,
-            *sorted(wanted, key=age_of.__getitem__),
-        ).stdout
+        order = sorted(wanted, key=age_of.__getitem__)
+        cache = self.cache
+        known = cache.commits(order) if cache is not None else {}
+        missing = [c for c in order if c not in known]
+        fresh: dict[str, bytes] = {}
+        if missing:
+            listed = self.git.run(
+                "log",
+                "--no-walk=unsorted",
+                "--no-merges",
+                "--format=commit %H%nsubject %s%nauthor %ae",
+                *DIFF_OPTIONS,
+                *missing,
+            ).stdout
+            fresh = dict(_commit_chunks(listed))
+        # The same bytes as one `git log -p` of every candidate, newest first.
+        log_p = b"".join(known[c][1] if c in known else fresh.get(c, b"") for c in order)
         current = ""
         authors: dict[str, str] = {}
         for line in log_p.split(b"\n"):
@@ -160,10 +191,31 @@ class UpstreamIndex:
                 authors.setdefault(current, line[7:].decode("utf-8", "replace").lower())
         self._find_alike(log_p, authors, age_of)
         # One patch-id run for both: the upstream commits, then the patches (and their
-        # reverses) under ids no commit has.
-        stream = log_p + (b"" if log_p.endswith(b"\n") else b"\n") + b"".join(chunks)
+        # reverses) under ids no commit has; what the cache knows is not asked again.
+        pids: dict[str, str] = {c: known[c][0] for c in order if c in known}
+        asked = [
+            (oid, chunk) for oid, chunk in chunks if cache is None or cache.patch(chunk) is None
+        ]
+        for oid, chunk in chunks:
+            got = cache.patch(chunk) if cache is not None else None
+            if got is not None:
+                pids[oid] = got
+        stream = b"".join(fresh.get(c, b"") for c in missing)
+        stream += (b"" if not stream or stream.endswith(b"\n") else b"\n") + b"".join(
+            chunk for _oid, chunk in asked
+        )
+        computed = dict((oid, pid) for pid, oid in self._patch_ids(stream))
+        pids.update(computed)
+        if cache is not None:
+            for c in missing:
+                cache.put_commit(c, computed.get(c, ""), fresh.get(c, b""))
+            for oid, chunk in asked:
+                cache.put_patch(chunk, computed.get(oid, ""))
         found: dict[str, dict[bool, str]] = {}
-        for pid, oid in self._patch_ids(stream):
+        for oid in [*order, *(oid for oid, _chunk in chunks)]:
+            pid = pids.get(oid, "")
+            if not pid:
+                continue
             if oid in fake:
                 name, rev = fake[oid]
                 found.setdefault(name, {})[rev] = pid
@@ -172,9 +224,14 @@ class UpstreamIndex:
             age = age_of.get(oid, len(age_of))
             if pid not in self._upstream or age < self._upstream[pid][0]:
                 self._upstream[pid] = (age, oid)
-        for name, pids in found.items():
-            if False in pids:
-                self._series[name] = (pids[False], pids.get(True))
+        for name, both in found.items():
+            if False in both:
+                self._series[name] = (both[False], both.get(True))
+        self._save()
+
+    def _save(self) -> None:
+        if self.cache is not None:
+            self.cache.save()
 
     def _patch_ids(self, stream: bytes) -> Iterator[tuple[str, str]]:
         if not stream.strip():
@@ -320,6 +377,169 @@ def _commit_diffs(log_p: bytes) -> Iterator[tuple[str, bytes]]:
         yield m.group(1).decode(), log_p[m.end() + 1 : nxt.start() if nxt else len(log_p)]
 
 
+def _commit_chunks(log_p: bytes) -> Iterator[tuple[str, bytes]]:
+    """(commit, its whole part of a ``git log -p`` stream, its ``commit`` line included):
+    the parts put back together in order are the stream."""
+    marks = list(_COMMIT_LINE.finditer(log_p))
+    for m, nxt in zip(marks, [*marks[1:], None], strict=True):
+        yield m.group(1).decode(), log_p[m.start() : nxt.start() if nxt else len(log_p)]
+
+
+# --------------------------------------------------------------------------- the cache
+
+#: The patch-id cache, under the project's state directory.
+PATCH_ID_CACHE = "cache/patch-ids.json"
+_CACHE_KIND = "patch-id-cache"
+_CACHE_VERSION = 1
+#: Bounds: the file's size (past it the oldest entries go first), the ranges kept, and
+#: the largest commit part kept (a larger one is asked of git each time).
+CACHE_LIMIT = 4 * 1024 * 1024
+CACHE_RANGES = 8
+CACHE_CHUNK_LIMIT = 256 * 1024
+_HEX40 = re.compile(r"[0-9a-f]{40}\Z")
+_HEX64 = re.compile(r"[0-9a-f]{64}\Z")
+
+
+def _pid(value: object) -> str:
+    if not isinstance(value, str) or not (value == "" or _HEX40.match(value)):
+        raise ValueError("patch-id")
+    return value
+
+
+class PatchIdCache:
+    """What the upstream index learnt, kept across calls and rebases as git keeps its
+    own caches: facts about objects that never change, keyed by their ids.
+
+    * a range ``base..onto``: its commits (newest first) and the paths each touches
+      (keyed too by the store's shallow boundary, which decides what git lists);
+    * an upstream commit: its ``git patch-id --stable`` (or none) and its part of the
+      ``git log -p`` stream the index reads (subject, author, diff), as git printed it;
+    * a patch's diff (by its sha256): its patch-id.
+
+    The file (``.forkpatch/cache/patch-ids.json``) is a sealed state file
+    (:func:`forkpatch.fsutil.dump_state`), checked field by field on load and ignored
+    whole when anything in it does not check (then rewritten); written atomically, only
+    when something was learnt, and bounded (:data:`CACHE_LIMIT`). An answer read from it
+    is the answer git gave for the same ids; nothing else is kept."""
+
+    def __init__(self, path: Path, git: Git) -> None:
+        self.path, self.git = path, git
+        self._ranges: dict[str, list[tuple[str, frozenset[str]]]] = {}
+        self._commits: dict[str, tuple[str, bytes]] = {}
+        self._patches: dict[str, str] = {}
+        self._dirty = False
+        self._shallow: str | None = None
+        self._read()
+
+    def _read(self) -> None:
+        from forkpatch.fsutil import load_state
+
+        try:
+            data = load_state(self.path, kind=_CACHE_KIND, version=_CACHE_VERSION)
+            if data is None:
+                return
+            ranges = {}
+            for key, listed in dict(data["ranges"]).items():  # type: ignore[call-overload]
+                if not isinstance(key, str) or not isinstance(listed, list):
+                    raise ValueError("ranges")
+                ranges[key] = [(_commit_id(c), _paths(p)) for c, p in listed]
+            commits = {}
+            for commit, (pid, chunk) in dict(data["commits"]).items():  # type: ignore[call-overload]
+                if not isinstance(chunk, str) or not chunk.startswith(f"commit {commit}\n"):
+                    raise ValueError("commits")
+                commits[_commit_id(commit)] = (_pid(pid), chunk.encode("latin-1"))
+            patches = {}
+            for digest, pid in dict(data["patches"]).items():  # type: ignore[call-overload]
+                if not isinstance(digest, str) or not _HEX64.match(digest):
+                    raise ValueError("patches")
+                patches[digest] = _pid(pid)
+        except (ForkpatchError, OSError, KeyError, TypeError, ValueError, UnicodeError):
+            return  # damaged or foreign: ignored, and replaced by the next save
+        self._ranges, self._commits, self._patches = ranges, commits, patches
+
+    def _range_key(self, base: str, onto: str) -> str:
+        if self._shallow is None:
+            try:
+                with open(self.git.git_dir / "shallow", "rb") as fh:
+                    self._shallow = hashlib.sha256(fh.read()).hexdigest()[:16]
+            except FileNotFoundError:
+                self._shallow = "-"
+        return f"{self._shallow}:{base}..{onto}"
+
+    def range(self, base: str, onto: str) -> list[tuple[str, frozenset[str]]] | None:
+        return self._ranges.get(self._range_key(base, onto))
+
+    def put_range(self, base: str, onto: str, listed: list[tuple[str, frozenset[str]]]) -> None:
+        self._ranges[self._range_key(base, onto)] = listed
+        self._dirty = True
+
+    def commits(self, commits: Sequence[str]) -> dict[str, tuple[str, bytes]]:
+        """commit -> (patch-id or "", its part of ``git log -p``), for those known."""
+        return {c: self._commits[c] for c in commits if c in self._commits}
+
+    def put_commit(self, commit: str, pid: str, chunk: bytes) -> None:
+        if chunk.startswith(f"commit {commit}\n".encode()) and len(chunk) <= CACHE_CHUNK_LIMIT:
+            self._commits[commit] = (pid, chunk)
+            self._dirty = True
+
+    def patch(self, chunk: bytes) -> str | None:
+        """The patch-id of a patch's diff (its ``commit`` line aside), if known."""
+        return self._patches.get(_digest(chunk))
+
+    def put_patch(self, chunk: bytes, pid: str) -> None:
+        self._patches[_digest(chunk)] = pid
+        self._dirty = True
+
+    def save(self) -> None:
+        """Write what was learnt (nothing when nothing was); a cache that cannot be
+        written (a read-only project) is left as it is."""
+        if not self._dirty:
+            return
+        from forkpatch.fsutil import atomic_write, dump_state
+
+        ranges = dict(list(self._ranges.items())[-CACHE_RANGES:])
+        commits, patches = dict(self._commits), dict(self._patches)
+        while True:
+            data = {
+                "ranges": {k: [[c, sorted(p)] for c, p in v] for k, v in ranges.items()},
+                "commits": {
+                    c: [pid, chunk.decode("latin-1")] for c, (pid, chunk) in commits.items()
+                },
+                "patches": patches,
+            }
+            raw = dump_state(_CACHE_KIND, _CACHE_VERSION, data)
+            if len(raw) <= CACHE_LIMIT or not (ranges or commits or patches):
+                break
+            # The oldest half of each goes (dicts keep the order entries came in).
+            ranges = dict(list(ranges.items())[len(ranges) // 2 :])
+            commits = dict(list(commits.items())[len(commits) // 2 :])
+            patches = dict(list(patches.items())[len(patches) // 2 :])
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(self.path, raw)
+        except (OSError, ForkpatchError):
+            return
+        self._dirty = False
+
+
+def _digest(chunk: bytes) -> str:
+    """A patch's diff as the cache keys it: without its stand-in ``commit`` line."""
+    body = chunk.split(b"\n", 1)[1] if chunk.startswith(b"commit ") else chunk
+    return hashlib.sha256(body).hexdigest()
+
+
+def _commit_id(value: object) -> str:
+    if not isinstance(value, str) or not _HEX40.match(value):
+        raise ValueError("commit")
+    return value
+
+
+def _paths(value: object) -> frozenset[str]:
+    if not isinstance(value, list) or not all(isinstance(p, str) and p for p in value):
+        raise ValueError("paths")
+    return frozenset(value)
+
+
 def _nonempty(
     lines: dict[str, Counter[tuple[str, bytes]]],
 ) -> dict[str, Counter[tuple[str, bytes]]]:
@@ -438,7 +658,7 @@ class ReferenceChecker:
             self._commits[ref] = (commit, subject) if commit and subject is not None else None
 
     def prefetch(self, entries: Sequence[PatchEntry]) -> None:
-        """Resolve every reference the series entries name at once (three git processes,
+        """Resolve every reference the series entries name at once (one git process,
         however many patches name a commit): which exist, which are in the target's
         history, and their subjects. A series imported from ``git format-patch`` mails
         names a commit in every entry (the ``From <id>`` line, kept in
@@ -449,34 +669,20 @@ class ReferenceChecker:
         refs = list(dict.fromkeys(refs))
         if not refs:
             return
-        check = self.git.run(
-            "cat-file",
-            "--batch-check=%(objectname) %(objecttype)",
-            input="".join(f"{r}^{{commit}}\n" for r in refs).encode(),
-            check=False,
-        )
-        lines = check.stdout.decode("utf-8", "replace").splitlines()
-        found: dict[str, str] = {}
-        for ref, line in zip(refs, lines, strict=False):
-            oid, _, kind = line.partition(" ")
-            if kind == "commit" and len(oid) == 40:
-                found[ref] = oid
+        # Which name commits, and their subjects: read in process (no git process).
+        commits = self.git.objects.commits(refs)
+        found = {ref: oid for ref, (oid, _subject) in commits.items()}
+        subjects = dict(commits.values())
         outside: set[str] = set()
-        subjects: dict[str, str] = {}
         if found:
             oids = sorted(set(found.values()))
             # Commits reachable from the references but not from the target: a reference
-            # that is listed is not in the target's history.
+            # that is listed is not in the target's history. (git's walk: libgit2's
+            # stops elsewhere at a shallow store's boundary.)
             walked = self.git.run(
                 "rev-list", *oids, "--not", self.target_commit, check=False
             ).stdout
             outside = set(walked.decode().split())
-            log = self.git.run(
-                "log", "--no-walk=unsorted", "--format=%H%x00%s", *oids, check=False
-            ).stdout.decode("utf-8", "replace")
-            for line in log.splitlines():
-                commit, _, subject = line.partition("\0")
-                subjects[commit] = subject
         for ref in refs:
             got = found.get(ref)
             inside = got is not None and got not in outside and got in subjects
@@ -485,19 +691,9 @@ class ReferenceChecker:
     def _resolve(self, ref: str) -> tuple[str, str] | None:
         """(full id, subject) of a referenced commit that is in the target's history."""
         if ref not in self._commits:
-            proc = self.git.run(
-                "log",
-                "-1",
-                "--format=%H%x00%s",
-                "--end-of-options",
-                f"{ref}^{{commit}}",
-                check=False,
-            )
-            got = None
-            if proc.returncode == 0 and proc.stdout.strip():
-                commit, _, subject = proc.stdout.decode("utf-8", "replace").strip().partition("\0")
-                if self.git.is_ancestor(commit, self.target_commit):
-                    got = (commit, subject)
+            got = self.git.objects.commits([ref]).get(ref)
+            if got is not None and not self.git.is_ancestor(got[0], self.target_commit):
+                got = None
             self._commits[ref] = got
         return self._commits[ref]
 

@@ -51,6 +51,13 @@ class SmokeEnv:
     installed: list[str] = field(default_factory=list)
     #: Requires-Dist entries of the installed wheels not satisfied in the venv.
     missing_requirements: list[str] = field(default_factory=list)
+    #: This run's own files (the check suite's copy, its spec and results, the team
+    #: checks' logs); beside the venv unless the venv is a kept one (envcache).
+    workdir: Path | None = None
+
+    @property
+    def work_dir(self) -> Path:
+        return self.workdir or self.path.parent
 
     @property
     def bin_dir(self) -> Path:
@@ -151,7 +158,9 @@ def smoke_env(
 ) -> Iterator[SmokeEnv]:
     """Create the venv, install exactly ``wheels``, yield it, remove it afterwards.
 
-    ``keep`` (or FORKPATCH_KEEP_SMOKE_ENV=1) leaves it in place for debugging.
+    ``keep`` (or FORKPATCH_KEEP_SMOKE_ENV=1) leaves it in place for debugging. With
+    FORKPATCH_SMOKE_ENV_CACHE the venv is a kept one when it is still exactly as it was
+    made (:mod:`forkpatch.smoke.envcache`), and stays for the next run.
     """
     if deps not in DEPS_MODES:
         raise SmokeError(f"unknown deps mode {deps!r}", tip=f"use one of {', '.join(DEPS_MODES)}")
@@ -159,47 +168,32 @@ def smoke_env(
     base_python = python or sys.executable
     check_python_fits(wheels, base_python)
     root = Path(tempfile.mkdtemp(prefix="forkpatch-smoke-"))
-    venv = root / "venv"
+    from forkpatch.smoke import envcache
+    from forkpatch.smoke.wheelinfo import sha256_file
+
+    entry = envcache.open_entry([sha256_file(Path(w)) for w in wheels], deps, base_python)
+    venv = entry.venv if entry is not None else root / "venv"
     env = clean_env()
-    use_host_pip = _host_pip_ok()
     try:
-        with log.step(f"create the smoke environment ({deps} deps) in {venv}"):
-            cmd = [base_python, "-m", "venv"]
-            if deps == "system":
-                cmd.append("--system-site-packages")
-            if use_host_pip:
-                cmd.append("--without-pip")
-            cmd.append(str(venv))
-            _run(cmd, what="create the smoke venv", cwd=root, env=env, deadline=deadline)
-        vpython = venv / "bin" / "python"
-        if deps == "system":
-            _inherit_parent_venv(base_python, vpython, root, env)
-        pip = _pip_cmd(vpython) if use_host_pip else [str(vpython), "-m", "pip"]
-        install = [*pip, "install", "--no-input", "--no-compile", "--force-reinstall"]
-        secrets: list[str | None] = [index_url]
-        if deps == "index":
-            if index_url:
-                install += ["--index-url", index_url]
+        why = entry.valid() if entry is not None else "no cache"
+        if why is None:
+            log.info(f"    reused the kept smoke environment {venv} (every file as installed)")
         else:
-            install.append("--no-deps")
-        install += [str(Path(w).resolve()) for w in wheels]
-        with log.step(f"install {len(wheels)} wheel(s) into the smoke environment"):
-            _run(
-                install,
-                what="install the wheel(s) into the smoke venv",
-                cwd=root,
-                env=env,
-                secrets=secrets,
-                deadline=deadline,
-            )
+            if entry is not None:
+                log.info(f"    the kept smoke environment {venv}: {why}; it is made afresh")
+                entry.clear()
+            _make(venv, wheels, deps, base_python, index_url, root, env, deadline)
+            if entry is not None:
+                entry.seal()
         senv = SmokeEnv(
             path=venv,
-            python=vpython,
+            python=venv / "bin" / "python",
             deps=deps,
             base_python=base_python,
             system_site_packages=deps == "system",
             index_url=index_url,
             installed=[Path(w).name for w in wheels],
+            workdir=root,
         )
         senv.missing_requirements = _missing_requirements(senv, wheels, root)
         if senv.missing_requirements:
@@ -209,10 +203,55 @@ def smoke_env(
             )
         yield senv
     finally:
+        if entry is not None:
+            entry.release()
         if keep:
-            log.info(f"kept the smoke environment: {venv}")
+            log.info(f"kept the smoke environment: {venv} (its run's files: {root})")
         else:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def _make(
+    venv: Path,
+    wheels: Sequence[Path],
+    deps: str,
+    base_python: str,
+    index_url: str | None,
+    root: Path,
+    env: dict[str, str],
+    deadline: Deadline | None,
+) -> None:
+    """Create the venv at ``venv`` and install exactly ``wheels`` into it."""
+    use_host_pip = _host_pip_ok()
+    with log.step(f"create the smoke environment ({deps} deps) in {venv}"):
+        cmd = [base_python, "-m", "venv"]
+        if deps == "system":
+            cmd.append("--system-site-packages")
+        if use_host_pip:
+            cmd.append("--without-pip")
+        cmd.append(str(venv))
+        _run(cmd, what="create the smoke venv", cwd=root, env=env, deadline=deadline)
+    vpython = venv / "bin" / "python"
+    if deps == "system":
+        _inherit_parent_venv(base_python, vpython, root, env)
+    pip = _pip_cmd(vpython) if use_host_pip else [str(vpython), "-m", "pip"]
+    install = [*pip, "install", "--no-input", "--no-compile", "--force-reinstall"]
+    secrets: list[str | None] = [index_url]
+    if deps == "index":
+        if index_url:
+            install += ["--index-url", index_url]
+    else:
+        install.append("--no-deps")
+    install += [str(Path(w).resolve()) for w in wheels]
+    with log.step(f"install {len(wheels)} wheel(s) into the smoke environment"):
+        _run(
+            install,
+            what="install the wheel(s) into the smoke venv",
+            cwd=root,
+            env=env,
+            secrets=secrets,
+            deadline=deadline,
+        )
 
 
 def python_version(python: str, *, timeout: float = 60) -> tuple[int, int] | None:

@@ -29,7 +29,7 @@ from forkpatch.errors import SmokeError, TierNotRun
 from forkpatch.proc import Deadline, tail
 from forkpatch.series import PatchEntry
 from forkpatch.smoke import checks as registry
-from forkpatch.smoke import incheck
+from forkpatch.smoke import incheck, session
 from forkpatch.smoke.env import clean_env, smoke_env
 from forkpatch.smoke.kernels import HOST_CHECKS, host_not_applicable, run_host_checks
 from forkpatch.smoke.report import (
@@ -45,8 +45,9 @@ from forkpatch.smoke.report import (
     store_path,
     write_report,
 )
+from forkpatch.smoke.session import CheckOverran, run_incheck_resumed, team_server
+from forkpatch.smoke.team import check_env, run_team_checks
 from forkpatch.smoke.team import fork_tests as _fork_tests
-from forkpatch.smoke.team import run_team_checks
 from forkpatch.smoke.wheelinfo import WheelInfo, read_wheel, sha256_file
 
 if TYPE_CHECKING:
@@ -303,6 +304,7 @@ def run_smoke(opts: SmokeOptions, project: Project | None = None) -> SmokeOutcom
         keep=opts.keep_env,
         deadline=deadline,
     ) as senv:
+        modules = _modules_for(project, entries)
         spec = {
             "checks": [cid for cid in to_run if cid not in HOST_CHECKS and cid not in team],
             "dist": primary.name,
@@ -310,7 +312,7 @@ def run_smoke(opts: SmokeOptions, project: Project | None = None) -> SmokeOutcom
             "prefix": str(senv.path),
             "deps": senv.deps,
             "forbidden_paths": _forbidden_paths(project, senv.path),
-            "modules": _modules_for(project, entries),
+            "modules": modules,
             "provenance_sha256": primary.provenance_sha256,
             "provenance_problems": problems,
             "series_compared": project is not None and prov is not None,
@@ -321,25 +323,42 @@ def run_smoke(opts: SmokeOptions, project: Project | None = None) -> SmokeOutcom
             "ptx_lib": str(opts.ptx_lib.resolve()) if opts.ptx_lib else None,
         }
         in_env = [cid for cid in to_run if cid not in HOST_CHECKS and cid not in team]
-        with log.step(
-            f"run {len(in_env)} check(s) in the smoke environment (tiers {', '.join(tiers)})"
-        ):
-            records, proc_note = _run_incheck(senv.python, senv.path.parent, spec, deadline)
         mine = {cid: team[cid] for cid in to_run if cid in team}
-        if mine:
-            with log.step(f"run {len(mine)} team check(s) in the smoke environment"):
-                results.update(
-                    run_team_checks(
-                        mine,
-                        senv,
-                        plan,
-                        device=_device_of(records),
-                        root=opts.checks_root
-                        or (Path(project.root) if project is not None else None),
-                        fork_tests=lambda: _fork_tests(project, senv.path.parent),
-                        deadline=deadline,
-                    )
+        server = team_server(
+            senv.python,
+            senv.work_dir,
+            check_env(senv),
+            deadline,
+            preimport=modules,  # vllm and what the patches change, as the checks import them
+        )
+        with server as team_srv:
+            if any(tc.pytest and cid.startswith("static.") for cid, tc in mine.items()):
+                team_srv.start_soon()  # its imports overlap the built-in checks
+            with log.step(
+                f"run {len(in_env)} check(s) in the smoke environment (tiers {', '.join(tiers)})"
+            ):
+                records, proc_note = run_incheck_resumed(
+                    in_env,
+                    lambda ids: _run_incheck(
+                        senv.python, senv.work_dir, {**spec, "checks": list(ids)}, deadline
+                    ),
+                    deadline=deadline,
                 )
+            if mine:
+                with log.step(f"run {len(mine)} team check(s) in the smoke environment"):
+                    results.update(
+                        run_team_checks(
+                            mine,
+                            senv,
+                            plan,
+                            device=_device_of(records),
+                            root=opts.checks_root
+                            or (Path(project.root) if project is not None else None),
+                            fork_tests=lambda: _fork_tests(project, senv.work_dir),
+                            deadline=deadline,
+                            server=team_srv,
+                        )
+                    )
         env_info = senv.to_json()
         for rec in records:
             if rec.get("kind") == "env":
@@ -548,6 +567,12 @@ def _run_incheck(
             progress.feed(results.read())
             progress.heartbeat()
 
+        def tick_and_limit() -> None:
+            tick()
+            overran = progress.overran(session.CHECK_TIMEOUT_S)
+            if overran is not None:  # ends the process (proc.run); the rest run anew
+                raise CheckOverran(overran, session.CHECK_TIMEOUT_S)
+
         try:
             done = proc.run(
                 cmd,
@@ -555,12 +580,21 @@ def _run_incheck(
                 env=clean_env(),
                 deadline=deadline,
                 log_path=workdir / "incheck.log",
-                tick=tick,
+                tick=tick_and_limit,
             )
         except OSError as exc:
             raise SmokeError(f"cannot start the check process: {exc}") from None
+        except CheckOverran as exc:
+            done = None
+            note = (
+                f"{exc.check_id} ran past its own limit of {exc.seconds:.0f} s; the check "
+                "process was ended as a group"
+            )
+            log.warn(f"the check process: {note}")
         progress.feed(results.read())
-    if done.timed_out:
+    if done is None:
+        pass  # a check overran its own limit: the note says so
+    elif done.timed_out:
         note = f"timed out after {done.timeout_s:.0f} s (the smoke run's --timeout)"
         log.warn(f"the check process {note}")
     elif done.returncode != 0:
@@ -629,6 +663,12 @@ class _Progress:
                     f"    [{self.done}/{self.total}] {rec.get('outcome', '?'):<8} "
                     f"{rec.get('id')} ({float(rec.get('duration_s', 0.0)):.1f}s)"
                 )
+
+    def overran(self, limit_s: float) -> str | None:
+        """The check that has been running longer than ``limit_s`` (None: none has)."""
+        if self.running is not None and time.monotonic() - self.since > limit_s:
+            return self.running
+        return None
 
     def heartbeat(self) -> None:
         now = time.monotonic()

@@ -13,6 +13,7 @@ lacks, or nothing to run from is ``not-run`` with the reason.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
@@ -28,6 +29,7 @@ from forkpatch.sections import TeamCheck
 from forkpatch.smoke import incheck
 from forkpatch.smoke.env import SmokeEnv, clean_env
 from forkpatch.smoke.report import CheckResult
+from forkpatch.smoke.session import PREIMPORT, SERVER_GONE, TeamServer, team_server
 
 if TYPE_CHECKING:
     from forkpatch.project import Project
@@ -80,6 +82,15 @@ def node_path_inside(nodeid: str, root: Path) -> str | None:
     return None
 
 
+def _server_gone(done: proc.Finished) -> bool:
+    """The client said the server could not run the check (teamclient.py)."""
+    return (
+        not done.timed_out
+        and done.returncode == SERVER_GONE
+        and "forkpatch: the team check server" in done.output
+    )
+
+
 def _summary_line(text: str) -> str:
     """pytest's result line ("3 passed in 0.41s") from its output, else the last line."""
     lines = [ln.strip(" =") for ln in text.splitlines() if ln.strip(" =")]
@@ -98,26 +109,44 @@ def run_team_checks(
     root: Path | None,
     fork_tests: Callable[[], Path],
     deadline: Deadline | None = None,
+    preimport: Sequence[str] = PREIMPORT,
+    server: TeamServer | None = None,
 ) -> dict[str, CheckResult]:
     """Run the team's ``checks`` in ``senv``; one result per check.
 
     Each runs in a session of its own (ended as a group at its timeout, at the smoke
-    run's ``deadline`` or on Ctrl-C), its output kept as a bounded tail on disk."""
+    run's ``deadline`` or on Ctrl-C), its output kept as a bounded tail on disk. The
+    pytest checks fork from one server that has imported ``preimport`` (vllm) once
+    (:mod:`forkpatch.smoke.session`; ``server``: one the caller started, else one of
+    its own)."""
+    env = check_env(senv)
+    out: dict[str, CheckResult] = {}
+    deadline = deadline or Deadline(None)
+    has_pytest: list[bool] = []  # asked once, at the first pytest check
+    with contextlib.ExitStack() as stack:
+        if server is None:
+            server = stack.enter_context(
+                team_server(senv.python, senv.work_dir, env, deadline, preimport)
+            )
+        for n, (cid, tc) in enumerate(checks.items(), 1):
+            tier = cid.partition(".")[0]
+            t0 = time.monotonic()
+            outcome, detail = _run_one(
+                cid, tc, tier, senv, env, device, root, fork_tests, deadline, server, has_pytest
+            )
+            out[cid] = CheckResult(
+                cid, tier, outcome, time.monotonic() - t0, detail, list(plan.get(cid, []))
+            )
+            log.info(f"    [{n}/{len(checks)}] {outcome:<8} {cid} ({time.monotonic() - t0:.1f}s)")
+    return out
+
+
+def check_env(senv: SmokeEnv) -> dict[str, str]:
+    """The environment a team check runs in: the smoke venv's interpreter first on PATH."""
     env = clean_env()
     env["PATH"] = os.pathsep.join([str(senv.bin_dir), env.get("PATH", "")])
     env["VIRTUAL_ENV"] = str(senv.path)
-    out: dict[str, CheckResult] = {}
-    for n, (cid, tc) in enumerate(checks.items(), 1):
-        tier = cid.partition(".")[0]
-        t0 = time.monotonic()
-        outcome, detail = _run_one(
-            cid, tc, tier, senv, env, device, root, fork_tests, deadline or Deadline(None)
-        )
-        out[cid] = CheckResult(
-            cid, tier, outcome, time.monotonic() - t0, detail, list(plan.get(cid, []))
-        )
-        log.info(f"    [{n}/{len(checks)}] {outcome:<8} {cid} ({time.monotonic() - t0:.1f}s)")
-    return out
+    return env
 
 
 def _run_one(
@@ -130,6 +159,8 @@ def _run_one(
     root: Path | None,
     fork_tests: Callable[[], Path],
     deadline: Deadline,
+    server: TeamServer | None = None,
+    has_pytest: list[bool] | None = None,
 ) -> tuple[str, str]:
     if deadline.expired:
         return incheck.NOT_RUN, (
@@ -140,7 +171,11 @@ def _run_one(
     if why is not None:
         return incheck.NOT_RUN, why
     if tc.pytest is not None:
-        if not _has_pytest(senv.python, env):
+        if has_pytest is None:
+            has_pytest = []
+        if not has_pytest:
+            has_pytest.append(_has_pytest(senv.python, env))
+        if not has_pytest[0]:
             return incheck.NOT_RUN, (
                 "pytest is not installed in the smoke environment (install it beside the "
                 "wheel, or use --deps system with a python that has it)"
@@ -159,18 +194,23 @@ def _run_one(
         outside = node_path_inside(tc.pytest, cwd)
         if outside is not None:
             return incheck.ERROR, f"{outside}: a team check runs only the project's tests"
-        cmd = [str(senv.python), "-m", "pytest", "-q", "-p", "no:cacheprovider", tc.pytest]
+        args = ["-q", "-p", "no:cacheprovider", tc.pytest]
+        alone = [str(senv.python), "-m", "pytest", *args]
+        # Through the environment's check server (vllm imported once), else on its own.
+        via = server.argv(args) if server is not None else None
     else:
-        cmd = list(tc.command or ())
+        alone = list(tc.command or ())
+        via = None
         if root is None:
             return incheck.NOT_RUN, "no project directory to run the command in"
         cwd = root
-    log.info(f"+ {' '.join(cmd)}  (in {cwd})")
+    log.info(f"+ {' '.join(alone)}  (in {cwd}{', through the check server' if via else ''})")
     timeout = tc.timeout or DEFAULT_TIMEOUT_S
-    logs = senv.path.parent / "team-logs"
+    logs = senv.work_dir / "team-logs"
     logs.mkdir(exist_ok=True)
-    try:
-        done = proc.run(
+
+    def run(cmd: list[str]) -> proc.Finished:
+        return proc.run(
             cmd,
             cwd=cwd,
             env=env,
@@ -179,6 +219,17 @@ def _run_one(
             limit=OUTPUT_LIMIT,
             log_path=logs / f"{cid}.log",
         )
+
+    cmd = via or alone
+    try:
+        done = run(cmd)
+        if via is not None and server is not None and _server_gone(done):
+            # The server, not the check, went: this check runs on its own; the next
+            # one gets a fresh server.
+            log.warn(f"the team check server went before {cid} ran: it runs on its own")
+            server.gone()
+            cmd = alone
+            done = run(cmd)
     except OSError as exc:
         return incheck.ERROR, f"cannot run {cmd[0]}: {exc}"
     text = done.output

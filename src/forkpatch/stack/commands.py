@@ -18,7 +18,7 @@ write makes the model ask git again:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from forkpatch.engine import SeriesResult
@@ -130,5 +130,7 @@ class Stack:
     def put_back(self, position: StackPosition) -> None:
         self.moves.put_back(position)
 
-    def rebuild_on(self, base: str, names: Iterable[str]) -> None:
-        self.moves.rebuild_on(base, names)
+    def rebuild_on(
+        self, base: str, names: Iterable[str], made: Mapping[str, str] | None = None
+    ) -> None:
+        self.moves.rebuild_on(base, names, made)

@@ -117,7 +117,7 @@ class EditLoop:
             )
         self.sync.remember(wt, pushed)
         self.writer.settle_editing(wt)
-        return result.results
+        return list(result.results)
 
     def _materialise_conflict(self, wt: Git, bad: PatchResult) -> None:
         """Commit the conflicting patch with its markers so refresh can amend it."""

@@ -6,7 +6,7 @@ back where it was (:meth:`StackMoves.rebuild_on`, :meth:`StackMoves.put_back`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from forkpatch import log
@@ -78,12 +78,16 @@ class StackMoves:
             return
         self.model.guard_worktree(wt, doing, rebase=conflict_tree)
 
-    def rebuild_on(self, base: str, names: Iterable[str]) -> None:
+    def rebuild_on(
+        self, base: str, names: Iterable[str], made: Mapping[str, str] | None = None
+    ) -> None:
         """After series.yaml moved to ``base`` (a rebase): the stack on ``base``, up to
-        the prefix of the series that holds every one of ``names`` still in it."""
+        the prefix of the series that holds every one of ``names`` still in it.
+        ``made``: the commits the rebase made on ``base`` for the patches (name ->
+        commit), taken as the stack's instead of applying the files again."""
         path = self.model.worktree_path()
         if path is None or not (path / ".git").exists():
             return
         self.writer.save(self.model.state.with_(base=base, editing=None))
-        self.writer.rebuild_applied(set(names))
+        self.writer.rebuild_applied(set(names), made=made)
         self.sync.remember(None)

@@ -9,9 +9,9 @@ write (:meth:`StackModel.forget`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
-from forkpatch.engine import SeriesApplier, SeriesResult
+from forkpatch.engine import SeriesApplier, SeriesResult, restack
 from forkpatch.errors import PatchApplyError
 from forkpatch.git import Git, commit_date
 from forkpatch.stack import mergebase, worktree
@@ -157,11 +157,20 @@ class StackWriter:
         if settled != editing:
             self.save(state.with_(editing=settled))
 
-    def rebuild_applied(self, names: set[str], renames: dict[str, str] | None = None) -> list[str]:
+    def rebuild_applied(
+        self,
+        names: set[str],
+        renames: dict[str, str] | None = None,
+        *,
+        made: Mapping[str, str] | None = None,
+    ) -> list[str]:
         """Re-create the work tree's stack from the files after a change of series.yaml:
         the shortest prefix of the (new) order that holds every name in ``names``, so
         that nothing applied before is left unapplied (and the editing position moved
-        with it; ``renames``: old name -> new). Returns the names applied."""
+        with it; ``renames``: old name -> new). ``made``: commits made for these
+        patches on the base already (a rebase's, whose commits the files were written
+        from): the stack is made of them (:func:`forkpatch.engine.restack`). Returns
+        the names applied."""
         if self.model.worktree_path() is None:
             return []
         wt = self.model.wt()
@@ -169,15 +178,22 @@ class StackWriter:
         order = series.names()
         count = max((order.index(n) + 1 for n in names if n in order), default=0)
         entries = list(series.patches[:count])
-        result = SeriesApplier(self.store, self.model.base_commit(), step_commits=True).run(
-            self.project.items(entries), write=True
-        )
-        if not result.ok:
-            bad = result.first_conflict()
-            assert bad is not None
-            raise PatchApplyError(bad.describe_failure("the rebuilt stack"))
-        self.widen(wt, self.touched(result))
-        self.write(wt, "reset", "-q", "--hard", result.head or self.model.base_commit())
+        base = self.model.base_commit()
+        head = restack(self.store, base, entries, made) if made else None
+        if head is not None:
+            touched = self.store.objects.changed_paths(base, head)
+        else:
+            result = SeriesApplier(self.store, base, step_commits=True).run(
+                self.project.items(entries), write=True
+            )
+            if not result.ok:
+                bad = result.first_conflict()
+                assert bad is not None
+                raise PatchApplyError(bad.describe_failure("the rebuilt stack"))
+            head = result.head or base
+            touched = self.touched(result)
+        self.widen(wt, touched)
+        self.write(wt, "reset", "-q", "--hard", head)
         self.settle_editing(wt, renames)
         return order[:count]
 

@@ -75,6 +75,7 @@ from .registry import (
     probe_device,
     run_one,
     run_spec,
+    start_early,
 )
 from .sm70ops import (
     FAULTS,
@@ -133,6 +134,7 @@ __all__ = [
     "sm70_linear_check",
     "sm70_unsupported_k_check",
     "sm70_warmup_check",
+    "start_early",
     "static",
     "write_cpu_platform_plugin",
 ]

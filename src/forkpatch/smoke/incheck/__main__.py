@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from . import standin
-from .registry import ERROR, REGISTRY, Ctx, probe_device, run_one, run_spec
+from .registry import ERROR, REGISTRY, Ctx, probe_device, run_one, run_spec, start_early
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,6 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     stood_in = standin.install()  # before anything imports vllm
     device = probe_device()
     ctx = Ctx(spec=spec, device=device)
+    start_early(ids, ctx)  # `vllm --version` runs beside the checks of this process
     with open(args.out, "a", encoding="utf-8") as out:
 
         def emit(record: dict[str, Any]) -> None:

@@ -88,6 +88,33 @@ def check(
     return deco
 
 
+#: check id -> what starts a part of it when the check process starts (before the
+#: checks run one after the other): a program of its own that the check then waits for.
+EARLY: dict[str, Callable[[Ctx], Any]] = {}
+
+
+def starts_early(check_id: str) -> Callable[[Callable[[Ctx], Any]], Callable[[Ctx], Any]]:
+    """Register ``func(ctx)`` to start ``check_id``'s process early; the check finds
+    what it returned in ``ctx.early[check_id]`` (absent: not started early)."""
+
+    def deco(func: Callable[[Ctx], Any]) -> Callable[[Ctx], Any]:
+        EARLY[check_id] = func
+        return func
+
+    return deco
+
+
+def start_early(ids: list[str], ctx: Ctx) -> None:
+    """Start the early part of each of ``ids`` that has one, unless it cannot run here
+    (its gate) or cannot start (the check then starts it itself and says why)."""
+    for cid in ids:
+        defn = REGISTRY.get(cid)
+        if cid not in EARLY or defn is None or gate(defn, ctx.device) is not None:
+            continue
+        with contextlib.suppress(Exception):
+            ctx.early[cid] = EARLY[cid](ctx)
+
+
 def finish_registry() -> None:
     """Once every tier's module has registered its checks: each id of the shared list has
     its check, and :data:`REGISTRY` runs and reports them in that list's order."""
@@ -104,6 +131,8 @@ class Ctx:
 
     spec: dict[str, Any]
     device: dict[str, Any] = field(default_factory=dict)
+    #: What :func:`start_early` started, by check id.
+    early: dict[str, Any] = field(default_factory=dict)
 
     @property
     def version(self) -> str:

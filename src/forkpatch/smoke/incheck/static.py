@@ -9,7 +9,7 @@ import re
 import subprocess
 import sys
 import tempfile
-from typing import Any
+import time
 
 from . import standin
 from .layers import (
@@ -31,6 +31,7 @@ from .registry import (
     is_third_party,
     missing_module_reason,
     site_dirs,
+    starts_early,
 )
 from .sm70ops import reference_ops
 
@@ -99,58 +100,141 @@ def version_metadata(ctx: Ctx) -> str:
 @check("static.cli-version", baseline=True)
 def cli_version(ctx: Ctx) -> str:
     """`vllm --version` (the installed console script) prints the wheel's version."""
-    script = os.path.join(os.path.dirname(sys.executable), "vllm")
-    if not os.path.exists(script):
-        raise AssertionError(f"the wheel installed no `vllm` console script ({script})")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    with tempfile.TemporaryDirectory(prefix="forkpatch-stand-in-") as stand_in:
-        names = standin.install()
-        if names:  # the wheel's missing compiled extension, as in this process
-            standin.write_sitecustomize(stand_in, names)
-            env["PYTHONPATH"] = stand_in
-        proc, text = _run_version(script, env)
-        how = ""
-        if proc.returncode != 0 and _NO_PLATFORM in text and not ctx.device.get("cuda_available"):
-            # No CUDA device and no `+cpu` in the version: vLLM detects no platform, and
-            # the CLI (which builds `serve`'s defaults before parsing) cannot start. That
-            # is this machine, not the wheel: select vLLM's own CPU platform through a
-            # platform plugin that exists only for this run, and try again.
-            with tempfile.TemporaryDirectory(prefix="forkpatch-cpu-platform-") as shim:
-                write_cpu_platform_plugin(shim)
-                path = os.pathsep.join(p for p in (shim, env.get("PYTHONPATH")) if p)
-                proc, text = _run_version(script, {**env, "PYTHONPATH": path})
-            how = " (no CUDA device: vLLM's CPU platform selected by a platform plugin)"
+    run = ctx.early.pop("static.cli-version", None) or start_cli_version(ctx)
+    returncode, text = run.finish()
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    if proc.returncode != 0:
+    if returncode != 0:
         missing = _MISSING_MODULE.findall(text)
         if missing and is_third_party(missing[-1]):
             raise NotRun("`vllm --version`: " + missing_module_reason(missing[-1]))
         tail = "\n".join(lines[-8:])
-        raise AssertionError(f"`vllm --version` exited {proc.returncode}:\n{tail}")
+        raise AssertionError(f"`vllm --version` exited {returncode}:\n{tail}")
     assert ctx.version in lines, (
         f"`vllm --version` printed {lines[-1] if lines else 'nothing'!r}, want {ctx.version!r}"
     )
-    return f"`vllm --version` -> {ctx.version}{how}"
+    return f"`vllm --version` -> {ctx.version}{run.how}"
+
+
+@starts_early("static.cli-version")
+def start_cli_version(ctx: Ctx) -> VersionRun:
+    """Start `vllm --version` in a process of its own (see :class:`VersionRun`)."""
+    return VersionRun(ctx)
 
 
 _NO_PLATFORM = "Failed to infer device type"
 _MISSING_MODULE = re.compile(r"ModuleNotFoundError: No module named ['\"]([\w.]+)['\"]")
+VERSION_TIMEOUT_S = 300
 
 
-def _run_version(script: str, env: dict[str, str]) -> tuple[Any, str]:
-    try:
-        proc = subprocess.run(
-            [script, "--version"],
-            stdout=subprocess.PIPE,
+class VersionRun:
+    """One run of the installed `vllm` console script with ``--version``, started when
+    the check process starts and read when the check's turn comes, so that its 10-50 s
+    of imports (the fork's CLI imports every subcommand, benchmarks included, before it
+    parses ``--version``) overlap the in-process checks.
+
+    It needs a process of its own: what it proves is the console script as a user runs
+    it (its launcher and interpreter, a fresh ``sys.path``, the CLI's parser built from
+    scratch and its exit status), which no import in the check process can show (that
+    process has stand-ins and mocked devices installed). Once is enough: without a CUDA
+    device (and no ``+cpu`` build, vLLM then infers no platform and the CLI, which builds
+    ``serve``'s defaults before parsing, cannot start) vLLM's own CPU platform is
+    selected from the start through a platform plugin that exists only for this run."""
+
+    def __init__(self, ctx: Ctx) -> None:
+        self.script = os.path.join(os.path.dirname(sys.executable), "vllm")
+        self.how = ""
+        self.missing: str | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._dirs: list[tempfile.TemporaryDirectory[str]] = []
+        if not os.path.exists(self.script):
+            self.missing = f"the wheel installed no `vllm` console script ({self.script})"
+            return
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+        self.paths: list[str] = []
+        names = standin.install()
+        if names:  # the wheel's missing compiled extension, as in this process
+            self.paths.append(self._tempdir("forkpatch-stand-in-"))
+            standin.write_sitecustomize(self.paths[-1], names)
+        # Without a CUDA device vLLM infers no platform (unless a platform plugin of the
+        # environment's own answers): the CPU one is selected from the start, not after
+        # a first run that failed. With another plugin installed it runs as it is, and
+        # only if vLLM then infers no platform is it run again with the CPU one.
+        self.may_retry = not ctx.device.get("cuda_available")
+        if self.may_retry and not _platform_plugins():
+            self._spawn(cpu_platform=True)
+        else:
+            self._spawn(cpu_platform=False)
+
+    def _spawn(self, *, cpu_platform: bool) -> None:
+        paths = list(self.paths)
+        if cpu_platform:
+            paths.append(self._tempdir("forkpatch-cpu-platform-"))
+            write_cpu_platform_plugin(paths[-1])
+            self.how = " (no CUDA device: vLLM's CPU platform selected by a platform plugin)"
+            self.may_retry = False
+        env = dict(self.env)
+        if paths:
+            env["PYTHONPATH"] = os.pathsep.join(paths)
+        self.started = time.monotonic()
+        self._out = tempfile.TemporaryFile()  # noqa: SIM115 - closed in _wait()
+        self.proc = subprocess.Popen(
+            [self.script, "--version"],
+            stdin=subprocess.DEVNULL,
+            stdout=self._out,
             stderr=subprocess.STDOUT,
             env=env,
-            timeout=300,
             cwd=tempfile.gettempdir(),
-            check=False,
         )
-    except subprocess.TimeoutExpired:
-        raise AssertionError("`vllm --version` did not finish in 300 s") from None
-    return proc, proc.stdout.decode("utf-8", "replace")
+
+    def _tempdir(self, prefix: str) -> str:
+        self._dirs.append(tempfile.TemporaryDirectory(prefix=prefix))
+        return self._dirs[-1].name
+
+    def _wait(self) -> tuple[int, str]:
+        assert self.proc is not None
+        try:
+            left = VERSION_TIMEOUT_S - (time.monotonic() - self.started)
+            try:
+                self.proc.wait(timeout=max(left, 0.1))
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise AssertionError(
+                    f"`vllm --version` did not finish in {VERSION_TIMEOUT_S} s"
+                ) from None
+            size = self._out.seek(0, os.SEEK_END)
+            self._out.seek(max(0, size - _OUTPUT_LIMIT))  # a traceback ends it
+            return self.proc.returncode, self._out.read().decode("utf-8", "replace")
+        finally:
+            self._out.close()
+
+    def finish(self) -> tuple[int, str]:
+        """Its exit status and output (AssertionError: no script, or no end in time)."""
+        try:
+            if self.proc is None:
+                raise AssertionError(self.missing)
+            code, text = self._wait()
+            if code != 0 and _NO_PLATFORM in text and self.may_retry:
+                self._spawn(cpu_platform=True)
+                code, text = self._wait()
+            return code, text
+        finally:
+            for d in self._dirs:
+                d.cleanup()
+
+
+def _platform_plugins() -> list[str]:
+    """The environment's own vLLM platform plugins (entry points, by name)."""
+    import importlib.metadata as md
+
+    try:
+        return [ep.name for ep in md.entry_points(group="vllm.platform_plugins")]
+    except Exception:
+        return []
+
+
+# `vllm --version` prints a line or two; of more (a traceback), the last this many bytes.
+_OUTPUT_LIMIT = 1024 * 1024
 
 
 def write_cpu_platform_plugin(directory: str) -> None:
