@@ -1,4 +1,5 @@
-"""The closed sets of words forkpatch's options, files and results use, each written once.
+"""The closed sets of words forkpatch's options, files and results use, each written once
+(and the JSON value type the typed results are written as).
 
 Each set is a ``Literal`` type (for annotations and mypy); the tuple of its words
 (``typing.get_args``) is what the command line offers as choices and what the loaders
@@ -7,7 +8,15 @@ accept, so that a word added here is added everywhere.
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from collections.abc import Mapping, Sequence
+from typing import Literal, TypeAlias, get_args
+
+JsonValue: TypeAlias = (
+    "str | int | float | bool | Sequence[JsonValue] | Mapping[str, JsonValue] | None"
+)
+"""What JSON holds: the type of facts a report records as they were given (a smoke
+run's environment and device, a wheel's provenance in a stage result)."""
+JsonObject: TypeAlias = "Mapping[str, JsonValue]"
 
 HardwareTier = Literal["static", "gpu", "sm70"]
 """The smoke tiers a machine has or lacks, cumulative: sm70 runs gpu and static too."""
@@ -25,6 +34,22 @@ Toolchain = Literal["apt", "wheels", "none"]
 
 SmokeDeps = Literal["system", "index", "none"]
 """Where a smoke environment's dependencies come from."""
+
+CheckOutcome = Literal["passed", "failed", "error", "not-run"]
+"""How one smoke check went: it passed, its assertion failed, it raised, or it could not
+run (its hardware or a module is absent; the reason is recorded)."""
+
+TierStatus = Literal["passed", "failed", "incomplete", "not-run"]
+"""A smoke tier's status, derived from its checks: every check passed, one failed or
+errored, some could not run, or none ran (absent hardware, not requested)."""
+
+BisectStatus = Literal["found", "nothing-to-bisect", "fails-without-patches", "not-reproduced"]
+"""What ``smoke --bisect`` found: the first bad patch(es), no failing check, checks that
+fail without any patch, or failures the series built again does not reproduce."""
+
+PatchCheckStatus = Literal["no-checks", "declared-check-failed", "passed", "partial", "not-run"]
+"""How the checks a patch declares (``smoke:``) went in a smoke report: it declares none,
+one of them failed (whichever patch broke it), all passed, some passed, none ran."""
 
 CacheKind = Literal["ccache", "sccache", "none"]
 """The container build's compiler cache: a local volume, a shared bucket, or none."""
@@ -71,6 +96,10 @@ TIERS: tuple[Tier, ...] = get_args(Tier)
 BUILD_MODES: tuple[BuildMode, ...] = get_args(BuildMode)
 TOOLCHAINS: tuple[Toolchain, ...] = get_args(Toolchain)
 SMOKE_DEPS: tuple[SmokeDeps, ...] = get_args(SmokeDeps)
+CHECK_OUTCOMES: tuple[CheckOutcome, ...] = get_args(CheckOutcome)
+TIER_STATUSES: tuple[TierStatus, ...] = get_args(TierStatus)
+BISECT_STATUSES: tuple[BisectStatus, ...] = get_args(BisectStatus)
+PATCH_CHECK_STATUSES: tuple[PatchCheckStatus, ...] = get_args(PatchCheckStatus)
 CACHE_KINDS: tuple[CacheKind, ...] = get_args(CacheKind)
 HUNK_STATUSES: tuple[HunkStatus, ...] = get_args(HunkStatus)
 PATCH_STATUSES: tuple[PatchStatus, ...] = get_args(PatchStatus)

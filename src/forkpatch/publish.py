@@ -42,13 +42,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import quote, unquote, urljoin, urlsplit
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from forkpatch import fsutil, log
-from forkpatch.checkids import TIERS
 from forkpatch.errors import FetchError, PublishError, SmokeError
 from forkpatch.fetch import Auth, Fetcher
 from forkpatch.fsutil import (
@@ -63,10 +62,16 @@ from forkpatch.fsutil import (
     sweep_temps,
     write_event,
 )
+from forkpatch.kinds import TIERS, JsonValue
 from forkpatch.redact import MIN_SECRET_LENGTH, redact, strip_url_credentials
 from forkpatch.smoke.report import (
+    INCOMPLETE,
+    NOT_RUN,
+    PASSED,
     REPORT_SUFFIX,
-    CheckedReport,
+    PublishRecord,
+    SmokeReport,
+    as_tier,
     beside_wheel,
     dumps,
     now_iso,
@@ -104,7 +109,8 @@ class Gate:
     """Why a wheel may be published."""
 
     wheel: WheelInfo
-    checked: CheckedReport
+    report: SmokeReport  # validated, for exactly this wheel's sha256
+    report_path: Path  # where it was read
     overrides: dict[str, str] = field(default_factory=dict)  # tier -> why it did not run
     #: The private copy of the wheel whose bytes were hashed and gated: what is published
     #: (never the user's path again, which could be replaced in between).
@@ -114,27 +120,20 @@ class Gate:
     def source(self) -> Path:
         return self.staged if self.staged is not None else self.wheel.path
 
-    @property
-    def report_path(self) -> Path:
-        return self.checked.path
-
-    @property
-    def report(self) -> dict[str, Any]:
-        return self.checked.data
-
-    def published_report(self, target: str) -> dict[str, Any]:
-        data = dict(self.report)
-        data["publish"] = {
-            "target": target,
-            "file": self.wheel.path.name,
-            "sha256": self.wheel.sha256,
-            "at": now_iso(),
-            "by": _user(),
+    def published_report(self, target: str) -> SmokeReport:
+        """The report as it is published beside the wheel: with where, when, by whom, and
+        the tiers it was published without."""
+        record = PublishRecord(
+            target=target,
+            file=self.wheel.path.name,
+            sha256=self.wheel.sha256,
+            at=now_iso(),
+            by=_user(),
             # From the check results, never from the report's own summary.
-            "required_tiers_passed": [t for t in TIERS if self.checked.status(t) == "passed"],
-            "allowed_missing_tiers": {t: f"not run: {why}" for t, why in self.overrides.items()},
-        }
-        return data
+            required_tiers_passed=[t for t in TIERS if self.report.status(t) == PASSED],
+            allowed_missing_tiers={t: f"not run: {why}" for t, why in self.overrides.items()},
+        )
+        return replace(self.report, publish=record)
 
 
 def _user() -> str:
@@ -165,10 +164,11 @@ def _candidates(wheel: WheelInfo, project: Project | None, explicit: Sequence[Pa
 
 def find_report(
     wheel: WheelInfo, project: Project | None, explicit: Sequence[Path] = ()
-) -> CheckedReport:
-    """The smoke report for exactly this file (by sha256); PublishError when there is none.
+) -> tuple[Path, SmokeReport]:
+    """The smoke report for exactly this file (by sha256) and where it is; PublishError
+    when there is none.
 
-    A report that does not validate (:func:`forkpatch.smoke.report.validate_report`) is
+    A report that does not validate (:meth:`forkpatch.smoke.report.SmokeReport.from_json`) is
     refused at once with its file and field named, never skipped silently.
     """
     wrong: list[str] = []
@@ -176,12 +176,12 @@ def find_report(
         if not path.is_file():
             continue
         try:
-            checked = read_report(path)
+            report = read_report(path)
         except SmokeError as exc:
             raise PublishError(exc.message, tip=exc.tip) from None
-        if wheel.sha256 in checked.sha256s:
-            return checked
-        wrong.append(f"{path} is a report for {checked.primary_sha256[:16]}…, not this file")
+        if wheel.sha256 in report.sha256s:
+            return path, report
+        wrong.append(f"{path} is a report for {report.primary_sha256[:16]}…, not this file")
     msg = f"no smoke report for {wheel.path.name} (sha256 {wheel.sha256})"
     if wrong:
         msg += ": " + "; ".join(wrong)
@@ -204,10 +204,9 @@ def check_gate(
     for t in (*required, *allow_missing):
         if t not in TIERS:
             raise PublishError(f"unknown tier '{t}'", tip=f"tiers: {', '.join(TIERS)}")
-    checked = find_report(wheel, project, explicit)
-    path = checked.path
-    failed = [c for c in checked.checks if c.outcome in ("failed", "error")]
-    if failed or not checked.passed:
+    path, report = find_report(wheel, project, explicit)
+    failed = report.failed()
+    if failed or not report.passed:
         names = ", ".join(f"{c.id} ({c.outcome})" for c in failed) or "see the report"
         raise PublishError(
             f"the smoke report for {wheel.path.name} ({path}) did not pass: {names}",
@@ -215,13 +214,13 @@ def check_gate(
             "again; `forkpatch smoke --bisect` finds the patch",
         )
     overrides: dict[str, str] = {}
-    for tier in required:
-        # Every tier's outcome comes from its check results (validate_report).
-        st = checked.status(tier)
-        if st == "passed":
+    for tier in map(as_tier, required):
+        # Every tier's outcome comes from its check results (SmokeReport.from_json).
+        st = report.status(tier)
+        if st == PASSED:
             continue
-        why = checked.reason(tier) or st
-        if tier in allow_missing and st == "not-run":
+        why = report.reason(tier) or st
+        if tier in allow_missing and st == NOT_RUN:
             overrides[tier] = why
             log.warn(
                 f"publishing {wheel.path.name} without tier {tier} (not run: {why}): "
@@ -235,7 +234,7 @@ def check_gate(
                 "run",
                 tip="fix the failing checks; an override never hides a failure",
             )
-        if st == "incomplete":
+        if st == INCOMPLETE:
             tip = (
                 "some of its checks could not run (a dependency is missing): smoke again "
                 "with --deps system on a machine that has torch, or --deps index"
@@ -251,7 +250,7 @@ def check_gate(
             + (f" ({why})" if why and why != st else ""),
             tip=tip,
         )
-    return Gate(wheel=wheel, checked=checked, overrides=overrides)
+    return Gate(wheel=wheel, report=report, report_path=path, overrides=overrides)
 
 
 # --------------------------------------------------------------------------- targets
@@ -276,13 +275,13 @@ class Target(Protocol):
         """filename -> sha256 of the files already published for ``project_name``."""
         ...
 
-    def publish(self, gate: Gate, report: dict[str, Any]) -> None: ...
+    def publish(self, gate: Gate, report: SmokeReport) -> None: ...
 
     def unfinished(self, gate: Gate) -> bool:
         """The wheel is there but a publish cut short left its report out."""
         ...
 
-    def keep_beside(self, gate: Gate, report: dict[str, Any]) -> None:
+    def keep_beside(self, gate: Gate, report: SmokeReport) -> None:
         """What the target does not hold itself (an index takes only distributions)
         is written beside the user's wheel."""
         ...
@@ -360,7 +359,7 @@ class DirTarget:
     def unfinished(self, gate: Gate) -> bool:
         return not self.report_path(gate).exists()
 
-    def keep_beside(self, gate: Gate, report: dict[str, Any]) -> None:
+    def keep_beside(self, gate: Gate, report: SmokeReport) -> None:
         """The report and the sums are inside the directory index."""
 
     @contextlib.contextmanager
@@ -414,7 +413,7 @@ class DirTarget:
                     out[p.name] = sha256_file(p)
         return out
 
-    def publish(self, gate: Gate, report: dict[str, Any]) -> None:
+    def publish(self, gate: Gate, report: SmokeReport) -> None:
         wheel = gate.wheel
         self.packages.mkdir(parents=True, exist_ok=True)
         dest = self.packages / wheel.path.name
@@ -586,7 +585,7 @@ class IndexTarget:
         """An upload is one request: it is there or not."""
         return False
 
-    def keep_beside(self, gate: Gate, report: dict[str, Any]) -> None:
+    def keep_beside(self, gate: Gate, report: SmokeReport) -> None:
         beside = beside_wheel(gate.wheel.path)
         atomic_write(beside, dumps(report))
         _merge_sums(
@@ -649,7 +648,7 @@ class IndexTarget:
                 out[name] = digest.decode("ascii") if digest else hashlib.sha256(b"").hexdigest()
         return out
 
-    def publish(self, gate: Gate, report: dict[str, Any]) -> None:
+    def publish(self, gate: Gate, report: SmokeReport) -> None:
         import sys
 
         cmd = [
@@ -743,7 +742,7 @@ class Published:
     report: str
     overrides: dict[str, str]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, JsonValue]:
         return {
             "file": self.file,
             "sha256": self.sha256,

@@ -6,6 +6,8 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 import forkpatch.rebase
 
 PACKAGE = Path(forkpatch.rebase.__file__).resolve().parent
@@ -37,6 +39,61 @@ def test_the_rebase_state_is_typed_not_a_dict_of_anything():
             f"{path.name} uses typing.Any"
         )
         assert "dict[str, Any]" not in text, path.name
+
+
+# The typed smoke report from the writer to publish (and the tracker's stage results):
+# no Any at all; dict[str, Any] only in the JSON writers and readers of smoke/ and publish.
+TYPED = ("smoke/report.py", "smoke/runner.py", "publish.py", "track/stages.py")
+JSON_EDGES = {"to_json", "from_json", "junit_xml"}
+
+
+def _names_any(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Name) and n.id == "Any" for n in ast.walk(node))
+
+
+@pytest.mark.parametrize("rel", TYPED)
+def test_the_smoke_report_and_publish_use_no_any(rel):
+    text = (PACKAGE.parent / rel).read_text(encoding="utf-8")
+    assert not _names_any(ast.parse(text)), f"{rel} uses typing.Any"
+    assert "dict[str, Any]" not in text, rel
+
+
+def _any_outside_json_edges(path: Path) -> list[int]:
+    """Lines where dict[str, Any] is written outside a to_json/from_json/junit_xml."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    inside: set[int] = set()
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.name in JSON_EDGES:
+            inside.update(range(fn.lineno, (fn.end_lineno or fn.lineno) + 1))
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [n for n, line in enumerate(lines, 1) if "dict[str, Any]" in line and n not in inside]
+
+
+# The team check server's answer (its imports and timings), read by the session as it came
+# in: the one place left, to be typed as the check records are (kinds.JsonObject).
+STILL_ANY = {"smoke/session.py": [73, 173]}
+
+
+def test_smoke_and_publish_keep_dict_of_any_to_their_json_edges():
+    src = PACKAGE.parent
+    found = {
+        str(p.relative_to(src)): lines
+        for p in [*sorted((src / "smoke").glob("*.py")), src / "publish.py"]
+        if (lines := _any_outside_json_edges(p))
+    }
+    assert found == STILL_ANY
+
+
+def test_the_json_edge_check_sees_a_field(tmp_path):
+    (tmp_path / "m.py").write_text(
+        "class R:\n"
+        "    data: dict[str, Any]\n"
+        "    def to_json(self) -> dict[str, Any]:\n"
+        "        out: dict[str, Any] = {}\n"
+        "        return out\n",
+        encoding="utf-8",
+    )
+    assert _any_outside_json_edges(tmp_path / "m.py") == [2]
 
 
 # What only exists outside the repository: the tracker's issue numbers and the

@@ -20,6 +20,8 @@ SETS = [
     kinds.BUILD_MODES,
     kinds.TOOLCHAINS,
     kinds.SMOKE_DEPS,
+    kinds.CHECK_OUTCOMES,
+    kinds.TIER_STATUSES,
     kinds.PATCH_STATUSES,
     kinds.APPLIED_STATUSES,
     kinds.DROPPED_STATUSES,

@@ -65,3 +65,41 @@ def test_a_gate_is_frozen_once_made():
     gate = Gate.__new__(Gate)
     with pytest.raises(dataclasses.FrozenInstanceError):
         setattr(gate, field.name, None)
+
+
+def test_publish_gates_and_places_a_typed_report():
+    """The gate holds the SmokeReport read back; every target takes that report (the
+    published copy), never a dict."""
+    from forkpatch import publish
+
+    assert typing.get_type_hints(publish.Gate)["report"] is SmokeReport
+    for cls in (publish.Target, publish.DirTarget, publish.IndexTarget):
+        for method in ("publish", "keep_beside"):
+            hints = typing.get_type_hints(getattr(cls, method))
+            assert hints["report"] is SmokeReport, (cls.__name__, method)
+    assert typing.get_type_hints(publish.Gate.published_report)["return"] is SmokeReport
+
+
+def test_a_smoke_result_read_back_holds_only_the_words_of_its_sets():
+    from forkpatch.track.stages import SmokeRun, stage_from_json, stage_to_json
+
+    run = SmokeRun(
+        passed=True,
+        tier="sm70",
+        runner="v100",
+        wheels={"w.whl": "a" * 64},
+        report="smoke/report.json",
+        tiers={"static": "passed", "sm70": "not-run"},
+        not_run={"sm70": "no V100"},
+        checks={"static.version-metadata": "passed"},
+        failed=(),
+    )
+    raw = stage_to_json(run)
+    assert stage_from_json("smoke", raw) == run
+    for key, value in (
+        ("tiers", {"static": "green"}),
+        ("tiers", {"nightly": "passed"}),
+        ("checks", {"static.version-metadata": "ok"}),
+        ("checks", ["passed"]),
+    ):
+        assert stage_from_json("smoke", {**raw, key: value}) is None, (key, value)

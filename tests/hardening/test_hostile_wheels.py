@@ -10,6 +10,7 @@ of 768 MiB, so inflating a bomb in memory dies with MemoryError.
 
 from __future__ import annotations
 
+import json
 import resource
 import subprocess
 import sys
@@ -298,6 +299,54 @@ def test_an_honest_large_member_is_read_in_bounded_memory(tmp_path: Path) -> Non
     assert "vllm/big.py" in got.stderr  # RECORD has no hash for it: a mismatch, reported
 
 
+_PROVENANCE = {
+    "schema": 1,
+    "fork_url": "https://github.com/org/fork.git",
+    "tag": "v1.2.1",
+    "commit": "a" * 40,
+    "patches": [{"name": "p", "sha256": "b" * 64}],
+    "forkpatch_version": "0.1.0",
+    "builder": {"mode": "overlay"},
+}
+# A provenance a wheel may carry that is not one forkpatch wrote: each is refused by the
+# commands that read it (smoke, publish), naming the wheel and the field.
+BAD_PROVENANCE: dict[str, tuple[bytes, str]] = {
+    "not JSON": (b"{", "not valid JSON"),
+    "a list": (b"[]", "expected an object"),
+    "no tag": (
+        json.dumps({k: v for k, v in _PROVENANCE.items() if k != "tag"}).encode(),
+        "missing key(s) tag",
+    ),
+    "an unknown key": (json.dumps({**_PROVENANCE, "x": 1}).encode(), "unknown key(s) x"),
+    "a patch with neither sha256 nor build step": (
+        json.dumps({**_PROVENANCE, "patches": [{"name": "p"}]}).encode(),
+        "patches[0]",
+    ),
+    "files that are no digests": (
+        json.dumps({**_PROVENANCE, "files": {"vllm/x.py": 1}}).encode(),
+        "files",
+    ),
+}
+
+
+@pytest.mark.parametrize("label", sorted(BAD_PROVENANCE))
+def test_a_wheel_with_a_bad_provenance_is_refused_naming_it(tmp_path: Path, label: str) -> None:
+    raw, says = BAD_PROVENANCE[label]
+    wheel = make_wheel(
+        tmp_path / WHEEL, {"vllm/__init__.py": b"", f"{DI}/forkpatch-provenance.json": raw}
+    )
+    passing_report(wheel)
+    for args in (
+        ["smoke", str(wheel), "--tier", "static", "--deps", "none"],
+        ["publish", str(wheel), "--to", str(tmp_path / "index")],
+    ):
+        got, _ = _run(tmp_path, *args)
+        assert got.returncode == 1, (args, got.stderr)
+        assert f"{WHEEL}: forkpatch-provenance.json" in got.stderr and says in got.stderr
+        assert "Traceback" not in got.stderr and "internal error" not in got.stderr
+    assert not (tmp_path / "index" / "packages").exists()
+
+
 RELIABILITY = [
     Row(
         "hostile wheels",
@@ -321,5 +370,13 @@ RELIABILITY = [
         "each refused in < 60 s under a 768 MiB address-space limit, never MemoryError; "
         "an honest 1 GiB member is streamed",
         refused=str(sum(len(b[2]) for b in BOMBS.values())),
+    ),
+    Row(
+        "hostile wheels",
+        "a provenance forkpatch did not write (not JSON, not an object, a missing or unknown "
+        "key, a bad patch entry, bad file digests)",
+        f"{len(BAD_PROVENANCE)} provenances x (smoke, publish)",
+        "refused naming the wheel and the field, before any environment is made; nothing published",
+        refused=str(2 * len(BAD_PROVENANCE)),
     ),
 ]

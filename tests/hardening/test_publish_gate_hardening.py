@@ -82,6 +82,14 @@ def _both(*edits: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]]
 
 
 # Each edit of the passing report, and the field the refusal must name.
+_PROVENANCE_NO_TAG = {
+    "schema": 1,
+    "fork_url": "https://github.com/org/fork.git",
+    "commit": "a" * 40,
+    "patches": [],
+    "forkpatch_version": "0.1.0",
+    "builder": {"mode": "overlay"},
+}
 TAMPERED: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
     "summary says passed, its check did not run": (_set("checks[1].outcome", "not-run"), "sm70"),
     "summary says passed, the tier has no checks": (
@@ -116,6 +124,29 @@ TAMPERED: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
     "notes is a string": (_set("notes", "fine"), "notes"),
     "schema is true": (_set("schema", True), "schema"),
     "kind missing": (_set("kind", _DEL), "kind"),
+    "provenance without its tag": (_set("provenance", _PROVENANCE_NO_TAG), "field provenance"),
+    "provenance with an unknown key": (
+        _set("provenance", {**_PROVENANCE_NO_TAG, "tag": "v1", "colour": "red"}),
+        "field provenance",
+    ),
+    "provenance is a list": (_set("provenance", []), "provenance"),
+    "a wheel's size is a string": (_set("wheels[0].size", "big"), "wheels[0].size"),
+    "a publish record without its target": (
+        _set("publish", {"file": WHEEL, "sha256": "0" * 64, "at": "now", "by": "me"}),
+        "publish.target",
+    ),
+    "a publish record's tier unknown": (
+        _set(
+            "publish",
+            {
+                **{k: "x" for k in ("target", "file", "sha256", "at", "by")},
+                "required_tiers_passed": ["sm80"],
+            },
+        ),
+        "publish.required_tiers_passed[0]",
+    ),
+    "device is a list": (_set("device", ["cuda:0"]), "device"),
+    "a patch entry without its name": (_set("patches", [{"status": "passed"}]), "patches[0]"),
 }
 
 
@@ -335,7 +366,8 @@ RELIABILITY = [
     Row(
         "publish gate",
         "smoke reports with a summary that disagrees with their checks, wrong types, "
-        "unknown values, missing fields, or not an object",
+        "unknown values, missing fields, or not an object; a bad provenance or publish "
+        "record in them",
         f"{len(TAMPERED) + 5} reports",
         "one error naming the file (and the field), never a traceback; nothing published",
         refused=str(len(TAMPERED) + 5),

@@ -199,7 +199,8 @@ def test_series_yaml_with_credentials_is_refused_with_its_line(tmp_path: Path, f
 def test_an_old_wheel_with_a_token_in_its_provenance_never_spreads(tmp_path: Path) -> None:
     """A wheel built before this check carries the token in its provenance: verify, the
     smoke report and the published report show the URL without it."""
-    from forkpatch.smoke.report import CheckResult, SmokeReport, dumps
+    from forkpatch.smoke.report import CheckResult, SmokeReport, WheelEntry, dumps
+    from forkpatch.wheels.identity import Provenance
     from support.wheelfactory import make_wheel
 
     prov = {
@@ -222,7 +223,7 @@ def test_an_old_wheel_with_a_token_in_its_provenance_never_spreads(tmp_path: Pat
     assert "github.com/org/fork.git" in got.stdout, got.stdout + got.stderr
     assert CANARY not in got.stdout + got.stderr
     report = SmokeReport(
-        wheels=[{"file": wheel.name, "sha256": "0" * 64}],
+        wheels=[WheelEntry("0" * 64, file=wheel.name)],
         primary_sha256="0" * 64,
         version="1.2.1",
         requested_tiers=["static"],
@@ -230,9 +231,9 @@ def test_an_old_wheel_with_a_token_in_its_provenance_never_spreads(tmp_path: Pat
         environment={"index_url": f"https://u:{CANARY}@pypi.example/simple"},
         device={},
         patches=[],
-        provenance=prov,
+        provenance=Provenance.from_json(json.dumps(prov)),
     )
-    text = dumps(report.to_json())
+    text = dumps(report)
     assert CANARY.encode() not in text and b"github.com/org/fork.git" in text
 
 

@@ -10,17 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from forkpatch.smoke.report import CheckResult, SmokeReport
+from forkpatch.smoke.report import CheckResult, SmokeReport, WheelEntry
 from forkpatch.smoke.runner import store_report
 from support.reliability import Row
 
 
-def _checks_report(wheel: Path, checks: dict[str, str]) -> dict:
+def _checks_report(wheel: Path, checks: dict[str, str]) -> SmokeReport:
     """A report of ``checks`` (id -> outcome), each in the tier its id names."""
     sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
     tiers = sorted({cid.split(".")[0] for cid in checks}, key=("static", "gpu", "sm70").index)
     return SmokeReport(
-        wheels=[{"file": wheel.name, "sha256": sha}],
+        wheels=[WheelEntry(sha, file=wheel.name)],
         primary_sha256=sha,
         version="1.2.1",
         requested_tiers=tiers,
@@ -31,7 +31,7 @@ def _checks_report(wheel: Path, checks: dict[str, str]) -> dict:
         environment={},
         device={},
         patches=[],
-    ).to_json()
+    )
 
 
 P, N, F = "passed", "not-run", "failed"
@@ -68,7 +68,9 @@ def test_a_run_with_less_evidence_of_a_tier_does_not_replace_the_stored_one(
         assert "kept" in err and "tier " in err
     else:
         assert written == path
-        assert json.loads(path.read_text())["checks"] == _checks_report(wheel, new)["checks"]
+        assert (
+            json.loads(path.read_text())["checks"] == _checks_report(wheel, new).to_json()["checks"]
+        )
 
 
 RELIABILITY = [

@@ -19,7 +19,7 @@ from forkpatch import escape
 from forkpatch.rebase.plan import Outcome
 from forkpatch.rebase.report import Endpoint, RebaseReport, ReportedPatch, ReportOptions, markdown
 from forkpatch.smoke import checks
-from forkpatch.smoke.report import CheckResult, SmokeReport, junit_xml
+from forkpatch.smoke.report import CheckResult, SmokeReport, WheelEntry, junit_xml
 from support.cli import fp
 from support.git import file_diff
 from support.projects import project_with_patches
@@ -58,11 +58,11 @@ def test_each_helper_leaves_no_raw_control(label: str) -> None:
     ET.fromstring(f"<a b='{escape.xml_text(text)}'>{escape.xml_text(text)}</a>".encode())
 
 
-def _smoke(detail: str) -> dict[str, object]:
+def _smoke(detail: str) -> SmokeReport:
     reg = checks.registry()
     outcomes = {"static.version-metadata": "failed", "static.cli-version": "error"}
     return SmokeReport(
-        wheels=[{"file": "w.whl", "sha256": "a" * 64}],
+        wheels=[WheelEntry("a" * 64, file="w.whl")],
         primary_sha256="a" * 64,
         version="1",
         requested_tiers=["static"],
@@ -73,7 +73,7 @@ def _smoke(detail: str) -> dict[str, object]:
         environment={"deps": detail},
         device={},
         patches=[detail],
-    ).to_json()
+    )
 
 
 @pytest.mark.parametrize("label", list(HOSTILE))

@@ -25,7 +25,7 @@ def smoked(example_build: ExampleBuild, tmp_path_factory: pytest.TempPathFactory
     shutil.copy2(example_build.wheel, wheel)
     outcome = run_smoke(SmokeOptions(wheels=(wheel,), tier="static", deps="none"))
     assert outcome.passed, outcome.report
-    assert outcome.report.status("static") == "passed", outcome.report.tier_status()
+    assert outcome.report.status("static") == "passed", outcome.report.statuses()
     return d
 
 

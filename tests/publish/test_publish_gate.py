@@ -100,7 +100,7 @@ def test_override_never_covers_a_failed_tier(wheel_dir, tmp_path):
         sm70[0]["outcome"] = "passed"
         checks = [CheckResult(c["id"], c["tier"], c["outcome"]) for c in data["checks"]]
         derived = derive_tiers(checks, data["tiers"]["requested"])
-        data["tiers"]["status"] = {t: d["status"] for t, d in derived.items()}
+        data["tiers"]["status"] = {t: d.status for t, d in derived.items()}
         assert data["tiers"]["status"]["sm70"] == "incomplete"
 
     _edit_report(wheel_dir, sm70_incomplete)
@@ -144,12 +144,10 @@ def _gpu_jit_passed(data: dict) -> None:
     ]
     checks = [CheckResult(c["id"], c["tier"], c["outcome"]) for c in data["checks"]]
     derived = derive_tiers(checks, data["tiers"]["requested"])
-    data["tiers"]["status"] = {t: d["status"] for t, d in derived.items()}
-    data["tiers"]["run"] = [t for t, d in derived.items() if d["status"] != "not-run"]
-    data["tiers"]["not_run"] = {
-        t: d["reason"] for t, d in derived.items() if d["status"] == "not-run"
-    }
-    data["tiers"]["detail"] = derived
+    data["tiers"]["status"] = {t: d.status for t, d in derived.items()}
+    data["tiers"]["run"] = [t for t, d in derived.items() if d.status != "not-run"]
+    data["tiers"]["not_run"] = {t: d.reason for t, d in derived.items() if d.status == "not-run"}
+    data["tiers"]["detail"] = {t: d.to_json() for t, d in derived.items()}
     assert data["tiers"]["status"]["gpu-jit"] == "passed"
     assert data["tiers"]["status"]["sm70"] == "not-run"
 

@@ -15,7 +15,7 @@ import pytest
 from forkpatch.checkids import CHECK_IDS, GPU_JIT_TWINS
 from forkpatch.series import PatchEntry, load_series
 from forkpatch.smoke import checks, incheck
-from forkpatch.smoke.report import CheckResult, SmokeReport
+from forkpatch.smoke.report import CheckResult, SmokeReport, WheelEntry
 from support import REPO_ROOT
 
 KERNEL_LEVEL = [
@@ -78,7 +78,7 @@ def test_the_report_counts_the_checks_of_each_tier_that_ran():
     reg = checks.registry()
     ran = {"gpu-jit.library": "passed", "gpu-jit.kernel-matrix": "failed"}
     report = SmokeReport(
-        wheels=[{"file": "w.whl", "sha256": "a" * 64}],
+        wheels=[WheelEntry("a" * 64, file="w.whl")],
         primary_sha256="a" * 64,
         version="1",
         requested_tiers=["static", "gpu", "gpu-jit"],
@@ -88,8 +88,8 @@ def test_the_report_counts_the_checks_of_each_tier_that_ran():
         device={},
         patches=[],
     )
-    detail = report.tier_status()["gpu-jit"]
-    assert (detail["ran"], detail["of"]) == (2, len(GPU_JIT))
+    detail = report.tiers["gpu-jit"]
+    assert (detail.ran, detail.of) == (2, len(GPU_JIT))
     assert report.to_json()["tiers"]["detail"]["gpu-jit"]["of"] == len(GPU_JIT)
 
 

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from forkpatch.smoke.report import CheckResult, SmokeReport, read_report
+from forkpatch.smoke.report import CheckResult, SmokeReport, WheelEntry, read_report
 from forkpatch.smoke.runner import store_report
 from support.smoke import passing_report
 
 
-def _report(wheel: Path, ran: tuple[str, ...], sha: str | None = None) -> dict:
+def _report(wheel: Path, ran: tuple[str, ...], sha: str | None = None) -> SmokeReport:
     sha = sha or hashlib.sha256(wheel.read_bytes()).hexdigest()
     return SmokeReport(
-        wheels=[{"file": wheel.name, "sha256": sha}],
+        wheels=[WheelEntry(sha, file=wheel.name)],
         primary_sha256=sha,
         version="1.2.1",
         requested_tiers=list(ran),
@@ -25,7 +25,7 @@ def _report(wheel: Path, ran: tuple[str, ...], sha: str | None = None) -> dict:
         environment={},
         device={},
         patches=[],
-    ).to_json()
+    )
 
 
 @pytest.mark.parametrize(
@@ -50,7 +50,7 @@ def test_a_report_with_fewer_tiers_does_not_replace_the_stored_one(
     if kept:
         assert path.read_bytes() == before
         assert written != path and written.name.endswith(".latest.json")
-        assert read_report(written).data["tiers"]["run"] == list(new)
+        assert read_report(written).ran() == list(new)
         assert "kept" in err and "--report" in err and str(written) in err
     else:
         assert written == path
@@ -63,4 +63,4 @@ def test_a_report_for_another_wheel_is_replaced(tmp_path):
     path = passing_report(wheel, ("static", "sm70"))
     wheel.write_bytes(b"new bytes: another build")
     assert store_report(_report(wheel, ("static",)), path) == path
-    assert read_report(path).data["tiers"]["run"] == ["static"]
+    assert read_report(path).ran() == ["static"]

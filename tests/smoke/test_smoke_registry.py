@@ -11,7 +11,14 @@ import pytest
 from forkpatch.errors import SeriesError, SmokeError
 from forkpatch.series import BaseRef, ForkInfo, PatchEntry, Series, load_series
 from forkpatch.smoke import checks, incheck
-from forkpatch.smoke.report import CheckResult, SmokeReport, junit_xml, read_report, write_report
+from forkpatch.smoke.report import (
+    CheckResult,
+    SmokeReport,
+    WheelEntry,
+    junit_xml,
+    read_report,
+    write_report,
+)
 from support import REPO_ROOT
 
 # The ids the real patch set's series.yaml uses (what a V100 smoke check must prove).
@@ -273,7 +280,7 @@ def test_gated_check_is_not_run_never_passed():
 def _report(outcomes: dict[str, str], requested=("static", "gpu", "sm70")) -> SmokeReport:
     reg = checks.registry()
     return SmokeReport(
-        wheels=[{"file": "w.whl", "sha256": "a" * 64}],
+        wheels=[WheelEntry("a" * 64, file="w.whl")],
         primary_sha256="a" * 64,
         version="1",
         requested_tiers=list(requested),
@@ -312,7 +319,7 @@ def test_tier_status():
     }
     assert st["run"] == ["static", "sm70"]
     assert r.passed
-    assert r.per_patch() == [
+    assert [p.to_json() for p in r.per_patch()] == [
         {"name": "p", "status": "not-run", "checks": {"static.packed-repack-cpu": "not-run"}}
     ]
     r2 = _report({"static.version-metadata": "error"}, requested=("static",))
@@ -342,7 +349,7 @@ def test_the_reports_readers_say_what_its_json_says(tmp_path, outcomes, requeste
     agree with the file it writes."""
     r = replace(_report(outcomes, requested=requested), started="2026-12-01T00:00:00Z")
     data = r.to_json()
-    back = read_report(write_report(data, tmp_path / "r.json"))
+    back = read_report(write_report(r, tmp_path / "r.json"))
     assert r.ran() == back.ran() == data["tiers"]["run"]
     assert back.primary_sha256 == r.primary_sha256 == data["wheel"]["sha256"]
     assert back.started == data["started"] and back.deps == data["environment"]["deps"]
@@ -363,7 +370,7 @@ def test_junit_marks_not_run_as_skipped():
             "gpu.cuda-compute": "not-run",
             "sm70.capability": "error",
         }
-    ).to_json()
+    )
     root = ET.fromstring(junit_xml(data))
     assert root.get("tests") == "4" and root.get("failures") == "1"
     assert root.get("errors") == "1" and root.get("skipped") == "1"

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from forkpatch.smoke.report import CheckResult, SmokeReport
+from forkpatch.smoke.report import CheckResult, SmokeReport, WheelEntry
 from forkpatch.smoke.runner import DETAIL_LINES_NOT_PASSED, print_summary
 from support import smoke
 from support.cli import Runner
@@ -24,7 +24,7 @@ KERNELS = (
 
 def _report(*checks: CheckResult) -> SmokeReport:
     return SmokeReport(
-        wheels=[{"sha256": "a" * 64}],
+        wheels=[WheelEntry("a" * 64)],
         primary_sha256="a" * 64,
         version="1.2.1",
         requested_tiers=["static"],

@@ -159,11 +159,11 @@ def test_team_checks_run_in_the_smoke_environment(example_build, tmp_path, capsy
     ],
 )
 def test_failure_tip_offers_bisect_for_a_team_check(failed, patches, says):
-    from forkpatch.smoke.report import CheckResult, SmokeReport
+    from forkpatch.smoke.report import CheckResult, SmokeReport, WheelEntry
     from forkpatch.smoke.runner import failure_tip
 
     report = SmokeReport(
-        wheels=[{"sha256": "a" * 64}],
+        wheels=[WheelEntry("a" * 64)],
         primary_sha256="a" * 64,
         version="1",
         requested_tiers=["static"],

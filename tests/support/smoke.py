@@ -81,11 +81,17 @@ def set_smoke(
 
 def passing_report(wheel: Path, tiers: tuple[str, ...] = ("static", "sm70")) -> Path:
     """A consistent smoke report beside ``wheel`` in which ``tiers`` passed (one check each)."""
-    from forkpatch.smoke.report import REPORT_SUFFIX, CheckResult, SmokeReport, write_report
+    from forkpatch.smoke.report import (
+        REPORT_SUFFIX,
+        CheckResult,
+        SmokeReport,
+        WheelEntry,
+        write_report,
+    )
 
     sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
     report = SmokeReport(
-        wheels=[{"file": wheel.name, "sha256": sha}],
+        wheels=[WheelEntry(sha, file=wheel.name)],
         primary_sha256=sha,
         version="1.2.1",
         requested_tiers=list(tiers),
@@ -94,7 +100,7 @@ def passing_report(wheel: Path, tiers: tuple[str, ...] = ("static", "sm70")) -> 
         device={},
         patches=[],
     )
-    return write_report(report.to_json(), wheel.with_name(wheel.name + REPORT_SUFFIX))
+    return write_report(report, wheel.with_name(wheel.name + REPORT_SUFFIX))
 
 
 # A patch that makes `vllm --version` crash: the console script imports this package.

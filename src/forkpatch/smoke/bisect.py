@@ -24,23 +24,23 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from forkpatch import log
 from forkpatch.errors import SmokeError, UsageError
+from forkpatch.kinds import BisectStatus, CheckOutcome, Tier
 from forkpatch.project import Project
 from forkpatch.series import SERIES_FILE, PatchEntry, Series
 from forkpatch.smoke.checks import tiers_up_to
-from forkpatch.smoke.incheck import ERROR, FAILED, NOT_RUN
-from forkpatch.smoke.report import CheckedReport, CheckResult
+from forkpatch.smoke.report import ERROR, FAILED, NOT_RUN, CheckResult, SmokeReport
 from forkpatch.smoke.runner import SmokeOptions, run_smoke
 from forkpatch.smoke.scratch import ScratchBuilds
-from forkpatch.smoke.wheelinfo import read_wheel
+from forkpatch.smoke.wheelinfo import read_wheel, wheel_vs_series
 
-FOUND = "found"
-NOTHING = "nothing-to-bisect"
-FAILS_WITHOUT_PATCHES = "fails-without-patches"
-NOT_REPRODUCED = "not-reproduced"
+FOUND: Final = "found"
+NOTHING: Final = "nothing-to-bisect"
+FAILS_WITHOUT_PATCHES: Final = "fails-without-patches"
+NOT_REPRODUCED: Final = "not-reproduced"
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class BisectOptions:
 
     target: Path | None = None  # a wheel, a series.yaml or a project dir (None: the project)
     base_wheel: Path | None = None  # default: series build.base-wheel
-    tier: str = "sm70"
+    tier: Tier = "sm70"
     deps: str = "system"
     python: str | None = None
     index_url: str | None = None
@@ -63,7 +63,7 @@ class Probe:
 
     prefix: int
     patches: list[str]
-    outcomes: dict[str, str]  # check id -> outcome
+    outcomes: dict[str, CheckOutcome]  # check id -> outcome
     details: dict[str, str]
     wheel: str | None = None
     seconds: float = 0.0
@@ -101,7 +101,7 @@ class Culprit:
 
 @dataclass
 class BisectResult:
-    status: str
+    status: BisectStatus
     target: str
     series_patches: list[str]
     failing: dict[str, str]  # on the full series: check id -> detail
@@ -137,7 +137,9 @@ def _failed(checks: Iterable[CheckResult]) -> dict[str, str]:
     return {c.id: c.detail for c in checks if c.outcome in (FAILED, ERROR)}
 
 
-def _stored_report(project: Project, wheel: Path, opts: BisectOptions) -> CheckedReport | None:
+def _stored_report(
+    project: Project, wheel: Path, opts: BisectOptions
+) -> tuple[Path, SmokeReport] | None:
     """The smoke report already written for this wheel's exact sha256 (the project's
     store, its ``.latest.json``, then beside the wheel) that ran at least the tiers
     asked for, with the same kind of dependencies: its failing checks are the ones to
@@ -156,50 +158,19 @@ def _stored_report(project: Project, wheel: Path, opts: BisectOptions) -> Checke
             log.warn(f"bisect: not using {path}: {exc.message}")
             continue
         deps = report.deps
-        if sha not in report.sha256s or not want <= set(report.requested) or deps != opts.deps:
+        if (
+            sha not in report.sha256s
+            or not want <= set(report.requested_tiers)
+            or deps != opts.deps
+        ):
             continue
         log.info(
             f"bisect: {wheel.name} (sha256 {sha[:16]}…) was smoked on "
-            f"{report.started or '?'} (tiers {', '.join(report.requested)}, deps "
+            f"{report.started or '?'} (tiers {', '.join(report.requested_tiers)}, deps "
             f"{deps}): its failing checks are taken from {path}, no smoke run needed"
         )
-        return report
+        return path, report
     return None
-
-
-def _wheel_vs_series(prov: dict[str, Any], project: Project) -> list[str]:
-    """Where a wheel's provenance disagrees with the project's series (empty: it matches).
-
-    The builder (overlay or container) is a fact of one build, not of the series,
-    so it is not compared: the prefixes are built with the overlay path either way.
-    """
-    from forkpatch.wheels.buildwheel import expected_provenance
-    from forkpatch.wheels.identity import BuilderInfo
-
-    want = expected_provenance(project, BuilderInfo(mode="overlay"))
-    diffs = [
-        f"{key}: wheel has {prov.get(key)!r}, series has {getattr(want, attr)!r}"
-        for key, attr in (("tag", "tag"), ("commit", "commit"))
-        if prov.get(key) != getattr(want, attr)
-    ]
-    got = [
-        (str(p.get("name")), p.get("sha256"), p.get("build_step"))
-        for p in prov.get("patches") or []
-    ]
-    exp = [(p.name, p.sha256, p.build_step) for p in want.patches]
-    if [g[0] for g in got] != [e[0] for e in exp]:
-        diffs.append(
-            f"patches: wheel has {', '.join(g[0] for g in got) or 'none'}; series has "
-            f"{', '.join(e[0] for e in exp) or 'none'}"
-        )
-    else:
-        diffs += [
-            f"patch '{g[0]}' differs (sha256 {str(g[1])[:12]} in the wheel, "
-            f"{str(e[1])[:12]} in {project.rel(project.patches_dir)}/)"
-            for g, e in zip(got, exp, strict=True)
-            if g != e
-        ]
-    return diffs
 
 
 def _resolve(
@@ -362,14 +333,13 @@ def bisect(
     )
 
     if wheel is not None:
-        info = read_wheel(wheel)
-        prov = info.provenance()
+        prov = read_wheel(wheel).provenance
         if prov is None:
             raise SmokeError(
                 f"{wheel.name} has no forkpatch provenance: which patches it holds is unknown",
                 tip="bisect the series instead: forkpatch smoke --bisect series.yaml",
             )
-        diffs = _wheel_vs_series(prov, project)
+        diffs = wheel_vs_series(prov, project)
         if diffs:
             raise SmokeError(
                 f"{wheel.name} was not built from the series in "
@@ -385,8 +355,8 @@ def bisect(
         # ---- 1. the failing checks on the full series
         stored = _stored_report(project, wheel, opts) if wheel is not None else None
         if stored is not None:
-            result.reused_report = str(stored.path)
-            result.failing = _failed(stored.checks)
+            result.reused_report = str(stored[0])
+            result.failing = _failed(stored[1].checks)
             full_checked = False
         elif wheel is not None:
             log.info(f"bisect: smoking {wheel.name} to find the failing checks")

@@ -14,7 +14,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from forkpatch.errors import ForkpatchError
 from forkpatch.fsutil import read_regular
@@ -104,7 +104,7 @@ def _cpu_torch(spec: str, index_configured: bool) -> str:
 
 
 def install_notes(
-    checks: list[dict[str, Any]],
+    checks: Sequence[Mapping[str, str]],
     *,
     python: str,
     deps: str,
@@ -119,7 +119,7 @@ def install_notes(
     needed: dict[str, list[str]] = {}
     for c in checks:
         if c["outcome"] == NOT_RUN:
-            for module in missing_modules(c["detail"]):
+            for module in missing_modules(c.get("detail", "")):
                 needed.setdefault(module, []).append(c["id"])
     notes = []
     for module, ids in needed.items():

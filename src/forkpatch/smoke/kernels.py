@@ -166,7 +166,7 @@ def run_host_checks(
             outcome, detail = check.func(wheel)
         except (OSError, zipfile.BadZipFile) as exc:
             outcome, detail = ERROR, f"cannot read {wheel.name}: {exc}"
-        out[cid] = CheckResult(
+        out[cid] = CheckResult.of(
             cid, check.tier, outcome, time.monotonic() - t0, detail, list(plan.get(cid, []))
         )
     return out

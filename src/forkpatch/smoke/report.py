@@ -16,101 +16,298 @@ import json
 import re
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Final
 
 from forkpatch import __version__
-from forkpatch.errors import SmokeError
+from forkpatch.errors import BuildError, SmokeError
 from forkpatch.escape import xml_text
 from forkpatch.fsutil import atomic_write, read_regular
+from forkpatch.kinds import (
+    CHECK_OUTCOMES,
+    TIER_STATUSES,
+    TIERS,
+    CheckOutcome,
+    JsonObject,
+    JsonValue,
+    PatchCheckStatus,
+    Tier,
+    TierStatus,
+)
 from forkpatch.redact import scrub
-from forkpatch.smoke.incheck import ERROR, FAILED, NOT_RUN, PASSED, TIERS
+
+if TYPE_CHECKING:
+    from forkpatch.wheels.identity import Provenance
 
 SCHEMA = 1
-OUTCOMES = (PASSED, FAILED, NOT_RUN, ERROR)
-INCOMPLETE = "incomplete"
-DECLARED_CHECK_FAILED = "declared-check-failed"
-TIER_STATUSES = (PASSED, "failed", INCOMPLETE, NOT_RUN)
+PASSED: Final = "passed"
+FAILED: Final = "failed"
+ERROR: Final = "error"
+NOT_RUN: Final = "not-run"
+INCOMPLETE: Final = "incomplete"
+DECLARED_CHECK_FAILED: Final = "declared-check-failed"
 _SHA256 = re.compile(r"\A[0-9a-f]{64}\Z")
 REPORT_SUFFIX = ".smoke.json"
 STORE = Path(".forkpatch") / "smoke"
 
 
-@dataclass
+def _is_json(value: object) -> bool:
+    # Iterative: a file's nesting decides the depth, never Python's recursion limit.
+    todo = [value]
+    while todo:
+        v = todo.pop()
+        if v is None or isinstance(v, (str, int, float)):
+            continue
+        if isinstance(v, (list, tuple)):
+            todo.extend(v)
+        elif isinstance(v, dict) and all(isinstance(k, str) for k in v):
+            todo.extend(v.values())
+        else:
+            return False
+    return True
+
+
+def json_object(value: object) -> JsonObject | None:
+    """``value`` when it is a JSON object (string keys, JSON values all the way down)."""
+    if isinstance(value, dict) and _is_json(value):
+        return value
+    return None
+
+
+def as_tier(word: str) -> Tier:
+    """``word`` as a :data:`~forkpatch.kinds.Tier` (ValueError when it is none)."""
+    for t in TIERS:
+        if word == t:
+            return t
+    raise ValueError(f"{word!r} is not a smoke tier ({', '.join(TIERS)})")
+
+
+def as_outcome(word: str) -> CheckOutcome:
+    """``word`` as a :data:`~forkpatch.kinds.CheckOutcome` (ValueError when it is none)."""
+    for o in CHECK_OUTCOMES:
+        if word == o:
+            return o
+    raise ValueError(f"{word!r} is not a check outcome ({' / '.join(CHECK_OUTCOMES)})")
+
+
+@dataclass(frozen=True)
 class CheckResult:
     id: str
-    tier: str
-    outcome: str  # passed / failed / not-run / error
+    tier: Tier
+    outcome: CheckOutcome
     duration_s: float = 0.0
     detail: str = ""
-    patches: list[str] = field(default_factory=list)  # [] for baseline checks
+    patches: Sequence[str] = ()  # the patches that declare it; () for baseline checks
 
-    def to_json(self) -> dict[str, Any]:
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "patches", tuple(self.patches))
+        # A word outside its Literal is a bug of the caller: refused here, not written.
+        as_tier(self.tier)
+        as_outcome(self.outcome)
+
+    @classmethod
+    def of(
+        cls,
+        cid: str,
+        tier: str,
+        outcome: str,
+        duration_s: float = 0.0,
+        detail: str = "",
+        patches: Sequence[str] = (),
+    ) -> CheckResult:
+        """A result from the plain words the check suite and the registry use (the suite
+        runs without forkpatch): each word checked against its Literal."""
+        return cls(cid, as_tier(tier), as_outcome(outcome), duration_s, detail, patches)
+
+    def to_json(self) -> dict[str, JsonValue]:
         return {
             "id": self.id,
             "tier": self.tier,
             "outcome": self.outcome,
             "duration_s": self.duration_s,
             "detail": self.detail,
-            "patches": self.patches,
+            "patches": list(self.patches),
+        }
+
+
+@dataclass(frozen=True)
+class TierResult:
+    """A tier's status, derived from its checks (:func:`derive_tiers`)."""
+
+    status: TierStatus
+    reason: str
+    counts: Mapping[CheckOutcome, int]  # how many of its checks had each outcome
+    of: int = 0  # how many built-in checks forkpatch has in the tier
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "counts", MappingProxyType({o: self.counts.get(o, 0) for o in CHECK_OUTCOMES})
+        )
+
+    @property
+    def ran(self) -> int:
+        """How many of its checks ran (passed, failed or errored)."""
+        return sum(n for o, n in self.counts.items() if o != NOT_RUN)
+
+    @property
+    def has_run(self) -> bool:
+        return self.status != NOT_RUN
+
+    def to_json(self) -> dict[str, JsonValue]:
+        return {
+            "status": self.status,
+            "reason": self.reason,
+            "checks": {o: n for o, n in self.counts.items()},
+            "ran": self.ran,
+            "of": self.of,
+        }
+
+
+@dataclass(frozen=True)
+class PatchChecks:
+    """A patch of the wheel with the checks it declares and how they went."""
+
+    name: str
+    status: PatchCheckStatus
+    checks: Mapping[str, CheckOutcome]
+
+    def to_json(self) -> dict[str, JsonValue]:
+        return {"name": self.name, "status": self.status, "checks": dict(self.checks)}
+
+
+@dataclass(frozen=True)
+class WheelEntry:
+    """One wheel a report is for (the fork's wheel and its companions)."""
+
+    sha256: str
+    file: str | None = None
+    name: str | None = None
+    version: str | None = None
+    size: int | None = None
+
+    def to_json(self) -> dict[str, JsonValue]:
+        out: dict[str, JsonValue] = {}
+        if self.file is not None:
+            out["file"] = self.file
+        out["sha256"] = self.sha256
+        for key, value in (("name", self.name), ("version", self.version), ("size", self.size)):
+            if value is not None:
+                out[key] = value
+        return out
+
+
+@dataclass(frozen=True)
+class PublishRecord:
+    """Where and why a wheel was published: the ``publish`` field of a published report."""
+
+    target: str
+    file: str
+    sha256: str
+    at: str
+    by: str
+    #: From the check results, never from the report's own summary.
+    required_tiers_passed: Sequence[Tier]
+    #: tier -> "not run: <why>", for each tier published without (--allow-missing-tier)
+    allowed_missing_tiers: Mapping[str, str]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "required_tiers_passed", tuple(self.required_tiers_passed))
+        object.__setattr__(
+            self, "allowed_missing_tiers", MappingProxyType(dict(self.allowed_missing_tiers))
+        )
+
+    def to_json(self) -> dict[str, JsonValue]:
+        return {
+            "target": self.target,
+            "file": self.file,
+            "sha256": self.sha256,
+            "at": self.at,
+            "by": self.by,
+            "required_tiers_passed": list(self.required_tiers_passed),
+            "allowed_missing_tiers": dict(self.allowed_missing_tiers),
         }
 
 
 @dataclass(frozen=True)
 class SmokeReport:
-    wheels: list[dict[str, Any]]
+    """What a smoke run found: written by :meth:`to_json`, read back (validated) by
+    :meth:`from_json`. Every summary (tier status, passed) is derived from the checks."""
+
+    wheels: Sequence[WheelEntry]
     primary_sha256: str
     version: str
-    requested_tiers: list[str]
-    checks: list[CheckResult]
-    environment: dict[str, Any]
-    device: dict[str, Any]
-    patches: list[str]  # from the wheel's provenance, in order
-    provenance: dict[str, Any] | None = None
+    requested_tiers: Sequence[Tier]
+    checks: Sequence[CheckResult]
+    environment: JsonObject
+    device: JsonObject
+    patches: Sequence[str]  # from the wheel's provenance, in order
+    provenance: Provenance | None = None
     series_compared: bool = False
     started: str = ""
     duration_s: float = 0.0
-    notes: list[str] = field(default_factory=list)
+    notes: Sequence[str] = ()
+    forkpatch_version: str = __version__  # of the forkpatch that ran the smoke
+    publish: PublishRecord | None = None  # set in the copy publish puts beside the wheel
+
+    def __post_init__(self) -> None:
+        for name in ("wheels", "requested_tiers", "checks", "patches", "notes"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
 
     # ------------------------------------------------------------- derived
 
-    def tier_status(self) -> dict[str, dict[str, Any]]:
-        return derive_tiers(self.checks, self.requested_tiers)
+    @cached_property
+    def tiers(self) -> Mapping[Tier, TierResult]:
+        """Every tier's result, in tier order, from the check results."""
+        return MappingProxyType(derive_tiers(self.checks, self.requested_tiers))
 
     @property
     def passed(self) -> bool:
         """No check failed or errored (tiers not run do not make a report fail)."""
         return derived_passed(self.checks)
 
-    def status(self, tier: str) -> str:
+    @property
+    def sha256s(self) -> frozenset[str]:
+        """The sha256 of every wheel the report is for."""
+        return frozenset(w.sha256 for w in self.wheels)
+
+    @property
+    def deps(self) -> str | None:
+        """How the smoke environment got the wheel's dependencies (system / none / ...)."""
+        deps = self.environment.get("deps")
+        return deps if isinstance(deps, str) else None
+
+    def status(self, tier: Tier) -> TierStatus:
         """``tier``'s status (passed / failed / incomplete / not-run), from the checks."""
-        return str(self.tier_status()[tier]["status"])
+        return self.tiers[tier].status
 
-    def statuses(self) -> dict[str, str]:
+    def reason(self, tier: Tier) -> str:
+        return self.tiers[tier].reason
+
+    def statuses(self) -> dict[Tier, TierStatus]:
         """Every tier's status, in tier order (the report's ``tiers.status``)."""
-        return {t: str(s["status"]) for t, s in self.tier_status().items()}
+        return {t: r.status for t, r in self.tiers.items()}
 
-    def not_run(self) -> dict[str, str]:
+    def not_run(self) -> dict[Tier, str]:
         """The tiers that did not run, each with why (the report's ``tiers.not_run``)."""
-        return {
-            t: str(s["reason"]) for t, s in self.tier_status().items() if s["status"] == NOT_RUN
-        }
+        return {t: r.reason for t, r in self.tiers.items() if r.status == NOT_RUN}
 
-    def ran(self) -> list[str]:
+    def ran(self) -> list[Tier]:
         """The tiers that ran (passed, failed or incomplete), in tier order."""
-        return ran_tiers(self.tier_status())
+        return ran_tiers(self.tiers)
 
     def failed(self) -> list[CheckResult]:
         """The checks that failed or errored, in report order."""
         return [c for c in self.checks if c.outcome in (FAILED, ERROR)]
 
-    def outcomes(self) -> dict[str, str]:
+    def outcomes(self) -> dict[str, CheckOutcome]:
         """Each check's outcome by id."""
         return {c.id: c.outcome for c in self.checks}
 
-    def per_patch(self) -> list[dict[str, Any]]:
+    def per_patch(self) -> list[PatchChecks]:
         """Each patch with the checks it declares (``smoke:``) and how they went. A patch
         whose declared check failed is ``declared-check-failed``, not "failed": a check
         is broken by whichever patch broke it, and only ``--bisect`` says which."""
@@ -118,6 +315,7 @@ class SmokeReport:
         for name in self.patches:
             mine = [c for c in self.checks if name in c.patches]
             outcomes = {c.outcome for c in mine}
+            status: PatchCheckStatus
             if not mine:
                 status = "no-checks"
             elif outcomes & {FAILED, ERROR}:
@@ -128,53 +326,88 @@ class SmokeReport:
                 status = "partial"
             else:
                 status = NOT_RUN
-            out.append({"name": name, "status": status, "checks": {c.id: c.outcome for c in mine}})
+            out.append(PatchChecks(name, status, {c.id: c.outcome for c in mine}))
         return out
 
-    def to_json(self) -> dict[str, Any]:
-        tiers = self.tier_status()
-        return {
+    def cuda_devices(self) -> list[tuple[int, str, tuple[int, ...]]]:
+        """(index, name, capability) of each CUDA device the check process saw."""
+        found = self.device.get("devices")
+        out = []
+        for d in found if isinstance(found, (list, tuple)) else ():
+            if not isinstance(d, Mapping):
+                continue
+            index, name, cap = d.get("index"), d.get("name"), d.get("capability")
+            caps = tuple(c for c in cap if isinstance(c, int)) if isinstance(cap, list) else ()
+            out.append((index if isinstance(index, int) else -1, str(name), caps))
+        return out
+
+    def to_json(self) -> dict[str, JsonValue]:
+        tiers = self.tiers
+        out: dict[str, JsonValue] = {
             "schema": SCHEMA,
             "kind": "forkpatch-smoke-report",
-            "forkpatch_version": __version__,
+            "forkpatch_version": self.forkpatch_version,
             "started": self.started,
             "duration_s": round(self.duration_s, 3),
             "passed": self.passed,
             "wheel": {"sha256": self.primary_sha256, "version": self.version},
-            "wheels": self.wheels,
+            "wheels": [w.to_json() for w in self.wheels],
             "tiers": {
-                "requested": self.requested_tiers,
-                "run": ran_tiers(tiers),
-                "not_run": {t: tiers[t]["reason"] for t in TIERS if tiers[t]["status"] == NOT_RUN},
-                "status": {t: tiers[t]["status"] for t in TIERS},
-                "detail": tiers,
+                "requested": list(self.requested_tiers),
+                "run": self.ran(),
+                "not_run": {t: r.reason for t, r in tiers.items() if r.status == NOT_RUN},
+                "status": {t: r.status for t, r in tiers.items()},
+                "detail": {t: r.to_json() for t, r in tiers.items()},
             },
             "device": self.device,
             "environment": self.environment,
-            "patches": self.per_patch(),
-            "provenance": self.provenance,
+            "patches": [p.to_json() for p in self.per_patch()],
+            "provenance": None if self.provenance is None else _provenance_json(self.provenance),
             "series_compared": self.series_compared,
             "checks": [c.to_json() for c in self.checks],
-            "notes": self.notes,
+            "notes": list(self.notes),
         }
+        if self.publish is not None:
+            out["publish"] = self.publish.to_json()
+        return out
+
+    @classmethod
+    def from_json(cls, data: object, *, source: Path) -> SmokeReport:
+        """A report read back: checked against the schema strictly (types, known values,
+        required fields), then its summary (``passed``, ``tiers.status``) against what
+        its own check results give. Anything else is a SmokeError naming ``source`` and
+        the field: a report is evidence for publishing, so nothing in it is taken on
+        trust."""
+        tip = "run `forkpatch smoke WHEEL` again to write a fresh report (never edit one by hand)"
+        try:
+            return _validate(data, source)
+        except _Bad as exc:
+            raise SmokeError(f"{source}: {exc}", tip=tip) from None
+
+
+def _provenance_json(prov: Provenance) -> JsonValue:
+    # The keys in the order the wheel's file has them (sorted), as older reports did.
+    value: JsonValue = json.loads(prov.to_json())
+    return value
 
 
 def derive_tiers(
-    checks: Sequence[CheckResult], requested: Sequence[str]
-) -> dict[str, dict[str, Any]]:
-    """Each tier's status, from the individual check results: the only source of truth
+    checks: Sequence[CheckResult], requested: Sequence[Tier]
+) -> dict[Tier, TierResult]:
+    """Each tier's result, from the individual check results: the only source of truth
     (a report's own summary is checked against this, never trusted)."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[Tier, TierResult] = {}
     for tier in TIERS:
         results = [c for c in checks if c.tier == tier]
         outcomes = {c.outcome for c in results}
+        status: TierStatus
         if tier not in requested:
             status, reason = (
                 NOT_RUN,
                 "not requested (--tier " + (requested[-1] if requested else "?") + ")",
             )
         elif outcomes & {FAILED, ERROR}:
-            status, reason = "failed", ""
+            status, reason = FAILED, ""
         elif not results:
             status, reason = NOT_RUN, "no checks"
         elif outcomes == {NOT_RUN}:
@@ -184,17 +417,8 @@ def derive_tiers(
             reason = "; ".join(f"{c.id}: {c.detail}" for c in results if c.outcome == NOT_RUN)
         else:
             status, reason = PASSED, ""
-        out[tier] = {
-            "status": status,
-            "reason": reason,
-            "checks": {
-                o: sum(1 for c in results if c.outcome == o)
-                for o in (PASSED, FAILED, ERROR, NOT_RUN)
-            },
-            # How many of the tier's built-in checks ran (passed, failed or errored).
-            "ran": sum(1 for c in results if c.outcome != NOT_RUN),
-            "of": builtin_count(tier),
-        }
+        counts = {o: sum(1 for c in results if c.outcome == o) for o in CHECK_OUTCOMES}
+        out[tier] = TierResult(status, reason, counts, builtin_count(tier))
     return out
 
 
@@ -205,9 +429,9 @@ def builtin_count(tier: str) -> int:
     return sum(1 for cid in (*CHECK_IDS, *HOST_CHECK_IDS) if cid.partition(".")[0] == tier)
 
 
-def ran_tiers(tiers: Mapping[str, Mapping[str, Any]]) -> list[str]:
+def ran_tiers(tiers: Mapping[Tier, TierResult]) -> list[Tier]:
     """Of :func:`derive_tiers`'s result, the tiers that ran, in tier order."""
-    return [t for t in TIERS if tiers[t]["status"] in (PASSED, "failed", INCOMPLETE)]
+    return [t for t in TIERS if tiers[t].has_run]
 
 
 def derived_passed(checks: Sequence[CheckResult]) -> bool:
@@ -229,59 +453,18 @@ def now_iso() -> str:
 # --------------------------------------------------------------------------- files
 
 
-def dumps(data: Mapping[str, Any]) -> bytes:
+def dumps(report: SmokeReport) -> bytes:
     """A report's bytes; credentials in URLs (e.g. an old wheel's fork URL) and the
     values of the environment's credentials (a failing check that echoed them) hidden."""
-    return (json.dumps(scrub(data), indent=2, sort_keys=False) + "\n").encode("utf-8")
+    return (json.dumps(scrub(report.to_json()), indent=2, sort_keys=False) + "\n").encode("utf-8")
 
 
-def write_report(data: Mapping[str, Any], path: Path) -> Path:
-    atomic_write(path, dumps(data))
+def write_report(report: SmokeReport, path: Path) -> Path:
+    atomic_write(path, dumps(report))
     return path
 
 
-@dataclass(frozen=True)
-class CheckedReport:
-    """A smoke report that passed :func:`validate_report`, with its tiers derived."""
-
-    path: Path
-    data: dict[str, Any]
-    checks: tuple[CheckResult, ...]
-    requested: tuple[str, ...]
-    sha256s: frozenset[str]
-    tiers: Mapping[str, Mapping[str, Any]]  # derive_tiers(checks, requested)
-
-    @property
-    def passed(self) -> bool:
-        return derived_passed(self.checks)
-
-    def status(self, tier: str) -> str:
-        return str(self.tiers[tier]["status"])
-
-    def reason(self, tier: str) -> str:
-        return str(self.tiers[tier]["reason"])
-
-    @property
-    def primary_sha256(self) -> str:
-        """The sha256 of the wheel the report is for (``wheel.sha256``)."""
-        return str(self.data["wheel"]["sha256"])
-
-    @property
-    def started(self) -> str:
-        return str(self.data.get("started") or "")
-
-    @property
-    def deps(self) -> str | None:
-        """How the smoke environment got the wheel's dependencies (system / none / ...)."""
-        deps = self.data.get("environment", {}).get("deps")
-        return deps if isinstance(deps, str) else None
-
-    def ran(self) -> list[str]:
-        """The tiers that ran (passed, failed or incomplete), from the check results."""
-        return ran_tiers(self.tiers)
-
-
-def read_report(path: Path) -> CheckedReport:
+def read_report(path: Path) -> SmokeReport:
     """Read and validate a smoke report file; SmokeError naming the file and field."""
     try:
         raw = read_regular(path)
@@ -289,29 +472,18 @@ def read_report(path: Path) -> CheckedReport:
         raise SmokeError(f"{path}: no such smoke report") from None
     try:
         data = json.loads(raw.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise SmokeError(
-            f"{path}: not a JSON smoke report ({exc})",
+            f"{path}: not a JSON smoke report ({type(exc).__name__}: {exc})"
+            if isinstance(exc, RecursionError)
+            else f"{path}: not a JSON smoke report ({exc})",
             tip="run `forkpatch smoke WHEEL` again to write a fresh one",
         ) from None
-    return validate_report(data, path=Path(path))
+    return SmokeReport.from_json(data, source=Path(path))
 
 
 class _Bad(Exception):
     pass
-
-
-def validate_report(data: object, *, path: Path) -> CheckedReport:
-    """Check a report against the schema strictly (types, known values, required
-    fields), then check that its summary (``passed``, ``tiers.status``) is what its
-    own check results give. Anything else is a SmokeError naming ``path`` and the
-    field: a report is evidence for publishing, so nothing in it is taken on trust.
-    """
-    tip = "run `forkpatch smoke WHEEL` again to write a fresh report (never edit one by hand)"
-    try:
-        return _validate(data, path)
-    except _Bad as exc:
-        raise SmokeError(f"{path}: {exc}", tip=tip) from None
 
 
 def _want(cond: bool, field: str, what: str, value: object) -> None:
@@ -330,7 +502,166 @@ def _is_num(v: object) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def _validate(data: object, path: Path) -> CheckedReport:
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _tier(value: object, field: str, what: str) -> Tier:
+    for t in TIERS:
+        if value == t:
+            return t
+    raise _Bad(f"field {field} must be {what} ({', '.join(TIERS)}), found {value!r}")
+
+
+def _outcome(value: object, field: str) -> CheckOutcome:
+    for o in CHECK_OUTCOMES:
+        if value == o:
+            return o
+    _want(False, field, " / ".join(CHECK_OUTCOMES), value)
+    raise AssertionError  # _want raised
+
+
+def _opt(
+    entry: Mapping[str, object], key: str, where: str, check: Callable[[object], bool], what: str
+) -> object:
+    value = entry.get(key)
+    if value is not None:
+        _want(check(value), f"{where}.{key}", what, value)
+    return value
+
+
+def _wheels(raw: object) -> tuple[WheelEntry, ...]:
+    _want(isinstance(raw, list) and bool(raw), "wheels", "a non-empty list", raw)
+    assert isinstance(raw, list)
+    out = []
+    for i, w in enumerate(raw):
+        where = f"wheels[{i}]"
+        _want(isinstance(w, dict), where, "an object", w)
+        assert isinstance(w, dict)
+        sha = w.get("sha256")
+        _want(
+            isinstance(sha, str) and _SHA256.match(sha) is not None,
+            f"{where}.sha256",
+            "a sha256 (64 lower-case hex digits)",
+            sha,
+        )
+        assert isinstance(sha, str)
+        file, name, version = (
+            _opt(w, k, where, _is_str, "a string") for k in ("file", "name", "version")
+        )
+        size = _opt(w, "size", where, _is_int, "a whole number")
+        out.append(
+            WheelEntry(
+                sha,
+                file=file if isinstance(file, str) else None,
+                name=name if isinstance(name, str) else None,
+                version=version if isinstance(version, str) else None,
+                size=size if isinstance(size, int) else None,
+            )
+        )
+    return tuple(out)
+
+
+def _checks(raw: object) -> list[CheckResult]:
+    _want(isinstance(raw, list), "checks", "a list", raw)
+    assert isinstance(raw, list)
+    checks: list[CheckResult] = []
+    seen: set[str] = set()
+    for i, c in enumerate(raw):
+        where = f"checks[{i}]"
+        _want(isinstance(c, dict), where, "an object", c)
+        assert isinstance(c, dict)
+        for key in ("id", "tier", "outcome"):
+            if key not in c:
+                raise _Bad(f"missing required field {where}.{key}")
+        cid = c["id"]
+        tier = _tier(c["tier"], f"{where}.tier", "a tier")
+        _want(
+            isinstance(cid, str) and cid.startswith(f"{tier}.") and len(cid) > len(tier) + 1,
+            f"{where}.id",
+            f"'{tier}.<name>'",
+            cid,
+        )
+        assert isinstance(cid, str)
+        _want(cid not in seen, f"{where}.id", "unique", cid)
+        seen.add(cid)
+        outcome = _outcome(c["outcome"], f"{where}.outcome")
+        duration = c.get("duration_s", 0.0)
+        _want(_is_num(duration), f"{where}.duration_s", "a number", duration)
+        detail = c.get("detail", "")
+        _want(isinstance(detail, str), f"{where}.detail", "a string", detail)
+        patches = c.get("patches", [])
+        _want(
+            isinstance(patches, list) and all(_is_str(p) for p in patches),
+            f"{where}.patches",
+            "a list of patch names",
+            patches,
+        )
+        checks.append(
+            CheckResult(cid, tier, outcome, float(duration), str(detail), [str(p) for p in patches])
+        )
+    return checks
+
+
+def _patch_names(raw: object) -> list[str]:
+    _want(isinstance(raw, list), "patches", "a list", raw)
+    assert isinstance(raw, list)
+    names = []
+    for i, p in enumerate(raw):
+        _want(
+            isinstance(p, dict) and _is_str(p.get("name")),
+            f"patches[{i}]",
+            "an object with a name",
+            p,
+        )
+        assert isinstance(p, dict)
+        names.append(str(p["name"]))
+    return names
+
+
+def _provenance(raw: object) -> Provenance | None:
+    if raw is None:
+        return None
+    from forkpatch.wheels.identity import Provenance
+
+    _want(isinstance(raw, dict), "provenance", "an object or null", raw)
+    try:
+        return Provenance.from_json(json.dumps(raw), source="field provenance")
+    except BuildError as exc:
+        raise _Bad(exc.message) from None
+
+
+def _publish(raw: object) -> PublishRecord | None:
+    if raw is None:
+        return None
+    _want(isinstance(raw, dict), "publish", "an object", raw)
+    assert isinstance(raw, dict)
+    text = {}
+    for key in ("target", "file", "sha256", "at", "by"):
+        value = raw.get(key)
+        _want(_is_str(value), f"publish.{key}", "a string", value)
+        text[key] = str(value)
+    passed = raw.get("required_tiers_passed", [])
+    _want(isinstance(passed, list), "publish.required_tiers_passed", "a list of tiers", passed)
+    assert isinstance(passed, list)
+    allowed = raw.get("allowed_missing_tiers", {})
+    _want(
+        isinstance(allowed, dict) and all(_is_str(v) for v in allowed.values()),
+        "publish.allowed_missing_tiers",
+        "an object of tier -> why",
+        allowed,
+    )
+    assert isinstance(allowed, dict)
+    return PublishRecord(
+        **text,
+        required_tiers_passed=[
+            _tier(t, f"publish.required_tiers_passed[{i}]", "a tier") for i, t in enumerate(passed)
+        ],
+        allowed_missing_tiers={str(k): str(v) for k, v in allowed.items()},
+    )
+
+
+def _validate(data: object, path: Path) -> SmokeReport:
     _want(isinstance(data, dict), "(top level)", "an object", type(data).__name__)
     assert isinstance(data, dict)
     if data.get("kind") != "forkpatch-smoke-report":
@@ -347,39 +678,34 @@ def _validate(data: object, path: Path) -> CheckedReport:
     _want(isinstance(data["passed"], bool), "passed", "true or false", data["passed"])
     wheel = data["wheel"]
     _want(isinstance(wheel, dict), "wheel", "an object", wheel)
+    assert isinstance(wheel, dict)
+    primary = wheel.get("sha256")
     _want(
-        _SHA256.match(str(wheel.get("sha256"))) is not None and _is_str(wheel.get("sha256")),
+        isinstance(primary, str) and _SHA256.match(primary) is not None,
         "wheel.sha256",
         "a sha256 (64 lower-case hex digits)",
-        wheel.get("sha256"),
+        primary,
     )
-    wheels = data["wheels"]
-    _want(isinstance(wheels, list) and bool(wheels), "wheels", "a non-empty list", wheels)
-    shas = set()
-    for i, w in enumerate(wheels):
-        _want(isinstance(w, dict), f"wheels[{i}]", "an object", w)
-        sha = w.get("sha256")
-        _want(
-            _is_str(sha) and _SHA256.match(sha) is not None,
-            f"wheels[{i}].sha256",
-            "a sha256 (64 lower-case hex digits)",
-            sha,
-        )
-        if "file" in w:
-            _want(_is_str(w["file"]), f"wheels[{i}].file", "a string", w["file"])
-        shas.add(sha)
-    _want(wheel["sha256"] in shas, "wheel.sha256", "one of wheels[].sha256", wheel["sha256"])
+    assert isinstance(primary, str)
+    version = wheel.get("version", "")
+    _want(_is_str(version), "wheel.version", "a string", version)
+    wheels = _wheels(data["wheels"])
+    _want(primary in {w.sha256 for w in wheels}, "wheel.sha256", "one of wheels[].sha256", primary)
     tiers = data["tiers"]
     _want(isinstance(tiers, dict), "tiers", "an object", tiers)
-    requested = tiers.get("requested")
+    assert isinstance(tiers, dict)
+    requested_raw = tiers.get("requested")
     _want(
-        isinstance(requested, list) and all(t in TIERS for t in requested),
+        isinstance(requested_raw, list) and all(t in TIERS for t in requested_raw),
         "tiers.requested",
         f"a list of tiers ({', '.join(TIERS)})",
-        requested,
+        requested_raw,
     )
+    assert isinstance(requested_raw, list)
+    requested = [_tier(t, "tiers.requested", "a tier") for t in requested_raw]
     status = tiers.get("status")
     _want(isinstance(status, dict), "tiers.status", "an object", status)
+    assert isinstance(status, dict)
     for t, st in status.items():
         _want(t in TIERS, f"tiers.status.{t}", f"a known tier ({', '.join(TIERS)})", t)
         _want(st in TIER_STATUSES, f"tiers.status.{t}", " / ".join(TIER_STATUSES), st)
@@ -389,45 +715,14 @@ def _validate(data: object, path: Path) -> CheckedReport:
     if "not_run" in tiers:
         for t, why in tiers["not_run"].items():
             _want(_is_str(why), f"tiers.not_run.{t}", "a string", why)
-    checks_raw = data["checks"]
-    _want(isinstance(checks_raw, list), "checks", "a list", checks_raw)
-    checks: list[CheckResult] = []
-    seen: set[str] = set()
-    for i, c in enumerate(checks_raw):
-        where = f"checks[{i}]"
-        _want(isinstance(c, dict), where, "an object", c)
-        for key in ("id", "tier", "outcome"):
-            if key not in c:
-                raise _Bad(f"missing required field {where}.{key}")
-        cid, tier, outcome = c["id"], c["tier"], c["outcome"]
-        _want(tier in TIERS, f"{where}.tier", f"a tier ({', '.join(TIERS)})", tier)
-        _want(
-            _is_str(cid) and cid.startswith(f"{tier}.") and len(cid) > len(tier) + 1,
-            f"{where}.id",
-            f"'{tier}.<name>'",
-            cid,
-        )
-        _want(cid not in seen, f"{where}.id", "unique", cid)
-        seen.add(cid)
-        _want(outcome in OUTCOMES, f"{where}.outcome", " / ".join(OUTCOMES), outcome)
-        duration = c.get("duration_s", 0.0)
-        _want(_is_num(duration), f"{where}.duration_s", "a number", duration)
-        detail = c.get("detail", "")
-        _want(_is_str(detail), f"{where}.detail", "a string", detail)
-        patches = c.get("patches", [])
-        _want(
-            isinstance(patches, list) and all(_is_str(p) for p in patches),
-            f"{where}.patches",
-            "a list of patch names",
-            patches,
-        )
-        checks.append(CheckResult(cid, tier, outcome, float(duration), detail, list(patches)))
+    checks = _checks(data["checks"])
     for key, check in (
         ("started", _is_str),
         ("duration_s", _is_num),
+        ("forkpatch_version", _is_str),
         ("series_compared", lambda v: isinstance(v, bool)),
-        ("device", lambda v: isinstance(v, dict)),
-        ("environment", lambda v: isinstance(v, dict)),
+        ("device", lambda v: json_object(v) is not None),
+        ("environment", lambda v: json_object(v) is not None),
         ("provenance", lambda v: v is None or isinstance(v, dict)),
         ("patches", lambda v: isinstance(v, list)),
         ("notes", lambda v: isinstance(v, list) and all(_is_str(n) for n in v)),
@@ -436,23 +731,33 @@ def _validate(data: object, path: Path) -> CheckedReport:
             raise _Bad(f"field {key} has the wrong type ({type(data[key]).__name__})")
     derived = derive_tiers(checks, requested)
     for t, st in status.items():
-        if st != derived[t]["status"]:
+        if st != derived[t].status:
             raise _Bad(
                 f"field tiers.status.{t} says {st!r}, but its check results say "
-                f"{derived[t]['status']!r}"
+                f"{derived[t].status!r}"
             )
     if data["passed"] != derived_passed(checks):
         raise _Bad(
             f"field passed says {data['passed']}, but its check results say "
             f"{derived_passed(checks)}"
         )
-    return CheckedReport(
-        path=path,
-        data=data,
-        checks=tuple(checks),
-        requested=tuple(requested),
-        sha256s=frozenset(shas),
-        tiers=derived,
+    duration = data.get("duration_s", 0.0)
+    return SmokeReport(
+        wheels=wheels,
+        primary_sha256=primary,
+        version=str(version),
+        requested_tiers=requested,
+        checks=checks,
+        environment=json_object(data.get("environment", {})) or {},
+        device=json_object(data.get("device", {})) or {},
+        patches=_patch_names(data.get("patches", [])),
+        provenance=_provenance(data.get("provenance")),
+        series_compared=data.get("series_compared") is True,
+        started=str(data.get("started", "")),
+        duration_s=float(duration),
+        notes=[str(n) for n in data.get("notes", [])],
+        forkpatch_version=str(data.get("forkpatch_version", "")),
+        publish=_publish(data.get("publish")),
     )
 
 
@@ -467,59 +772,63 @@ def beside_wheel(wheel: Path) -> Path:
 # --------------------------------------------------------------------------- JUnit
 
 
-def junit_xml(data: Mapping[str, Any]) -> bytes:
+def junit_xml(report: SmokeReport) -> bytes:
     """JUnit XML: one <testsuite> per tier, one <testcase> per check.
 
     not-run checks are <skipped> with the reason (CI shows them as skipped,
     never green-passed); failed ones <failure>, errors <error>.
     """
-    data = scrub(data)  # what a check printed may hold the environment's credentials
+
+    def clean(text: object) -> str:
+        # What a check printed may hold the environment's credentials.
+        return str(scrub(str(text)))
+
     suites = ET.Element("testsuites", name="forkpatch smoke")
-    version = data.get("wheel", {}).get("version", "")
     total = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    statuses = report.statuses()
     for tier in TIERS:
-        checks = [c for c in data.get("checks", []) if c["tier"] == tier]
+        checks = [c for c in report.checks if c.tier == tier]
         counts = {
             "tests": len(checks),
-            "failures": sum(c["outcome"] == FAILED for c in checks),
-            "errors": sum(c["outcome"] == ERROR for c in checks),
-            "skipped": sum(c["outcome"] == NOT_RUN for c in checks),
+            "failures": sum(c.outcome == FAILED for c in checks),
+            "errors": sum(c.outcome == ERROR for c in checks),
+            "skipped": sum(c.outcome == NOT_RUN for c in checks),
         }
         for k in total:
             total[k] += counts[k]
         attrs = {
             "name": f"smoke.{tier}",
-            "time": f"{sum(c['duration_s'] for c in checks):.3f}",
-            "timestamp": str(data.get("started", "")),
+            "time": f"{sum(c.duration_s for c in checks):.3f}",
+            "timestamp": clean(report.started),
             **{k: str(v) for k, v in counts.items()},
         }
         suite = ET.SubElement(suites, "testsuite", attrs)
         props = ET.SubElement(suite, "properties")
         for key, value in (
-            ("wheel.sha256", data.get("wheel", {}).get("sha256", "")),
-            ("wheel.version", version),
-            ("tier.status", data.get("tiers", {}).get("status", {}).get(tier, "")),
-            ("deps", data.get("environment", {}).get("deps", "")),
+            ("wheel.sha256", report.primary_sha256),
+            ("wheel.version", report.version),
+            ("tier.status", statuses[tier]),
+            ("deps", report.environment.get("deps", "")),
         ):
-            ET.SubElement(props, "property", name=key, value=str(value))
+            ET.SubElement(props, "property", name=key, value=clean(value))
         for c in checks:
             case = ET.SubElement(
                 suite,
                 "testcase",
                 classname=f"smoke.{tier}",
-                name=c["id"],
-                time=f"{c['duration_s']:.3f}",
+                name=clean(c.id),
+                time=f"{c.duration_s:.3f}",
             )
-            detail = c.get("detail", "")
+            detail = clean(c.detail)
             first = detail.splitlines()[0] if detail else ""
-            if c["outcome"] == FAILED:
+            if c.outcome == FAILED:
                 ET.SubElement(case, "failure", message=first).text = detail
-            elif c["outcome"] == ERROR:
+            elif c.outcome == ERROR:
                 ET.SubElement(case, "error", message=first).text = detail
-            elif c["outcome"] == NOT_RUN:
+            elif c.outcome == NOT_RUN:
                 ET.SubElement(case, "skipped", message=f"not run: {first}")
-            if c.get("patches"):
-                ET.SubElement(case, "system-out").text = "patches: " + ", ".join(c["patches"])
+            if c.patches:
+                ET.SubElement(case, "system-out").text = "patches: " + clean(", ".join(c.patches))
     for k, v in total.items():
         suites.set(k, str(v))
     # Check details carry what the wheel under test printed: nothing XML 1.0 forbids.

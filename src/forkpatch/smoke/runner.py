@@ -19,13 +19,14 @@ import json
 import shlex
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from forkpatch import checkids, log, proc
 from forkpatch.errors import SmokeError, TierNotRun
+from forkpatch.kinds import CHECK_OUTCOMES, TIERS, CheckOutcome, JsonObject, JsonValue, Tier
 from forkpatch.proc import Deadline, tail
 from forkpatch.series import PatchEntry
 from forkpatch.smoke import checks as registry
@@ -34,11 +35,16 @@ from forkpatch.smoke.env import clean_env, smoke_env
 from forkpatch.smoke.kernels import HOST_CHECKS, host_not_applicable, run_host_checks
 from forkpatch.smoke.report import (
     DECLARED_CHECK_FAILED,
+    ERROR,
+    FAILED,
     INCOMPLETE,
-    CheckedReport,
+    NOT_RUN,
+    PASSED,
     CheckResult,
     SmokeReport,
+    TierResult,
     beside_wheel,
+    json_object,
     junit_xml,
     now_iso,
     read_report,
@@ -48,7 +54,7 @@ from forkpatch.smoke.report import (
 from forkpatch.smoke.session import CheckOverran, run_incheck_resumed, team_server
 from forkpatch.smoke.team import check_env, run_team_checks
 from forkpatch.smoke.team import fork_tests as _fork_tests
-from forkpatch.smoke.wheelinfo import WheelInfo, read_wheel, sha256_file
+from forkpatch.smoke.wheelinfo import WheelInfo, read_wheel, sha256_file, wheel_vs_series
 
 if TYPE_CHECKING:
     from forkpatch.project import Project
@@ -61,7 +67,7 @@ class SmokeOptions:
     """What ``forkpatch smoke`` was asked to do."""
 
     wheels: tuple[Path, ...]
-    tier: str = "sm70"  # static < gpu < sm70 cumulative; gpu-jit: static, gpu, gpu-jit
+    tier: Tier = "sm70"  # static < gpu < sm70 cumulative; gpu-jit: static, gpu, gpu-jit
     deps: str = "system"
     python: str | None = None
     index_url: str | None = None
@@ -132,22 +138,22 @@ def required_tiers(tier: str, project: Project | None) -> dict[str, str]:
 def missing_tiers(report: SmokeReport, required: dict[str, str]) -> dict[str, str]:
     """Of ``required`` (tier -> who asks), those the report did not run fully, with why."""
     out = {}
-    tiers = report.tier_status()
+    tiers: dict[str, TierResult] = {t: r for t, r in report.tiers.items()}
     for tier, asked in required.items():
-        status = tiers[tier]["status"] if tier in tiers else None
-        if status in (incheck.PASSED, "failed"):
+        result = tiers.get(tier)
+        if result is not None and result.status in (PASSED, FAILED):
             continue
         mine = [c for c in report.checks if c.tier == tier]
-        skipped = [c for c in mine if c.outcome == incheck.NOT_RUN]
+        skipped = [c for c in mine if c.outcome == NOT_RUN]
         reasons = list(dict.fromkeys(c.detail for c in skipped if c.detail))
-        if status == INCOMPLETE:
+        if result is not None and result.status == INCOMPLETE:
             what = (
                 f"ran incomplete (asked for by {asked}): {len(skipped)} of {len(mine)} "
                 f"check(s) did not run ({', '.join(c.id for c in skipped)})"
             )
         else:
             what = f"did not run (asked for by {asked})"
-        why = "; ".join(reasons) or str(tiers.get(tier, {}).get("reason", ""))
+        why = "; ".join(reasons) or (result.reason if result is not None else "")
         out[tier] = f"{what}: {why or 'no reason recorded'}"
     return out
 
@@ -193,20 +199,16 @@ def _modules_for(project: Project | None, entries: Sequence[PatchEntry]) -> list
 
 def provenance_vs_series(primary: WheelInfo, project: Project | None) -> list[str]:
     """Integrity of the wheel (RECORD) and where its provenance disagrees with the
-    project's series (empty: all is well). Uses the build's own comparison."""
-    from forkpatch.wheels.verify import matches_series, verify_wheel
+    project's series (empty: all is well): :func:`wheel_vs_series`, as bisect compares."""
+    from forkpatch.wheels.verify import verify_wheel
 
     vr = verify_wheel(primary.path)
     problems = []
     if not vr.ok:
         problems.append("the wheel fails RECORD verification: " + "; ".join(vr.problems()[:5]))
-    if project is None or vr.provenance is None:
+    if project is None or primary.provenance is None:
         return problems
-    from forkpatch.wheels.buildwheel import expected_provenance
-    from forkpatch.wheels.identity import BuilderInfo
-
-    expected = expected_provenance(project, BuilderInfo(mode=vr.provenance.builder.mode))
-    diffs = [d for d in matches_series(vr, expected) if "fails verification" not in d]
+    diffs = wheel_vs_series(primary.provenance, project)
     return problems + [f"provenance vs {project.rel(project.series_path)}: {d}" for d in diffs]
 
 
@@ -245,11 +247,11 @@ def run_smoke(opts: SmokeOptions, project: Project | None = None) -> SmokeOutcom
     distribution = project.series.fork.distribution if project is not None else DEFAULT_DISTRIBUTION
     infos = [read_wheel(w) for w in opts.wheels]
     primary = _pick_primary(infos, distribution)
-    prov = primary.provenance()
+    prov = primary.provenance
     notes: list[str] = []
 
     # ---- plan
-    patch_names = [str(p.get("name")) for p in (prov or {}).get("patches", [])]
+    patch_names = [p.name for p in prov.patches] if prov is not None else []
     entries: list[PatchEntry] = []
     if project is not None:
         registry.validate_series(project.series, path=project.rel(project.series_path))
@@ -285,17 +287,17 @@ def run_smoke(opts: SmokeOptions, project: Project | None = None) -> SmokeOutcom
     results: dict[str, CheckResult] = {}
     for cid, pats in plan.items():
         if reg[cid].tier not in tiers:
-            results[cid] = CheckResult(
+            results[cid] = CheckResult.of(
                 cid,
                 reg[cid].tier,
-                incheck.NOT_RUN,
+                NOT_RUN,
                 0.0,
                 f"tier {reg[cid].tier} not requested (--tier {opts.tier})",
                 pats,
             )
 
-    env_info: dict[str, Any] = {}
-    device: dict[str, Any] = {}
+    env_info: dict[str, JsonValue] = {}
+    device: JsonObject = {}
     with smoke_env(
         [w.path for w in infos],
         deps=opts.deps,
@@ -305,7 +307,7 @@ def run_smoke(opts: SmokeOptions, project: Project | None = None) -> SmokeOutcom
         deadline=deadline,
     ) as senv:
         modules = _modules_for(project, entries)
-        spec = {
+        spec: dict[str, JsonValue] = {
             "checks": [cid for cid in to_run if cid not in HOST_CHECKS and cid not in team],
             "dist": primary.name,
             "version": primary.version,
@@ -359,11 +361,12 @@ def run_smoke(opts: SmokeOptions, project: Project | None = None) -> SmokeOutcom
                             server=team_srv,
                         )
                     )
-        env_info = senv.to_json()
+        env_info = dict(json_object(senv.to_json()) or {})
         for rec in records:
             if rec.get("kind") == "env":
-                device = rec.get("device", {})
-                notes.extend(str(n) for n in rec.get("notes") or [])
+                device = json_object(rec.get("device")) or {}
+                found = rec.get("notes")
+                notes.extend(str(n) for n in (found if isinstance(found, list) else []))
                 env_info.update(
                     {
                         "python": rec.get("python"),
@@ -374,18 +377,12 @@ def run_smoke(opts: SmokeOptions, project: Project | None = None) -> SmokeOutcom
         running = None
         for rec in records:
             if rec.get("kind") == "start":
-                running = rec["id"]
+                running = str(rec.get("id"))
             elif rec.get("kind") == "check":
                 running = None
-                cid = rec["id"]
-                results[cid] = CheckResult(
-                    cid,
-                    reg[cid].tier if cid in reg else "?",
-                    rec["outcome"],
-                    float(rec.get("duration_s", 0.0)),
-                    str(rec.get("detail", "")),
-                    plan.get(cid, []),
-                )
+                got = check_record(rec, reg, plan)
+                if got is not None:
+                    results[got.id] = got
         for cid in to_run:
             if cid not in results:
                 why = (
@@ -393,19 +390,19 @@ def run_smoke(opts: SmokeOptions, project: Project | None = None) -> SmokeOutcom
                     if cid == running
                     else f"the check process ended before it ran: {proc_note}"
                 )
-                results[cid] = CheckResult(
-                    cid, reg[cid].tier, incheck.ERROR, 0.0, why, plan.get(cid, [])
+                results[cid] = CheckResult.of(
+                    cid, reg[cid].tier, ERROR, 0.0, why, plan.get(cid, [])
                 )
     results.update(run_host_checks(to_run, primary.path, plan))
     if not device.get("devices"):
-        device.setdefault("devices", [])
+        device = {**device, "devices": device.get("devices") or []}
     ordered = [results[cid] for cid in plan]
     notes += _install_notes(ordered, env_info, project, device)
     report = SmokeReport(
-        wheels=[w.to_json() for w in infos],
+        wheels=[w.entry() for w in infos],
         primary_sha256=primary.sha256,
         version=primary.version,
-        requested_tiers=list(tiers),
+        requested_tiers=[t for t in TIERS if t in tiers],
         checks=ordered,
         environment=env_info,
         device=device,
@@ -426,19 +423,46 @@ def run_smoke(opts: SmokeOptions, project: Project | None = None) -> SmokeOutcom
     )
 
 
+def check_record(
+    rec: JsonObject, reg: Mapping[str, registry.CheckSpec], plan: Mapping[str, Sequence[str]]
+) -> CheckResult | None:
+    """A check's result as the check process wrote it (None: not a check of this run's
+    registry). An outcome outside :data:`~forkpatch.kinds.CheckOutcome` is an error of
+    the check, with the word it wrote."""
+    cid = rec.get("id")
+    if not isinstance(cid, str) or cid not in reg:
+        return None
+    said = rec.get("outcome")
+    detail = str(rec.get("detail", ""))
+    outcome = next((o for o in CHECK_OUTCOMES if o == said), None)
+    if outcome is None:
+        words = ", ".join(CHECK_OUTCOMES)
+        said_detail = f"\n{detail}" if detail else ""
+        outcome = ERROR
+        detail = f"the check process reported the outcome {said!r}, none of {words}{said_detail}"
+    duration = rec.get("duration_s")
+    return CheckResult.of(
+        cid,
+        reg[cid].tier,
+        outcome,
+        float(duration) if isinstance(duration, (int, float)) else 0.0,
+        detail,
+        plan.get(cid, []),
+    )
+
+
 def _install_notes(
     results: Sequence[CheckResult],
-    env_info: dict[str, Any],
+    env_info: JsonObject,
     project: Project | None,
-    device: dict[str, Any],
+    device: JsonObject,
 ) -> list[str]:
     from forkpatch.smoke.install import fork_pins, host_has_cuda, install_notes
 
-    checks = [c.to_json() for c in results]
-    if not any(incheck.missing_modules(c["detail"]) for c in checks):
+    if not any(incheck.missing_modules(c.detail) for c in results):
         return []
     return install_notes(
-        checks,
+        [{"id": c.id, "outcome": c.outcome, "detail": c.detail} for c in results],
         python=str(env_info.get("base_python") or "python3"),
         deps=str(env_info.get("deps") or "system"),
         pins=fork_pins(project),
@@ -446,10 +470,10 @@ def _install_notes(
     )
 
 
-def _device_of(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def _device_of(records: Sequence[JsonObject]) -> JsonObject:
     for rec in records:
         if rec.get("kind") == "env":
-            return dict(rec.get("device") or {})
+            return json_object(rec.get("device")) or {}
     return {}
 
 
@@ -466,24 +490,23 @@ def _store(
             f"{primary.path.name} changed while it was being smoked; no report written",
             tip="run the smoke again on the final file",
         )
-    data = report.to_json()
     written = []
     if project is not None:
         for w in infos:
-            written.append(store_report(data, store_path(project.root, w.sha256)))
+            written.append(store_report(report, store_path(project.root, w.sha256)))
     else:
-        written.append(store_report(data, beside_wheel(primary.path)))
+        written.append(store_report(report, beside_wheel(primary.path)))
     if opts.report_path is not None:
-        written.append(write_report(data, opts.report_path))
+        written.append(write_report(report, opts.report_path))
     if opts.junit_path is not None:
         from forkpatch.fsutil import atomic_write
 
-        atomic_write(opts.junit_path, junit_xml(data))
+        atomic_write(opts.junit_path, junit_xml(report))
         written.append(opts.junit_path)
     return written
 
 
-def store_report(data: dict[str, Any], path: Path) -> Path:
+def store_report(report: SmokeReport, path: Path) -> Path:
     """Write the report at ``path`` (where publish looks for it), unless the report
     there is for the same wheel and holds better evidence of a tier than this run
     (:func:`weaker_tiers`: an sm70 run on a V100 box, then a static run on a laptop; a
@@ -496,11 +519,11 @@ def store_report(data: dict[str, Any], path: Path) -> Path:
             old = read_report(path)
         except SmokeError:
             old = None  # not a report to keep: replaced
-        if old is not None and data["wheel"]["sha256"] in old.sha256s:
-            weaker = weaker_tiers(old, data)
+        if old is not None and report.primary_sha256 in old.sha256s:
+            weaker = weaker_tiers(old, report)
             if weaker:
                 aside = path.with_name(path.name.removesuffix(".json") + ".latest.json")
-                write_report(data, aside)
+                write_report(report, aside)
                 why = "; ".join(f"tier {t}: {w}" for t, w in weaker.items())
                 log.warn(
                     f"kept {path} (from {old.started or 'an earlier run'}) for publish: it "
@@ -509,28 +532,28 @@ def store_report(data: dict[str, Any], path: Path) -> Path:
                     "it instead)"
                 )
                 return aside
-    return write_report(data, path)
+    return write_report(report, path)
 
 
-def weaker_tiers(old: CheckedReport, data: dict[str, Any]) -> dict[str, str]:
-    """tier -> how the new report ``data`` has less evidence of it than ``old`` (the
+def weaker_tiers(old: SmokeReport, new: SmokeReport) -> dict[str, str]:
+    """tier -> how the ``new`` report has less evidence of it than ``old`` (the
     stored report of the same wheel): the tier ran there and not here, ran complete
     there and incomplete here, or checks of it ran there that did not run here. Empty
     when the new report is as good for every tier, or when a tier failed in it."""
-    status = dict(data.get("tiers", {}).get("status", {}))
-    if incheck.FAILED in status.values():
+    status = new.statuses()
+    if FAILED in status.values():
         return {}
     ran_new: dict[str, set[str]] = {}
-    for c in data.get("checks", []):
-        if c.get("outcome") != incheck.NOT_RUN:
-            ran_new.setdefault(str(c.get("tier")), set()).add(str(c.get("id")))
-    out = {}
+    for c in new.checks:
+        if c.outcome != NOT_RUN:
+            ran_new.setdefault(c.tier, set()).add(c.id)
+    out: dict[str, str] = {}
     for tier in old.ran():
-        now = status.get(tier, incheck.NOT_RUN)
+        now = status[tier]
         before = old.status(tier)
-        mine = {c.id for c in old.checks if c.tier == tier and c.outcome != incheck.NOT_RUN}
+        mine = {c.id for c in old.checks if c.tier == tier and c.outcome != NOT_RUN}
         lost = sorted(mine - ran_new.get(tier, set()))
-        if now == incheck.NOT_RUN:
+        if now == NOT_RUN:
             out[tier] = f"ran there ({before}), did not run in this one"
         elif now == INCOMPLETE and before != INCOMPLETE:
             out[tier] = f"{before} there, incomplete in this one ({', '.join(lost)} did not run)"
@@ -540,8 +563,8 @@ def weaker_tiers(old: CheckedReport, data: dict[str, Any]) -> dict[str, str]:
 
 
 def _run_incheck(
-    python: Path, workdir: Path, spec: dict[str, Any], deadline: Deadline
-) -> tuple[list[dict[str, Any]], str]:
+    python: Path, workdir: Path, spec: JsonObject, deadline: Deadline
+) -> tuple[list[JsonObject], str]:
     """Run the checks in the venv; the records it wrote, and how the process ended.
 
     Each check is reported as it starts and ends (the checks of the static tier
@@ -560,7 +583,8 @@ def _run_incheck(
     )
     log.info("+ " + shlex.join(cmd))  # quoted: the -c launcher is one argument
     note = "exited normally"
-    progress = _Progress(total=len(spec.get("checks", [])))
+    planned = spec.get("checks")
+    progress = _Progress(total=len(planned) if isinstance(planned, list) else 0)
     with open(out_path, encoding="utf-8", errors="replace") as results:
 
         def tick() -> None:
@@ -603,9 +627,11 @@ def _run_incheck(
     records = []
     for line in out_path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
-            records.append(json.loads(line))
+            rec = json_object(json.loads(line))
         except ValueError:
             continue
+        if rec is not None:
+            records.append(rec)
     return records, note
 
 
@@ -699,11 +725,11 @@ def failure_tip(report: SmokeReport) -> str:
 
 
 #: Lines of a check's detail shown under its first (the report has them all).
-DETAIL_LINES = {incheck.PASSED: 6}
+DETAIL_LINES: dict[CheckOutcome, int] = {PASSED: 6}
 DETAIL_LINES_NOT_PASSED = 20
 
 
-def _detail_lines(rest: Sequence[str], outcome: str) -> list[str]:
+def _detail_lines(rest: Sequence[str], outcome: CheckOutcome) -> list[str]:
     """The detail's lines after the first, as many as the terminal shows for ``outcome``
     (a failure's last output, what each kernel module carries or why it was unreadable)."""
     rest = [ln for ln in rest if ln.strip()]
@@ -711,7 +737,7 @@ def _detail_lines(rest: Sequence[str], outcome: str) -> list[str]:
     if len(rest) <= keep:
         return rest
     more = f"... {len(rest) - keep + 1} more line(s) in the report"
-    if outcome == incheck.PASSED:
+    if outcome == PASSED:
         return [*rest[: keep - 1], more]
     return [more, *rest[-(keep - 1) :]]  # a failure's output: its end says why
 
@@ -723,11 +749,12 @@ def print_summary(report: SmokeReport) -> None:
         f"{report.environment.get('deps')}, {round(report.duration_s, 3):.1f}s"
     )
     dev = report.device
-    if dev.get("devices"):
-        for d in dev["devices"]:
+    devices = report.cuda_devices()
+    if devices:
+        for index, name, capability in devices:
             log.info(
-                f"  device cuda:{d['index']}: {d['name']}, capability "
-                f"{tuple(d['capability'])}, driver {dev.get('driver') or '?'}"
+                f"  device cuda:{index}: {name}, capability "
+                f"{capability}, driver {dev.get('driver') or '?'}"
             )
     else:
         log.info(f"  device: none ({dev.get('reason') or 'no CUDA device'})")
@@ -738,16 +765,16 @@ def print_summary(report: SmokeReport) -> None:
         for line in _detail_lines(rest, c.outcome):
             log.info(f"  {'':<8} {'':<{width}}          {line}")
     not_run = report.not_run()
-    detail = report.tier_status()
+    detail = report.tiers
     for tier, status in report.statuses().items():
         reason = not_run.get(tier, "")
-        ran = "" if reason else f", {detail[tier]['ran']} of its {detail[tier]['of']} checks ran"
+        ran = "" if reason else f", {detail[tier].ran} of its {detail[tier].of} checks ran"
         log.info(f"  tier {tier}: {status}{ran}" + (f" ({reason})" if reason else ""))
     per_patch = report.per_patch()
     for p in per_patch:
-        declared = ", ".join(f"{cid} ({outcome})" for cid, outcome in p["checks"].items())
-        log.info(f"  patch {p['name']}: " + (f"declares {declared}" if declared else "no checks"))
-    if any(p["status"] == DECLARED_CHECK_FAILED for p in per_patch):
+        declared = ", ".join(f"{cid} ({outcome})" for cid, outcome in p.checks.items())
+        log.info(f"  patch {p.name}: " + (f"declares {declared}" if declared else "no checks"))
+    if any(p.status == DECLARED_CHECK_FAILED for p in per_patch):
         log.info(
             "  a failed check is declared by the patch(es) above; the patch that broke it "
             "may be another one (`forkpatch smoke --bisect` names it)"

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from forkpatch import log, proc
+from forkpatch.kinds import JsonObject
 from forkpatch.proc import Deadline
 from forkpatch.smoke import incheck
 
@@ -209,19 +210,19 @@ class CheckOverran(Exception):
         self.check_id, self.seconds = check_id, seconds
 
 
-RunOnce = Callable[[Sequence[str]], tuple[list[dict[str, Any]], str]]
+RunOnce = Callable[[Sequence[str]], tuple[list[JsonObject], str]]
 
 
 def run_incheck_resumed(
     ids: Sequence[str], run_once: RunOnce, *, deadline: Deadline, attempts: int = 4
-) -> tuple[list[dict[str, Any]], str]:
+) -> tuple[list[JsonObject], str]:
     """Run the built-in checks ``ids`` through ``run_once`` (one check process for the
     ids it is given: its records and how it ended) until each has a result: after a
     process that ended while a check ran (a crash, or :class:`CheckOverran`), that
     check is reported failed with how the process ended and a fresh process runs the
     checks after it. At most ``attempts`` processes (a wheel that crashes every check
     gets the rest reported as not run by the last one's end)."""
-    records: list[dict[str, Any]] = []
+    records: list[JsonObject] = []
     note = "exited normally"
     left = list(ids)
     for _ in range(attempts):

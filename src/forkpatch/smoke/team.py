@@ -134,7 +134,7 @@ def run_team_checks(
             outcome, detail = _run_one(
                 cid, tc, tier, senv, env, device, root, fork_tests, deadline, server, has_pytest
             )
-            out[cid] = CheckResult(
+            out[cid] = CheckResult.of(
                 cid, tier, outcome, time.monotonic() - t0, detail, list(plan.get(cid, []))
             )
             log.info(f"    [{n}/{len(checks)}] {outcome:<8} {cid} ({time.monotonic() - t0:.1f}s)")

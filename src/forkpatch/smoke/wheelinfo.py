@@ -1,4 +1,6 @@
-"""Facts about a wheel file read on the host: sha256, name, version, provenance."""
+"""Facts about a wheel file read on the host: sha256, name, version, provenance; and
+:func:`wheel_vs_series`, the one comparison of a wheel's provenance with a project's
+series (the smoke run's provenance check and the bisect's start both use it)."""
 
 from __future__ import annotations
 
@@ -9,13 +11,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from email.parser import BytesHeaderParser
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from forkpatch.errors import BuildError, SmokeError
 from forkpatch.fsutil import file_sha256
+from forkpatch.smoke.report import WheelEntry
+from forkpatch.wheels.identity import Provenance
 from forkpatch.wheels.wheelzip import SizeFacts, check_member_names, check_sizes
+
+if TYPE_CHECKING:
+    from forkpatch.project import Project
 
 PROVENANCE_FILENAME = "forkpatch-provenance.json"
 
@@ -32,6 +39,8 @@ class WheelInfo:
     tags: str  # "py3-none-any"
     requires: tuple[str, ...] = ()
     provenance_bytes: bytes | None = field(default=None, repr=False)
+    #: The wheel's forkpatch provenance, validated (None: the wheel has none).
+    provenance: Provenance | None = None
     #: Top-level import names the wheel installs ("vllm", "_1cat_vllm_dist_alias", ...).
     top_level: tuple[str, ...] = ()
 
@@ -41,25 +50,15 @@ class WheelInfo:
             return None
         return hashlib.sha256(self.provenance_bytes).hexdigest()
 
-    def provenance(self) -> dict[str, Any] | None:
-        import json
-
-        if self.provenance_bytes is None:
-            return None
-        try:
-            data = json.loads(self.provenance_bytes)
-        except ValueError:
-            return None
-        return data if isinstance(data, dict) else None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "file": self.path.name,
-            "sha256": self.sha256,
-            "name": self.name,
-            "version": self.version,
-            "size": self.path.stat().st_size,
-        }
+    def entry(self) -> WheelEntry:
+        """The wheel as a smoke report lists it."""
+        return WheelEntry(
+            self.sha256,
+            file=self.path.name,
+            name=self.name,
+            version=self.version,
+            size=self.path.stat().st_size,
+        )
 
 
 def read_wheel(path: Path) -> WheelInfo:
@@ -131,8 +130,34 @@ def read_wheel(path: Path) -> WheelInfo:
         tags=tags,
         requires=tuple(meta.get_all("Requires-Dist") or ()),
         provenance_bytes=prov,
+        provenance=_provenance(prov, path),
         top_level=_top_level(names),
     )
+
+
+def _provenance(data: bytes | None, path: Path) -> Provenance | None:
+    """The provenance a wheel carries, through :meth:`Provenance.from_json`; a wrong or
+    missing field is a SmokeError naming the wheel and the field."""
+    if data is None:
+        return None
+    try:
+        return Provenance.from_json(data, source=f"{path.name}: {PROVENANCE_FILENAME}")
+    except BuildError as exc:
+        raise SmokeError(
+            exc.message,
+            tip="the wheel's provenance is damaged or from another forkpatch version: "
+            "rebuild the wheel with `forkpatch build-wheel`",
+        ) from None
+
+
+def wheel_vs_series(provenance: Provenance, project: Project) -> list[str]:
+    """Where a wheel's provenance disagrees with the project's series (empty: it matches):
+    the fork, the base, the patches' names, order and bytes, the build steps. How the
+    wheel was built (overlay or container) is a fact of one build, not of the series."""
+    from forkpatch.wheels.buildwheel import expected_provenance
+    from forkpatch.wheels.verify import provenance_diffs
+
+    return provenance_diffs(provenance, expected_provenance(project, provenance.builder))
 
 
 def _top_level(names: Iterable[str]) -> tuple[str, ...]:

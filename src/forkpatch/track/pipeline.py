@@ -24,6 +24,7 @@ from forkpatch.errors import (
 )
 from forkpatch.fetch import Fetcher
 from forkpatch.fsutil import file_sha256
+from forkpatch.kinds import Tier
 from forkpatch.project import Project
 from forkpatch.redact import strip_url_credentials
 from forkpatch.series import PATCHES_DIR, SERIES_FILE, PatchEntry
@@ -61,7 +62,7 @@ class RunOptions:
     allow_missing_tiers: tuple[str, ...] = ()
     base_wheel: str | None = None  # path, URL or template with {tag} / {version}
     build_mode: str | None = None
-    smoke_tier: str = "sm70"
+    smoke_tier: Tier = "sm70"
     smoke_deps: str | None = None
     smoke_python: str | None = None
     smoke_with: tuple[Path, ...] = ()  # extra wheels for the smoke environment

@@ -11,9 +11,19 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from forkpatch.fsutil import read_regular
+from forkpatch.kinds import (
+    CHECK_OUTCOMES,
+    TIER_STATUSES,
+    TIERS,
+    CheckOutcome,
+    JsonObject,
+    JsonValue,
+    Tier,
+    TierStatus,
+)
 from forkpatch.project import Project
 from forkpatch.track.forecast import ConflictEntry, Forecast
 from forkpatch.track.releases import TagInfo
@@ -35,7 +45,7 @@ class RunKey:
         return {"tag": self.tag, "commit": self.commit, "series_sha256": self.series_sha256}
 
     @classmethod
-    def from_json(cls, raw: Any) -> RunKey | None:
+    def from_json(cls, raw: object) -> RunKey | None:
         if not isinstance(raw, Mapping):
             return None
         try:
@@ -66,7 +76,7 @@ class RunInfo:
     def tag(self) -> str:
         return self.key.tag
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, JsonValue]:
         return {
             "version": RESULT_VERSION,
             "key": self.key.to_json(),
@@ -82,7 +92,7 @@ class RunInfo:
         }
 
     @classmethod
-    def from_json(cls, raw: Any) -> RunInfo | None:
+    def from_json(cls, raw: object) -> RunInfo | None:
         if not isinstance(raw, Mapping) or raw.get("version") != RESULT_VERSION:
             return None
         key = RunKey.from_json(raw.get("key"))
@@ -155,7 +165,7 @@ class BuildDone:
     version: str
     wheels: dict[str, str]  # file name -> sha256
     base_wheel: str | None
-    provenance: dict[str, Any]  # the wheel's forkpatch-provenance.json
+    provenance: JsonObject  # the wheel's forkpatch-provenance.json
     status: ClassVar[str] = "done"
 
 
@@ -166,9 +176,9 @@ class SmokeRun:
     runner: str
     wheels: dict[str, str]
     report: str
-    tiers: dict[str, str]
-    not_run: dict[str, str]
-    checks: dict[str, str]
+    tiers: Mapping[Tier, TierStatus]
+    not_run: Mapping[Tier, str]
+    checks: Mapping[str, CheckOutcome]
     failed: tuple[str, ...]
     #: tier -> why, for the tiers asked for that did not run or ran incomplete (and
     #: were not accepted by --allow-missing-tier): the smoke is not done yet.
@@ -198,9 +208,27 @@ SmokeResult = SmokeRun | Failed | Skipped
 PublishResult = PublishDone | Failed | Skipped
 StageResult = RebaseResult | BuildResult | SmokeResult | PublishResult
 
-_NESTED: dict[str, Callable[[Any], Any]] = {
+
+def _words(keys: tuple[str, ...] | None, values: tuple[str, ...]) -> Callable[[object], object]:
+    """A reader of a map whose keys (None: any string) and values are closed sets of
+    words (a smoke result's tiers and check outcomes): ValueError for any other."""
+
+    def read(raw: object) -> object:
+        if not isinstance(raw, Mapping) or not all(
+            isinstance(k, str) and (keys is None or k in keys) and v in values
+            for k, v in raw.items()
+        ):
+            raise ValueError(f"not a map of {', '.join(values)}")
+        return dict(raw)
+
+    return read
+
+
+_NESTED: dict[str, Callable[[Mapping[str, object]], object]] = {
     "forecast": lambda v: None if v is None else Forecast.from_json(v),
     "conflict": ConflictEntry.from_json,
+    "tiers": _words(TIERS, TIER_STATUSES),
+    "checks": _words(None, CHECK_OUTCOMES),
 }
 _BY_STATUS: dict[str, dict[str, type]] = {
     "rebase": {"done": RebaseDone, "conflict": RebaseConflict},
@@ -210,8 +238,8 @@ _BY_STATUS: dict[str, dict[str, type]] = {
 }
 
 
-def stage_to_json(result: StageResult) -> dict[str, Any]:
-    out: dict[str, Any] = {"status": result.status}
+def stage_to_json(result: StageResult) -> dict[str, JsonValue]:
+    out: dict[str, JsonValue] = {"status": result.status}
     for f in fields(result):
         value = getattr(result, f.name)
         if hasattr(value, "to_json"):
@@ -223,7 +251,7 @@ def stage_to_json(result: StageResult) -> dict[str, Any]:
     return out
 
 
-def stage_from_json(stage: str, raw: Any) -> StageResult | None:
+def stage_from_json(stage: str, raw: object) -> StageResult | None:
     """A stage result read back; ``None`` when the file is not one (never trusted blindly)."""
     if not isinstance(raw, Mapping):
         return None
@@ -235,7 +263,7 @@ def stage_from_json(stage: str, raw: Any) -> StageResult | None:
             cls = Failed
     if cls is None:
         return None
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, object] = {}
     try:
         for f in fields(cls):
             if f.name not in raw:
@@ -266,7 +294,7 @@ class Stages:
     def with_result(self, stage: str, result: StageResult) -> Stages:
         return replace(self, **{stage: result})  # type: ignore[arg-type]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, JsonValue]:
         return {s: stage_to_json(r) for s in STEPS if (r := self.get(s)) is not None}
 
 
@@ -309,7 +337,7 @@ class RunState:
     def status(self) -> str:
         return overall_status(self.stages)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, JsonValue]:
         return {**self.info.to_json(), "stages": self.stages.to_json(), "status": self.status}
 
 

@@ -5,6 +5,7 @@ times, no durations), ending with the ``forkpatch-state`` marker.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -185,12 +186,13 @@ def _build_section(st: BuildResult | None) -> list[str]:
     for name, sha in st.wheels.items():
         out.append(f"| {_code(name)} | `{sha}` |")
     out += ["", "| patch | sha256 / build step |", "|---|---|"]
-    for p in prov.get("patches", []):
-        out.append(
-            f"| {_code(p['name'])} | "
-            f"{('`' + p['sha256'][:16] + '`') if p.get('sha256') else p.get('build_step')}"
-            " |"
-        )
+    patches = prov.get("patches")
+    for p in patches if isinstance(patches, list) else []:
+        if not isinstance(p, Mapping):
+            continue
+        digest = p.get("sha256")
+        shown = f"`{digest[:16]}`" if isinstance(digest, str) and digest else p.get("build_step")
+        out.append(f"| {_code(str(p.get('name')))} | {shown} |")
     out.append("")
     return out
 

@@ -244,7 +244,10 @@ class Provenance:
                     f"{source}: patches[{i}]",
                     required={"name"},
                 )
-                patches.append(PatchRecord(p["name"], p.get("sha256"), p.get("build_step")))
+                try:
+                    patches.append(PatchRecord(p["name"], p.get("sha256"), p.get("build_step")))
+                except BuildError as exc:
+                    raise BuildError(f"{source}: patches[{i}]: {exc.message}") from None
             b = d["builder"]
             _check_keys(
                 b,

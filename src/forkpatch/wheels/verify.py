@@ -234,15 +234,35 @@ def matches_series(report: VerifyReport, expected: Provenance) -> list[str]:
     got = report.provenance
     if got is None:
         return [f"{report.path.name} has no {PROVENANCE_FILENAME}; it was not built by forkpatch"]
+    diffs = _base_diffs(got, expected)
+    if got.builder.mode != expected.builder.mode:
+        diffs.append(
+            f"builder.mode: wheel has {got.builder.mode!r}, series expects {expected.builder.mode!r}"
+        )
+    diffs += _patch_diffs(got, expected)
+    if report.errors or report.mismatches or report.missing or report.extra:
+        diffs.append(f"the wheel itself fails verification ({len(report.problems())} problem(s))")
+    return diffs
+
+
+def provenance_diffs(got: Provenance, expected: Provenance) -> list[str]:
+    """Where a wheel's provenance names another series than ``expected``: the fork, its
+    base and the patches (names, order, each file's sha256, build steps). The builder
+    (overlay or container, its image, base wheel) is a fact of one build, not compared."""
+    return _base_diffs(got, expected) + _patch_diffs(got, expected)
+
+
+def _base_diffs(got: Provenance, expected: Provenance) -> list[str]:
     diffs: list[str] = []
     for attr in ("fork_url", "tag", "commit"):
         a, b = getattr(got, attr), getattr(expected, attr)
         if a != b:
             diffs.append(f"{attr}: wheel has {a!r}, series expects {b!r}")
-    if got.builder.mode != expected.builder.mode:
-        diffs.append(
-            f"builder.mode: wheel has {got.builder.mode!r}, series expects {expected.builder.mode!r}"
-        )
+    return diffs
+
+
+def _patch_diffs(got: Provenance, expected: Provenance) -> list[str]:
+    diffs: list[str] = []
     got_names = [p.name for p in got.patches]
     want_names = [p.name for p in expected.patches]
     if got_names != want_names:
@@ -267,6 +287,4 @@ def matches_series(report: VerifyReport, expected: Provenance) -> list[str]:
             diffs.append(
                 f"patches[{i}] {p.name}: wheel has build step {p.build_step}, series has {w.build_step}"
             )
-    if report.errors or report.mismatches or report.missing or report.extra:
-        diffs.append(f"the wheel itself fails verification ({len(report.problems())} problem(s))")
     return diffs
