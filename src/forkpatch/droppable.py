@@ -334,7 +334,7 @@ def evaluate(project: Project, opts: DroppableOptions) -> DroppableResult:
         target = Target(series.base.label, series.base.commit, record=series.base)
         fork.require_commit(series.base.commit, f"series.yaml's base ({series.base.describe()})")
     else:
-        from forkpatch.rebase.plan import check_target
+        from forkpatch.rebase.classifier import check_target
 
         target = check_target(project, opts.onto).target  # a tag, a branch, a commit id
     with log.step(f"classify the series on {target.name} in memory"):

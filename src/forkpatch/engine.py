@@ -21,7 +21,7 @@ from forkpatch.errors import PathSafetyError
 from forkpatch.git import FastImport, FileChange, Git, ObjectReader, commit_date
 from forkpatch.kinds import PatchStatus
 from forkpatch.patchfile import FilePatch, PatchFile, check_paths
-from forkpatch.results import Conflict, PatchResult, worst
+from forkpatch.results import FileConflict, PatchResult, worst
 from forkpatch.series import PatchEntry
 
 # Written beside its reader in trailer.py; named here too for the callers that import it
@@ -150,7 +150,7 @@ class _FileOutcome:
     status: PatchStatus
     changes: list[tuple[str, str | None, bytes | None]]  # (path, mode or None=delete, data)
     detail: list[str]
-    conflict: Conflict | None = None
+    conflict: FileConflict | None = None
     images: dict[str, tuple[bytes | None, bytes | None]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
@@ -215,7 +215,7 @@ class SeriesApplier:
                     "conflict",
                     [],
                     [],
-                    Conflict(fp.old_path, f"{fp.old_path} does not exist in the tree"),
+                    FileConflict(fp.old_path, f"{fp.old_path} does not exist in the tree"),
                 )
             old = got
         elif fp.new_path is not None and (there := state.get(fp.new_path)) is not None:
@@ -226,7 +226,7 @@ class SeriesApplier:
                 "conflict",
                 [],
                 [],
-                Conflict(fp.new_path, f"{fp.new_path} already exists, the patch creates it"),
+                FileConflict(fp.new_path, f"{fp.new_path} already exists, the patch creates it"),
             )
         old_mode, old_data = old if old is not None else (None, None)
 
@@ -234,7 +234,7 @@ class SeriesApplier:
             try:
                 new_data = binarypatch.apply_binary(old_data, fp, self.git)
             except binarypatch.BinaryPatchError as exc:
-                return _FileOutcome("conflict", [], [], Conflict(path, str(exc)))
+                return _FileOutcome("conflict", [], [], FileConflict(path, str(exc)))
             result_status: PatchStatus = "clean"
             detail: list[str] = []
         else:
@@ -330,7 +330,7 @@ class SeriesApplier:
         failure: applier.HunkFailed,
     ) -> _FileOutcome:
         # HunkFailed.index is 1-based; 0 means the file as a whole.
-        conflict = Conflict(
+        conflict = FileConflict(
             fp.path,
             f"hunk {failure.index} of {fp.path} does not apply at "
             f"line {failure.line}: {failure.reason}"
@@ -410,7 +410,7 @@ class SeriesApplier:
         files = tuple(_unique([p for fp in patch.files for p in (fp.old_path, fp.new_path) if p]))
         detail: list[str] = []
         warnings: list[str] = []
-        conflicts: list[Conflict] = []
+        conflicts: list[FileConflict] = []
         images: dict[str, tuple[bytes | None, bytes | None]] = {}
 
         def result(

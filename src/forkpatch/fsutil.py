@@ -19,7 +19,7 @@ import os
 import re
 import signal
 import stat
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from forkpatch import settings
@@ -946,6 +946,14 @@ def parse_state(raw: bytes, *, path: Path, kind: str, version: int) -> dict[str,
     match: a state file is trusted only when forkpatch wrote it as it is.
     The caller still validates the fields (types, paths) of the data.
     """
+    return parse_state_versions(raw, path=path, kind=kind, versions=(version,))[1]
+
+
+def parse_state_versions(
+    raw: bytes, *, path: Path, kind: str, versions: Sequence[int]
+) -> tuple[int, dict[str, object]]:
+    """:func:`parse_state` for a file of which several versions are read (the newest is
+    written): (its version, its data)."""
     tip = f"if no forkpatch command is running on this project, move {path} aside and run again"
     try:
         doc = json.loads(raw.decode("utf-8"))
@@ -958,15 +966,16 @@ def parse_state(raw: bytes, *, path: Path, kind: str, version: int) -> dict[str,
             f"{path} is not a forkpatch {kind} file (kind {doc.get('kind')!r})", tip=tip
         )
     found = doc.get("version")
-    if found != version or isinstance(found, bool):
-        newer = isinstance(found, int) and not isinstance(found, bool) and found > version
+    if isinstance(found, bool) or not isinstance(found, int) or found not in versions:
+        newer = isinstance(found, int) and not isinstance(found, bool) and found > max(versions)
+        reads = " and ".join(str(v) for v in versions)
         raise StateError(
-            f"{path} has version {found!r}; this forkpatch reads version {version}",
+            f"{path} has version {found!r}; this forkpatch reads version {reads}",
             tip="finish or abort it with the forkpatch that started it" if newer else tip,
         )
     if doc.get("sha256") != _state_checksum(doc["data"]):
         raise StateError(f"{path} does not match its checksum (edited or damaged)", tip=tip)
-    return dict(doc["data"])
+    return found, dict(doc["data"])
 
 
 def load_state(path: Path, *, kind: str, version: int) -> dict[str, object] | None:

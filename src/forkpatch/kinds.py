@@ -80,6 +80,10 @@ OutcomeStatus = Literal[AppliedStatus, DroppedStatus, "conflict"]
 RebasePhase = Literal["conflict", "writing"]
 """Where a rebase in progress stands: stopped at a conflict, or writing its result."""
 
+Relation = Literal["same", "forward", "backwards", "diverged"]
+"""Where a rebase's target lies from the series' base: the same commit, a descendant, an
+ancestor, or on another line of history."""
+
 SettingKind = Literal["duration", "size", "boolean", "count", "url", "path", "text"]
 """How a FORKPATCH_* environment setting is written (forkpatch.settings reads each)."""
 
@@ -112,6 +116,7 @@ APPLIED_STATUSES: tuple[AppliedStatus, ...] = get_args(AppliedStatus)
 DROPPED_STATUSES: tuple[DroppedStatus, ...] = get_args(DroppedStatus)
 OUTCOME_STATUSES: tuple[OutcomeStatus, ...] = get_args(OutcomeStatus)
 REBASE_PHASES: tuple[RebasePhase, ...] = get_args(RebasePhase)
+RELATIONS: tuple[Relation, ...] = get_args(Relation)
 SETTING_KINDS: tuple[SettingKind, ...] = get_args(SettingKind)
 CHANGE_KINDS: tuple[ChangeKind, ...] = get_args(ChangeKind)
 CHANGE_SIDES: tuple[ChangeSide, ...] = get_args(ChangeSide)

@@ -22,7 +22,7 @@ from forkpatch.git import Git
 from forkpatch.kinds import PATCH_STATUSES
 from forkpatch.project import Project
 from forkpatch.redact import CREDENTIAL_TIP, hide_url_secrets, url_has_credentials
-from forkpatch.results import Conflict, PatchResult
+from forkpatch.results import FileConflict, PatchResult
 from forkpatch.series import SERIES_FILE, load_series, new_series, save_series
 from forkpatch.stackstate import StackState
 from forkpatch.typedreader import TypedReader
@@ -402,7 +402,7 @@ def _result_of(r: TypedReader, raw: object, where: str) -> PatchResult:
         cw = f"{where}.conflicts[{j}]"
         cd = r.mapping(c, cw)
         conflicts.append(
-            Conflict(
+            FileConflict(
                 r.text(cd, "path", cw),
                 r.text(cd, "reason", cw),
                 hunks=r.numbers(cd, "hunks", cw),

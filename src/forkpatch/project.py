@@ -759,9 +759,11 @@ def _onto_of(journal: Path) -> str:
     """ " onto TAG" for a message, read without trusting the file (the rebase validates it)."""
     try:
         doc = json.loads(journal.read_bytes()) if not journal.is_symlink() else None
+        data = doc.get("data") if isinstance(doc, dict) else None
+        # Version 3 keeps the target in the plan; version 2 kept its name flat.
         onto = (
-            doc["data"]["onto"]
-            if isinstance(doc, dict) and isinstance(doc.get("data"), dict)
+            (data["plan"]["target"]["name"] if "plan" in data else data["onto"])
+            if isinstance(data, dict)
             else None
         )
     except (OSError, ValueError, KeyError, TypeError):

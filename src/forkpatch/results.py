@@ -7,7 +7,7 @@ neither the engine nor the patch parser.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from forkpatch.kinds import PATCH_STATUSES, PatchStatus
@@ -21,12 +21,41 @@ def worst(statuses: Iterable[str]) -> PatchStatus:
 
 
 @dataclass(frozen=True)
-class Conflict:
+class FileConflict:
+    """Why one file of a patch does not apply: the engine's answer, a rebase's outcome
+    (its journal, its report, ``check --json``) and ``track``'s forecast alike."""
+
     path: str
     reason: str
     hunks: tuple[int, ...] = ()  # 1-based hunk numbers
     line: int | None = None
-    merged: bytes | None = None  # content with conflict markers, when a 3-way ran
+    #: the file with conflict markers, when a 3-way merge ran (the engine's, for the
+    #: conflict work tree; never in a file: not in to_json, not compared)
+    merged: bytes | None = field(default=None, compare=False, repr=False)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "path": self.path,
+            "reason": self.reason,
+            "hunks": list(self.hunks),
+            "line": self.line,
+        }
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, object]) -> FileConflict:
+        """From :meth:`to_json`'s form, checked (ValueError naming the field)."""
+        path, reason, line = raw.get("path"), raw.get("reason"), raw.get("line")
+        hunks = raw.get("hunks") or []
+        if not (isinstance(path, str) and isinstance(reason, str)):
+            raise ValueError("conflicts: path/reason")
+        if not (
+            isinstance(hunks, (list, tuple))
+            and all(isinstance(h, int) and not isinstance(h, bool) for h in hunks)
+        ):
+            raise ValueError("conflicts: hunks")
+        if not (line is None or (isinstance(line, int) and not isinstance(line, bool))):
+            raise ValueError("conflicts: line")
+        return cls(path, reason, tuple(hunks), line)
 
 
 @dataclass(frozen=True)
@@ -38,7 +67,7 @@ class PatchResult:
     removed: int = 0
     detail: tuple[str, ...] = ()
     evidence: str | None = None
-    conflicts: tuple[Conflict, ...] = ()
+    conflicts: tuple[FileConflict, ...] = ()
     commit: str | None = None
     # For each file the patch touched: content before and after (None = absent).
     # Used as the 3-way merge base when the same series is applied elsewhere.
@@ -68,8 +97,5 @@ class PatchResult:
         if self.warnings:
             out["warnings"] = list(self.warnings)
         if self.conflicts:
-            out["conflicts"] = [
-                {"path": c.path, "reason": c.reason, "hunks": list(c.hunks), "line": c.line}
-                for c in self.conflicts
-            ]
+            out["conflicts"] = [c.to_json() for c in self.conflicts]
         return out

@@ -191,3 +191,25 @@ def test_no_source_module_is_over_a_thousand_lines():
     }
     assert len(sizes) > 50
     assert {name: n for name, n in sizes.items() if n > 1000} == {}
+
+
+def test_the_rebase_state_holds_its_plan_options_and_memo_not_copies_of_their_fields():
+    """The journal's state keeps the Plan, the RebaseOptions and the ClassifierMemo as
+    they are; none of their fields (nor the plan's derived names) is a field of its own,
+    and changing it needs no type: ignore."""
+    import dataclasses
+
+    from forkpatch.rebase.plan import ClassifierMemo, Plan, RebaseOptions, Setup
+    from forkpatch.rebase.state import RebaseState
+
+    own = {f.name for f in dataclasses.fields(RebaseState)}
+    assert {"plan", "options", "memo"} <= own
+    theirs = {
+        f.name
+        for cls in (Plan, RebaseOptions, ClassifierMemo, Setup)
+        for f in dataclasses.fields(cls)
+    }
+    theirs |= {n for n, v in vars(Plan).items() if isinstance(v, property)}
+    assert own & theirs == set()
+    text = (PACKAGE / "state.py").read_text(encoding="utf-8")
+    assert "type: ignore" not in text

@@ -42,6 +42,7 @@ SETS = [
     kinds.TRACK_CHANGE_KINDS,
     kinds.REFERENCE_KINDS,
     kinds.UPSTREAM_STATES,
+    kinds.RELATIONS,
 ]
 
 
@@ -86,17 +87,8 @@ WORD_FIELDS = frozenset(
 STILL_STR = frozenset(
     {
         "git.py:FileChange.mode",  # a git file mode, the runner's
-        "rebase/plan.py:Outcome.status",
-        "rebase/plan.py:Plan.relation",
-        "rebase/plan.py:Setup.relation",
-        "rebase/report.py:Dropped.status",
-        "rebase/report.py:ReportedPatch.status",
-        "rebase/report.py:RebaseReport.relation",
-        "rebase/state.py:RebaseState.relation",
         "smoke/checks.py:CheckSpec.tier",
         "smoke/kernels.py:HostCheck.tier",
-        "track/stages.py:RebaseConflict.relation",  # the rebase's Relation, when it has one
-        "track/stages.py:RebaseDone.relation",
     }
 )
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from forkpatch.fsutil import dump_state, parse_state
+from forkpatch.rebase.state import ORIGINAL_VERSION, VERSION
 from support.git import numbered, replace_once
 from support.projects import LINES, snapshot
 
@@ -78,10 +79,12 @@ def _journal(project: Path) -> Path:
 
 def _rewrite(path: Path, edit) -> None:
     """Change a state file's data and seal it again with a valid checksum (a crafted file)."""
-    kind = "rebase" if path.name == "state.json" else "rebase-original"
-    data = parse_state(path.read_bytes(), path=path, kind=kind, version=2)
+    kind, version = (
+        ("rebase", VERSION) if path.name == "state.json" else ("rebase-original", ORIGINAL_VERSION)
+    )
+    data = parse_state(path.read_bytes(), path=path, kind=kind, version=version)
     edit(data)
-    path.write_bytes(dump_state(kind, 2, data))
+    path.write_bytes(dump_state(kind, version, data))
 
 
 def _bundle_sha(project: Path) -> str:
@@ -105,7 +108,7 @@ def _tamper_cases(outside: Path):
     def newer_version(project):
         p = _journal(project)
         doc = json.loads(p.read_text())
-        doc["version"] = 3
+        doc["version"] = VERSION + 1
         p.write_text(json.dumps(doc))
 
     def dotdot(project):
@@ -139,18 +142,27 @@ def _tamper_cases(outside: Path):
 
     def conflict_path(project):
         def bad(d):
-            d["outcomes"][1]["conflicts"][0]["path"] = "../../outside/victim.txt"
+            d["plan"]["outcomes"][1]["conflicts"][0]["path"] = "../../outside/victim.txt"
 
         _rewrite(_journal(project), bad)
 
     def commit_not_an_id(project):
-        _rewrite(_journal(project), lambda d: d.update(head="HEAD~1; rm -rf /"))
+        _rewrite(_journal(project), lambda d: d["plan"].update(head="HEAD~1; rm -rf /"))
 
     def reference_not_an_id(project):  # a resolved upstream reference, crafted
-        _rewrite(_journal(project), lambda d: d.update(references=[["abc1234", "HEAD~1", "s"]]))
+        _rewrite(
+            _journal(project), lambda d: d["memo"].update(references=[["abc1234", "HEAD~1", "s"]])
+        )
 
     def wrong_types(project):
-        _rewrite(_journal(project), lambda d: d.update(fuzz="2", outcomes={"p0": "clean"}))
+        def edit(d):
+            d["options"].update(fuzz="2")
+            d["plan"].update(outcomes={"p0": "clean"})
+
+        _rewrite(_journal(project), edit)
+
+    def phase_not_of_the_plan(project):  # "writing" while a patch still conflicts
+        _rewrite(_journal(project), lambda d: d.update(phase="writing", conflict=None))
 
     def journal_symlink(project):
         p = _journal(project)
@@ -172,7 +184,7 @@ def _tamper_cases(outside: Path):
     return [
         ("edited", edited, "does not match its checksum"),
         ("old version", old_version, "state.json"),
-        ("newer version", newer_version, "has version 3"),
+        ("newer version", newer_version, f"has version {VERSION + 1}"),
         ("dotdot", dotdot, "not a plain relative path"),
         ("absolute", absolute, "not a plain relative path"),
         ("not a project file", not_a_project_file, "neither series.yaml nor under patches/"),
@@ -182,6 +194,7 @@ def _tamper_cases(outside: Path):
         ("commit", commit_not_an_id, "is not a commit id"),
         ("reference", reference_not_an_id, "expected a commit id and its subject"),
         ("types", wrong_types, "must be a int"),
+        ("phase", phase_not_of_the_plan, "does not follow from its patches' outcomes"),
         ("journal symlink", journal_symlink, "symbolic link"),
         ("patches symlink", patches_symlink, "symbolic link"),
     ]

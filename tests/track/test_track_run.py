@@ -18,8 +18,8 @@ from forkpatch.track import (
     MAX_BODY,
     BuildDone,
     ConflictEntry,
-    ConflictSpot,
     Failed,
+    FileConflict,
     RebaseConflict,
     RebaseDone,
     RunInfo,
@@ -220,7 +220,7 @@ def test_stage_results_round_trip_and_bad_files_are_not_trusted():
             "rebase",
             RebaseConflict(
                 "r",
-                ConflictEntry("p", ("a",), (ConflictSpot("a", (1, 2), 3, "x"),)),
+                ConflictEntry("p", ("a",), (FileConflict("a", "x", (1, 2), 3),)),
                 ("q",),
                 {"p": "conflict"},
             ),

@@ -3,9 +3,10 @@
 
 The package, in the order a rebase uses it:
 
-* :mod:`~forkpatch.rebase.plan`: the classification in memory (:func:`classify`,
-  :func:`check`): one :class:`Outcome` per patch in a frozen :class:`Plan`,
-  forecasting past conflicts; no writes.
+* :mod:`~forkpatch.rebase.plan`: the data: one :class:`Outcome` per patch in a frozen
+  :class:`Plan`, the :class:`RebaseOptions`, the classifier's memo.
+* :mod:`~forkpatch.rebase.classifier`: the classification in memory (:func:`classify`,
+  :func:`check`), forecasting past conflicts; no writes.
 * :mod:`~forkpatch.rebase.upstream`: evidence that a patch is already upstream
   (patch-id, the upstream commit the patch names).
 * :mod:`~forkpatch.rebase.state`: the frozen :class:`RebaseState` and its journal in
@@ -20,14 +21,13 @@ The package, in the order a rebase uses it:
 
 from __future__ import annotations
 
+from forkpatch.rebase.classifier import check, classify
 from forkpatch.rebase.plan import (
     Forecast,
     Outcome,
     Plan,
     RebaseOptions,
     Target,
-    check,
-    classify,
 )
 from forkpatch.rebase.report import RebaseReport
 from forkpatch.rebase.run import (

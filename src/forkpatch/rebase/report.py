@@ -17,7 +17,8 @@ from pathlib import Path
 
 from forkpatch.escape import md_cell, md_code, md_fence, md_text
 from forkpatch.fsutil import atomic_write, name_part
-from forkpatch.rebase.plan import DROPPED, Outcome, Plan
+from forkpatch.kinds import DROPPED_STATUSES, DroppedStatus, OutcomeStatus, Relation
+from forkpatch.rebase.plan import Outcome, Plan
 from forkpatch.series import PATCHES_DIR, Series
 
 REPORT_VERSION = 1
@@ -73,7 +74,7 @@ class Dropped:
     """A patch the rebase took out of the series, and why."""
 
     name: str
-    status: str
+    status: DroppedStatus
     reason: str
 
     def to_json(self) -> dict[str, object]:
@@ -93,7 +94,7 @@ class ReportedPatch:
         return self.outcome.name
 
     @property
-    def status(self) -> str:
+    def status(self) -> OutcomeStatus:
         return self.outcome.status
 
     @property
@@ -103,9 +104,16 @@ class ReportedPatch:
     @property
     def dropped(self) -> str | None:
         """Why the patch left the series (None when it stays)."""
-        if self.outcome.status not in DROPPED:
-            return None
-        return self.outcome.evidence or self.outcome.status
+        got = self.drop
+        return None if got is None else got.reason
+
+    @property
+    def drop(self) -> Dropped | None:
+        """The patch as it left the series (None when it stays)."""
+        for status in DROPPED_STATUSES:
+            if status == self.outcome.status:
+                return Dropped(self.name, status, self.outcome.evidence or status)
+        return None
 
     @property
     def why(self) -> str:
@@ -133,7 +141,7 @@ class RebaseReport:
 
     source: Endpoint  # "from": the series' base before the rebase
     target: Endpoint  # "to"
-    relation: str  # see forkpatch.rebase.plan.RELATIONS
+    relation: Relation
     note: str | None
     options: ReportOptions
     patches: tuple[ReportedPatch, ...]
@@ -146,9 +154,7 @@ class RebaseReport:
 
     @property
     def dropped(self) -> tuple[Dropped, ...]:
-        return tuple(
-            Dropped(p.name, p.status, p.dropped) for p in self.patches if p.dropped is not None
-        )
+        return tuple(d for p in self.patches if (d := p.drop) is not None)
 
     @property
     def file_stem(self) -> str:

@@ -27,27 +27,21 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import NoReturn
 
 from forkpatch import log, settings
 from forkpatch.engine import TreeState, commit_message, diffs_of_commits
 from forkpatch.errors import ConflictError, StateError, UsageError
 from forkpatch.git import FileChange
+from forkpatch.kinds import DROPPED_STATUSES
 from forkpatch.patchfile import in_line_endings_of, lf_form
 from forkpatch.patchtext import PatchTexts
 from forkpatch.project import Project, find_root
+from forkpatch.rebase.classifier import Classifier, check_target, classifier_for
 from forkpatch.rebase.conflict import ConflictTree
-from forkpatch.rebase.plan import (
-    DROPPED,
-    Classifier,
-    Outcome,
-    Plan,
-    RebaseOptions,
-    check_target,
-    classifier_for,
-    names_of,
-)
+from forkpatch.rebase.plan import Outcome, Plan, RebaseOptions
 from forkpatch.rebase.report import RebaseReport
 from forkpatch.rebase.state import Journal, RebaseState
 from forkpatch.rebase.upstream import replacement
@@ -101,38 +95,11 @@ def rebase(project: Project, options: RebaseOptions) -> RebaseResult:
     setup = check_target(project, options.onto)
     classifier = classifier_for(project, setup, options)
     walk = classifier.walk(0, setup.target.commit, write=True, forecast=True)
-    state = RebaseState(
-        phase="conflict" if walk.conflict is not None else "writing",
-        onto=setup.target.name,
-        onto_commit=setup.target.commit,
-        onto_tag=setup.target.base.tag,
-        onto_branch=setup.target.base.branch,
-        base=setup.base.label,
-        base_commit=setup.base.commit,
-        relation=setup.relation,
-        three_way=options.three_way,
-        fuzz=options.fuzz,
-        outcomes=tuple(walk.outcomes),
-        head=walk.head,
-        date=classifier.date,
-        conflict=walk.outcomes[walk.conflict].name if walk.conflict is not None else None,
-        stack=stack,
-        upstream=tuple((n, c, e) for n, (c, e) in classifier.upstream.matches().items()),
-        renames=classifier.known_renames(),
-        references=classifier.references.known(),
-    )
-    if walk.conflict is not None:
-        # For the stops to come: the merge bases computed so far, as blobs in the store.
-        stored = classifier.merge_bases.store(classifier.merge_bases.names())
-        state = state.with_(
-            images=tuple(
-                (name, path, old, new)
-                for name, paths in stored.items()
-                for path, (old, new) in paths.items()
-            )
-        )
-    state = journal.start(state)
-    project.fork().store.update_ref(HEAD_REF, state.head)
+    plan = Plan(setup, tuple(walk.outcomes), walk.head)
+    # With a stop to come, the merge bases computed so far go into the store as blobs.
+    memo = classifier.memo(images=walk.conflict is not None)
+    state = journal.start(RebaseState.of(plan, options, memo, stack))
+    project.fork().store.update_ref(HEAD_REF, state.plan.head)
     _pause("journal")
     if state.phase == "conflict":
         _stop(project, journal, _Stop(state, classifier, walk.stop))
@@ -151,52 +118,35 @@ class _Stop:
 
 
 def _resume(project: Project, journal: Journal, state: RebaseState) -> Classifier:
-    """The classifier of a resumed rebase, with what the start computed already: the
-    patch-id matches, the files upstream moved, the files each patch touches (nothing
-    of that is computed again, and the patches are parsed only when used)."""
-    items = journal.original_items()
-    classifier = Classifier(project.fork().store, state.target, state.base_commit, items)
-    classifier.configure(three_way=state.three_way, fuzz=state.fuzz)
-    classifier.fork = project.fork()
-    classifier.date = state.date
-    classifier.merge_bases.known_paths = {o.name: set(o.files) for o in state.outcomes}
-    for name, path, old, new in state.images:
-        classifier.merge_bases.known_images.setdefault(name, {})[path] = (old, new)
-    if state.upstream is not None:
-        matches: dict[str, tuple[str, str] | None] = dict.fromkeys(names_of(items))
-        matches.update({n: (c, s) for n, c, s in state.upstream})
-        classifier.upstream.preload(matches)
-    if state.renames is not None:
-        classifier.preload_renames(dict(state.renames))
-    if state.references is not None:
-        classifier.references.preload(state.references)
-    return classifier
+    """The classifier of a resumed rebase (see :meth:`Classifier.resume`)."""
+    return Classifier.resume(project.fork(), journal.original_items(), state)
 
 
 # --------------------------------------------------------------------------- conflicts
 
 
-def _stop(project: Project, journal: Journal, stop: _Stop) -> None:
+def _stop(project: Project, journal: Journal, stop: _Stop) -> NoReturn:
     """Write the conflict work tree, mark it as this stop's, and raise RebaseStopped."""
     state = stop.state
     classifier = stop.classifier or _resume(project, journal, state)
     index = state.conflict_index
     item = classifier.items[index]
-    outcome = state.outcomes[index]
+    outcome = state.plan.outcomes[index]
     tree = ConflictTree(project)
     changes = stop.changes
     if changes is None:
         store = classifier.git
         with store.reader() as reader:
-            changes = classifier.conflict_changes(TreeState(store, reader, state.head), item)
-    tree.write_stop(state.head, changes[0], recorded=stop.recorded)
+            changes = classifier.conflict_changes(TreeState(store, reader, state.plan.head), item)
+    tree.write_stop(state.plan.head, changes[0], recorded=stop.recorded)
     raws = {fp.path: fp.raw for fp in item.patch.files} if item.patch else {}
     rejects = tree.save_rejects(journal.dir, [(p, raws.get(p, b"")) for p in changes[1]])
     journal.mark_stop(state)
-    lines = [f"patch '{item.entry.name}' does not apply to {state.onto}:"]
+    onto = state.plan.onto
+    lines = [f"patch '{item.entry.name}' does not apply to {onto}:"]
     lines += [f"  - {c.reason}" for c in outcome.conflicts]
     if outcome.replaced_by:
-        lines.append(f"  {replacement(outcome.replaced_by, state.onto)}")
+        lines.append(f"  {replacement(outcome.replaced_by, onto)}")
     lines.append(
         f"the work tree {tree.path} holds the patches below it and this patch with "
         "conflict markers"
@@ -233,8 +183,8 @@ def continue_(project: Project, report_dir: Path | None = None) -> RebaseResult:
     classifier = _resume(project, journal, state)
     index = state.conflict_index
     item = classifier.items[index]
-    outcome = state.outcomes[index]
-    head = state.head
+    outcome = state.plan.outcomes[index]
+    head = state.plan.head
     if not changed:  # the tree is the one below the patch
         outcome = Outcome(
             name=outcome.name,
@@ -282,16 +232,16 @@ def skip(project: Project, report_dir: Path | None = None) -> RebaseResult:
             tip="`forkpatch rebase --continue` finishes it",
         )
     index = state.conflict_index
-    old = state.outcomes[index]
+    old = state.plan.outcomes[index]
     outcome = Outcome(
         name=old.name,
         status="skipped",
         files=old.files,
         evidence=f"dropped with `forkpatch rebase --skip` (it conflicted: {old.reasons})",
     )
-    log.info(f"[{index + 1}/{len(state.outcomes)}] {outcome.name} ... skipped")
+    log.info(f"[{index + 1}/{len(state.plan.outcomes)}] {outcome.name} ... skipped")
     classifier = _resume(project, journal, state)
-    step = _Step(state, outcome, state.head, classifier, doing="`forkpatch rebase --skip`")
+    step = _Step(state, outcome, state.plan.head, classifier, doing="`forkpatch rebase --skip`")
     return _go_on(project, journal, step, report_dir)
 
 
@@ -316,27 +266,23 @@ def _go_on(
     # Past a new conflict the outcomes of the first run (forecasts) stay until then.
     done = len(walk.outcomes)
     outcomes = (
-        *state.outcomes[:index],
+        *state.plan.outcomes[:index],
         step.outcome,
         *walk.outcomes,
-        *state.outcomes[index + 1 + done :],
+        *state.plan.outcomes[index + 1 + done :],
     )
-    conflict = walk.outcomes[walk.conflict].name if walk.conflict is not None else None
     state = state.with_(
-        phase="conflict" if conflict else "writing",
-        outcomes=outcomes,
-        head=walk.head,
-        conflict=conflict,
-        references=step.classifier.references.known(),
+        plan=replace(state.plan, outcomes=outcomes, head=walk.head),
+        memo=replace(state.memo, references=step.classifier.references.known()),
     )
-    if conflict is None:
+    if state.phase == "writing":
         # This step ends the rebase, which moves the editing stack: refused here, before
         # anything but objects is written, when the editing work tree holds edits. A step
         # that stops again leaves the stack alone and need not look at it.
         _guard_stack(project, step.state, step.doing)
     journal.save(state)
-    project.fork().store.update_ref(HEAD_REF, state.head)
-    if conflict is not None:
+    project.fork().store.update_ref(HEAD_REF, state.plan.head)
+    if state.phase == "conflict":
         _stop(project, journal, _Stop(state, step.classifier, walk.stop, step.recorded))
     return _finish(project, journal, state, report_dir)
 
@@ -359,8 +305,8 @@ def abort(project: Project) -> list[str]:
 
 def _new_series(journal: Journal, state: RebaseState) -> Series:
     series = journal.original_series()
-    dropped = {o.name for o in state.outcomes if o.status in DROPPED}
-    return series.with_base(state.target.base).with_patches(
+    dropped = {o.name for o in state.plan.outcomes if o.status in DROPPED_STATUSES}
+    return series.with_base(state.plan.target.base).with_patches(
         p for p in series.patches if p.name not in dropped
     )
 
@@ -369,18 +315,18 @@ def _finish(
     project: Project, journal: Journal, state: RebaseState, report_dir: Path | None
 ) -> RebaseResult:
     """Write the result (idempotent: an interrupted finish is simply run again)."""
-    if state.phase != "writing":
-        state = state.with_(phase="writing")
-        journal.save(state)
+    assert state.phase == "writing", "finished only once every patch has its outcome"
     store = project.fork().store
     series = journal.original_series()
-    diffs = diffs_of_commits(store, [o.commit for o in state.outcomes if o.refresh and o.commit])
+    diffs = diffs_of_commits(
+        store, [o.commit for o in state.plan.outcomes if o.refresh and o.commit]
+    )
     old_texts: dict[str, bytes] = {}
     new_texts: dict[str, bytes] = {}
     writes: dict[str, bytes | None] = {}
     with PatchTexts(store) as texts:  # one object reader for every rewritten file
-        texts.prefetch((None, o.commit) for o in state.outcomes if o.refresh and o.commit)
-        for i, o in enumerate(state.outcomes):
+        texts.prefetch((None, o.commit) for o in state.plan.outcomes if o.refresh and o.commit)
+        for i, o in enumerate(state.plan.outcomes):
             file = series.patches[i].file
             if file is None:
                 continue
@@ -395,7 +341,7 @@ def _finish(
                 )
                 new_texts[o.name] = new.data
                 writes[rel] = in_line_endings_of(new.data, old)
-            elif o.status in DROPPED:
+            elif o.status in DROPPED_STATUSES:
                 writes[rel] = None
     text = dump_series(_new_series(journal, state))
     parse_series(text, path=SERIES_FILE)  # never write what could not be read back
@@ -404,15 +350,7 @@ def _finish(
     journal.write_project(writes)
     project.reload()
     _pause("files")
-    plan = Plan(
-        base=state.base,
-        base_commit=state.base_commit,
-        onto=state.onto,
-        onto_commit=state.onto_commit,
-        relation=state.relation,
-        outcomes=state.outcomes,
-        head=state.head,
-    )
+    plan = state.plan
     from forkpatch.rebase import report as report_mod  # difflib: only when finishing
 
     # Compared with the journal's copies, so a finish that was interrupted and run
@@ -423,7 +361,9 @@ def _finish(
         series=series,
         texts=report_mod.Texts(old=old_texts, new=new_texts),
         changed_files=changed_files,
-        options=report_mod.ReportOptions(three_way=state.three_way, fuzz=state.fuzz),
+        options=report_mod.ReportOptions(
+            three_way=state.options.three_way, fuzz=state.options.fuzz
+        ),
     )
     dirs = [project.state_dir / REPORTS_DIR]
     if report_dir is not None:
@@ -436,8 +376,10 @@ def _finish(
 
         project.reload()
         # The stack is made of the rebase's own commits (the files were written from them).
-        made = {o.name: o.commit for o in state.outcomes if o.commit and o.status not in DROPPED}
-        Stack(project).rebuild_on(state.onto_commit, state.stack.applied, made)
+        made = {
+            o.name: o.commit for o in plan.outcomes if o.commit and o.status not in DROPPED_STATUSES
+        }
+        Stack(project).rebuild_on(plan.onto_commit, state.stack.applied, made)
     store.delete_ref(HEAD_REF)
     store.repack_if_many()  # each stop's commits came as one small pack
     journal.clear()
@@ -491,15 +433,16 @@ def stopped_json(project: Project, stopped: RebaseState | None = None) -> dict[s
     except Exception:
         return None
     written = stopped is not None or journal.holds_stop(state)
+    plan = state.plan
     return {
         "status": "stopped" if state.phase == "conflict" else state.phase,
-        "onto": state.onto,
-        "onto_commit": state.onto_commit,
-        "base": state.base,
-        "base_commit": state.base_commit,
+        "onto": plan.onto,
+        "onto_commit": plan.onto_commit,
+        "base": plan.base,
+        "base_commit": plan.base_commit,
         "conflict": state.conflict,
         "worktree": str(ConflictTree(project).path) if written else None,
-        "patches": [o.to_json() for o in state.outcomes],
+        "patches": [o.to_json() for o in state.plan.outcomes],
         "next": [
             "forkpatch rebase --continue",
             "forkpatch rebase --skip",
@@ -524,7 +467,7 @@ def pending_hint(cwd: Path) -> str | None:
             f"a rebase journal is in {journal.dir} but cannot be used ({exc}); "
             "`forkpatch rebase --continue` / `--abort` refuse it"
         )
-    onto = state.onto
+    onto = state.plan.onto
     if state.phase == "conflict":
         if not journal.holds_stop(state):
             return (

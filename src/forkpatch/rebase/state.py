@@ -2,10 +2,15 @@
 
 The journal lives in ``.forkpatch/rebase/``:
 
-* ``state.json``: the :class:`RebaseState` (phase, target, every patch's outcome
-  so far, the head built on the new base, ...), written atomically after every
-  step. It is the commit point of the rebase: while it exists, patches/ and
-  series.yaml belong to the rebase.
+* ``state.json``: the :class:`RebaseState`, written atomically after every step: the
+  :class:`~forkpatch.rebase.plan.Plan` so far (the base, the target, every patch's
+  outcome, the head built on the new base), the
+  :class:`~forkpatch.rebase.plan.RebaseOptions`, where the rebase stands (phase,
+  the patch it is stopped at, the editing stack, the saved files) and the
+  classifier's :class:`~forkpatch.rebase.plan.ClassifierMemo`. It is the commit
+  point of the rebase: while it exists, patches/ and series.yaml belong to the
+  rebase. Version 3; version 2 (the same, with the plan's, the options' and the
+  memo's fields flat in the state) is still read, and the next write is version 3.
 * ``original.json``: byte copies of series.yaml and every file in patches/ as
   they were before the rebase, for ``--abort`` and the report.
 
@@ -29,6 +34,7 @@ import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TypeVar
 
 from forkpatch.engine import Item
 from forkpatch.errors import StateError
@@ -38,21 +44,23 @@ from forkpatch.fsutil import (
     check_relpath,
     commit_files,
     dump_state,
-    parse_state,
+    parse_state_versions,
     read_regular,
 )
-from forkpatch.kinds import REBASE_PHASES, RebasePhase
+from forkpatch.kinds import OUTCOME_STATUSES, REBASE_PHASES, RELATIONS, RebasePhase
 from forkpatch.patchfile import PatchFile, parse_patch
 from forkpatch.project import COMMIT_JOURNAL, REBASE_JOURNAL, Project
 from forkpatch.rebase.plan import (
-    RELATIONS,
-    STATUSES,
-    FileConflict,
+    ClassifierMemo,
     Forecast,
     Items,
     Outcome,
+    Plan,
+    RebaseOptions,
+    Setup,
     Target,
 )
+from forkpatch.results import FileConflict
 from forkpatch.series import NAME_RE, PATCHES_DIR, SERIES_FILE, BaseRef, Series, parse_series
 from forkpatch.stackstate import StackPosition
 
@@ -62,74 +70,60 @@ ORIGINAL_FILE = "original.json"
 STOP_FILE = "worktree-stop"  # which stop the conflict work tree holds (see Journal.mark_stop)
 KIND = "rebase"
 ORIGINAL_KIND = "rebase-original"
-VERSION = 2
-PHASES = REBASE_PHASES
+#: state.json's version: 3 keeps the plan, the options and the classifier's memo as they
+#: are; 2 (still read) had their fields copied flat into the state.
+VERSION = 3
+READ_VERSIONS = (2, VERSION)
+ORIGINAL_VERSION = 2  # original.json's: the same in both
+_W = TypeVar("_W", bound=str)
 _OID = re.compile(r"\A[0-9a-f]{40}\Z")
 
 
 @dataclass(frozen=True)
 class RebaseState:
-    """Everything a resumed rebase needs, validated on load (see the module docstring)."""
+    """Everything a resumed rebase needs, validated on load (see the module docstring):
+    the plan so far, the options it is made with, where the rebase stands, and what the
+    classifier found once."""
 
+    plan: Plan  # its head: the last commit built on the new base
+    options: RebaseOptions  # report_dir None: the command's own
+    memo: ClassifierMemo
     phase: RebasePhase  # conflict: stopped at ``conflict``; writing: every patch has its outcome
-    onto: str
-    onto_commit: str
-    base: str
-    base_commit: str
-    relation: str
-    three_way: bool
-    fuzz: int
-    outcomes: tuple[Outcome, ...]
-    head: str  # the last commit built on the new base
-    date: str  # the date of the commits made on it (the target's: reproducible ids)
-    conflict: str | None = None  # the patch it is stopped at
+    conflict: str | None = None  # the patch it is stopped at (the plan's first conflict)
     stack: StackPosition | None = None
     original: tuple[str, ...] = ()  # project-relative paths saved in original.json
     original_sha256: str = ""
-    upstream: tuple[tuple[str, str, str], ...] | None = (
-        None  # patch-id matches (name, commit, subject)
-    )
-    renames: tuple[tuple[str, str], ...] | None = None  # files upstream moved, once computed
-    # 3-way merge bases of the conflicting patches, as blobs in the store:
-    # (patch, path, blob before, blob after); the next stops need not replay them.
-    images: tuple[tuple[str, str, str | None, str | None], ...] = ()
-    # The upstream commits the series names, resolved once: (reference, commit, subject),
-    # commit and subject None where the reference is not in the target's history.
-    references: tuple[tuple[str, str | None, str | None], ...] | None = None
-    # What series.yaml records for the target: the tag naming its commit ("" for none)
-    # and the branch it came from. None: a journal from before they were kept.
-    onto_tag: str | None = None
-    onto_branch: str = ""
 
-    @property
-    def target(self) -> Target:
-        if self.onto_tag is None:  # an older journal: its name was recorded as the tag
-            tag = "" if self.onto_commit.startswith(self.onto.lower()) else self.onto
-            record = BaseRef(tag, self.onto_commit)
-        else:
-            record = BaseRef(self.onto_tag, self.onto_commit, self.onto_branch)
-        return Target(self.onto, self.onto_commit, record=record)
+    @classmethod
+    def of(
+        cls, plan: Plan, options: RebaseOptions, memo: ClassifierMemo, stack: StackPosition | None
+    ) -> RebaseState:
+        """A rebase's first state: stopped at the plan's first conflict, or writing."""
+        return cls(plan, replace(options, report_dir=None), memo, "writing", stack=stack).with_(
+            plan=plan
+        )
 
     @property
     def conflict_index(self) -> int:
-        return next(i for i, o in enumerate(self.outcomes) if o.name == self.conflict)
+        return next(i for i, o in enumerate(self.plan.outcomes) if o.name == self.conflict)
 
-    def with_(self, **changes: object) -> RebaseState:
-        return replace(self, **changes)  # type: ignore[arg-type]
+    def with_(self, *, plan: Plan | None = None, memo: ClassifierMemo | None = None) -> RebaseState:
+        """The state with a new plan (where the rebase stands follows it: stopped at its
+        first conflict, or writing) and/or a new memo."""
+        plan = plan or self.plan
+        first = plan.first_conflict
+        return replace(
+            self,
+            plan=plan,
+            memo=memo or self.memo,
+            phase="writing" if first is None else "conflict",
+            conflict=None if first is None else first.name,
+        )
 
     def to_data(self) -> dict[str, object]:
+        plan, base, target, memo = self.plan, self.plan.setup.base, self.plan.target, self.memo
         return {
             "phase": self.phase,
-            "onto": self.onto,
-            "onto_commit": self.onto_commit,
-            "base": self.base,
-            "base_commit": self.base_commit,
-            "relation": self.relation,
-            "three_way": self.three_way,
-            "fuzz": self.fuzz,
-            "outcomes": [o.to_json() for o in self.outcomes],
-            "head": self.head,
-            "date": self.date,
             "conflict": self.conflict,
             "stack": None
             if self.stack is None
@@ -140,12 +134,33 @@ class RebaseState:
             },
             "original": list(self.original),
             "original_sha256": self.original_sha256,
-            "upstream": None if self.upstream is None else [list(u) for u in self.upstream],
-            "renames": None if self.renames is None else [list(r) for r in self.renames],
-            "images": [list(i) for i in self.images],
-            "references": None if self.references is None else [list(r) for r in self.references],
-            "onto_tag": self.onto_tag,
-            "onto_branch": self.onto_branch,
+            "plan": {
+                "base": {"tag": base.tag, "commit": base.commit, "branch": base.branch},
+                "target": {
+                    "name": target.name,
+                    "commit": target.commit,
+                    "resolved": target.resolved,
+                    "tag": target.base.tag,
+                    "branch": target.base.branch,
+                },
+                "relation": plan.relation,
+                "outcomes": [o.to_json() for o in plan.outcomes],
+                "head": plan.head,
+            },
+            "options": {
+                "onto": self.options.onto,
+                "three_way": self.options.three_way,
+                "fuzz": self.options.fuzz,
+            },
+            "memo": {
+                "date": memo.date,
+                "upstream": None if memo.upstream is None else [list(u) for u in memo.upstream],
+                "renames": None if memo.renames is None else [list(r) for r in memo.renames],
+                "images": [list(i) for i in memo.images],
+                "references": None
+                if memo.references is None
+                else [list(r) for r in memo.references],
+            },
         }
 
 
@@ -214,21 +229,36 @@ class _Reader:
             out.append(v)
         return tuple(out)
 
+    def word(self, data: Mapping[str, object], key: str, where: str, words: tuple[_W, ...]) -> _W:
+        """A value of a closed set (forkpatch.kinds), typed as the set."""
+        value = self.text(data, key, where)
+        for word in words:
+            if word == value:
+                return word
+        raise self.fail(where, f"unknown {key} {value!r}")
+
+    def number(self, data: Mapping[str, object], key: str, where: str) -> int:
+        value = self.field(data, key, int, where)
+        assert isinstance(value, int)
+        return value
+
     def outcome(self, value: object, where: str) -> Outcome:
         d = self.mapping(value, where)
         name = self.text(d, "name", where)
         if not NAME_RE.match(name):
             raise self.fail(where, f"{name!r} is not a patch name")
-        status = self.text(d, "status", where)
-        if status not in STATUSES:
-            raise self.fail(where, f"unknown status {status!r}")
+        status = self.word(d, "status", where, OUTCOME_STATUSES)
         files = tuple(self.relpath(p, f"{where}.files") for p in self.items(d, "files", where))
         conflicts = []
         for j, c in enumerate(self.items(d, "conflicts", where) if "conflicts" in d else []):
             cw = f"{where}.conflicts[{j}]"
             cd = self.mapping(c, cw)
-            hunks = self.items(cd, "hunks", cw)
-            if not all(isinstance(h, int) and not isinstance(h, bool) for h in hunks):
+            hunks = tuple(
+                h
+                for h in self.items(cd, "hunks", cw)
+                if isinstance(h, int) and not isinstance(h, bool)
+            )
+            if len(hunks) != len(self.items(cd, "hunks", cw)):
                 raise self.fail(cw, "'hunks' must be numbers")
             line = cd.get("line")
             if line is not None and (not isinstance(line, int) or isinstance(line, bool)):
@@ -237,7 +267,7 @@ class _Reader:
                 FileConflict(
                     self.relpath(cd.get("path"), f"{cw}.path"),
                     self.text(cd, "reason", cw),
-                    tuple(hunks),  # type: ignore[arg-type]
+                    hunks,
                     line,
                 )
             )
@@ -253,7 +283,9 @@ class _Reader:
             forecast = Forecast(
                 after=self.text(fd, "after", fw),
                 depends_on=self.strings(fd, "depends_on", fw),
-                if_merged=self.maybe_text(fd, "if_merged", fw),
+                if_merged=None
+                if fd.get("if_merged") is None
+                else self.word(fd, "if_merged", fw, OUTCOME_STATUSES),
             )
         return Outcome(
             name=name,
@@ -268,26 +300,32 @@ class _Reader:
             replaced_by=self.maybe_text(d, "replaced_by", where),
         )
 
-    def state(self, d: Mapping[str, object]) -> RebaseState:
-        phase = self.text(d, "phase", "phase")
-        if phase not in PHASES:
-            raise self.fail("phase", f"unknown phase {phase!r}")
-        relation = self.text(d, "relation", "relation")
-        if relation not in RELATIONS:
-            raise self.fail("relation", f"unknown relation {relation!r}")
-        fuzz = self.field(d, "fuzz", int, "fuzz")
-        assert isinstance(fuzz, int)
-        if not 0 <= fuzz <= 3:
-            raise self.fail("fuzz", f"{fuzz} is out of range")
-        outcomes = tuple(
-            self.outcome(o, f"outcomes[{i}]")
-            for i, o in enumerate(self.items(d, "outcomes", "outcomes"))
+    def outcomes(self, d: Mapping[str, object], where: str) -> tuple[Outcome, ...]:
+        return tuple(
+            self.outcome(o, f"{where}[{i}]") for i, o in enumerate(self.items(d, "outcomes", where))
         )
+
+    def state(self, version: int, d: Mapping[str, object]) -> RebaseState:
+        """The state in ``version``'s shape (see :data:`READ_VERSIONS`)."""
+        if version == 2:
+            options, plan, memo = self.options(d, ""), self.plan_v2(d), self.memo(d, "")
+        else:
+            options = self.options(self.mapping(d.get("options"), "options"), "options.")
+            plan = self.plan(self.mapping(d.get("plan"), "plan"))
+            memo = self.memo(self.mapping(d.get("memo"), "memo"), "memo.")
+        phase = self.word(d, "phase", "phase", REBASE_PHASES)
         conflict = self.maybe_text(d, "conflict", "conflict")
         if phase == "conflict" and not any(
-            o.name == conflict and o.status == "conflict" for o in outcomes
+            o.name == conflict and o.status == "conflict" for o in plan.outcomes
         ):
             raise self.fail("conflict", f"{conflict!r} is not a conflicting patch of the rebase")
+        # Where the rebase stands follows from its plan (RebaseState.with_): stopped at the
+        # first conflicting patch, or writing once none conflicts.
+        first = plan.first_conflict
+        if (phase, conflict) != (("writing", None) if first is None else ("conflict", first.name)):
+            raise self.fail(
+                "phase", f"{phase} at {conflict!r} does not follow from its patches' outcomes"
+            )
         stack = None
         if d.get("stack") is not None:
             sd = self.mapping(d["stack"], "stack")
@@ -299,27 +337,97 @@ class _Reader:
         original = []
         for i, rel in enumerate(self.items(d, "original", "original")):
             original.append(self.saved_path(rel, f"original[{i}]"))
+        return RebaseState(
+            plan=plan,
+            options=options,
+            memo=memo,
+            phase=phase,
+            conflict=conflict,
+            stack=stack,
+            original=tuple(original),
+            original_sha256=self.text(d, "original_sha256", "original_sha256"),
+        )
+
+    def plan(self, d: Mapping[str, object]) -> Plan:
+        bd = self.mapping(d.get("base"), "plan.base")
+        base = BaseRef(
+            self.text(bd, "tag", "plan.base"),
+            self.oid(bd, "commit", "plan.base"),
+            self.text(bd, "branch", "plan.base"),
+        )
+        td = self.mapping(d.get("target"), "plan.target")
+        commit = self.oid(td, "commit", "plan.target")
+        target = Target(
+            self.text(td, "name", "plan.target"),
+            commit,
+            self.text(td, "resolved", "plan.target"),
+            BaseRef(
+                self.text(td, "tag", "plan.target"), commit, self.text(td, "branch", "plan.target")
+            ),
+        )
+        relation = self.word(d, "relation", "plan.relation", RELATIONS)
+        return Plan(
+            Setup(base, target, relation),
+            self.outcomes(d, "plan.outcomes"),
+            self.oid(d, "head", "plan.head"),
+        )
+
+    def plan_v2(self, d: Mapping[str, object]) -> Plan:
+        """Version 2's fields of the plan, flat in the state."""
+        onto = self.text(d, "onto", "onto")
+        onto_commit = self.oid(d, "onto_commit", "onto_commit")
+        onto_tag = self.maybe_text(d, "onto_tag", "onto_tag")
+        if onto_tag is None:  # an older journal: its name was recorded as the tag
+            tag = "" if onto_commit.startswith(onto.lower()) else onto
+            record = BaseRef(tag, onto_commit)
+        else:
+            record = BaseRef(
+                onto_tag, onto_commit, self.maybe_text(d, "onto_branch", "onto_branch") or ""
+            )
+        label = self.text(d, "base", "base")
+        base_commit = self.oid(d, "base_commit", "base_commit")
+        # The base was kept by its label: its tag, else its commit's first 12 digits.
+        base = BaseRef("" if label == base_commit[:12] else label, base_commit)
+        relation = self.word(d, "relation", "relation", RELATIONS)
+        return Plan(
+            Setup(base, Target(onto, onto_commit, record=record), relation),
+            self.outcomes(d, "outcomes"),
+            self.oid(d, "head", "head"),
+        )
+
+    def options(self, d: Mapping[str, object], at: str) -> RebaseOptions:
+        """The options (``at``: where they are, "" for version 2's flat fields; version 2
+        kept no --onto of its own: the target's name stands for it)."""
+        fuzz = self.number(d, "fuzz", f"{at}fuzz")
+        if not 0 <= fuzz <= 3:
+            raise self.fail(f"{at}fuzz", f"{fuzz} is out of range")
+        three_way = self.field(d, "three_way", bool, f"{at}three_way")
+        onto = self.text(d, "onto", f"{at}onto")
+        return RebaseOptions(onto=onto, three_way=bool(three_way), fuzz=fuzz)
+
+    def memo(self, d: Mapping[str, object], at: str) -> ClassifierMemo:
+        """The classifier's memo (``at``: where it is, "" for version 2's flat fields)."""
         upstream = None
         if d.get("upstream") is not None:
             upstream = []
-            for i, u in enumerate(self.items(d, "upstream", "upstream")):
+            for i, u in enumerate(self.items(d, "upstream", f"{at}upstream")):
+                where = f"{at}upstream[{i}]"
                 if not (isinstance(u, list) and len(u) == 3 and all(isinstance(x, str) for x in u)):
-                    raise self.fail(f"upstream[{i}]", "expected [name, commit, subject]")
+                    raise self.fail(where, "expected [name, commit, subject]")
                 if not _OID.match(u[1]):
-                    raise self.fail(f"upstream[{i}]", f"{u[1]!r} is not a commit id")
+                    raise self.fail(where, f"{u[1]!r} is not a commit id")
                 upstream.append((u[0], u[1], u[2]))
         renames = None
         if d.get("renames") is not None:
             renames = []
-            for i, r in enumerate(self.items(d, "renames", "renames")):
+            for i, r in enumerate(self.items(d, "renames", f"{at}renames")):
+                where = f"{at}renames[{i}]"
                 if not (isinstance(r, list) and len(r) == 2):
-                    raise self.fail(f"renames[{i}]", "expected [old path, new path]")
-                renames.append(
-                    (self.relpath(r[0], f"renames[{i}]"), self.relpath(r[1], f"renames[{i}]"))
-                )
+                    raise self.fail(where, "expected [old path, new path]")
+                renames.append((self.relpath(r[0], where), self.relpath(r[1], where)))
         images = []
-        for i, img in enumerate(self.items(d, "images", "images")):
-            where = f"images[{i}]"
+        for i, img in enumerate(self.items(d, "images", f"{at}images")):
+            where = f"{at}images[{i}]"
             if not (isinstance(img, list) and len(img) == 4):
                 raise self.fail(where, "expected [patch, path, blob, blob]")
             if not isinstance(img[0], str) or not NAME_RE.match(img[0]):
@@ -328,39 +436,25 @@ class _Reader:
                 if oid is not None and not (isinstance(oid, str) and _OID.match(oid)):
                     raise self.fail(where, f"{oid!r} is not an object id")
             images.append((img[0], self.relpath(img[1], where), img[2], img[3]))
-        three_way = self.field(d, "three_way", bool, "three_way")
-        return RebaseState(
-            phase=phase,
-            onto=self.text(d, "onto", "onto"),
-            onto_commit=self.oid(d, "onto_commit", "onto_commit"),
-            base=self.text(d, "base", "base"),
-            base_commit=self.oid(d, "base_commit", "base_commit"),
-            relation=relation,
-            three_way=bool(three_way),
-            fuzz=fuzz,
-            outcomes=outcomes,
-            head=self.oid(d, "head", "head"),
-            date=self.date(d),
-            conflict=conflict,
-            stack=stack,
-            original=tuple(original),
-            original_sha256=self.text(d, "original_sha256", "original_sha256"),
+        date = self.text(d, "date", f"{at}date")
+        if not re.fullmatch(r"@\d{1,12} [+-]\d{4}", date):
+            raise self.fail(f"{at}date", f"{date!r} is not a commit date")
+        return ClassifierMemo(
+            date=date,
             upstream=None if upstream is None else tuple(upstream),
             renames=None if renames is None else tuple(renames),
             images=tuple(images),
-            references=self.references(d),
-            onto_tag=self.maybe_text(d, "onto_tag", "onto_tag"),
-            onto_branch=self.maybe_text(d, "onto_branch", "onto_branch") or "",
+            references=self.references(d, at),
         )
 
     def references(
-        self, d: Mapping[str, object]
+        self, d: Mapping[str, object], at: str
     ) -> tuple[tuple[str, str | None, str | None], ...] | None:
         if d.get("references") is None:
             return None
         out: list[tuple[str, str | None, str | None]] = []
-        for i, r in enumerate(self.items(d, "references", "references")):
-            where = f"references[{i}]"
+        for i, r in enumerate(self.items(d, "references", f"{at}references")):
+            where = f"{at}references[{i}]"
             if not (isinstance(r, list) and len(r) == 3 and isinstance(r[0], str) and r[0]):
                 raise self.fail(where, "expected [reference, commit, subject]")
             if r[1] is None and r[2] is None:
@@ -370,12 +464,6 @@ class _Reader:
             else:
                 raise self.fail(where, "expected a commit id and its subject, or two nulls")
         return tuple(out)
-
-    def date(self, d: Mapping[str, object]) -> str:
-        value = self.text(d, "date", "date")
-        if not re.fullmatch(r"@\d{1,12} [+-]\d{4}", value):
-            raise self.fail("date", f"{value!r} is not a commit date")
-        return value
 
     def saved_path(self, value: object, where: str) -> str:
         """A path the journal saved: series.yaml or a file under patches/."""
@@ -414,7 +502,7 @@ class Journal:
     def exists(self) -> bool:
         return self.path.is_file() or self.path.is_symlink()
 
-    def _read(self, path: Path, kind: str) -> dict[str, object]:
+    def _read(self, path: Path, kind: str) -> tuple[int, dict[str, object]]:
         if path.is_symlink() or self.dir.is_symlink():
             raise _Reader(path).fail("file", "is a symbolic link")
         try:
@@ -424,7 +512,7 @@ class Journal:
                 f"{path} is missing: the rebase journal is incomplete",
                 tip=f"check patches/ and series.yaml (`git status`), then move {self.dir} aside",
             ) from None
-        return parse_state(raw, path=path, kind=kind, version=VERSION)
+        return parse_state_versions(raw, path=path, kind=kind, versions=READ_VERSIONS)
 
     def load(self) -> RebaseState:
         """The validated state; also checks the saved originals it names.
@@ -437,7 +525,7 @@ class Journal:
             raise StateError(
                 "no rebase is in progress", tip="start one with `forkpatch rebase --onto TAG`"
             )
-        state = _Reader(self.path).state(self._read(self.path, KIND))
+        state = _Reader(self.path).state(*self._read(self.path, KIND))
         self._check_paths(state.original)
         self._state = state
         self._load_bundle(state)
@@ -464,7 +552,7 @@ class Journal:
             try:
                 doc = json.loads(raw)
                 files = doc["data"]["files"]
-                ok = doc["kind"] == ORIGINAL_KIND and doc["version"] == VERSION
+                ok = doc["kind"] == ORIGINAL_KIND and doc["version"] == ORIGINAL_VERSION
             except (ValueError, KeyError, TypeError):
                 ok, files = False, None
             reader = _Reader(self.bundle_path)
@@ -507,11 +595,13 @@ class Journal:
             )
         bundle = {p.relative_to(root).as_posix(): read_regular(p) for p in files}
         self._files = {k: base64.b64encode(v).decode("ascii") for k, v in bundle.items()}
-        raw = dump_state(ORIGINAL_KIND, VERSION, {"files": self._files})
+        raw = dump_state(ORIGINAL_KIND, ORIGINAL_VERSION, {"files": self._files})
         atomic_write(self.bundle_path, raw)
         self._decoded_cache = bundle
         self._series = self.project.series  # parsed from the same bytes
-        state = state.with_(original=tuple(bundle), original_sha256=hashlib.sha256(raw).hexdigest())
+        state = replace(
+            state, original=tuple(bundle), original_sha256=hashlib.sha256(raw).hexdigest()
+        )
         self.save(state)
         self._state = state
         return state
@@ -525,7 +615,7 @@ class Journal:
                 self.original_bytes(SERIES_FILE).decode("utf-8"), path=SERIES_FILE
             )
             names = [e.name for e in series.patches]
-            if self._state is not None and [o.name for o in self._state.outcomes] != names:
+            if self._state is not None and [o.name for o in self._state.plan.outcomes] != names:
                 raise _Reader(self.path).fail(
                     "outcomes", f"do not name the saved series' patches {names}"
                 )
@@ -546,7 +636,7 @@ class Journal:
 
     def mark_stop(self, state: RebaseState) -> None:
         """Record that the conflict work tree now holds ``state``'s stop (written last)."""
-        atomic_write(self.dir / STOP_FILE, f"{state.conflict} {state.head}\n".encode())
+        atomic_write(self.dir / STOP_FILE, f"{state.conflict} {state.plan.head}\n".encode())
 
     def holds_stop(self, state: RebaseState) -> bool:
         """Whether the conflict work tree was completely written for ``state``'s stop."""
@@ -554,7 +644,7 @@ class Journal:
         try:
             return (
                 not path.is_symlink()
-                and path.read_bytes() == f"{state.conflict} {state.head}\n".encode()
+                and path.read_bytes() == f"{state.conflict} {state.plan.head}\n".encode()
             )
         except OSError:
             return False

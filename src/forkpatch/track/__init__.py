@@ -37,12 +37,12 @@ conflicts. Talking to GitHub/GitLab is left to ``ci/forkpatch-ci.sh``.
 
 from __future__ import annotations
 
+from forkpatch.results import FileConflict
 from forkpatch.track.act import RunResult, run
 from forkpatch.track.bot import MAX_BODY, Change, prepare_change
 from forkpatch.track.forecast import (
     BranchForecast,
     ConflictEntry,
-    ConflictSpot,
     forecast,
     forecast_or_warn,
     fork_branch_head,
@@ -88,8 +88,8 @@ __all__ = [
     "BuildDone",
     "Change",
     "ConflictEntry",
-    "ConflictSpot",
     "Failed",
+    "FileConflict",
     "PublishDone",
     "RebaseConflict",
     "RebaseDone",

@@ -14,36 +14,10 @@ from forkpatch import log
 from forkpatch.errors import ForkRepoError
 from forkpatch.git import Git
 from forkpatch.project import Project
+from forkpatch.results import FileConflict
 
 if TYPE_CHECKING:
     from forkpatch.rebase.plan import Outcome
-
-
-@dataclass(frozen=True)
-class ConflictSpot:
-    """One conflicting file of a patch: where, which hunks, why."""
-
-    path: str
-    hunks: tuple[int, ...]
-    line: int | None
-    reason: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "path": self.path,
-            "hunks": list(self.hunks),
-            "line": self.line,
-            "reason": self.reason,
-        }
-
-    @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> ConflictSpot:
-        return cls(
-            path=str(raw["path"]),
-            hunks=tuple(int(h) for h in raw.get("hunks") or ()),
-            line=raw.get("line"),
-            reason=str(raw["reason"]),
-        )
 
 
 @dataclass(frozen=True)
@@ -52,7 +26,7 @@ class ConflictEntry:
 
     patch: str
     files: tuple[str, ...]
-    conflicts: tuple[ConflictSpot, ...]
+    conflicts: tuple[FileConflict, ...]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -66,7 +40,7 @@ class ConflictEntry:
         return cls(
             patch=str(raw["patch"]),
             files=tuple(raw.get("files") or ()),
-            conflicts=tuple(ConflictSpot.from_json(c) for c in raw.get("conflicts") or ()),
+            conflicts=tuple(FileConflict.from_json(c) for c in raw.get("conflicts") or ()),
         )
 
     @classmethod
@@ -75,10 +49,7 @@ class ConflictEntry:
         return cls(
             patch=outcome.name,
             files=outcome.files,
-            conflicts=tuple(
-                ConflictSpot(path=c.path, hunks=c.hunks, line=c.line, reason=c.reason)
-                for c in outcome.conflicts
-            ),
+            conflicts=outcome.conflicts,
         )
 
 

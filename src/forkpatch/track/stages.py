@@ -17,6 +17,7 @@ from forkpatch.fsutil import read_regular
 from forkpatch.kinds import (
     BUILDER_MODES,
     CHECK_OUTCOMES,
+    RELATIONS,
     RUN_STATUSES,
     TIER_STATUSES,
     TIERS,
@@ -24,6 +25,7 @@ from forkpatch.kinds import (
     CheckOutcome,
     JsonObject,
     JsonValue,
+    Relation,
     RunStatus,
     StageStatus,
     Tier,
@@ -139,7 +141,7 @@ class Failed:
 
 @dataclass(frozen=True)
 class RebaseDone:
-    relation: str | None
+    relation: Relation | None
     note: str | None
     summary: dict[str, int]
     patches: dict[str, str]
@@ -155,7 +157,7 @@ class RebaseDone:
 
 @dataclass(frozen=True)
 class RebaseConflict:
-    relation: str | None
+    relation: Relation | None
     conflict: ConflictEntry
     blocked: tuple[str, ...]
     patches: dict[str, str]
@@ -236,7 +238,11 @@ _NESTED: dict[str, Callable[[Mapping[str, object]], object]] = {
     "checks": _words(None, CHECK_OUTCOMES),
 }
 #: The fields holding a word of a closed set: a word outside it is not a result of ours.
-_WORDS: dict[str, tuple[str, ...]] = {"mode": BUILDER_MODES, "tier": TIERS}
+_WORDS: dict[str, tuple[str | None, ...]] = {
+    "mode": BUILDER_MODES,
+    "tier": TIERS,
+    "relation": (*RELATIONS, None),
+}
 _BY_STATUS: dict[str, dict[str, type]] = {
     "rebase": {"done": RebaseDone, "conflict": RebaseConflict},
     "build": {"done": BuildDone},

@@ -12,7 +12,7 @@ from typing import Any
 from forkpatch.escape import md_cell, md_code
 from forkpatch.fsutil import read_regular
 from forkpatch.kinds import TIERS
-from forkpatch.track.forecast import ConflictSpot
+from forkpatch.results import FileConflict
 from forkpatch.track.stages import (
     BuildDone,
     BuildResult,
@@ -85,7 +85,7 @@ def summary_markdown(state: RunState, work: Path | None = None) -> str:
     return "\n".join(out).rstrip("\n") + "\n"
 
 
-def _hunks_text(c: ConflictSpot) -> str:
+def _hunks_text(c: FileConflict) -> str:
     hunks = c.hunks
     where = f"hunk{'s' if len(hunks) > 1 else ''} {', '.join(map(str, hunks))} of " if hunks else ""
     line = f" (near line {c.line})" if c.line else ""
