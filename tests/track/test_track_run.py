@@ -219,7 +219,7 @@ def test_stage_results_round_trip_and_bad_files_are_not_trusted():
         (
             "rebase",
             RebaseConflict(
-                "r",
+                "forward",
                 ConflictEntry("p", ("a",), (FileConflict("a", "x", (1, 2), 3),)),
                 ("q",),
                 {"p": "conflict"},
@@ -242,6 +242,7 @@ def test_stage_results_round_trip_and_bad_files_are_not_trusted():
     [
         ("build", BuildDone("overlay", "r", "1.0", {"w.whl": "1"}, None, {}), "mode", "wheel"),
         ("build", BuildDone("container", "r", "1.0", {}, None, {}), "mode", "auto"),
+        ("rebase", _rebased(), "relation", "sideways"),
         ("smoke", _smoked(True), "tier", "sm80"),
         ("smoke", _smoked(False), "tier", 70),
     ],
