@@ -26,7 +26,7 @@ from forkpatch.series import PatchEntry
 
 # Written beside its reader in trailer.py; named here too for the callers that import it
 # with the engine (the rebase and the stack).
-from forkpatch.trailer import commit_message as commit_message
+from forkpatch.trailer import commit_message
 
 # Worst wins when a patch's files end differently.
 #: A conflict marker line as ``git merge-file`` writes it (``<<<<<<< ``, ``||||||| ``, ``>>>>>>> ``).

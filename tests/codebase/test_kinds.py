@@ -87,8 +87,6 @@ WORD_FIELDS = frozenset(
 STILL_STR = frozenset(
     {
         "git.py:FileChange.mode",  # a git file mode, the runner's
-        "smoke/checks.py:CheckSpec.tier",
-        "smoke/kernels.py:HostCheck.tier",
     }
 )
 

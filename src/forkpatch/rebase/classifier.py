@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
 
 from forkpatch import log
-from forkpatch.engine import Item, SeriesApplier, TreeState, commit_message
+from forkpatch.engine import Item, SeriesApplier, TreeState
 from forkpatch.git import FileChange, ObjectReader, commit_date
 from forkpatch.kinds import DROPPED_STATUSES
 from forkpatch.patchfile import PatchFile
@@ -48,6 +48,7 @@ from forkpatch.rebase.plan import (
 )
 from forkpatch.rebase.upstream import ReferenceChecker, UpstreamIndex
 from forkpatch.results import PatchResult
+from forkpatch.trailer import commit_message
 
 if TYPE_CHECKING:
     from forkpatch.forkrepo import ForkRepo

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from forkpatch import log, settings
-from forkpatch.engine import TreeState, commit_message, diffs_of_commits
+from forkpatch.engine import TreeState, diffs_of_commits
 from forkpatch.errors import ConflictError, StateError, UsageError
 from forkpatch.git import FileChange
 from forkpatch.kinds import DROPPED_STATUSES
@@ -47,6 +47,7 @@ from forkpatch.rebase.state import Journal, RebaseState
 from forkpatch.rebase.upstream import replacement
 from forkpatch.series import PATCHES_DIR, SERIES_FILE, Series, dump_series, parse_series
 from forkpatch.stackstate import StackPosition
+from forkpatch.trailer import commit_message
 
 REPORTS_DIR = "reports"
 CONTINUE = "`forkpatch rebase --continue`"

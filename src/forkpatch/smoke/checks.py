@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 from forkpatch.checkids import GPU_JIT_TWINS
 from forkpatch.errors import SeriesError, SmokeError
+from forkpatch.kinds import TIERS as TIER_WORDS
+from forkpatch.kinds import Tier
 from forkpatch.sections import TeamCheck
 from forkpatch.series import SERIES_FILE, PatchEntry, Series
 from forkpatch.smoke import incheck
@@ -26,24 +28,35 @@ class CheckSpec:
     """One check: ``id`` is ``<tier>.<name>``; ``baseline`` checks run for every wheel."""
 
     id: str
-    tier: str
+    tier: Tier
     needs: tuple[str, ...]
     baseline: bool
     summary: str
+
+
+def tier_of(word: str, check_id: str) -> Tier:
+    """The tier ``word`` names (the in-venv registry spells tiers as plain strings)."""
+    for tier in TIER_WORDS:
+        if tier == word:
+            return tier
+    raise SmokeError(
+        f"check {check_id}: unknown tier {word!r}", tip=f"tiers: {', '.join(TIER_WORDS)}"
+    )
 
 
 def registry(series: Series | None = None) -> dict[str, CheckSpec]:
     """Every known check, by id, in registration order (those run on the host last,
     then the team's own checks that ``series`` declares under ``smoke.checks``)."""
     out = {
-        d.id: CheckSpec(d.id, d.tier, d.needs, d.baseline, d.summary)
+        d.id: CheckSpec(d.id, tier_of(d.tier, d.id), d.needs, d.baseline, d.summary)
         for d in incheck.REGISTRY.values()
     }
     for h in HOST_CHECKS.values():
         out[h.id] = CheckSpec(h.id, h.tier, (), h.baseline, h.summary)
     if series is not None:
         for cid, tc in series.smoke.team_checks().items():
-            out.setdefault(cid, CheckSpec(cid, cid.partition(".")[0], (), False, team_summary(tc)))
+            tier = tier_of(cid.partition(".")[0], cid)
+            out.setdefault(cid, CheckSpec(cid, tier, (), False, team_summary(tc)))
     return out
 
 

@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from forkpatch.kinds import Tier
 from forkpatch.smoke.incheck import ERROR, FAILED, NOT_RUN, PASSED
 from forkpatch.smoke.report import CheckResult
 from forkpatch.wheels.fatbin import ModuleArchs
@@ -37,7 +38,7 @@ REQUIRED_SASS = 70
 @dataclass(frozen=True)
 class HostCheck:
     id: str
-    tier: str
+    tier: Tier
     summary: str
     func: Callable[[Path], tuple[str, str]]  # wheel -> (outcome, detail)
     baseline: bool = True

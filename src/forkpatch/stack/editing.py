@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from forkpatch import log
-from forkpatch.engine import Item, SeriesApplier, TreeState, commit_message
+from forkpatch.engine import Item, SeriesApplier, TreeState
 from forkpatch.errors import ConflictError, PatchApplyError, StateError, UsageError
 from forkpatch.fsutil import remove_in_tree, write_in_tree
 from forkpatch.git import Git
@@ -23,6 +23,7 @@ from forkpatch.stack.model import StackModel
 from forkpatch.stack.sync import Sync
 from forkpatch.stack.writer import StackWriter
 from forkpatch.stackstate import Editing
+from forkpatch.trailer import commit_message
 
 
 class EditLoop:

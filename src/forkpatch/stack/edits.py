@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from forkpatch import log
-from forkpatch.engine import Item, SeriesApplier, commit_message
+from forkpatch.engine import Item, SeriesApplier
 from forkpatch.errors import PatchApplyError, StateError, UsageError
 from forkpatch.git import Git, commit_date
 from forkpatch.series import NAME_RE, PatchEntry
@@ -19,6 +19,7 @@ from forkpatch.stack.editing import EditLoop
 from forkpatch.stack.model import AppliedPatch, StackModel
 from forkpatch.stack.sync import OutsideCheck, Sync
 from forkpatch.stack.writer import StackWriter
+from forkpatch.trailer import commit_message
 
 
 class SeriesEdits:
