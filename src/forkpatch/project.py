@@ -26,12 +26,10 @@ from forkpatch.fsutil import (
     atomic_write,
     check_inside,
     commit_files,
-    merge_markers,
     project_lock,
     read_regular,
     recover_files,
     sweep_temps,
-    unresolved_merge,
 )
 from forkpatch.git import Git, blob_id
 from forkpatch.series import (
@@ -225,6 +223,10 @@ class Project:
         return self._lf_form(path, data)
 
     def _refuse_markers(self, path: Path, data: bytes) -> None:
+        if b"<<<<<<<" not in data:  # the common case, without loading the marker module
+            return
+        from forkpatch.markers import merge_markers, unresolved_merge
+
         markers = merge_markers(data)
         if markers is not None:
             raise unresolved_merge(

@@ -420,7 +420,7 @@ def note_parsed(text: str, series: Series) -> None:
 def _parse_series(text: str, *, path: str) -> Series:
     import yaml
 
-    from forkpatch.fsutil import merge_markers, unresolved_merge
+    from forkpatch.markers import merge_markers, unresolved_merge
 
     markers = merge_markers(text.encode("utf-8", "surrogateescape"))
     if markers is not None:

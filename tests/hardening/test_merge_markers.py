@@ -16,7 +16,7 @@ import subprocess
 import pytest
 
 from forkpatch.example import build_release_wheel
-from forkpatch.fsutil import merge_markers
+from forkpatch.markers import merge_markers
 from support.cli import Runner
 from support.git import git
 from support.projects import copy_example, snapshot
