@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from forkpatch import checkids, log, proc
 from forkpatch.errors import SmokeError, TierNotRun
+from forkpatch.fsutil import file_sha256
 from forkpatch.kinds import CHECK_OUTCOMES, TIERS, CheckOutcome, JsonObject, JsonValue, Tier
 from forkpatch.proc import Deadline, tail
 from forkpatch.series import PatchEntry
@@ -54,7 +55,7 @@ from forkpatch.smoke.report import (
 from forkpatch.smoke.session import CheckOverran, run_incheck_resumed, team_server
 from forkpatch.smoke.team import check_env, run_team_checks
 from forkpatch.smoke.team import fork_tests as _fork_tests
-from forkpatch.smoke.wheelinfo import WheelInfo, read_wheel, sha256_file, wheel_vs_series
+from forkpatch.smoke.wheelinfo import WheelInfo, read_wheel, wheel_vs_series
 
 if TYPE_CHECKING:
     from forkpatch.project import Project
@@ -485,7 +486,7 @@ def _store(
     opts: SmokeOptions,
 ) -> list[Path]:
     # The wheel must not have changed while it was smoked: the report is for a sha256.
-    if sha256_file(primary.path) != primary.sha256:
+    if file_sha256(primary.path) != primary.sha256:
         raise SmokeError(
             f"{primary.path.name} changed while it was being smoked; no report written",
             tip="run the smoke again on the final file",

@@ -27,9 +27,6 @@ if TYPE_CHECKING:
 PROVENANCE_FILENAME = "forkpatch-provenance.json"
 
 
-sha256_file = file_sha256
-
-
 @dataclass(frozen=True)
 class WheelInfo:
     path: Path
@@ -124,7 +121,7 @@ def read_wheel(path: Path) -> WheelInfo:
         )
     return WheelInfo(
         path=path.resolve(),
-        sha256=sha256_file(path),
+        sha256=file_sha256(path),
         name=str(name),
         version=str(meta.get("Version") or ""),
         tags=tags,
