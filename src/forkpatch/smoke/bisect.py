@@ -35,7 +35,8 @@ from forkpatch.smoke.checks import tiers_up_to
 from forkpatch.smoke.report import ERROR, FAILED, NOT_RUN, CheckResult, SmokeReport
 from forkpatch.smoke.runner import SmokeOptions, run_smoke
 from forkpatch.smoke.scratch import ScratchBuilds
-from forkpatch.smoke.wheelinfo import read_wheel, wheel_vs_series
+from forkpatch.smoke.wheelinfo import wheel_vs_series
+from forkpatch.wheels.wheelinfo import read_wheel
 
 FOUND: Final = "found"
 NOTHING: Final = "nothing-to-bisect"

@@ -386,7 +386,7 @@ def _missing_requirements(senv: SmokeEnv, wheels: Sequence[Path], cwd: Path) -> 
     machine, extras ignored) that the venv does not satisfy."""
     from packaging.requirements import InvalidRequirement, Requirement
 
-    from forkpatch.smoke.wheelinfo import read_wheel
+    from forkpatch.wheels.wheelinfo import read_wheel
 
     reqs: list[Requirement] = []
     for w in wheels:

@@ -55,7 +55,8 @@ from forkpatch.smoke.report import (
 from forkpatch.smoke.session import CheckOverran, run_incheck_resumed, team_server
 from forkpatch.smoke.team import check_env, run_team_checks
 from forkpatch.smoke.team import fork_tests as _fork_tests
-from forkpatch.smoke.wheelinfo import WheelInfo, read_wheel, wheel_vs_series
+from forkpatch.smoke.wheelinfo import wheel_entry, wheel_vs_series
+from forkpatch.wheels.wheelinfo import WheelInfo, read_wheel
 
 if TYPE_CHECKING:
     from forkpatch.project import Project
@@ -400,7 +401,7 @@ def run_smoke(opts: SmokeOptions, project: Project | None = None) -> SmokeOutcom
     ordered = [results[cid] for cid in plan]
     notes += _install_notes(ordered, env_info, project, device)
     report = SmokeReport(
-        wheels=[w.entry() for w in infos],
+        wheels=[wheel_entry(w) for w in infos],
         primary_sha256=primary.sha256,
         version=primary.version,
         requested_tiers=[t for t in TIERS if t in tiers],
