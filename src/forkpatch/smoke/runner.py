@@ -90,7 +90,7 @@ class SmokeOptions:
     checks_root: Path | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class SmokeOutcome:
     #: What ran and how; its ``to_json()`` is the report file's content.
     report: SmokeReport
