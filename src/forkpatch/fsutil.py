@@ -29,6 +29,9 @@ from forkpatch.errors import InputFileError, LockError, StateError
 # :func:`sweep_temps` under the project lock.
 TMP_SUFFIX = ".forkpatch-tmp"
 TMP_NAME = re.compile(r"\A\..+\.forkpatch-tmp\Z")
+# The writer's pid in a temporary file's name (``.<name>.pid<N>.<random>.forkpatch-tmp``):
+# a file whose writer is gone is a leftover however young it is.
+_TMP_PID = re.compile(r"\.pid([0-9]{1,10})\.[^.]+\.forkpatch-tmp\Z")
 
 _KILL_AT = settings.count("FORKPATCH_TEST_KILL_AT")
 _COUNT_TO = settings.text("FORKPATCH_TEST_COUNT_WRITES")
@@ -109,8 +112,8 @@ def write_temp(
     Returns None, writing nothing, when ``path`` already holds exactly ``data``.
     The temporary file gets ``mode``, else the mode of ``path``, else
     :func:`new_file_mode` (the umask's); it is
-    named ``.<name>.<random>.forkpatch-tmp`` so that a killed process's leftovers
-    are recognised and removed. ``sync=False`` leaves flushing to the caller
+    named ``.<name>.pid<pid>.<random>.forkpatch-tmp`` so that a killed process's
+    leftovers are recognised and removed (at once, by the pid: :func:`sweep_temps`). ``sync=False`` leaves flushing to the caller
     (:func:`fsync_files` for a batch).
     """
     try:
@@ -128,7 +131,9 @@ def write_temp(
 
     with naming(path):
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TMP_SUFFIX, dir=path.parent)
+        fd, tmp = tempfile.mkstemp(
+            prefix=f".{path.name}.pid{os.getpid()}.", suffix=TMP_SUFFIX, dir=path.parent
+        )
     try:
         with naming(path), os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -397,6 +402,24 @@ def recover_files(
     return [str(root / op[-1]) for op in checked]
 
 
+def _writer_gone(name: str) -> bool:
+    """Whether ``name`` is a temporary file whose writer (the pid in its name) has
+    ended. A pid that is running, or not ours to signal, counts as alive."""
+    m = _TMP_PID.search(name)
+    if m is None:
+        return False
+    pid = int(m.group(1))
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
 def sweep_temps(
     directory: Path, *, recursive: bool = False, older_than: float | None = None
 ) -> list[Path]:
@@ -404,7 +427,8 @@ def sweep_temps(
 
     Only under the project lock: a running forkpatch's temporary files look the same.
     ``older_than`` (seconds): only files not modified for that long (a directory that
-    commands without the lock write too: nobody writes a file that has not moved).
+    commands without the lock write too: nobody writes a file that has not moved), or
+    whose writer, named by the pid in the file's name, is no longer running.
     """
     if not directory.is_dir():
         return []
@@ -413,7 +437,7 @@ def sweep_temps(
     found = []
     now = time.time()
     for p in directory.rglob(".*") if recursive else directory.glob(".*"):
-        if older_than is not None:
+        if older_than is not None and not _writer_gone(p.name):
             try:
                 if now - p.lstat().st_mtime < older_than:
                     continue
