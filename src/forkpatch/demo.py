@@ -18,7 +18,7 @@ from forkpatch.errors import UsageError
 from forkpatch.views import print_results
 
 
-@dataclass
+@dataclass(frozen=True)
 class DemoContext:
     root: Path
     fork: Path

@@ -53,7 +53,7 @@ class SeriesResult:
         return None
 
 
-@dataclass
+@dataclass(frozen=True)
 class Item:
     """A patch to apply: its series entry and its parsed file (None: a build step)."""
 
@@ -145,7 +145,7 @@ class TreeState:
         self.content.pop(path, None)
 
 
-@dataclass
+@dataclass(frozen=True)
 class _FileOutcome:
     status: PatchStatus
     changes: list[tuple[str, str | None, bytes | None]]  # (path, mode or None=delete, data)

@@ -79,9 +79,9 @@ from forkpatch.smoke.report import (
     read_report,
     store_path,
 )
-from forkpatch.smoke.wheelinfo import WheelInfo, read_wheel
 from forkpatch.wheels.runner import require_module, tail
 from forkpatch.wheels.runner import run as run_tool
+from forkpatch.wheels.wheelinfo import WheelInfo, read_wheel
 
 if TYPE_CHECKING:
     from forkpatch.project import Project

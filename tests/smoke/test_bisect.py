@@ -92,12 +92,12 @@ def test_bisect_a_wheel_and_refuse_one_from_another_series(example_build, tmp_pa
 
 
 def test_bisect_reuses_the_stored_report_of_the_wheel(example_build, tmp_path, capsys):
-    from forkpatch.smoke.wheelinfo import sha256_file
+    from forkpatch.fsutil import file_sha256
 
     project, wheel = _broken_wheel(example_build, tmp_path)
     run = Runner(project, capsys)
     run("smoke", str(wheel), "--tier", "static", "--deps", "none", expect=1)
-    stored = project / ".forkpatch" / "smoke" / f"{sha256_file(wheel)}.json"
+    stored = project / ".forkpatch" / "smoke" / f"{file_sha256(wheel)}.json"
     assert stored.is_file()
     data, err = _bisect(run, example_build, str(wheel))
     assert data["reused_report"] == str(stored) and f"taken from {stored}" in err

@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from forkpatch.smoke.wheelinfo import sha256_file
+from forkpatch.fsutil import file_sha256
 from support import REPO_ROOT, smoke
 from support.cli import Runner
 
@@ -48,7 +48,7 @@ def test_static_tier_passes_and_missing_hardware_is_not_run(example_build, tmp_p
     data = json.loads(out)
     # The default --tier sm70 asks for every tier: one that did not run is exit 5.
     assert code == (0 if set(data["tiers"]["status"].values()) == {"passed"} else 5), err
-    sha = sha256_file(example_build.wheel)
+    sha = file_sha256(example_build.wheel)
 
     assert data["wheel"]["sha256"] == sha and data["passed"] is True
     assert data["environment"]["deps"] == "system"

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from forkpatch.errors import SmokeError
-from forkpatch.smoke.wheelinfo import read_wheel, wheel_vs_series
+from forkpatch.smoke.wheelinfo import wheel_vs_series
 from forkpatch.wheels.identity import PROVENANCE_FILENAME, PatchRecord, Provenance
+from forkpatch.wheels.wheelinfo import read_wheel
 from support.wheelfactory import make_wheel
 
 GOOD = {

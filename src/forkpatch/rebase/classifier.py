@@ -213,7 +213,7 @@ class Walk:
     stop: tuple[list[FileChange], list[str]] | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Hypotheses:
     """The two trees of the forecast above a conflict: without the conflicting patches
     (``skipped``) and with them merged, markers kept (``marked``), plus which files the

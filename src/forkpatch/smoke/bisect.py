@@ -22,7 +22,7 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -35,7 +35,8 @@ from forkpatch.smoke.checks import tiers_up_to
 from forkpatch.smoke.report import ERROR, FAILED, NOT_RUN, CheckResult, SmokeReport
 from forkpatch.smoke.runner import SmokeOptions, run_smoke
 from forkpatch.smoke.scratch import ScratchBuilds
-from forkpatch.smoke.wheelinfo import read_wheel, wheel_vs_series
+from forkpatch.smoke.wheelinfo import wheel_vs_series
+from forkpatch.wheels.wheelinfo import read_wheel
 
 FOUND: Final = "found"
 NOTHING: Final = "nothing-to-bisect"
@@ -57,7 +58,7 @@ class BisectOptions:
     keep_env: bool = False
 
 
-@dataclass
+@dataclass(frozen=True)
 class Probe:
     """One prefix built and smoked (prefix = how many of the series' diff patches)."""
 
@@ -81,7 +82,7 @@ class Probe:
         }
 
 
-@dataclass
+@dataclass(frozen=True)
 class Culprit:
     """The first patch whose addition makes ``checks`` fail."""
 
@@ -276,8 +277,11 @@ class _Prefixes:
             seconds=time.monotonic() - t0,
         )
         if got is not None:  # keep what an earlier smoke of this prefix learnt
-            probe.outcomes = {**got.outcomes, **probe.outcomes}
-            probe.details = {**got.details, **probe.details}
+            probe = replace(
+                probe,
+                outcomes={**got.outcomes, **probe.outcomes},
+                details={**got.details, **probe.details},
+            )
         self.cache[k] = probe
         self.result.probes.append(probe)
         for c in checks:

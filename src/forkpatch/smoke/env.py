@@ -168,10 +168,10 @@ def smoke_env(
     base_python = python or sys.executable
     check_python_fits(wheels, base_python)
     root = Path(tempfile.mkdtemp(prefix="forkpatch-smoke-"))
+    from forkpatch.fsutil import file_sha256
     from forkpatch.smoke import envcache
-    from forkpatch.smoke.wheelinfo import sha256_file
 
-    entry = envcache.open_entry([sha256_file(Path(w)) for w in wheels], deps, base_python)
+    entry = envcache.open_entry([file_sha256(Path(w)) for w in wheels], deps, base_python)
     venv = entry.venv if entry is not None else root / "venv"
     env = clean_env()
     try:
@@ -386,7 +386,7 @@ def _missing_requirements(senv: SmokeEnv, wheels: Sequence[Path], cwd: Path) -> 
     machine, extras ignored) that the venv does not satisfy."""
     from packaging.requirements import InvalidRequirement, Requirement
 
-    from forkpatch.smoke.wheelinfo import read_wheel
+    from forkpatch.wheels.wheelinfo import read_wheel
 
     reqs: list[Requirement] = []
     for w in wheels:

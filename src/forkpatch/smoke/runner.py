@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from forkpatch import checkids, log, proc
 from forkpatch.errors import SmokeError, TierNotRun
+from forkpatch.fsutil import file_sha256
 from forkpatch.kinds import CHECK_OUTCOMES, TIERS, CheckOutcome, JsonObject, JsonValue, Tier
 from forkpatch.proc import Deadline, tail
 from forkpatch.series import PatchEntry
@@ -54,7 +55,8 @@ from forkpatch.smoke.report import (
 from forkpatch.smoke.session import CheckOverran, run_incheck_resumed, team_server
 from forkpatch.smoke.team import check_env, run_team_checks
 from forkpatch.smoke.team import fork_tests as _fork_tests
-from forkpatch.smoke.wheelinfo import WheelInfo, read_wheel, sha256_file, wheel_vs_series
+from forkpatch.smoke.wheelinfo import wheel_entry, wheel_vs_series
+from forkpatch.wheels.wheelinfo import WheelInfo, read_wheel
 
 if TYPE_CHECKING:
     from forkpatch.project import Project
@@ -88,7 +90,7 @@ class SmokeOptions:
     checks_root: Path | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class SmokeOutcome:
     #: What ran and how; its ``to_json()`` is the report file's content.
     report: SmokeReport
@@ -399,7 +401,7 @@ def run_smoke(opts: SmokeOptions, project: Project | None = None) -> SmokeOutcom
     ordered = [results[cid] for cid in plan]
     notes += _install_notes(ordered, env_info, project, device)
     report = SmokeReport(
-        wheels=[w.entry() for w in infos],
+        wheels=[wheel_entry(w) for w in infos],
         primary_sha256=primary.sha256,
         version=primary.version,
         requested_tiers=[t for t in TIERS if t in tiers],
@@ -485,7 +487,7 @@ def _store(
     opts: SmokeOptions,
 ) -> list[Path]:
     # The wheel must not have changed while it was smoked: the report is for a sha256.
-    if sha256_file(primary.path) != primary.sha256:
+    if file_sha256(primary.path) != primary.sha256:
         raise SmokeError(
             f"{primary.path.name} changed while it was being smoked; no report written",
             tip="run the smoke again on the final file",

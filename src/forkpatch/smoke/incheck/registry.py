@@ -125,7 +125,7 @@ def finish_registry() -> None:
     REGISTRY.update((defn.id, defn) for defn in ordered)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Ctx:
     """What a check gets: the expectations the host computed, and the device facts."""
 
