@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -11,6 +12,11 @@ from forkpatch.cli import options
 from forkpatch.cli.context import Ctx, pass_ctx
 from forkpatch.errors import VerifyMismatch
 from forkpatch.kinds import TOOLCHAINS, BuildMode, Toolchain
+
+if TYPE_CHECKING:
+    from forkpatch.project import Project
+    from forkpatch.wheels.buildwheel import BuildResult
+    from forkpatch.wheels.options import BuildOptions
 
 
 @click.command(name="build-wheel")
@@ -72,16 +78,9 @@ def build_wheel_cmd(
     as_json: bool,
 ) -> None:
     """Build the patched fork's wheel(s) into dist/ with a SHA256SUMS."""
-    from forkpatch.ops import warn_if_not_ignored
-    from forkpatch.wheels.buildwheel import build_wheel, dist_dir
     from forkpatch.wheels.options import BuildOptions
 
-    sources = {}
-    for item in fork_sources:
-        var, sep, path = item.partition("=")
-        if not sep or not var or not path:
-            raise click.BadParameter(f"{item!r} is not VAR=DIR", param_hint="--fork-source")
-        sources[var] = Path(path).resolve()
+    sources = _fork_sources(fork_sources)
     project = c.project()
     opts = BuildOptions(
         mode=mode,
@@ -90,22 +89,46 @@ def build_wheel_cmd(
         arch_list=arch_list,
         base_image=base_image,
         toolchain="none" if no_toolchain_install else toolchain,
-        wheelhouse=(
-            None
-            if wheelhouse is None
-            else wheelhouse
-            if "://" in wheelhouse
-            else Path(wheelhouse).resolve()
-        ),
+        wheelhouse=_wheelhouse(wheelhouse),
         python_version=python_version,
         sources=sources,
         max_jobs=max_jobs,
     )
+    _show_build(_build(project, opts), as_json)
+
+
+def _fork_sources(items: tuple[str, ...]) -> dict[str, Path]:
+    """--fork-source VAR=DIR, each DIR made absolute."""
+    sources = {}
+    for item in items:
+        var, sep, path = item.partition("=")
+        if not sep or not var or not path:
+            raise click.BadParameter(f"{item!r} is not VAR=DIR", param_hint="--fork-source")
+        sources[var] = Path(path).resolve()
+    return sources
+
+
+def _wheelhouse(wheelhouse: str | None) -> str | Path | None:
+    """--wheelhouse: a URL as it is, a directory made absolute."""
+    if wheelhouse is None or "://" in wheelhouse:
+        return wheelhouse
+    return Path(wheelhouse).resolve()
+
+
+def _build(project: Project, opts: BuildOptions) -> BuildResult:
+    """The build under the project's lock, with a warning where dist/ is not ignored."""
+    from forkpatch.ops import warn_if_not_ignored
+    from forkpatch.wheels.buildwheel import build_wheel, dist_dir
+
     with project.locked("build-wheel"):
         out = dist_dir(project, opts)
         if out.is_relative_to(project.root):
             warn_if_not_ignored(project.root, out)
-        result = build_wheel(project, opts)
+        return build_wheel(project, opts)
+
+
+def _show_build(result: BuildResult, as_json: bool) -> None:
+    """The wheels built (stderr beside --json, which is then alone on stdout)."""
     say = log.info if as_json else log.result
     for w in result.wheels:
         say(f"built {w} ({result.sha256[w.name][:16]}...)")
