@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -11,6 +12,12 @@ from forkpatch.cli import options
 from forkpatch.cli.context import Ctx, pass_ctx
 from forkpatch.errors import VerifyMismatch
 from forkpatch.kinds import TOOLCHAINS, BuildMode, Toolchain
+
+if TYPE_CHECKING:
+    from forkpatch.project import Project
+    from forkpatch.wheels.buildwheel import BuildResult
+    from forkpatch.wheels.options import BuildOptions
+    from forkpatch.wheels.verify import VerifyReport
 
 
 @click.command(name="build-wheel")
@@ -72,16 +79,9 @@ def build_wheel_cmd(
     as_json: bool,
 ) -> None:
     """Build the patched fork's wheel(s) into dist/ with a SHA256SUMS."""
-    from forkpatch.ops import warn_if_not_ignored
-    from forkpatch.wheels.buildwheel import build_wheel, dist_dir
     from forkpatch.wheels.options import BuildOptions
 
-    sources = {}
-    for item in fork_sources:
-        var, sep, path = item.partition("=")
-        if not sep or not var or not path:
-            raise click.BadParameter(f"{item!r} is not VAR=DIR", param_hint="--fork-source")
-        sources[var] = Path(path).resolve()
+    sources = _fork_sources(fork_sources)
     project = c.project()
     opts = BuildOptions(
         mode=mode,
@@ -90,22 +90,46 @@ def build_wheel_cmd(
         arch_list=arch_list,
         base_image=base_image,
         toolchain="none" if no_toolchain_install else toolchain,
-        wheelhouse=(
-            None
-            if wheelhouse is None
-            else wheelhouse
-            if "://" in wheelhouse
-            else Path(wheelhouse).resolve()
-        ),
+        wheelhouse=_wheelhouse(wheelhouse),
         python_version=python_version,
         sources=sources,
         max_jobs=max_jobs,
     )
+    _show_build(_build(project, opts), as_json)
+
+
+def _fork_sources(items: tuple[str, ...]) -> dict[str, Path]:
+    """--fork-source VAR=DIR, each DIR made absolute."""
+    sources = {}
+    for item in items:
+        var, sep, path = item.partition("=")
+        if not sep or not var or not path:
+            raise click.BadParameter(f"{item!r} is not VAR=DIR", param_hint="--fork-source")
+        sources[var] = Path(path).resolve()
+    return sources
+
+
+def _wheelhouse(wheelhouse: str | None) -> str | Path | None:
+    """--wheelhouse: a URL as it is, a directory made absolute."""
+    if wheelhouse is None or "://" in wheelhouse:
+        return wheelhouse
+    return Path(wheelhouse).resolve()
+
+
+def _build(project: Project, opts: BuildOptions) -> BuildResult:
+    """The build under the project's lock, with a warning where dist/ is not ignored."""
+    from forkpatch.ops import warn_if_not_ignored
+    from forkpatch.wheels.buildwheel import build_wheel, dist_dir
+
     with project.locked("build-wheel"):
         out = dist_dir(project, opts)
         if out.is_relative_to(project.root):
             warn_if_not_ignored(project.root, out)
-        result = build_wheel(project, opts)
+        return build_wheel(project, opts)
+
+
+def _show_build(result: BuildResult, as_json: bool) -> None:
+    """The wheels built (stderr beside --json, which is then alone on stdout)."""
     say = log.info if as_json else log.result
     for w in result.wheels:
         say(f"built {w} ({result.sha256[w.name][:16]}...)")
@@ -158,31 +182,47 @@ def verify(c: Ctx, wheel: Path, as_json: bool) -> None:
     In a project, a wheel without forkpatch provenance (the fork's own, another
     project's) is a mismatch (exit 1); outside one only the RECORD is checked.
     """
-    from forkpatch.wheels.buildwheel import expected_provenance, series_wheel_files
-    from forkpatch.wheels.verify import content_differences, matches_series, verify_wheel
+    from forkpatch.wheels.verify import verify_wheel
 
     report = verify_wheel(wheel)
-    differences: list[str] | None = None
+    differences = _series_differences(c, report)
+    _show_verify(wheel, report, differences, as_json)
+    if not report.ok or differences:
+        raise VerifyMismatch(str(wheel))
+
+
+def _series_differences(c: Ctx, report: VerifyReport) -> list[str] | None:
+    """How the wheel differs from the current series (None outside a project)."""
+    from forkpatch.wheels.buildwheel import expected_provenance, series_wheel_files
+    from forkpatch.wheels.verify import content_differences, matches_series
+
     try:
         project = c.project()
     except Exception:
-        project = None
-    if project is not None and report.provenance is not None:
-        expected = expected_provenance(project, report.provenance.builder)
-        differences = matches_series(report, expected)
-        if report.provenance.builder.mode == "overlay" and not differences:
-            # The bytes, not only the metadata: the series re-applied in memory.
-            changed, tree = series_wheel_files(project)
-            differences = content_differences(report, changed, tree)
-    elif project is not None:
+        return None
+    if report.provenance is None:
         # In a project the question is "is this the series' wheel?": a wheel
         # without provenance (the fork's base wheel, another project's) is not.
-        differences = [
+        return [
             (
                 "it carries no forkpatch provenance, so it was not built from this "
                 "series (the fork's own wheel, or another project's?)"
             )
         ]
+    expected = expected_provenance(project, report.provenance.builder)
+    differences = matches_series(report, expected)
+    if report.provenance.builder.mode == "overlay" and not differences:
+        # The bytes, not only the metadata: the series re-applied in memory.
+        changed, tree = series_wheel_files(project)
+        differences = content_differences(report, changed, tree)
+    return differences
+
+
+def _show_verify(
+    wheel: Path, report: VerifyReport, differences: list[str] | None, as_json: bool
+) -> None:
+    """The RECORD check and the comparison with the series (JSON on stdout, or the
+    human lines on stderr; the exit status is the result)."""
     if as_json:
         log.emit_json(
             {
@@ -196,25 +236,23 @@ def verify(c: Ctx, wheel: Path, as_json: bool) -> None:
                 "notes": report.notes,
             }
         )
+        return
+    log.info(f"{wheel.name}: version {report.version}, {report.members} members")
+    log.info("RECORD: ok" if report.ok else "RECORD: FAILED")
+    for p in report.problems():
+        log.info(f"  - {p}")
+    for n in report.notes:
+        log.info(f"note: {n}")
+    if report.provenance is None:
+        log.info(
+            "provenance: none (not built by forkpatch)"
+            + ("; so it does NOT match the current series" if differences else "")
+        )
+    elif differences is None:
+        log.info("provenance: present (no series here to compare with)")
+    elif differences:
+        log.info("provenance: does NOT match the current series:")
+        for d in differences:
+            log.info(f"  - {d}")
     else:
-        log.info(f"{wheel.name}: version {report.version}, {report.members} members")
-        log.info("RECORD: ok" if report.ok else "RECORD: FAILED")
-        for p in report.problems():
-            log.info(f"  - {p}")
-        for n in report.notes:
-            log.info(f"note: {n}")
-        if report.provenance is None:
-            log.info(
-                "provenance: none (not built by forkpatch)"
-                + ("; so it does NOT match the current series" if differences else "")
-            )
-        elif differences is None:
-            log.info("provenance: present (no series here to compare with)")
-        elif differences:
-            log.info("provenance: does NOT match the current series:")
-            for d in differences:
-                log.info(f"  - {d}")
-        else:
-            log.info("provenance: matches the current series")
-    if not report.ok or differences:
-        raise VerifyMismatch(str(wheel))
+        log.info("provenance: matches the current series")

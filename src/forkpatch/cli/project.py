@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from forkpatch import log
 from forkpatch.cli import readonly
 from forkpatch.cli.context import Ctx, pass_ctx
+
+if TYPE_CHECKING:
+    from forkpatch.project import Project
 
 
 @click.command()
@@ -55,6 +59,11 @@ def init(
         fork_override=c.fork_repo,
         force=force,
     )
+    _show_init(project, existed)
+
+
+def _show_init(project: Project, existed: bool) -> None:
+    """What init did: the series kept (a clone set up) or written, and the next step."""
     s = project.series
     if existed:
         log.result(

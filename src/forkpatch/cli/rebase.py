@@ -14,7 +14,8 @@ from forkpatch.cli.context import Ctx, pass_ctx
 from forkpatch.errors import ConflictError, PatchesConflict, UsageError
 
 if TYPE_CHECKING:
-    from forkpatch.rebase import Plan, RebaseOptions
+    from forkpatch.project import Project
+    from forkpatch.rebase import Plan, RebaseOptions, RebaseResult
 
 
 def _options(
@@ -171,6 +172,19 @@ def rebase(
     """
     from forkpatch import rebase as core
 
+    _exactly_one(onto=onto, continue_=continue_, skip=skip, abort=abort)
+    project = c.project()
+    if report_dir is not None and not abort:
+        _check_writable(report_dir)
+    with project.locked("rebase"):
+        if abort:
+            _show_abort(core.abort(project))
+            return
+        result = _move(project, onto, continue_, no_three_way, fuzz, report_dir, as_json)
+    _show_rebase(result, as_json)
+
+
+def _exactly_one(*, onto: str | None, continue_: bool, skip: bool, abort: bool) -> None:
     chosen = [
         n
         for n, v in (
@@ -183,40 +197,53 @@ def rebase(
     ]
     if len(chosen) != 1:
         raise UsageError("give exactly one of --onto TAG, --continue, --skip, --abort")
-    project = c.project()
-    if report_dir is not None and not abort:
-        _check_writable(report_dir)
-    with project.locked("rebase"):
-        if abort:
-            changed = core.abort(project)
-            log.info(
-                "rebase aborted; "
-                + (
-                    f"restored {', '.join(changed)}"
-                    if changed
-                    else "patches/ and series.yaml were unchanged"
-                )
-            )
-            return
-        try:
-            if onto:
-                result = core.rebase(project, _options(onto, no_three_way, fuzz, report_dir))
-            elif continue_:
-                result = core.continue_(project, report_dir.resolve() if report_dir else None)
-            else:
-                result = core.skip(project, report_dir.resolve() if report_dir else None)
-        except ConflictError as exc:
-            if as_json:
-                state = exc.state if isinstance(exc, core.RebaseStopped) else None
-                stopped = core.stopped_json(project, state)
-                if stopped is not None:
-                    log.emit_json(stopped)
-            raise
+
+
+def _move(
+    project: Project,
+    onto: str | None,
+    continue_: bool,
+    no_three_way: bool,
+    fuzz: int,
+    report_dir: Path | None,
+    as_json: bool,
+) -> RebaseResult:
+    """Start (--onto), go on (--continue) or skip: a stop for a conflict is also told
+    as JSON on stdout under --json."""
+    from forkpatch import rebase as core
+
+    try:
+        if onto:
+            return core.rebase(project, _options(onto, no_three_way, fuzz, report_dir))
+        if continue_:
+            return core.continue_(project, report_dir.resolve() if report_dir else None)
+        return core.skip(project, report_dir.resolve() if report_dir else None)
+    except ConflictError as exc:
+        if as_json:
+            state = exc.state if isinstance(exc, core.RebaseStopped) else None
+            stopped = core.stopped_json(project, state)
+            if stopped is not None:
+                log.emit_json(stopped)
+        raise
+
+
+def _show_abort(changed: list[str]) -> None:
+    log.info(
+        "rebase aborted; "
+        + (
+            f"restored {', '.join(changed)}"
+            if changed
+            else "patches/ and series.yaml were unchanged"
+        )
+    )
+
+
+def _show_rebase(result: RebaseResult, as_json: bool) -> None:
+    """The result: what happened and where the whole report is (the Markdown is a
+    pull request body, not terminal output)."""
     if as_json:
         log.emit_json(result.report.to_json())
         return
-    # The result: what happened and where the whole report is (the Markdown is a
-    # pull request body, not terminal output).
     summary = result.report.summary
     log.result(
         f"rebased onto {result.plan.onto} ({result.plan.onto_commit[:12]}): "

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -13,24 +15,51 @@ from forkpatch.errors import SmokeError, UsageError
 from forkpatch.kinds import TIERS, SmokeDeps, Tier
 from forkpatch.sections import SmokeConfig
 
+if TYPE_CHECKING:
+    from forkpatch.smoke import SmokeOutcome
 
-def _bisect(
-    c: Ctx,
-    target: Path,
-    wheels: tuple[Path, ...],
-    *,
-    base_wheel: Path | None,
-    tier: Tier,
-    deps: SmokeDeps | None,
-    python: str | None,
-    index_url: str | None,
-    keep_env: bool,
-    timeout_s: float,
-    as_json: bool,
-) -> None:
+
+@dataclass(frozen=True)
+class _Given:
+    """What the command line gave, for one smoke run or a bisect."""
+
+    wheels: tuple[Path, ...]
+    tier: Tier
+    deps: SmokeDeps | None
+    python: str | None
+    index_url: str | None
+    allow_missing: tuple[Tier, ...]
+    as_json: bool
+    junit: Path | None
+    report_path: Path | None
+    keep_env: bool
+    timeout_s: float
+    ptx_lib: Path | None
+    base_wheel: Path | None
+
+
+def _list_checks(c: Ctx) -> None:
+    """--list-checks: the known checks, one row each."""
+    from forkpatch.smoke import checks
+    from forkpatch.views import table
+
+    rows = [
+        [s.id, s.tier, "yes" if s.baseline else "", ", ".join(s.needs), s.summary]
+        for s in checks.registry(getattr(c.project_or_none(), "series", None)).values()
+    ]
+    log.result(table(rows, ["check", "tier", "baseline", "needs", "what it proves"]))
+
+
+def _bisect(c: Ctx, target: Path, g: _Given) -> None:
+    """--bisect WHEEL|SERIES: the first patch whose addition makes a check fail."""
     from forkpatch.smoke.bisect import BisectOptions, bisect, print_result
 
-    if wheels:
+    if g.junit is not None or g.report_path is not None or g.allow_missing:
+        raise UsageError(
+            "--junit, --report and --allow-missing-tier are about one smoke run, not a bisect",
+            tip="use --json for the bisect's result",
+        )
+    if g.wheels:
         raise UsageError(
             "--bisect takes one WHEEL or series, not more arguments",
             tip="forkpatch smoke --bisect dist/1cat_vllm-*.whl",
@@ -39,17 +68,17 @@ def _bisect(
     smoke_cfg = project.series.smoke if project is not None else SmokeConfig()
     opts = BisectOptions(
         target=None if str(target) == "." and project is not None else target,
-        base_wheel=base_wheel,
-        tier=tier,
-        deps=options.pick(deps, None, "system"),
-        python=options.pick(python, smoke_cfg.python, None),
-        index_url=options.pick(index_url, smoke_cfg.index_url, None),
-        keep_env=keep_env,
-        timeout_s=timeout_s,
+        base_wheel=g.base_wheel,
+        tier=g.tier,
+        deps=options.pick(g.deps, None, "system"),
+        python=options.pick(g.python, smoke_cfg.python, None),
+        index_url=options.pick(g.index_url, smoke_cfg.index_url, None),
+        keep_env=g.keep_env,
+        timeout_s=g.timeout_s,
     )
     result = bisect(opts, project, fork_override=c.fork_repo)
-    print_result(result, emit=log.info if as_json else log.result)
-    if as_json:
+    print_result(result, emit=log.info if g.as_json else log.result)
+    if g.as_json:
         log.emit_json(result.to_json())
 
 
@@ -149,71 +178,69 @@ def smoke(
     (--tier and the tiers below it, smoke.required-tiers) did not run or ran
     incomplete (--allow-missing-tier accepts that).
     """
-    from forkpatch.smoke import checks
-
+    given = _Given(
+        wheels=wheels,
+        tier=tier,
+        deps=deps,
+        python=python,
+        index_url=index_url,
+        allow_missing=allow_missing,
+        as_json=as_json,
+        junit=junit,
+        report_path=report_path,
+        keep_env=keep_env,
+        timeout_s=timeout_s,
+        ptx_lib=ptx_lib,
+        base_wheel=base_wheel,
+    )
     if list_checks:
-        rows = [
-            [s.id, s.tier, "yes" if s.baseline else "", ", ".join(s.needs), s.summary]
-            for s in checks.registry(getattr(c.project_or_none(), "series", None)).values()
-        ]
-        from forkpatch.views import table
+        _list_checks(c)
+    elif bisect is not None:
+        _bisect(c, bisect, given)
+    else:
+        _show_smoke(_smoke(c, given), as_json)
 
-        log.result(table(rows, ["check", "tier", "baseline", "needs", "what it proves"]))
-        return
-    if bisect is not None:
-        if junit is not None or report_path is not None or allow_missing:
-            raise UsageError(
-                "--junit, --report and --allow-missing-tier are about one smoke run, not a bisect",
-                tip="use --json for the bisect's result",
-            )
-        _bisect(
-            c,
-            bisect,
-            wheels,
-            base_wheel=base_wheel,
-            tier=tier,
-            deps=deps,
-            python=python,
-            index_url=index_url,
-            keep_env=keep_env,
-            timeout_s=timeout_s,
-            as_json=as_json,
-        )
-        return
-    if base_wheel is not None:
+
+def _smoke(c: Ctx, g: _Given) -> SmokeOutcome:
+    """One smoke run over the wheels given."""
+    from forkpatch.smoke import SmokeOptions, run_smoke
+
+    if g.base_wheel is not None:
         raise UsageError(
             "--base-wheel goes with --bisect",
             tip="forkpatch smoke --bisect WHEEL|series.yaml --base-wheel PATH",
         )
-    if not wheels:
+    if not g.wheels:
         raise UsageError("no wheel given", tip="forkpatch smoke dist/1cat_vllm-*.whl")
-    from forkpatch.smoke import SmokeOptions, run_smoke
-    from forkpatch.smoke.runner import print_summary
-
     project = c.project_or_none()
     smoke_cfg = project.series.smoke if project is not None else SmokeConfig()
     opts = SmokeOptions(
-        wheels=wheels,
-        tier=tier,
-        deps=options.pick(deps, None, "system"),
-        python=options.pick(python, smoke_cfg.python, None),
-        index_url=options.pick(index_url, smoke_cfg.index_url, None),
-        keep_env=keep_env,
-        timeout_s=timeout_s,
-        report_path=report_path,
-        junit_path=junit,
-        ptx_lib=ptx_lib,
-        allow_missing_tiers=allow_missing,
+        wheels=g.wheels,
+        tier=g.tier,
+        deps=options.pick(g.deps, None, "system"),
+        python=options.pick(g.python, smoke_cfg.python, None),
+        index_url=options.pick(g.index_url, smoke_cfg.index_url, None),
+        keep_env=g.keep_env,
+        timeout_s=g.timeout_s,
+        report_path=g.report_path,
+        junit_path=g.junit,
+        ptx_lib=g.ptx_lib,
+        allow_missing_tiers=g.allow_missing,
     )
-    outcome = run_smoke(opts, project)
+    return run_smoke(opts, project)
+
+
+def _show_smoke(outcome: SmokeOutcome, as_json: bool) -> None:
+    """The summary and the reports written (stderr), the report as JSON, and the exit
+    status: a failed check, or a tier asked for that did not run."""
+    from forkpatch.smoke.runner import failure_tip, print_summary
+
     print_summary(outcome.report)
     for p in outcome.written:
         log.info(f"wrote {p}")
     if as_json:
         log.emit_json(outcome.report.to_json())
     if not outcome.passed:
-        from forkpatch.smoke.runner import failure_tip
-
         failed = [
             ch.id + (f" (declared by {', '.join(ch.patches)})" if ch.patches else "")
             for ch in outcome.report.failed()

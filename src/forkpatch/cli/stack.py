@@ -267,29 +267,11 @@ def import_(
     Files keep their names and bytes (see the README's "What import
     normalises"); FILES are imported in the order given.
     """
-    from forkpatch.importer import import_patches
-    from forkpatch.stack import Stack
-
-    if not files and quilt_dir is None:
-        raise UsageError("nothing to import", tip="give FILES... or --quilt DIR")
-    for f in files:
-        if f.is_dir():
-            raise UsageError(
-                f"{f} is a directory",
-                tip=f"import a quilt series with `forkpatch import --quilt {f}` (the order "
-                "of its series file; `--name-order` or `--series LIST` without one)",
-            )
-    project = c.project()
-    with project.locked("import"):
-        # Inserted among the applied patches, the new ones join the stack: checked first
-        # (nothing unsaved in the work tree), rebuilt once the files are written.
-        stack = Stack(project)
-        series = project.series
-        position = len(series.patches) if after is None else series.index(after) + 1
-        rebuild = stack.stack_for_insert(position)
-        entries = import_patches(
-            project,
-            files=list(files),
+    _check_import_args(files, quilt_dir)
+    stack = c.stack()
+    with stack.project.locked("import"):
+        entries = stack.import_(
+            list(files),
             quilt_dir=quilt_dir,
             series_list=series_list,
             name_order=name_order,
@@ -299,6 +281,18 @@ def import_(
             canonical=canonical,
             merge=merge,
         )
-        stack.after_series_change(rebuild)
     for e in entries:
         log.result(f"imported {e.name} -> patches/{e.file}")
+
+
+def _check_import_args(files: tuple[Path, ...], quilt_dir: Path | None) -> None:
+    """Something to import, and no directory among FILES (a quilt series is --quilt's)."""
+    if not files and quilt_dir is None:
+        raise UsageError("nothing to import", tip="give FILES... or --quilt DIR")
+    for f in files:
+        if f.is_dir():
+            raise UsageError(
+                f"{f} is a directory",
+                tip=f"import a quilt series with `forkpatch import --quilt {f}` (the order "
+                "of its series file; `--name-order` or `--series LIST` without one)",
+            )
