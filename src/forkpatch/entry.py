@@ -10,11 +10,14 @@ or written by then.
 
 from __future__ import annotations
 
+# Only built-in modules before the handler is in place: ``_signal`` is ``signal``
+# without its enum wrappers (which load enum, and with it a few more modules).
+import _signal  # type: ignore[import-not-found]  # no stubs: the C half of signal
 import os
-import signal
-from types import FrameType
 
-from forkpatch import settings
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import FrameType
 
 STARTING = b"forkpatch: interrupted while starting; nothing was changed\n"
 
@@ -25,9 +28,15 @@ def _while_starting(signum: int, frame: FrameType | None) -> None:
 
 
 def main() -> int:
-    signal.signal(signal.SIGINT, _while_starting)
+    _signal.signal(_signal.SIGINT, _while_starting)
+    from forkpatch import settings
+
     if settings.text("FORKPATCH_TEST_PAUSE_AFTER") == "start":  # test hook, as in rebase/run.py
-        os.kill(os.getpid(), signal.SIGSTOP)
+        os.kill(os.getpid(), _signal.SIGSTOP)
     from forkpatch.cli import main as cli_main
 
-    return cli_main()
+    code = cli_main()
+    # The command has ended and its status is known: a Ctrl-C now would only turn that
+    # status into a death by signal on the way out.
+    _signal.signal(_signal.SIGINT, _signal.SIG_IGN)
+    return code
