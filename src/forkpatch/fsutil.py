@@ -409,15 +409,7 @@ def _writer_gone(name: str) -> bool:
     if m is None:
         return False
     pid = int(m.group(1))
-    if pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except OSError:
-        return False
-    return False
+    return pid != os.getpid() and not _pid_alive(pid)
 
 
 def sweep_temps(

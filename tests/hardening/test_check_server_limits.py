@@ -7,7 +7,6 @@ the checks need only pytest. The server imports nothing heavy here.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ import pytest
 from forkpatch.sections import TeamCheck
 from forkpatch.smoke.env import SmokeEnv
 from forkpatch.smoke.team import run_team_checks
+from support.procs import alive
 from support.reliability import Row
 
 SECRET = "pypi-AgEIcHlwaS5vcmcCJDU0secret"
@@ -54,18 +54,6 @@ def test_leaks():
 """
 
 CRASHES = ["segfault", "abort"]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 @pytest.fixture
@@ -116,9 +104,9 @@ def test_a_hung_check_and_its_children_end_at_its_timeout(setup, tmp_path: Path)
     assert time.monotonic() - t0 < 30
     pid = int((tmp_path / "child.pid").read_text())
     end = time.monotonic() + 5
-    while time.monotonic() < end and _alive(pid):
+    while time.monotonic() < end and alive(pid):
         time.sleep(0.05)
-    assert not _alive(pid)
+    assert not alive(pid)
 
 
 def test_a_server_killed_under_a_check_is_no_silent_pass(setup) -> None:

@@ -16,28 +16,16 @@ import pytest
 
 from forkpatch import proc
 from forkpatch.proc import Deadline
+from support.procs import alive
 from support.reliability import Row
 
 PY = sys.executable
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie whose parent (init or a subreaper) has not reaped it yet is gone too
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8").rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
-
-
 def _gone(pid: int, within: float = 5.0) -> bool:
     end = time.monotonic() + within
     while time.monotonic() < end:
-        if not _alive(pid):
+        if not alive(pid):
             return True
         time.sleep(0.05)
     return False

@@ -6,7 +6,6 @@ terminal line, and its pytest node id inside the project or refused."""
 from __future__ import annotations
 
 import json
-import os
 import resource
 import sys
 import time
@@ -22,6 +21,7 @@ from forkpatch.smoke.env import SmokeEnv
 from forkpatch.smoke.team import run_team_checks
 from support import smoke
 from support.cli import Runner
+from support.procs import alive
 from support.reliability import Row
 
 C = "a" * 40
@@ -33,23 +33,11 @@ SECRET = "pypi-AgEIcHlwaS5vcmcCJDU0secret"
 TOKEN = "ghp_16C7e42F292c6912E7710c838347Ae178B4a"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 def _gone(pid: int) -> bool:
     end = time.monotonic() + 5
-    while time.monotonic() < end and _alive(pid):
+    while time.monotonic() < end and alive(pid):
         time.sleep(0.05)
-    return not _alive(pid)
+    return not alive(pid)
 
 
 def _senv(tmp_path: Path) -> SmokeEnv:

@@ -9,7 +9,6 @@ this interpreter stands in for the smoke environment (the checks need only pytes
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ from forkpatch.smoke import incheck
 from forkpatch.smoke.env import SmokeEnv
 from forkpatch.smoke.session import run_incheck_resumed
 from forkpatch.smoke.team import run_team_checks
+from support.procs import alive
 
 # A module whose import is slow and leaves a trace: imported once in the server, the
 # checks find it imported already.
@@ -88,23 +88,11 @@ def test_kills_the_server():
 """
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 def _gone(pid: int, within: float = 5.0) -> bool:
     end = time.monotonic() + within
-    while time.monotonic() < end and _alive(pid):
+    while time.monotonic() < end and alive(pid):
         time.sleep(0.05)
-    return not _alive(pid)
+    return not alive(pid)
 
 
 @pytest.fixture
