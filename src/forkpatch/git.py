@@ -880,9 +880,11 @@ def _held_lock(stderr: bytes) -> str | None:
     if m is None:
         return None
     path = m.group(1)
-    if not os.path.exists(path):
-        return path  # released meanwhile: try again
-    return path if lock_holders(path) else None
+    if not os.path.exists(path) or lock_holders(path):
+        return path  # held, or released meanwhile: try again
+    # No holder found: a stale lock, unless its holder let go during the scan (the
+    # file is gone now; /proc shows an unlinked file as "(deleted)", not its path).
+    return None if os.path.exists(path) else path
 
 
 def _command_of(pid: int) -> str:

@@ -31,7 +31,7 @@ from forkpatch.fsutil import (
     recover_files,
     sweep_temps,
 )
-from forkpatch.git import Git, blob_id
+from forkpatch.git import Git, blob_id, lock_holders
 from forkpatch.series import (
     PATCHES_DIR,
     SERIES_FILE,
@@ -456,7 +456,8 @@ class Project:
                             path.read_text(encoding="utf-8", errors="replace").strip()
                             == "initializing"
                         )
-                if stale and not path.is_symlink():
+                # The user's own git in the work tree may hold one right now.
+                if stale and not path.is_symlink() and not lock_holders(path):
                     with contextlib.suppress(FileNotFoundError):
                         path.unlink()
                         removed.append(path.relative_to(store).as_posix())

@@ -183,3 +183,56 @@ RELIABILITY = [
         "holder's pid and says not to remove it, or says no process holds it",
     ),
 ]
+
+
+def _git_lock_error(lock: Path) -> bytes:
+    return f"fatal: Unable to create '{lock}': File exists.\n".encode()
+
+
+def test_a_lock_released_during_the_holder_scan_is_tried_again(tmp_path, monkeypatch):
+    """The holder lets go between "the file exists" and the /proc scan: the scan finds
+    no holder (an unlinked file reads as "(deleted)"), which is a release, not a stale
+    lock the writer should give up on."""
+    from forkpatch import git as gitmod
+
+    lock = tmp_path / "index.lock"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import os, sys; fd = os.open(sys.argv[1], os.O_CREAT | os.O_EXCL | os.O_WRONLY);"
+            "print('held', flush=True); sys.stdin.readline(); os.unlink(sys.argv[1]); os.close(fd)",
+            str(lock),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+    real = gitmod.lock_holders
+
+    def releasing_during_scan(path):
+        assert holder.stdin is not None
+        holder.stdin.write(b"go\n")
+        holder.stdin.close()
+        holder.wait(timeout=30)
+        return real(path)
+
+    monkeypatch.setattr(gitmod, "lock_holders", releasing_during_scan)
+    assert gitmod._held_lock(_git_lock_error(lock)) == str(lock)
+
+
+def test_the_held_lock_verdicts(tmp_path):
+    from forkpatch import git as gitmod
+
+    lock = tmp_path / "index.lock"
+    assert gitmod._held_lock(_git_lock_error(lock)) == str(lock)  # gone: try again
+    lock.write_bytes(b"")
+    assert gitmod._held_lock(_git_lock_error(lock)) is None  # stale: no holder, stays
+    lock.unlink()
+    holder = _hold(lock, 30)
+    try:
+        assert gitmod._held_lock(_git_lock_error(lock)) == str(lock)  # live holder
+    finally:
+        holder.kill()
+        holder.wait()
+    assert gitmod._held_lock(b"fatal: something else\n") is None

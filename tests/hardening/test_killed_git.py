@@ -114,6 +114,33 @@ def test_a_lock_held_by_a_live_git_is_left_alone_and_named(tmp_path):
     assert lock.exists()
 
 
+def test_a_killed_forkpatch_does_not_clear_a_lock_a_live_process_holds(tmp_path):
+    """The previous forkpatch died, but a lock under the store is open in a live
+    process right now (the user's own git in the work tree): it is not the killed
+    command's, and stays until its holder lets go."""
+    project = _project(tmp_path)
+    lock = project / ".forkpatch" / "repo.git" / "worktrees" / "worktree" / "HEAD.lock"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import os, sys; fd = os.open(sys.argv[1], os.O_CREAT | os.O_EXCL | os.O_WRONLY);"
+            "print('held', flush=True); sys.stdin.readline()",
+            str(lock),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+        _interrupted(project, "refresh")
+        fp_in(project, "status")
+        assert lock.exists()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_real_sigkill_inside_git_worktree_add(tmp_path):
     """A real SIGKILL of forkpatch while `git worktree add` runs: a git wrapper on PATH
     runs the real command, leaves what a killed checkout leaves, and kills forkpatch."""
