@@ -200,7 +200,7 @@ class Git:
                 break
             # A lock another live process holds (the user's own git, an editor's) is
             # waited for, bounded; git took nothing before it failed on the lock.
-            if _held_lock(proc.stderr) is None:
+            if held_lock(proc.stderr) is None:
                 break
             now = time.monotonic()
             deadline = now + LOCK_WAIT_S if deadline is None else deadline
@@ -367,7 +367,7 @@ class Git:
                 m = _LOCK_EXISTS.search(exc.message)
                 if m is None:
                     raise
-                held = _held_lock(m.group(0).encode())
+                held = held_lock(m.group(0).encode())
                 now = time.monotonic()
                 deadline = now + LOCK_WAIT_S if deadline is None else deadline
                 if held is None or now >= deadline:
@@ -874,7 +874,7 @@ def lock_holders(path: str | Path) -> list[int]:
     return found
 
 
-def _held_lock(stderr: bytes) -> str | None:
+def held_lock(stderr: bytes) -> str | None:
     """The lock file git failed on when a live process holds it (None otherwise)."""
     m = _LOCK_EXISTS.search(stderr.decode("utf-8", "replace"))
     if m is None:

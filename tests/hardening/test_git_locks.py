@@ -21,8 +21,10 @@ from pathlib import Path
 
 import pytest
 
+from forkpatch import git as gitmod
 from forkpatch.git import LOCK_WAIT_S, lock_holders
 from support.cli import env, fp
+from support.procs import LockHolder
 from support.projects import copy_example
 from support.reliability import Row
 
@@ -193,46 +195,28 @@ def test_a_lock_released_during_the_holder_scan_is_tried_again(tmp_path, monkeyp
     """The holder lets go between "the file exists" and the /proc scan: the scan finds
     no holder (an unlinked file reads as "(deleted)"), which is a release, not a stale
     lock the writer should give up on."""
-    from forkpatch import git as gitmod
-
     lock = tmp_path / "index.lock"
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import os, sys; fd = os.open(sys.argv[1], os.O_CREAT | os.O_EXCL | os.O_WRONLY);"
-            "print('held', flush=True); sys.stdin.readline(); os.unlink(sys.argv[1]); os.close(fd)",
-            str(lock),
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-    )
-    assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+    holder = LockHolder(lock)
     real = gitmod.lock_holders
 
     def releasing_during_scan(path):
-        assert holder.stdin is not None
-        holder.stdin.write(b"go\n")
-        holder.stdin.close()
-        holder.wait(timeout=30)
+        holder.release()
         return real(path)
 
     monkeypatch.setattr(gitmod, "lock_holders", releasing_during_scan)
-    assert gitmod._held_lock(_git_lock_error(lock)) == str(lock)
+    assert gitmod.held_lock(_git_lock_error(lock)) == str(lock)
 
 
 def test_the_held_lock_verdicts(tmp_path):
-    from forkpatch import git as gitmod
-
     lock = tmp_path / "index.lock"
-    assert gitmod._held_lock(_git_lock_error(lock)) == str(lock)  # gone: try again
+    assert gitmod.held_lock(_git_lock_error(lock)) == str(lock)  # gone: try again
     lock.write_bytes(b"")
-    assert gitmod._held_lock(_git_lock_error(lock)) is None  # stale: no holder, stays
+    assert gitmod.held_lock(_git_lock_error(lock)) is None  # stale: no holder, stays
     lock.unlink()
-    holder = _hold(lock, 30)
+    holder = LockHolder(lock)
     try:
-        assert gitmod._held_lock(_git_lock_error(lock)) == str(lock)  # live holder
+        assert gitmod.held_lock(_git_lock_error(lock)) == str(lock)  # live holder
     finally:
         holder.kill()
-        holder.wait()
-    assert gitmod._held_lock(b"fatal: something else\n") is None
+    assert gitmod.held_lock(_git_lock_error(lock)) is None  # its holder was killed
+    assert gitmod.held_lock(b"fatal: something else\n") is None

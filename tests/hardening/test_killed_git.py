@@ -18,6 +18,7 @@ import pytest
 
 from support.cli import fp_in
 from support.git import git, numbered
+from support.procs import LockHolder
 from support.projects import scratch_fork
 from support.reliability import Row
 
@@ -120,25 +121,13 @@ def test_a_killed_forkpatch_does_not_clear_a_lock_a_live_process_holds(tmp_path)
     command's, and stays until its holder lets go."""
     project = _project(tmp_path)
     lock = project / ".forkpatch" / "repo.git" / "worktrees" / "worktree" / "HEAD.lock"
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import os, sys; fd = os.open(sys.argv[1], os.O_CREAT | os.O_EXCL | os.O_WRONLY);"
-            "print('held', flush=True); sys.stdin.readline()",
-            str(lock),
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-    )
+    holder = LockHolder(lock)
     try:
-        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
         _interrupted(project, "refresh")
         fp_in(project, "status")
         assert lock.exists()
     finally:
         holder.kill()
-        holder.wait()
 
 
 def test_real_sigkill_inside_git_worktree_add(tmp_path):

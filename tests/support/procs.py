@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 
@@ -18,3 +20,43 @@ def alive(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return state != "Z"
+
+
+_HOLD = """
+import os, sys
+fd = os.open(sys.argv[1], os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+print("held", flush=True)
+sys.stdin.readline()
+if sys.argv[2] == "release":
+    os.unlink(sys.argv[1])
+os.close(fd)
+"""
+
+
+class LockHolder:
+    """A process that holds ``path`` open as git holds a lock file, until told to let
+    go: ``release()`` removes the file first, as git does when it is done; ``kill()``
+    leaves it behind, as a killed git does."""
+
+    def __init__(self, path: Path) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _HOLD, str(path), "release"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        assert self.proc.stdout is not None
+        assert self.proc.stdout.readline() == b"held\n"
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def release(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(b"go\n")
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
