@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from forkpatch.cli import dispatch, main
+from forkpatch.cli.context import Ctx
 from support.cli import env
 
 
@@ -31,7 +32,7 @@ from support.cli import env
     ],
 )
 def test_the_plain_forms(argv):
-    assert dispatch.plain_command(argv) is not None
+    assert dispatch.plain_command(argv, Ctx()) is not None
 
 
 @pytest.mark.parametrize(
@@ -61,30 +62,30 @@ def test_the_plain_forms(argv):
     ],
 )
 def test_every_other_form_goes_through_click(argv):
-    assert dispatch.plain_command(argv) is None
+    assert dispatch.plain_command(argv, Ctx()) is None
 
 
 def test_shell_completion_goes_through_click(monkeypatch):
     monkeypatch.setenv("_FORKPATCH_COMPLETE", "bash_complete")
-    assert dispatch.plain_command(["status"]) is None
+    assert dispatch.plain_command(["status"], Ctx()) is None
 
 
 def test_a_directory_click_would_refuse_goes_through_click(tmp_path):
     a_file = tmp_path / "file"
     a_file.write_text("x", encoding="utf-8")
-    assert dispatch.plain_command(["-C", str(a_file), "top"]) is None
-    assert dispatch.plain_command(["-C", str(tmp_path / "absent"), "top"]) is not None
-    assert dispatch.plain_command(["-C", str(tmp_path), "top"]) is not None
+    assert dispatch.plain_command(["-C", str(a_file), "top"], Ctx()) is None
+    assert dispatch.plain_command(["-C", str(tmp_path / "absent"), "top"], Ctx()) is not None
+    assert dispatch.plain_command(["-C", str(tmp_path), "top"], Ctx()) is not None
 
 
 def _both(monkeypatch, capsys, cwd: Path, argv: list[str]) -> tuple[object, object]:
     """(exit status, stdout, stderr) of ``argv``: its plain run, then through click."""
     monkeypatch.chdir(cwd)
-    assert dispatch.plain_command(argv) is not None
+    assert dispatch.plain_command(argv, Ctx()) is not None
     capsys.readouterr()
     plain = (main(argv), *capsys.readouterr())
     with monkeypatch.context() as m:
-        m.setattr(dispatch, "plain_command", lambda _argv: None)
+        m.setattr(dispatch, "plain_command", lambda _argv, _c: None)
         through_click = (main(argv), *capsys.readouterr())
     if "--debug" in argv:
         return _frameless(plain), _frameless(through_click)
@@ -155,7 +156,7 @@ def test_a_closed_stdout_ends_a_plain_run_quietly(example_project, argv):
         "r, w = os.pipe(); os.close(r); os.dup2(w, 1)\n"
         "from forkpatch.cli import dispatch\n"
         "if sys.argv[1] == 'click':\n"
-        "    dispatch.plain_command = lambda argv: None\n"
+        "    dispatch.plain_command = lambda argv, c: None\n"
         "sys.exit(dispatch.main(sys.argv[2:]))\n"
     )
     got = [

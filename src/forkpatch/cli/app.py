@@ -210,15 +210,17 @@ def cli(
     ~/.bashrc (zsh: zsh_source, fish: fish_source).
     """
     log.set_quiet(quiet)
-    ctx.obj = Ctx(directory, fork_repo, debug)
+    c = ctx.ensure_object(Ctx)
+    c.directory, c.fork_repo, c.debug = directory, fork_repo, c.debug or debug
+    c.command = ctx.invoked_subcommand
 
 
-def run_group(argv: list[str]) -> int | None:
-    """Run ``argv`` through the group (errors of the command propagate to
-    :mod:`forkpatch.cli.dispatch`'s boundary); an exit status when click itself refused
-    the command line (a usage error, shown here as click shows it)."""
+def run_group(argv: list[str], c: Ctx) -> int | None:
+    """Run ``argv`` through the group, filling in ``c`` as it parses (errors of the
+    command propagate to :mod:`forkpatch.cli.dispatch`'s boundary); an exit status when
+    click itself refused the command line (a usage error, shown here as click shows it)."""
     try:
-        cli.main(args=argv, prog_name="forkpatch", standalone_mode=False)
+        cli.main(args=argv, prog_name="forkpatch", standalone_mode=False, obj=c)
     except click.exceptions.Abort:  # click's name for a KeyboardInterrupt in a command
         raise KeyboardInterrupt from None
     except click.ClickException as exc:

@@ -14,13 +14,35 @@ if TYPE_CHECKING:
     from forkpatch.stack import Stack, StackModel
 
 
-class Ctx:
-    """What every command gets: the project directory and global switches."""
+#: The commands that say themselves where a rebase in progress stands (or make a
+#: project): no note about a pending rebase after them.
+_OWN_REBASE_NOTE = frozenset({"rebase", "init", "demo"})
 
-    def __init__(self, directory: Path | None, fork_repo: str | None, debug: bool) -> None:
+
+class Ctx:
+    """What every command gets: the project directory and global switches, and which
+    command runs (None until the command line has been parsed that far).
+
+    :mod:`forkpatch.cli.dispatch` makes it empty and hands it to the parse, which fills
+    it in: what the entry says after the command (a rebase in progress, the state
+    after a Ctrl-C) it reads from here."""
+
+    def __init__(
+        self,
+        directory: Path | None = None,
+        fork_repo: str | None = None,
+        debug: bool = False,
+        command: str | None = None,
+    ) -> None:
         self.directory = directory
         self.fork_repo = fork_repo
         self.debug = debug
+        self.command = command
+
+    @property
+    def notes_pending_rebase(self) -> bool:
+        """Whether a rebase in progress is worth a note after this command."""
+        return self.command is not None and self.command not in _OWN_REBASE_NOTE
 
     def project(self) -> Project:
         from forkpatch.project import open_project

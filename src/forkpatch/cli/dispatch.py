@@ -20,10 +20,13 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, TextIO, cast
+from typing import TYPE_CHECKING, Any, Literal, TextIO, cast
 
 from forkpatch import log, settings
 from forkpatch.errors import Finished, ForkpatchError, InternalError, Interrupted
+
+if TYPE_CHECKING:
+    from forkpatch.cli.context import Ctx
 
 
 def _utf8_args(argv: list[str]) -> list[str]:
@@ -42,33 +45,36 @@ def main(argv: list[str] | None = None) -> int:
     log.tolerant_streams()
     argv = _utf8_args(argv if argv is not None else sys.argv[1:])
     debug = "--debug" in argv or settings.flag_or_false("FORKPATCH_DEBUG")
-    command, directory = _command_of(argv)
-    code, note = _run(argv, debug, directory)
+    from forkpatch.cli.context import Ctx
+
+    c = Ctx(debug=debug)  # filled in as the command line is parsed
+    code, note = _run(argv, c)
     # `rebase` reports its own state; any other command that ran mentions a rebase in
     # progress (after a Ctrl-C every command does: how to go on or back).
-    if note == "always" or (note == "command" and command not in (None, "rebase", "init", "demo")):
-        _hint_pending_operation(directory)
+    if c.command is not None and (
+        note == "always" or (note == "command" and c.notes_pending_rebase)
+    ):
+        _hint_pending_operation(c.directory)
     return code
 
 
-def _run(
-    argv: list[str], debug: bool, directory: Path | None
-) -> tuple[int, Literal["always", "command", "never"]]:
+def _run(argv: list[str], c: Ctx) -> tuple[int, Literal["always", "command", "never"]]:
     """The command's exit status, and whether a rebase in progress is worth a note after it
     (not after a usage error or an internal error)."""
+    debug = c.debug
     try:
         # From here on a Ctrl-C is a KeyboardInterrupt that the handlers below report
         # (forkpatch.entry ended the process at once while the modules were loading).
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, signal.default_int_handler)
         settings.check_environment()  # a wrong FORKPATCH_* value: exit 2, nothing done
-        plain = plain_command(argv)
+        plain = plain_command(argv, c)
         if plain is not None:
             _run_plain(plain)
         else:
             from forkpatch.cli.app import run_group
 
-            shown = run_group(argv)
+            shown = run_group(argv, c)
             if shown is not None:  # click's own error (a usage error), shown by click
                 return shown, "never"
     except ForkpatchError as exc:
@@ -83,7 +89,7 @@ def _run(
     except SystemExit as exc:
         return (int(exc.code or 0) if not isinstance(exc.code, str) else 1), "command"
     except KeyboardInterrupt:
-        _report_interrupt(directory)
+        _report_interrupt(c)
         return Interrupted.exit_code, "always"
     except OSError as exc:
         # The machine said no (permissions, a read-only or full disk): the user's to
@@ -109,9 +115,10 @@ _GLOBAL_FLAGS = ("-q", "--quiet", "--debug")
 _PLAIN_COMMANDS = {"top": "top", "status": "status", "st": "status", "series": "status"}
 
 
-def plain_command(argv: list[str]) -> Callable[[], None] | None:
+def plain_command(argv: list[str], c: Ctx) -> Callable[[], None] | None:
     """The command to run without click for a plain command line of ``top`` or
-    ``status`` (see the module's description); None for any other (click's to parse).
+    ``status`` (see the module's description), filling in ``c``; None for any other
+    (click's to parse).
 
     Each accepted form is one click parses into exactly these values: the global
     options once each, their values separate words not starting with ``-``, a ``-C``
@@ -145,16 +152,14 @@ def plain_command(argv: list[str]) -> Callable[[], None] | None:
         return None
     fork_repo = given.get("--fork-repo")
 
+    c.directory = Path(directory) if isinstance(directory, str) else None
+    c.fork_repo = fork_repo if isinstance(fork_repo, str) else None
+    c.command = name
+
     def run() -> None:
         from forkpatch.cli import readonly
-        from forkpatch.cli.context import Ctx
 
         log.set_quiet(bool(given.get("-q") or given.get("--quiet")))
-        c = Ctx(
-            Path(directory) if isinstance(directory, str) else None,
-            fork_repo if isinstance(fork_repo, str) else None,
-            bool(given.get("--debug")),
-        )
         if name == "top":
             readonly.top(c)
         else:
@@ -221,12 +226,18 @@ def _internal_error(debug: bool) -> int:
     return InternalError.exit_code
 
 
-def _report_interrupt(directory: Path | None) -> None:
+def _report_interrupt(c: Ctx) -> None:
     """Ctrl-C: say what state the project is in. Every write of series.yaml and patches/
     is one unit (fsutil.commit_files), so they are as before the command or completely
-    written; a unit cut short after its commit point is finished by the next command."""
+    written; a unit cut short after its commit point is finished by the next command.
+    Before the command line was parsed as far as its command, no command ran."""
+    if c.command is None:
+        log.error("interrupted (Ctrl-C): no command ran, nothing was changed")
+        return
     from forkpatch.forkrepo import STORE_DIR
     from forkpatch.project import COMMIT_JOURNAL, find_root
+
+    directory = c.directory
 
     state = (
         "series.yaml and patches/ are as they were before this command, or completely "
@@ -264,22 +275,3 @@ def _hint_pending_operation(directory: Path | None) -> None:
         return
     if hint:
         log.detail(f"  note: {hint}")
-
-
-def _command_of(args: list[str]) -> tuple[str | None, Path | None]:
-    """The subcommand and the -C directory of a command line, for the pending-rebase note."""
-    directory: Path | None = None
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if arg in ("-C", "--fork-repo"):
-            if arg == "-C" and i + 1 < len(args):
-                directory = Path(args[i + 1])
-            i += 2
-            continue
-        if arg.startswith("-C") and len(arg) > 2:
-            directory = Path(arg[2:])
-        elif not arg.startswith("-"):
-            return arg, directory
-        i += 1
-    return None, directory
