@@ -14,7 +14,6 @@ from forkpatch.errors import VerifyMismatch
 from forkpatch.kinds import TOOLCHAINS, BuildMode, Toolchain
 
 if TYPE_CHECKING:
-    from forkpatch.project import Project
     from forkpatch.wheels.buildwheel import BuildResult
     from forkpatch.wheels.options import BuildOptions
     from forkpatch.wheels.verify import VerifyReport
@@ -82,7 +81,6 @@ def build_wheel_cmd(
     from forkpatch.wheels.options import BuildOptions
 
     sources = _fork_sources(fork_sources)
-    project = c.project()
     opts = BuildOptions(
         mode=mode,
         base_wheel=base_wheel,
@@ -95,7 +93,7 @@ def build_wheel_cmd(
         sources=sources,
         max_jobs=max_jobs,
     )
-    _show_build(_build(project, opts), as_json)
+    _show_build(_build(c, opts), as_json)
 
 
 def _fork_sources(items: tuple[str, ...]) -> dict[str, Path]:
@@ -116,12 +114,12 @@ def _wheelhouse(wheelhouse: str | None) -> str | Path | None:
     return Path(wheelhouse).resolve()
 
 
-def _build(project: Project, opts: BuildOptions) -> BuildResult:
+def _build(c: Ctx, opts: BuildOptions) -> BuildResult:
     """The build under the project's lock, with a warning where dist/ is not ignored."""
     from forkpatch.ops import warn_if_not_ignored
     from forkpatch.wheels.buildwheel import build_wheel, dist_dir
 
-    with project.locked("build-wheel"):
+    with c.locked_project() as project:
         out = dist_dir(project, opts)
         if out.is_relative_to(project.root):
             warn_if_not_ignored(project.root, out)
@@ -163,8 +161,7 @@ def base_wheel_cmd(c: Ctx, onto: str | None, python: str | None, as_json: bool) 
     """
     from forkpatch.wheels.basewheel import build_base_wheel
 
-    project = c.project()
-    with project.locked("base-wheel"):
+    with c.locked_project() as project:
         result = build_base_wheel(project, onto=onto, python=python)
     if as_json:
         log.emit_json(result.to_json())

@@ -5,7 +5,8 @@ Importing it loads no click: :mod:`forkpatch.cli.dispatch` runs the plain forms 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Concatenate, ParamSpec, TypeVar
 
@@ -58,10 +59,23 @@ class Ctx:
         except NoProjectError:
             return None
 
-    def stack(self) -> Stack:
+    @contextlib.contextmanager
+    def locked_project(self) -> Iterator[Project]:
+        """The project, under its lock taken in this command's name (the holder other
+        commands are told of; see :meth:`Project.locked`)."""
+        if self.command is None:
+            raise RuntimeError("locked_project() outside a command")
+        project = self.project()
+        with project.locked(self.command):
+            yield project
+
+    @contextlib.contextmanager
+    def locked_stack(self) -> Iterator[Stack]:
+        """The stack, under the project's lock (:meth:`locked_project`)."""
         from forkpatch.stack import Stack
 
-        return Stack(self.project())
+        with self.locked_project() as project:
+            yield Stack(project)
 
     def stack_model(self) -> StackModel:
         """The stack to read (``top``): neither the engine nor the patch parser loads."""

@@ -54,8 +54,7 @@ def droppable(
 ) -> None:
     from forkpatch.droppable import DroppableOptions, evaluate, print_result
 
-    project = c.project()
-    with project.locked("droppable"):
+    with c.locked_project() as project:
         result = evaluate(
             project,
             DroppableOptions(

@@ -173,10 +173,9 @@ def rebase(
     from forkpatch import rebase as core
 
     _exactly_one(onto=onto, continue_=continue_, skip=skip, abort=abort)
-    project = c.project()
     if report_dir is not None and not abort:
         _check_writable(report_dir)
-    with project.locked("rebase"):
+    with c.locked_project() as project:
         if abort:
             _show_abort(core.abort(project))
             return

@@ -30,8 +30,7 @@ from forkpatch.views import print_results
 @pass_ctx
 def apply(c: Ctx, worktree: Path | None, force: bool, sparse: bool | None) -> None:
     """Create the work tree: the fork at the base, one commit per patch."""
-    stack = c.stack()
-    with stack.project.locked("apply"):
+    with c.locked_stack() as stack:
         path, result = stack.apply(worktree, force=force, sparse=sparse)
     print_results(result.results, emit=log.result)
     layout = stack.layout()
@@ -48,8 +47,7 @@ def apply(c: Ctx, worktree: Path | None, force: bool, sparse: bool | None) -> No
 @pass_ctx
 def push(c: Ctx, name: str | None, all_: bool, merge: bool) -> None:
     """Apply the next patch (or up to NAME, or --all) in the work tree."""
-    stack = c.stack()
-    with stack.project.locked("push"):
+    with c.locked_stack() as stack:
         results = stack.push(name, all_=all_, merge=merge)
     for r in results:
         log.result(f"applied {r.name} ({r.status})")
@@ -63,8 +61,7 @@ def push(c: Ctx, name: str | None, all_: bool, merge: bool) -> None:
 @pass_ctx
 def pop(c: Ctx, name: str | None, all_: bool, force: bool) -> None:
     """Unapply the top patch (or down to NAME, or --all)."""
-    stack = c.stack()
-    with stack.project.locked("pop"):
+    with c.locked_stack() as stack:
         popped = stack.pop(name, all_=all_, force=force)
     for n in popped:
         log.result(f"popped {n}")
@@ -84,8 +81,7 @@ def top(c: Ctx) -> None:
 @pass_ctx
 def new(c: Ctx, name: str, summary: str | None) -> None:
     """Start a new, empty patch NAME on top of the current one."""
-    stack = c.stack()
-    with stack.project.locked("new"):
+    with c.locked_stack() as stack:
         entry = stack.new(name, summary)
     log.result(
         f"created {entry.name} (patches/{entry.file}); edit files in the work tree, "
@@ -98,8 +94,7 @@ def new(c: Ctx, name: str, summary: str | None) -> None:
 @pass_ctx
 def edit(c: Ctx, name: str) -> None:
     """Go to patch NAME so that the next edits amend it."""
-    stack = c.stack()
-    with stack.project.locked("edit"):
+    with c.locked_stack() as stack:
         path = stack.edit(name)
     log.result(
         f"editing {name} in {path}; `forkpatch refresh` saves it and re-applies the patches above"
@@ -122,8 +117,7 @@ def edit(c: Ctx, name: str) -> None:
 @pass_ctx
 def refresh(c: Ctx, force: bool, offsets: bool) -> None:
     """Write the top patch (with the work tree's changes) back to its file."""
-    stack = c.stack()
-    with stack.project.locked("refresh"):
+    with c.locked_stack() as stack:
         changed = stack.refresh(force=force, offsets=offsets)
     if changed:
         for n in changed:
@@ -138,8 +132,7 @@ def refresh(c: Ctx, force: bool, offsets: bool) -> None:
 @pass_ctx
 def delete(c: Ctx, name: str, keep_file: bool) -> None:
     """Remove patch NAME from the series (popping it if it is the top)."""
-    stack = c.stack()
-    with stack.project.locked("delete"):
+    with c.locked_stack() as stack:
         stack.delete(name, keep_file=keep_file)
     log.result(f"deleted {name}")
 
@@ -150,8 +143,7 @@ def delete(c: Ctx, name: str, keep_file: bool) -> None:
 @pass_ctx
 def rename(c: Ctx, old: str, new_name: str) -> None:
     """Rename patch OLD to NEW (and its file, when named by slug)."""
-    stack = c.stack()
-    with stack.project.locked("rename"):
+    with c.locked_stack() as stack:
         entry = stack.rename(old, new_name)
     log.result(f"renamed {old} -> {entry.name} (patches/{entry.file})")
 
@@ -164,8 +156,7 @@ def rename(c: Ctx, old: str, new_name: str) -> None:
 @pass_ctx
 def move(c: Ctx, name: str, before: str | None, after: str | None, position: int | None) -> None:
     """Reorder the series: move NAME (checked to still apply before writing)."""
-    stack = c.stack()
-    with stack.project.locked("move"):
+    with c.locked_stack() as stack:
         order = stack.move(name, before=before, after=after, position=position)
     log.result("order: " + ", ".join(order))
 
@@ -196,8 +187,7 @@ def export(c: Ctx, offsets: bool, force: bool, skip_changed: bool) -> None:
     (an edit below it moved them) is left as it is: its file still applies to the
     same result. --offsets rewrites those too.
     """
-    stack = c.stack()
-    with stack.project.locked("export"):
+    with c.locked_stack() as stack:
         changed, moved = stack.export(offsets=offsets, force=force, skip_changed=skip_changed)
     log.result(
         f"{len(changed)} patch file(s) changed" + (": " + ", ".join(changed) if changed else "")
@@ -268,8 +258,7 @@ def import_(
     normalises"); FILES are imported in the order given.
     """
     _check_import_args(files, quilt_dir)
-    stack = c.stack()
-    with stack.project.locked("import"):
+    with c.locked_stack() as stack:
         entries = stack.import_(
             list(files),
             quilt_dir=quilt_dir,
