@@ -128,7 +128,7 @@ def _stage_droppable(ctx: DemoContext) -> None:
 
     from forkpatch.droppable import DroppableOptions, evaluate, print_result
     from forkpatch.project import Project
-    from forkpatch.upstream_status import describe, upstream_states
+    from forkpatch.upstream_status import upstream_states
 
     project = Project(ctx.project_dir)
     series = project.series
@@ -162,11 +162,11 @@ def _stage_droppable(ctx: DemoContext) -> None:
     with log.step("forkpatch status --upstream (cli-version names the fork's commit)"):
         ups = upstream_states(project, project.series.patches)
         for name, up in ups.items():
-            log.info(describe(name, up))
+            log.info(up.describe(name))
     with log.step("forkpatch droppable --onto v1.3.0 (cli-version: drop-when upstreamed)"):
         result = evaluate(project, DroppableOptions(onto="v1.3.0"))
         print_result(result)
-    ctx.summary["upstream"] = {n: u["state"] for n, u in ups.items()}
+    ctx.summary["upstream"] = {n: u.state for n, u in ups.items()}
     ctx.summary["droppable"] = {v.name: v.verdict for v in result.patches}
 
 

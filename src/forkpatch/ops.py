@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,6 +30,7 @@ from forkpatch.typedreader import TypedReader
 
 if TYPE_CHECKING:
     from forkpatch.stack import OutsideChange
+    from forkpatch.upstream_status import UpstreamAnswer
 
 # forkpatch's private state, and the wheels `build-wheel` writes (dist/ by default).
 GITIGNORE_LINES = (".forkpatch/", "dist/")
@@ -224,13 +226,23 @@ def _ensure_gitignore(root: Path) -> None:
         atomic_write(path, data + "".join(f"{line}\n" for line in missing).encode())
 
 
-@dataclass
+@dataclass(frozen=True)
+class Orphan:
+    """A file in patches/ that series.yaml does not list; ``meant_by``: the entry whose
+    missing ``file:`` most likely meant it (importing it would make a second patch of
+    the same change), as (its name, the file it names)."""
+
+    file: str
+    meant_by: tuple[str, str] | None = None
+
+
+@dataclass(frozen=True)
 class StatusReport:
     base_tag: str
     base_commit: str
-    results: list[PatchResult]
-    orphans: list[str] = field(default_factory=list)
-    applied: list[str] | None = None  # names applied in the work tree, if there is one
+    results: tuple[PatchResult, ...]
+    orphans: tuple[Orphan, ...] = ()
+    applied: tuple[str, ...] | None = None  # names applied in the work tree, if there is one
     worktree: str | None = None
     editing: str | None = None
     worktree_problem: str | None = None  # the work tree is on another base than series.yaml
@@ -238,9 +250,16 @@ class StatusReport:
     interrupted_worktree: str | None = None
     # Patch files and series.yaml entries changed outside forkpatch since the work tree
     # last matched them, and edits in the work tree not written to patches/ yet.
-    changes: list[OutsideChange] = field(default_factory=list)
+    changes: tuple[OutsideChange, ...] = ()
+    # `status --upstream`: what became of what each patch sent upstream (by patch name).
+    upstream: Mapping[str, UpstreamAnswer] | None = None
+
+    @property
+    def conflicted(self) -> bool:
+        return any(r.status == "conflict" for r in self.results)
 
     def to_json(self) -> dict[str, object]:
+        ups = self.upstream or {}
         return {
             "base": self.base_tag,
             "base_commit": self.base_commit,
@@ -248,10 +267,11 @@ class StatusReport:
                 {
                     **r.to_json(),
                     "applied": (r.name in self.applied) if self.applied is not None else None,
+                    **({"upstream": ups[r.name].to_json()} if r.name in ups else {}),
                 }
                 for r in self.results
             ],
-            "orphans": self.orphans,
+            "orphans": [o.file for o in self.orphans],
             "worktree": self.worktree,
             "editing": self.editing,
             "worktree_problem": self.worktree_problem,
@@ -260,8 +280,9 @@ class StatusReport:
         }
 
 
-def series_status(project: Project) -> StatusReport:
-    """How each patch applies to the base, in order (in memory, nothing written)."""
+def series_status(project: Project, *, upstream: bool = False) -> StatusReport:
+    """How each patch applies to the base, in order (in memory, nothing written);
+    ``upstream``: with what became of what each patch sent upstream (the forge asked)."""
     series = project.series
     fork = project.fork()
     base = fork.verify_base(series.base.tag, series.base.commit)
@@ -276,41 +297,62 @@ def series_status(project: Project) -> StatusReport:
         for e in series.patches
         if has_worktree and e.file is not None and not project.patch_path(e).exists()
     }
-    results = _results_for_status(project, fork.store, base, missing)
-    for i, r in enumerate(results):
-        if r.name in missing:
-            results[i] = PatchResult(name=r.name, status="conflict", detail=(missing[r.name],))
+    results = tuple(
+        PatchResult(name=r.name, status="conflict", detail=(missing[r.name],))
+        if r.name in missing
+        else r
+        for r in _results_for_status(project, fork.store, base, missing)
+    )
+    orphans = tuple(
+        Orphan(o, (m.name, m.file) if (m := project.meant_by(o)) and m.file else None)
+        for o in project.orphans()
+    )
+    ups = None
+    if upstream:
+        from forkpatch.upstream_status import upstream_states
+
+        ups = upstream_states(project, series.patches)
     report = StatusReport(
         base_tag=series.base.label,
         base_commit=base,
         results=results,
-        orphans=project.orphans(),
+        orphans=orphans,
+        upstream=ups,
     )
-    if not has_worktree:
-        left = state.worktree or project.state_dir / "worktree"
-        if left.is_dir() and not left.is_symlink() and any(left.iterdir()):
-            report.interrupted_worktree = str(left)
     if has_worktree:
-        # The stack's model alone: reading it needs neither the engine nor the patch texts.
-        from forkpatch.stack import StackModel, Sync
-
-        try:
-            stack = StackModel(project)
-            report.worktree_problem = stack.base_mismatch()
-            if report.worktree_problem is not None:
-                report.worktree = str(state.worktree)
-                return report
-            wt = stack.wt()
-            applied = stack.applied(wt, one_query=True)
-            report.applied = [a.name for a in applied]
-            report.changes = Sync(stack).outside_changes(wt, applied, edits=True)
-            report.worktree = str(state.worktree)
-            report.editing = state.editing.patch if state.editing is not None else None
-        except SeriesError:
-            raise
-        except Exception:
-            report.applied = None
+        assert state.worktree is not None
+        return _with_worktree(project, report, state, state.worktree)
+    left = state.worktree or project.state_dir / "worktree"
+    if left.is_dir() and not left.is_symlink() and any(left.iterdir()):
+        return replace(report, interrupted_worktree=str(left))
     return report
+
+
+def _with_worktree(
+    project: Project, report: StatusReport, state: StackState, worktree: Path
+) -> StatusReport:
+    """The report with where the work tree stands: what is applied, edited, changed."""
+    # The stack's model alone: reading it needs neither the engine nor the patch texts.
+    from forkpatch.stack import StackModel, Sync
+
+    try:
+        stack = StackModel(project)
+        problem = stack.base_mismatch()
+        if problem is not None:
+            return replace(report, worktree_problem=problem, worktree=str(worktree))
+        wt = stack.wt()
+        applied = stack.applied(wt, one_query=True)
+        return replace(
+            report,
+            applied=tuple(a.name for a in applied),
+            changes=tuple(Sync(stack).outside_changes(wt, applied, edits=True)),
+            worktree=str(worktree),
+            editing=state.editing.patch if state.editing is not None else None,
+        )
+    except SeriesError:
+        raise
+    except Exception:
+        return report
 
 
 # ----------------------------------------------------------------- the status cache

@@ -36,7 +36,7 @@ import re
 import time
 import urllib.parse
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from forkpatch import log, settings
@@ -263,99 +263,130 @@ class _Releases:
         return None
 
 
-def upstream_states(project: Project, entries: Sequence[PatchEntry]) -> dict[str, dict[str, Any]]:
-    """Each patch's ``upstream`` object for ``status --upstream``."""
-    cache = Cache(project)
-    releases: _Releases | None = None
-    timeout_s = settings.duration("FORKPATCH_FORGE_TIMEOUT", TIMEOUT_S)
-    deadline = time.monotonic() + TOTAL_S
-    limited: dict[tuple[str, str, int | None], str] = {}  # API origin -> its rate limit
-    out: dict[str, dict[str, Any]] = {}
-    for entry in entries:
-        shown = upstream_credentials(entry.upstream)
-        if shown is not None:
-            out[entry.name] = {
-                "state": "unknown",
-                "reason": f"upstream: {shown} carries credentials; not asked (remove them)",
-            }
-            continue
-        ref = reference(entry)
-        if ref is None:
-            out[entry.name] = {
-                "state": "unknown",
-                "reason": "upstream: names no pull/merge request or commit"
-                + (f" ({entry.upstream!r})" if entry.upstream else ""),
-            }
-            continue
-        info: dict[str, Any] = {"url": ref.url, "kind": ref.kind}
-        state, merge_commit, why = None, ref.commit, None
-        if ref.api is not None:
-            why = limited.get(origin(ref.api))
-            if why is None and time.monotonic() > deadline:
-                why = f"no time left ({TOTAL_S:.0f} s for all requests)"
-            if why is None:
-                try:
-                    left = min(timeout_s, deadline - time.monotonic())
-                    data = get_json(
-                        ref.api, auth=ref.auth, timeout_s=left, token_var=ref.token_var
-                    ).data
-                    state, merge_commit = (_github if ref.kind == "github-pr" else _gitlab)(data)
-                    cache.put(ref.key, state, merge_commit, authenticated=ref.auth is not None)
-                    info["age"] = "0 s"
-                except ForgeHTTPError as exc:
-                    why = exc.reason
-                    if exc.status == 429 or (exc.status == 403 and "rate limited" in why):
-                        limited[origin(ref.api)] = f"{why}; not asked again in this run"
-            if state is None:
-                known = cache.data.get(ref.key)
-                if known is not None:
-                    state, merge_commit = known["state"], known.get("merge_commit")
-                    info["age"] = _age(known["fetched"])
-                    info["stale"] = f"last known answer ({why})"
-                else:
-                    out[entry.name] = {**info, "state": "unknown", "reason": why}
-                    continue
-        else:
-            state = "merged"
-        if state == "merged" and merge_commit:
-            try:
-                releases = releases or _Releases(project)
-                carried = releases.carrying(merge_commit)
-            except ForkpatchError as exc:
-                carried, info["release_reason"] = None, str(exc).splitlines()[0]
-            if (
-                ref.kind == "commit"
-                and carried is None
-                and releases is not None
-                and releases.fork.store.commit_of(merge_commit) is None
-            ):
-                out[entry.name] = {
-                    **info,
-                    "state": "unknown",
-                    "reason": f"commit {merge_commit[:12]} is not in the fork's history",
-                }
-                continue
-            info["merge_commit"] = merge_commit
-            info["release"] = carried or "not yet released"
-        out[entry.name] = {"state": state, **info}
+@dataclass(frozen=True)
+class UpstreamAnswer:
+    """What became of what one patch sent upstream: its state, where it was asked, and
+    (for a merged one) which release carries it; ``reason`` says why it is not known,
+    ``stale`` and ``age`` that it is the last known answer."""
+
+    state: UpstreamState
+    url: str | None = None
+    kind: ReferenceKind | None = None
+    reason: str | None = None
+    age: str | None = None
+    stale: str | None = None
+    merge_commit: str | None = None
+    release: str | None = None
+    release_reason: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        """The ``upstream`` object of ``status --upstream --json`` (its set fields)."""
+        return {k: v for k, v in vars(self).items() if v is not None}
+
+    def describe(self, name: str) -> str:
+        """One line for humans."""
+        text = f"  {name}: {self.state}"
+        if self.url:
+            text += f" ({self.url})"
+        if self.release:
+            released = self.release == "not yet released"
+            text += f", {self.release if released else 'in ' + self.release}"
+        if self.stale:
+            text += f"; {self.stale}, {self.age} old"
+        if self.reason:
+            text += f": {self.reason}"
+        return text
+
+
+def upstream_states(project: Project, entries: Sequence[PatchEntry]) -> dict[str, UpstreamAnswer]:
+    """Each patch's upstream answer for ``status --upstream``."""
+    asking = _Asking(project)
+    out = {entry.name: asking.answer(entry) for entry in entries}
     try:
-        cache.save()
+        asking.cache.save()
     except OSError as exc:
-        log.warn(f"cannot write {cache.path}: {exc}")
+        log.warn(f"cannot write {asking.cache.path}: {exc}")
     return out
 
 
-def describe(name: str, up: Mapping[str, Any]) -> str:
-    """One line for humans."""
-    text = f"  {name}: {up['state']}"
-    if up.get("url"):
-        text += f" ({up['url']})"
-    if up.get("release"):
-        text += (
-            f", {up['release'] if up['release'] == 'not yet released' else 'in ' + up['release']}"
+class _Asking:
+    """One run's questions: the cache, the time left, the APIs that rate-limited it."""
+
+    def __init__(self, project: Project) -> None:
+        self.project = project
+        self.cache = Cache(project)
+        self.releases: _Releases | None = None
+        self.timeout_s = settings.duration("FORKPATCH_FORGE_TIMEOUT", TIMEOUT_S)
+        self.deadline = time.monotonic() + TOTAL_S
+        self.limited: dict[tuple[str, str, int | None], str] = {}  # API origin -> why
+
+    def answer(self, entry: PatchEntry) -> UpstreamAnswer:
+        shown = upstream_credentials(entry.upstream)
+        if shown is not None:
+            return UpstreamAnswer(
+                "unknown", reason=f"upstream: {shown} carries credentials; not asked (remove them)"
+            )
+        ref = reference(entry)
+        if ref is None:
+            return UpstreamAnswer(
+                "unknown",
+                reason="upstream: names no pull/merge request or commit"
+                + (f" ({entry.upstream!r})" if entry.upstream else ""),
+            )
+        asked = UpstreamAnswer("merged", url=ref.url, kind=ref.kind, merge_commit=ref.commit)
+        if ref.api is not None:
+            asked = self._ask(ref, asked)
+        if asked.state != "merged" or not asked.merge_commit:
+            return replace(asked, merge_commit=None)
+        return self._released(ref, asked, asked.merge_commit)
+
+    def _ask(self, ref: Reference, asked: UpstreamAnswer) -> UpstreamAnswer:
+        """The forge's answer now, else the last known one with its age, else unknown."""
+        assert ref.api is not None
+        why = self.limited.get(origin(ref.api))
+        if why is None and time.monotonic() > self.deadline:
+            why = f"no time left ({TOTAL_S:.0f} s for all requests)"
+        if why is None:
+            try:
+                left = min(self.timeout_s, self.deadline - time.monotonic())
+                data = get_json(ref.api, auth=ref.auth, timeout_s=left, token_var=ref.token_var)
+                state, merge_commit = (_github if ref.kind == "github-pr" else _gitlab)(data.data)
+                self.cache.put(ref.key, state, merge_commit, authenticated=ref.auth is not None)
+                return replace(asked, state=state, merge_commit=merge_commit, age="0 s")
+            except ForgeHTTPError as exc:
+                why = exc.reason
+                if exc.status == 429 or (exc.status == 403 and "rate limited" in why):
+                    self.limited[origin(ref.api)] = f"{why}; not asked again in this run"
+        known = self.cache.data.get(ref.key)
+        if known is None:
+            return replace(asked, state="unknown", reason=why, merge_commit=None)
+        return replace(
+            asked,
+            state=known["state"],
+            merge_commit=known.get("merge_commit"),
+            age=_age(known["fetched"]),
+            stale=f"last known answer ({why})",
         )
-    if up.get("stale"):
-        text += f"; {up['stale']}, {up.get('age')} old"
-    if up.get("reason"):
-        text += f": {up['reason']}"
-    return text
+
+    def _released(self, ref: Reference, asked: UpstreamAnswer, commit: str) -> UpstreamAnswer:
+        """A merged answer with the fork's release that carries ``commit``."""
+        reason = None
+        try:
+            self.releases = self.releases or _Releases(self.project)
+            carried = self.releases.carrying(commit)
+        except ForkpatchError as exc:
+            carried, reason = None, str(exc).splitlines()[0]
+        if (
+            ref.kind == "commit"
+            and carried is None
+            and self.releases is not None
+            and self.releases.fork.store.commit_of(commit) is None
+        ):
+            return replace(
+                asked,
+                state="unknown",
+                merge_commit=None,
+                reason=f"commit {commit[:12]} is not in the fork's history",
+                release_reason=reason,
+            )
+        return replace(asked, release=carried or "not yet released", release_reason=reason)

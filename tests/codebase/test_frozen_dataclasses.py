@@ -21,7 +21,6 @@ MUTABLE = {
     ): "a handle on the fork's repository, its source's Git set once known",
     ("git.py", "Git"): "a handle on a repository, caches filled lazily",
     ("importer.py", "Incoming"): "a patch being imported, normalised field by field",
-    ("ops.py", "StatusReport"): "status, the work tree's facts added once known",
     ("patchfile/parser.py", "_Section"): "the parser's section, filled line by line",
     ("project.py", "Project"): "a handle on a project, its series re-read after a write",
     ("rebase/classifier.py", "Walk"): "the classifier's walk, advanced step by step",

@@ -561,4 +561,4 @@ def _upstream(copy: Project, entries: Sequence[PatchEntry]) -> dict[str, dict[st
         log.warn(f"upstream states not known: {exc}")
         return None
     keep = ("state", "url", "release", "reason")
-    return {n: {k: str(v[k]) for k in keep if k in v} for n, v in states.items()}
+    return {n: {k: str(v) for k, v in a.to_json().items() if k in keep} for n, a in states.items()}
