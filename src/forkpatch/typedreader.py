@@ -15,6 +15,7 @@ from collections.abc import Collection, Mapping
 from typing import TypeVar
 
 from forkpatch.errors import ForkpatchError, StateError
+from forkpatch.fsutil import check_relpath
 
 T = TypeVar("T")
 W = TypeVar("W", bound=str)
@@ -103,6 +104,14 @@ class TypedReader:
             raise self.fail(where, f"'{key}' must be a sha256 hex digest, found {_shown(value)}")
         return value
 
+    def relpath(self, value: object, where: str) -> str:
+        """A relative POSIX path inside the tree it names a file of (no ``..``, not
+        absolute, no NUL; :func:`forkpatch.fsutil.check_relpath`)."""
+        try:
+            return check_relpath(value, where=where)
+        except ForkpatchError as exc:
+            raise self.error(f"{self.source}: {exc.message}", tip=self.tip) from None
+
     def number(self, data: Mapping[str, object], key: str, where: str) -> int:
         """A whole number (not a bool)."""
         return self.field(data, key, int, where)
@@ -120,12 +129,19 @@ class TypedReader:
         return self.field(data, key, list, where)
 
     def strings(
-        self, data: Mapping[str, object], key: str, where: str, *, optional: bool = False
+        self,
+        data: Mapping[str, object],
+        key: str,
+        where: str,
+        *,
+        optional: bool = False,
+        limit: int = TEXT_LIMIT,
     ) -> tuple[str, ...]:
-        """A list of plain strings (``optional``: an absent key is an empty one)."""
+        """A list of plain strings, each at most ``limit`` characters (``optional``: an
+        absent key is an empty one)."""
         out = []
         for i, v in enumerate(self.items(data, key, where, optional=optional)):
-            if not isinstance(v, str) or len(v) > TEXT_LIMIT or "\0" in v:
+            if not isinstance(v, str) or len(v) > limit or "\0" in v:
                 raise self.fail(f"{where}.{key}[{i}]", f"expected a string, found {_shown(v)}")
             out.append(v)
         return tuple(out)

@@ -48,6 +48,11 @@ OID = "0123456789abcdef" * 2 + "01234567"
             "state.json: builder: 'mode' is 'docker', not one of overlay, container",
         ),
         (lambda: R.text_map({"a": {"k": 1}}, "a", "b"), "state.json: b.a: 'k' must be a str"),
+        (lambda: R.strings({"f": ["abcd"]}, "f", "p", limit=3), "state.json: p.f[0]: expected a"),
+        (lambda: R.relpath("../up", "files[0]"), "state.json: files[0]: '../up' is not a plain"),
+        (lambda: R.relpath("/abs", "files[1]"), "state.json: files[1]: '/abs' is not a plain"),
+        (lambda: R.relpath(3, "moved"), "state.json: moved: expected a relative path, found 3"),
+        (lambda: R.relpath("", "moved"), "state.json: moved: expected a relative path"),
     ],
 )
 def test_each_refusal_names_the_file_and_the_place(read, where):
@@ -62,6 +67,8 @@ def test_good_values_come_back_typed():
     assert R.maybe_sha256(data, "s", "") is None and R.maybe_text(data, "absent", "") is None
     assert R.strings(data, "f", "") == ("a", "b") and R.numbers(data, "h", "") == (1, 2)
     assert R.strings(data, "absent", "", optional=True) == ()
+    assert R.strings({"f": ["x" * (TEXT_LIMIT + 1)]}, "f", "", limit=TEXT_LIMIT + 1)
+    assert R.relpath("vllm/a b.py", "files[0]") == "vllm/a b.py"
     assert R.word(data, "m", BUILDER_MODES, "") == "container"
     assert R.maybe_number({"line": None}, "line", "") is None
     assert R.text_map({}, "args", "") == {} and R.text_map({"a": {"k": "v"}}, "a", "") == {"k": "v"}

@@ -209,9 +209,13 @@ def _garbled_cases():
         return lambda d: edit(d["outcomes"][1])
 
     return [
-        ("status", outcome(lambda o: o.update(status="exploded")), "unknown status 'exploded'"),
-        ("relation", set_("relation", "sideways"), "unknown relation 'sideways'"),
-        ("phase", set_("phase", "paused"), "unknown phase 'paused'"),
+        (
+            "status",
+            outcome(lambda o: o.update(status="exploded")),
+            "'status' is 'exploded', not one of",
+        ),
+        ("relation", set_("relation", "sideways"), "'relation' is 'sideways', not one of"),
+        ("phase", set_("phase", "paused"), "'phase' is 'paused', not one of"),
         ("head", set_("head", "HEAD~1"), "is not a commit id"),
         ("fuzz", set_("fuzz", 9), "out of range"),
         ("three_way", set_("three_way", "yes"), "must be a bool"),
@@ -243,6 +247,19 @@ def test_a_garbled_journal_of_the_previous_version_is_refused(stopped, how):
         assert needle in err, f"{label}: {err}"
         assert ".forkpatch/rebase/state.json" in err, f"{label}: the file is not named: {err}"
         assert snapshot(s.project) == before, label
+
+
+def test_a_long_detail_line_of_git_s_is_read_back(stopped):
+    """An outcome's detail is git's own message, kept whole: a line longer than a plain
+    value (a name, an id) still reads back."""
+    s, reset = stopped
+    reset()
+    long_line = "error: patch failed: " + "x" * 10_000
+    _put_old_journal(
+        s.project, "stopped-v2.json", lambda d: d["outcomes"][1].update(detail=[long_line])
+    )
+    code, _out, err = s.run("rebase", "--abort", expect=None)
+    assert code == 0, err
 
 
 def test_an_interrupted_finish_of_the_previous_version_is_finished(example_project, tmp_path):

@@ -34,14 +34,12 @@ import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TypeVar
 
 from forkpatch.engine import Item
 from forkpatch.errors import StateError
 from forkpatch.fsutil import (
     atomic_write,
     check_inside,
-    check_relpath,
     commit_files,
     dump_state,
     parse_state_versions,
@@ -63,6 +61,7 @@ from forkpatch.rebase.plan import (
 from forkpatch.results import FileConflict
 from forkpatch.series import NAME_RE, PATCHES_DIR, SERIES_FILE, BaseRef, Series, parse_series
 from forkpatch.stackstate import StackPosition
+from forkpatch.typedreader import TypedReader
 
 JOURNAL_DIR = REBASE_JOURNAL.split("/")[0]
 JOURNAL_FILE = REBASE_JOURNAL.split("/", 1)[1]
@@ -75,7 +74,8 @@ ORIGINAL_KIND = "rebase-original"
 VERSION = 3
 READ_VERSIONS = (2, VERSION)
 ORIGINAL_VERSION = 2  # original.json's: the same in both
-_W = TypeVar("_W", bound=str)
+#: A detail line of an outcome: git's own message, kept as long as it was.
+_DETAIL_LIMIT = 1 << 20
 _OID = re.compile(r"\A[0-9a-f]{40}\Z")
 
 
@@ -167,87 +167,23 @@ class RebaseState:
 # --------------------------------------------------------------------------- validation
 
 
-class _Reader:
-    """Typed access to a state file's data; every refusal names the file and the field."""
+class _Reader(TypedReader):
+    """The journal's data, typed (:class:`TypedReader`), read into the rebase's state."""
 
     def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def fail(self, where: str, what: str) -> StateError:
-        return StateError(
-            f"{self.path}: {where}: {what}",
+        super().__init__(
+            str(path),
             tip=f"this journal was not written by this forkpatch for this project; check "
-            f"patches/ and series.yaml (`git status`), then move {self.path.parent} aside",
+            f"patches/ and series.yaml (`git status`), then move {path.parent} aside",
         )
-
-    def field(self, data: Mapping[str, object], key: str, kind: type, where: str) -> object:
-        if key not in data:
-            raise self.fail(where, f"'{key}' is missing")
-        value = data[key]
-        ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
-        if not ok:
-            raise self.fail(where, f"'{key}' must be a {kind.__name__}, found {value!r}")
-        return value
-
-    def text(self, data: Mapping[str, object], key: str, where: str) -> str:
-        value = self.field(data, key, str, where)
-        assert isinstance(value, str)
-        if len(value) > 4096 or "\0" in value:
-            raise self.fail(where, f"'{key}' is not a plain value")
-        return value
-
-    def maybe_text(self, data: Mapping[str, object], key: str, where: str) -> str | None:
-        return None if data.get(key) is None else self.text(data, key, where)
-
-    def oid(self, data: Mapping[str, object], key: str, where: str) -> str:
-        value = self.text(data, key, where)
-        if not _OID.match(value):
-            raise self.fail(where, f"'{key}' is not a commit id: {value!r}")
-        return value
-
-    def items(self, data: Mapping[str, object], key: str, where: str) -> list[object]:
-        value = self.field(data, key, list, where)
-        assert isinstance(value, list)
-        return value
-
-    def mapping(self, value: object, where: str) -> Mapping[str, object]:
-        if not isinstance(value, dict):
-            raise self.fail(where, f"expected an object, found {value!r}")
-        return value
-
-    def relpath(self, value: object, where: str) -> str:
-        try:
-            return check_relpath(value, where=f"{self.path}: {where}")
-        except Exception as exc:
-            raise self.fail(where, str(exc)) from None
-
-    def strings(self, data: Mapping[str, object], key: str, where: str) -> tuple[str, ...]:
-        out = []
-        for i, v in enumerate(self.items(data, key, where)):
-            if not isinstance(v, str) or "\0" in v:
-                raise self.fail(f"{where}.{key}[{i}]", f"expected a string, found {v!r}")
-            out.append(v)
-        return tuple(out)
-
-    def word(self, data: Mapping[str, object], key: str, where: str, words: tuple[_W, ...]) -> _W:
-        """A value of a closed set (forkpatch.kinds), typed as the set."""
-        value = self.text(data, key, where)
-        for word in words:
-            if word == value:
-                return word
-        raise self.fail(where, f"unknown {key} {value!r}")
-
-    def number(self, data: Mapping[str, object], key: str, where: str) -> int:
-        value = self.field(data, key, int, where)
-        assert isinstance(value, int)
-        return value
+        self.path = path
 
     def outcome(self, value: object, where: str) -> Outcome:
         d = self.mapping(value, where)
         name = self.text(d, "name", where)
         if not NAME_RE.match(name):
             raise self.fail(where, f"{name!r} is not a patch name")
-        status = self.word(d, "status", where, OUTCOME_STATUSES)
+        status = self.word(d, "status", OUTCOME_STATUSES, where)
         files = tuple(self.relpath(p, f"{where}.files") for p in self.items(d, "files", where))
         conflicts = []
         for j, c in enumerate(self.items(d, "conflicts", where) if "conflicts" in d else []):
@@ -285,14 +221,14 @@ class _Reader:
                 depends_on=self.strings(fd, "depends_on", fw),
                 if_merged=None
                 if fd.get("if_merged") is None
-                else self.word(fd, "if_merged", fw, OUTCOME_STATUSES),
+                else self.word(fd, "if_merged", OUTCOME_STATUSES, fw),
             )
         return Outcome(
             name=name,
             status=status,
             files=files,
             evidence=self.maybe_text(d, "evidence", where),
-            detail=self.strings(d, "detail", where) if "detail" in d else (),
+            detail=self.strings(d, "detail", where, optional=True, limit=_DETAIL_LIMIT),
             conflicts=tuple(conflicts),
             commit=commit,
             moved=tuple(moved),
@@ -313,7 +249,7 @@ class _Reader:
             options = self.options(self.mapping(d.get("options"), "options"), "options.")
             plan = self.plan(self.mapping(d.get("plan"), "plan"))
             memo = self.memo(self.mapping(d.get("memo"), "memo"), "memo.")
-        phase = self.word(d, "phase", "phase", REBASE_PHASES)
+        phase = self.word(d, "phase", REBASE_PHASES, "phase")
         conflict = self.maybe_text(d, "conflict", "conflict")
         if phase == "conflict" and not any(
             o.name == conflict and o.status == "conflict" for o in plan.outcomes
@@ -365,7 +301,7 @@ class _Reader:
                 self.text(td, "tag", "plan.target"), commit, self.text(td, "branch", "plan.target")
             ),
         )
-        relation = self.word(d, "relation", "plan.relation", RELATIONS)
+        relation = self.word(d, "relation", RELATIONS, "plan.relation")
         return Plan(
             Setup(base, target, relation),
             self.outcomes(d, "plan.outcomes"),
@@ -388,7 +324,7 @@ class _Reader:
         base_commit = self.oid(d, "base_commit", "base_commit")
         # The base was kept by its label: its tag, else its commit's first 12 digits.
         base = BaseRef("" if label == base_commit[:12] else label, base_commit)
-        relation = self.word(d, "relation", "relation", RELATIONS)
+        relation = self.word(d, "relation", RELATIONS, "relation")
         return Plan(
             Setup(base, Target(onto, onto_commit, record=record), relation),
             self.outcomes(d, "outcomes"),
