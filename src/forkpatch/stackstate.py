@@ -19,6 +19,7 @@ from typing import Any
 from forkpatch.errors import PathSafetyError, StateError
 from forkpatch.fsutil import check_inside, check_relpath, dump_state, parse_state, read_regular
 from forkpatch.series import COMMIT_RE, NAME_RE
+from forkpatch.typedreader import TypedReader
 
 STATE_FILE = "state.json"
 STACK_KIND = "stack"
@@ -233,26 +234,22 @@ class StackState:
         """The state from a file's data, every field checked: the work tree must be a
         plain path (inside ``root`` never through a symbolic link), names and object
         ids well-formed. ``where``: the file, for messages."""
-        tip = f"move {where} aside and run `forkpatch apply` to make a new work tree"
-
-        def bad(what: str) -> StateError:
-            return StateError(f"{where}: {what}", tip=tip)
-
-        unknown = set(data) - _KEYS
-        if unknown:
-            raise bad(f"unknown field(s) {', '.join(sorted(unknown))}")
+        r = TypedReader(
+            where, tip=f"move {where} aside and run `forkpatch apply` to make a new work tree"
+        )
+        r.mapping(data, "", keys=_KEYS)
         recorded = data.get("root")
         if recorded is not None and not (
             isinstance(recorded, str) and Path(recorded).is_absolute()
         ):
-            raise bad(f"'root' must be an absolute path, found {recorded!r}")
+            raise r.fail("", f"'root' must be an absolute path, found {recorded!r}")
         return cls(
-            worktree=_worktree(data.get("worktree"), root, where, bad),
-            base=_base(data.get("base"), bad),
-            editing=_editing(data.get("editing"), bad),
-            layout=_layout(data.get("layout"), where, bad),
-            merge_bases=_merge_bases(data.get("merge_bases"), where, bad),
-            synced=_synced(data.get("synced"), bad),
+            worktree=_worktree(data.get("worktree"), root, r),
+            base=_base(data.get("base"), r),
+            editing=_editing(data.get("editing"), r),
+            layout=_layout(data.get("layout"), r),
+            merge_bases=_merge_bases(data.get("merge_bases"), r),
+            synced=_synced(data.get("synced"), r),
             root=recorded,
         )
 
@@ -293,35 +290,35 @@ def _is_name(value: object) -> bool:
     return isinstance(value, str) and NAME_RE.match(value) is not None
 
 
-def _worktree(wt: object, root: Path, where: str, bad: Any) -> Path | None:
+def _worktree(wt: object, root: Path, r: TypedReader) -> Path | None:
     if wt is None:
         return None
     if not isinstance(wt, str) or not wt:
-        raise bad(f"'worktree' must be a path, found {wt!r}")
+        raise r.fail("", f"'worktree' must be a path, found {wt!r}")
     try:
         if Path(wt).is_absolute():
             full = Path(wt)
             if ".." in full.parts or "\0" in wt:
-                raise PathSafetyError(f"{where}: worktree {wt!r} is not a plain path")
+                raise PathSafetyError(f"worktree {wt!r} is not a plain path")
             with contextlib.suppress(ValueError):
                 rel = full.relative_to(root).as_posix()
-                check_inside(root, f"{rel}/.git", where=where)
+                check_inside(root, f"{rel}/.git", where="worktree")
         else:
             # ".git" below it: the work tree itself may not be a link either.
-            rel = check_relpath(wt, where=f"{where}: worktree")
-            full = check_inside(root, f"{rel}/.git", where=where).parent
+            rel = r.relpath(wt, "worktree")
+            full = check_inside(root, f"{rel}/.git", where="worktree").parent
     except PathSafetyError as exc:
-        raise bad(exc.message.removeprefix(f"{where}: ")) from None
+        raise r.fail("", exc.message) from None
     return full
 
 
-def _base(base: object, bad: Any) -> str | None:
+def _base(base: object, r: TypedReader) -> str | None:
     if base is not None and not (isinstance(base, str) and COMMIT_RE.match(base)):
-        raise bad(f"'base' must be a 40-hex commit id, found {base!r}")
+        raise r.fail("", f"'base' must be a 40-hex commit id, found {base!r}")
     return base
 
 
-def _editing(editing: object, bad: Any) -> Editing | None:
+def _editing(editing: object, r: TypedReader) -> Editing | None:
     if editing is None:
         return None
     if (
@@ -331,11 +328,11 @@ def _editing(editing: object, bad: Any) -> Editing | None:
         or not isinstance(editing.get("above", []), list)
         or not all(_is_name(n) for n in editing.get("above", []))
     ):
-        raise bad(f"'editing' must be {{patch: NAME, above: [NAME...]}}, found {editing!r}")
+        raise r.fail("", f"'editing' must be {{patch: NAME, above: [NAME...]}}, found {editing!r}")
     return Editing(patch=editing["patch"], above=tuple(editing.get("above", [])))
 
 
-def _layout(layout: object, where: str, bad: Any) -> Layout:
+def _layout(layout: object, r: TypedReader) -> Layout:
     if layout is None:
         return Layout()
     # Sparse directories or None (all), and files left out; every one a plain path.
@@ -347,44 +344,38 @@ def _layout(layout: object, where: str, bad: Any) -> Layout:
         or not (dirs is None or isinstance(dirs, list))
         or not isinstance(excluded, list)
     ):
-        raise bad("'layout' must be {dirs: [DIR...]|null, excluded: [PATH...]}")
+        raise r.fail("", "'layout' must be {dirs: [DIR...]|null, excluded: [PATH...]}")
     for rel in [*(dirs or []), *excluded]:
-        try:
-            check_relpath(rel, where=f"{where}: layout")
-        except PathSafetyError as exc:
-            raise bad(exc.message.removeprefix(f"{where}: ")) from None
+        r.relpath(rel, "layout")
     return Layout.from_json(layout)
 
 
-def _merge_bases(bases: object, where: str, bad: Any) -> MergeBases:
+def _merge_bases(bases: object, r: TypedReader) -> MergeBases:
     if bases is None:
         return {}
     if not isinstance(bases, dict):
-        raise bad("'merge_bases' must be a mapping")
+        raise r.fail("", "'merge_bases' must be a mapping")
     out: dict[str, dict[str, tuple[str | None, str | None]]] = {}
     for name, files in bases.items():
         if not _is_name(name) or not isinstance(files, dict):
-            raise bad(f"'merge_bases': bad entry {name!r}")
+            raise r.fail("", f"'merge_bases': bad entry {name!r}")
         out[name] = {}
         for rel, pair in files.items():
-            try:
-                check_relpath(rel, where=f"{where}: merge_bases.{name}")
-            except PathSafetyError as exc:
-                raise bad(exc.message.removeprefix(f"{where}: ")) from None
+            r.relpath(rel, f"merge_bases.{name}")
             if not (
                 isinstance(pair, list)
                 and len(pair) == 2
                 and all(o is None or (isinstance(o, str) and _OID.match(o)) for o in pair)
             ):
-                raise bad(f"'merge_bases.{name}.{rel}' must be [oid|null, oid|null]")
+                raise r.fail("", f"'merge_bases.{name}.{rel}' must be [oid|null, oid|null]")
             out[name][rel] = (pair[0], pair[1])
     return out
 
 
-def _synced(synced: object, bad: Any) -> SyncRecord | None:
+def _synced(synced: object, r: TypedReader) -> SyncRecord | None:
     if synced is None:
         return None
     try:
         return SyncRecord.from_json(synced)
     except ValueError as exc:
-        raise bad(f"'synced': {exc}") from None
+        raise r.fail("", f"'synced': {exc}") from None

@@ -268,15 +268,17 @@ TOP_BUDGET = {
     "forkpatch.stack.worktree",
     "forkpatch.stackstate",
     "forkpatch.trailer",
+    # The state files' typed reader (the stack's state.json): it loads nothing more
+    # (errors, fsutil, re).
+    "forkpatch.typedreader",
     "forkpatch.views",
 }
 # status also reads what changed outside forkpatch (forkpatch.stack.sync) and its kept
-# answer through the state files' typed reader (forkpatch.typedreader: errors, fsutil, re).
+# answer.
 STATUS_BUDGET = TOP_BUDGET | {
     "forkpatch.ops",
     "forkpatch.results",
     "forkpatch.stack.sync",
-    "forkpatch.typedreader",
 }
 # ... and of the standard library, what only a write, a rare path or a large digest needs:
 # hashlib (OpenSSL and blake2; fsutil.digest takes CPython's own sha1/sha256 for small
