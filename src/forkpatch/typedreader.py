@@ -26,6 +26,17 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 TEXT_LIMIT = 4096
 
 
+#: How a message names the type a value must have.
+_KIND_WORDS: Mapping[type, str] = {
+    str: "a string",
+    int: "a whole number",
+    float: "a number",
+    bool: "true or false",
+    list: "a list",
+    dict: "an object",
+}
+
+
 def _shown(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
@@ -76,7 +87,10 @@ class TypedReader:
             raise self.fail(where, f"'{key}' is missing")
         value = data[key]
         if not isinstance(value, kind) or (kind in (int, float) and isinstance(value, bool)):
-            raise self.fail(where, f"'{key}' must be a {kind.__name__}, found {_shown(value)}")
+            raise self.fail(
+                where,
+                f"'{key}' must be {_KIND_WORDS.get(kind, kind.__name__)}, found {_shown(value)}",
+            )
         return value
 
     def text(self, data: Mapping[str, object], key: str, where: str) -> str:
@@ -95,6 +109,13 @@ class TypedReader:
         value = self.text(data, key, where)
         if not _OID.fullmatch(value):
             raise self.fail(where, f"'{key}' is not a commit id: {_shown(value)}")
+        return value
+
+    def sha256(self, data: Mapping[str, object], key: str, where: str) -> str:
+        """A sha256 hex digest (64 lower-case hex digits)."""
+        value = self.maybe_sha256(data, key, where)
+        if value is None:
+            raise self.fail(where, f"'{key}' is missing")
         return value
 
     def maybe_sha256(self, data: Mapping[str, object], key: str, where: str) -> str | None:

@@ -218,7 +218,7 @@ def _garbled_cases():
         ("phase", set_("phase", "paused"), "'phase' is 'paused', not one of"),
         ("head", set_("head", "HEAD~1"), "is not a commit id"),
         ("fuzz", set_("fuzz", 9), "out of range"),
-        ("three_way", set_("three_way", "yes"), "must be a bool"),
+        ("three_way", set_("three_way", "yes"), "must be true or false"),
         ("date", set_("date", "yesterday"), "is not a commit date"),
         ("renames", set_("renames", [["../../etc/passwd", "x"]]), "not a plain relative path"),
         ("images", set_("images", [["p1", "a.py", "HEAD", None]]), "is not an object id"),

@@ -193,7 +193,7 @@ def _tamper_cases(outside: Path):
         ("conflict path", conflict_path, "not a plain relative path"),
         ("commit", commit_not_an_id, "is not a commit id"),
         ("reference", reference_not_an_id, "expected a commit id and its subject"),
-        ("types", wrong_types, "must be a int"),
+        ("types", wrong_types, "must be a whole number"),
         ("phase", phase_not_of_the_plan, "does not follow from its patches' outcomes"),
         ("journal symlink", journal_symlink, "symbolic link"),
         ("patches symlink", patches_symlink, "symbolic link"),

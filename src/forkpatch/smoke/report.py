@@ -13,7 +13,6 @@ A tier's status is one of:
 from __future__ import annotations
 
 import json
-import re
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping, Sequence
@@ -21,7 +20,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from forkpatch import __version__
 from forkpatch.errors import BuildError, SmokeError
@@ -39,6 +38,7 @@ from forkpatch.kinds import (
     TierStatus,
 )
 from forkpatch.redact import scrub
+from forkpatch.typedreader import TypedReader
 
 if TYPE_CHECKING:
     from forkpatch.wheels.identity import Provenance
@@ -50,7 +50,10 @@ ERROR: Final = "error"
 NOT_RUN: Final = "not-run"
 INCOMPLETE: Final = "incomplete"
 DECLARED_CHECK_FAILED: Final = "declared-check-failed"
-_SHA256 = re.compile(r"\A[0-9a-f]{64}\Z")
+_FRESH_REPORT = "run `forkpatch smoke WHEEL` again to write a fresh report (never edit one by hand)"
+#: A note of the report: a line of what a check said, kept as long as it was.
+_NOTE_LIMIT = 1 << 20
+T = TypeVar("T")
 REPORT_SUFFIX = ".smoke.json"
 STORE = Path(".forkpatch") / "smoke"
 
@@ -378,11 +381,7 @@ class SmokeReport:
         its own check results give. Anything else is a SmokeError naming ``source`` and
         the field: a report is evidence for publishing, so nothing in it is taken on
         trust."""
-        tip = "run `forkpatch smoke WHEEL` again to write a fresh report (never edit one by hand)"
-        try:
-            return _validate(data, source)
-        except _Bad as exc:
-            raise SmokeError(f"{source}: {exc}", tip=tip) from None
+        return _validate(data, source)
 
 
 def _provenance_json(prov: Provenance) -> JsonValue:
@@ -482,282 +481,188 @@ def read_report(path: Path) -> SmokeReport:
     return SmokeReport.from_json(data, source=Path(path))
 
 
-class _Bad(Exception):
-    pass
+def _number(r: TypedReader, data: Mapping[str, object], key: str, where: str) -> float:
+    """A number (whole or not; not a bool), 0.0 where the key is absent."""
+    value = data.get(key, 0.0)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise r.fail(where, f"'{key}' must be a number, found {value!r}")
+    return float(value)
 
 
-def _want(cond: bool, field: str, what: str, value: object) -> None:
-    if not cond:
-        shown = repr(value)
-        if len(shown) > 80:
-            shown = shown[:77] + "..."
-        raise _Bad(f"field {field} must be {what}, found {shown}")
+def _optional(
+    r: TypedReader, data: Mapping[str, object], key: str, kind: type[T], where: str
+) -> T | None:
+    """``data[key]`` as ``kind``, or None where it is absent or null."""
+    return None if data.get(key) is None else r.field(data, key, kind, where)
 
 
-def _is_str(v: object) -> bool:
-    return isinstance(v, str)
-
-
-def _is_num(v: object) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def _is_int(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _tier(value: object, field: str, what: str) -> Tier:
-    for t in TIERS:
-        if value == t:
-            return t
-    raise _Bad(f"field {field} must be {what} ({', '.join(TIERS)}), found {value!r}")
-
-
-def _outcome(value: object, field: str) -> CheckOutcome:
-    for o in CHECK_OUTCOMES:
-        if value == o:
-            return o
-    _want(False, field, " / ".join(CHECK_OUTCOMES), value)
-    raise AssertionError  # _want raised
-
-
-def _opt(
-    entry: Mapping[str, object], key: str, where: str, check: Callable[[object], bool], what: str
-) -> object:
-    value = entry.get(key)
-    if value is not None:
-        _want(check(value), f"{where}.{key}", what, value)
-    return value
-
-
-def _wheels(raw: object) -> tuple[WheelEntry, ...]:
-    _want(isinstance(raw, list) and bool(raw), "wheels", "a non-empty list", raw)
-    assert isinstance(raw, list)
+def _wheels(r: TypedReader, raw: object) -> tuple[WheelEntry, ...]:
+    items = r.items({"wheels": raw}, "wheels", "")
+    if not items:
+        raise r.fail("wheels", "must not be empty")
     out = []
-    for i, w in enumerate(raw):
+    for i, item in enumerate(items):
         where = f"wheels[{i}]"
-        _want(isinstance(w, dict), where, "an object", w)
-        assert isinstance(w, dict)
-        sha = w.get("sha256")
-        _want(
-            isinstance(sha, str) and _SHA256.match(sha) is not None,
-            f"{where}.sha256",
-            "a sha256 (64 lower-case hex digits)",
-            sha,
-        )
-        assert isinstance(sha, str)
-        file, name, version = (
-            _opt(w, k, where, _is_str, "a string") for k in ("file", "name", "version")
-        )
-        size = _opt(w, "size", where, _is_int, "a whole number")
+        w = r.mapping(item, where)
         out.append(
             WheelEntry(
-                sha,
-                file=file if isinstance(file, str) else None,
-                name=name if isinstance(name, str) else None,
-                version=version if isinstance(version, str) else None,
-                size=size if isinstance(size, int) else None,
+                r.sha256(w, "sha256", where),
+                file=_optional(r, w, "file", str, where),
+                name=_optional(r, w, "name", str, where),
+                version=_optional(r, w, "version", str, where),
+                size=r.maybe_number(w, "size", where),
             )
         )
     return tuple(out)
 
 
-def _checks(raw: object) -> list[CheckResult]:
-    _want(isinstance(raw, list), "checks", "a list", raw)
-    assert isinstance(raw, list)
+def _checks(r: TypedReader, raw: object) -> list[CheckResult]:
     checks: list[CheckResult] = []
     seen: set[str] = set()
-    for i, c in enumerate(raw):
+    for i, item in enumerate(r.items({"checks": raw}, "checks", "")):
         where = f"checks[{i}]"
-        _want(isinstance(c, dict), where, "an object", c)
-        assert isinstance(c, dict)
-        for key in ("id", "tier", "outcome"):
-            if key not in c:
-                raise _Bad(f"missing required field {where}.{key}")
-        cid = c["id"]
-        tier = _tier(c["tier"], f"{where}.tier", "a tier")
-        _want(
-            isinstance(cid, str) and cid.startswith(f"{tier}.") and len(cid) > len(tier) + 1,
-            f"{where}.id",
-            f"'{tier}.<name>'",
-            cid,
-        )
-        assert isinstance(cid, str)
-        _want(cid not in seen, f"{where}.id", "unique", cid)
+        c = r.mapping(item, where, required=("id", "tier", "outcome"))
+        tier = r.word(c, "tier", TIERS, where)
+        cid = r.text(c, "id", where)
+        if not (cid.startswith(f"{tier}.") and len(cid) > len(tier) + 1):
+            raise r.fail(where, f"'id' must be '{tier}.<name>', found {cid!r}")
+        if cid in seen:
+            raise r.fail(where, f"'id' {cid!r} is not unique")
         seen.add(cid)
-        outcome = _outcome(c["outcome"], f"{where}.outcome")
-        duration = c.get("duration_s", 0.0)
-        _want(_is_num(duration), f"{where}.duration_s", "a number", duration)
-        detail = c.get("detail", "")
-        _want(isinstance(detail, str), f"{where}.detail", "a string", detail)
-        patches = c.get("patches", [])
-        _want(
-            isinstance(patches, list) and all(_is_str(p) for p in patches),
-            f"{where}.patches",
-            "a list of patch names",
-            patches,
-        )
         checks.append(
-            CheckResult(cid, tier, outcome, float(duration), str(detail), [str(p) for p in patches])
+            CheckResult(
+                cid,
+                tier,
+                r.word(c, "outcome", CHECK_OUTCOMES, where),
+                _number(r, c, "duration_s", where),
+                _optional(r, c, "detail", str, where) or "",
+                list(r.strings(c, "patches", where, optional=True)),
+            )
         )
     return checks
 
 
-def _patch_names(raw: object) -> list[str]:
-    _want(isinstance(raw, list), "patches", "a list", raw)
-    assert isinstance(raw, list)
-    names = []
-    for i, p in enumerate(raw):
-        _want(
-            isinstance(p, dict) and _is_str(p.get("name")),
-            f"patches[{i}]",
-            "an object with a name",
-            p,
-        )
-        assert isinstance(p, dict)
-        names.append(str(p["name"]))
-    return names
+def _patch_names(r: TypedReader, raw: object) -> list[str]:
+    return [
+        r.text(r.mapping(p, f"patches[{i}]"), "name", f"patches[{i}]")
+        for i, p in enumerate(r.items({"patches": raw}, "patches", ""))
+    ]
 
 
-def _provenance(raw: object) -> Provenance | None:
+def _provenance(r: TypedReader, raw: object) -> Provenance | None:
     if raw is None:
         return None
     from forkpatch.wheels.identity import Provenance
 
-    _want(isinstance(raw, dict), "provenance", "an object or null", raw)
     try:
-        return Provenance.from_json(json.dumps(raw), source="field provenance")
+        return Provenance.from_json(json.dumps(raw), source="provenance")
     except BuildError as exc:
-        raise _Bad(exc.message) from None
+        raise r.error(f"{r.source}: {exc.message}", tip=r.tip) from None
 
 
-def _publish(raw: object) -> PublishRecord | None:
+def _publish(r: TypedReader, raw: object) -> PublishRecord | None:
     if raw is None:
         return None
-    _want(isinstance(raw, dict), "publish", "an object", raw)
-    assert isinstance(raw, dict)
-    text = {}
-    for key in ("target", "file", "sha256", "at", "by"):
-        value = raw.get(key)
-        _want(_is_str(value), f"publish.{key}", "a string", value)
-        text[key] = str(value)
-    passed = raw.get("required_tiers_passed", [])
-    _want(isinstance(passed, list), "publish.required_tiers_passed", "a list of tiers", passed)
-    assert isinstance(passed, list)
-    allowed = raw.get("allowed_missing_tiers", {})
-    _want(
-        isinstance(allowed, dict) and all(_is_str(v) for v in allowed.values()),
-        "publish.allowed_missing_tiers",
-        "an object of tier -> why",
-        allowed,
-    )
-    assert isinstance(allowed, dict)
+    d = r.mapping(raw, "publish")
+    passed = r.items(d, "required_tiers_passed", "publish", optional=True)
+    allowed = r.text_map(d, "allowed_missing_tiers", "publish")
     return PublishRecord(
-        **text,
+        target=r.field(d, "target", str, "publish"),
+        file=r.field(d, "file", str, "publish"),
+        sha256=r.field(d, "sha256", str, "publish"),
+        at=r.field(d, "at", str, "publish"),
+        by=r.field(d, "by", str, "publish"),
         required_tiers_passed=[
-            _tier(t, f"publish.required_tiers_passed[{i}]", "a tier") for i, t in enumerate(passed)
+            r.word({"tier": t}, "tier", TIERS, f"publish.required_tiers_passed[{i}]")
+            for i, t in enumerate(passed)
         ],
-        allowed_missing_tiers={str(k): str(v) for k, v in allowed.items()},
+        allowed_missing_tiers=allowed,
     )
+
+
+def _tiers(r: TypedReader, raw: object) -> tuple[list[Tier], dict[Tier, TierStatus]]:
+    """The requested tiers and the status the report claims for each."""
+    tiers = r.mapping(raw, "tiers")
+    requested = [
+        r.word({"tier": t}, "tier", TIERS, f"tiers.requested[{i}]")
+        for i, t in enumerate(r.items(tiers, "requested", "tiers"))
+    ]
+    claimed = r.mapping(tiers.get("status"), "tiers.status")
+    status = {
+        r.word({"tier": t}, "tier", TIERS, "tiers.status"): r.word(
+            claimed, t, TIER_STATUSES, "tiers.status"
+        )
+        for t in claimed
+    }
+    for key in ("not_run", "detail"):
+        if key in tiers:
+            r.mapping(tiers[key], f"tiers.{key}")
+    r.text_map(tiers, "not_run", "tiers")
+    return requested, status
+
+
+#: The optional fields of a report's top level, and what each must be.
+_TOP_FIELDS: Mapping[str, Callable[[object], bool]] = {
+    "started": lambda v: isinstance(v, str),
+    "duration_s": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "forkpatch_version": lambda v: isinstance(v, str),
+    "series_compared": lambda v: isinstance(v, bool),
+    "device": lambda v: json_object(v) is not None,
+    "environment": lambda v: json_object(v) is not None,
+    "provenance": lambda v: v is None or isinstance(v, dict),
+    "patches": lambda v: isinstance(v, list),
+    "notes": lambda v: isinstance(v, list) and all(isinstance(n, str) for n in v),
+}
 
 
 def _validate(data: object, path: Path) -> SmokeReport:
-    _want(isinstance(data, dict), "(top level)", "an object", type(data).__name__)
-    assert isinstance(data, dict)
-    if data.get("kind") != "forkpatch-smoke-report":
-        raise _Bad("not a forkpatch smoke report (field kind)")
-    schema = data.get("schema")
+    r = TypedReader(str(path), error=SmokeError, tip=_FRESH_REPORT)
+    top = r.mapping(data, "")
+    if top.get("kind") != "forkpatch-smoke-report":
+        raise r.fail("kind", "not a forkpatch smoke report")
+    schema = top.get("schema")
     if schema != SCHEMA or isinstance(schema, bool):
         raise SmokeError(
             f"{path}: smoke report schema {schema!r} is not {SCHEMA}",
             tip="run `forkpatch smoke` with this forkpatch version",
         )
-    for key in ("passed", "wheel", "wheels", "tiers", "checks"):
-        if key not in data:
-            raise _Bad(f"missing required field {key}")
-    _want(isinstance(data["passed"], bool), "passed", "true or false", data["passed"])
-    wheel = data["wheel"]
-    _want(isinstance(wheel, dict), "wheel", "an object", wheel)
-    assert isinstance(wheel, dict)
-    primary = wheel.get("sha256")
-    _want(
-        isinstance(primary, str) and _SHA256.match(primary) is not None,
-        "wheel.sha256",
-        "a sha256 (64 lower-case hex digits)",
-        primary,
-    )
-    assert isinstance(primary, str)
-    version = wheel.get("version", "")
-    _want(_is_str(version), "wheel.version", "a string", version)
-    wheels = _wheels(data["wheels"])
-    _want(primary in {w.sha256 for w in wheels}, "wheel.sha256", "one of wheels[].sha256", primary)
-    tiers = data["tiers"]
-    _want(isinstance(tiers, dict), "tiers", "an object", tiers)
-    assert isinstance(tiers, dict)
-    requested_raw = tiers.get("requested")
-    _want(
-        isinstance(requested_raw, list) and all(t in TIERS for t in requested_raw),
-        "tiers.requested",
-        f"a list of tiers ({', '.join(TIERS)})",
-        requested_raw,
-    )
-    assert isinstance(requested_raw, list)
-    requested = [_tier(t, "tiers.requested", "a tier") for t in requested_raw]
-    status = tiers.get("status")
-    _want(isinstance(status, dict), "tiers.status", "an object", status)
-    assert isinstance(status, dict)
-    for t, st in status.items():
-        _want(t in TIERS, f"tiers.status.{t}", f"a known tier ({', '.join(TIERS)})", t)
-        _want(st in TIER_STATUSES, f"tiers.status.{t}", " / ".join(TIER_STATUSES), st)
-    for key in ("not_run", "detail"):
-        if key in tiers:
-            _want(isinstance(tiers[key], dict), f"tiers.{key}", "an object", tiers[key])
-    if "not_run" in tiers:
-        for t, why in tiers["not_run"].items():
-            _want(_is_str(why), f"tiers.not_run.{t}", "a string", why)
-    checks = _checks(data["checks"])
-    for key, check in (
-        ("started", _is_str),
-        ("duration_s", _is_num),
-        ("forkpatch_version", _is_str),
-        ("series_compared", lambda v: isinstance(v, bool)),
-        ("device", lambda v: json_object(v) is not None),
-        ("environment", lambda v: json_object(v) is not None),
-        ("provenance", lambda v: v is None or isinstance(v, dict)),
-        ("patches", lambda v: isinstance(v, list)),
-        ("notes", lambda v: isinstance(v, list) and all(_is_str(n) for n in v)),
-    ):
-        if key in data and not check(data[key]):
-            raise _Bad(f"field {key} has the wrong type ({type(data[key]).__name__})")
+    r.mapping(top, "", required=("passed", "wheel", "wheels", "tiers", "checks"))
+    passed = r.field(top, "passed", bool, "")
+    wheel = r.mapping(top["wheel"], "wheel")
+    primary = r.sha256(wheel, "sha256", "wheel")
+    version = _optional(r, wheel, "version", str, "wheel") or ""
+    wheels = _wheels(r, top["wheels"])
+    if primary not in {w.sha256 for w in wheels}:
+        raise r.fail("wheel", "'sha256' is none of wheels[].sha256")
+    requested, status = _tiers(r, top["tiers"])
+    checks = _checks(r, top["checks"])
+    for key, ok in _TOP_FIELDS.items():
+        if key in top and not ok(top[key]):
+            raise r.fail(key, f"has the wrong type ({type(top[key]).__name__})")
     derived = derive_tiers(checks, requested)
     for t, st in status.items():
         if st != derived[t].status:
-            raise _Bad(
-                f"field tiers.status.{t} says {st!r}, but its check results say "
-                f"{derived[t].status!r}"
+            raise r.fail(
+                f"tiers.status.{t}", f"says {st!r}, but its check results say {derived[t].status!r}"
             )
-    if data["passed"] != derived_passed(checks):
-        raise _Bad(
-            f"field passed says {data['passed']}, but its check results say "
-            f"{derived_passed(checks)}"
-        )
-    duration = data.get("duration_s", 0.0)
+    if passed != derived_passed(checks):
+        raise r.fail("passed", f"says {passed}, but its check results say {derived_passed(checks)}")
     return SmokeReport(
         wheels=wheels,
         primary_sha256=primary,
-        version=str(version),
+        version=version,
         requested_tiers=requested,
         checks=checks,
-        environment=json_object(data.get("environment", {})) or {},
-        device=json_object(data.get("device", {})) or {},
-        patches=_patch_names(data.get("patches", [])),
-        provenance=_provenance(data.get("provenance")),
-        series_compared=data.get("series_compared") is True,
-        started=str(data.get("started", "")),
-        duration_s=float(duration),
-        notes=[str(n) for n in data.get("notes", [])],
-        forkpatch_version=str(data.get("forkpatch_version", "")),
-        publish=_publish(data.get("publish")),
+        environment=json_object(top.get("environment", {})) or {},
+        device=json_object(top.get("device", {})) or {},
+        patches=_patch_names(r, top.get("patches", [])),
+        provenance=_provenance(r, top.get("provenance")),
+        series_compared=top.get("series_compared") is True,
+        started=str(top.get("started", "")),
+        duration_s=_number(r, top, "duration_s", ""),
+        notes=list(r.strings(top, "notes", "", optional=True, limit=_NOTE_LIMIT)),
+        forkpatch_version=str(top.get("forkpatch_version", "")),
+        publish=_publish(r, top.get("publish")),
     )
 
 
