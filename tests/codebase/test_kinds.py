@@ -86,7 +86,7 @@ WORD_FIELDS = frozenset(
 # and no longer str), and no field is added to it.
 STILL_STR = frozenset(
     {
-        "git.py:FileChange.mode",  # a git file mode, the runner's
+        "git.py:FileChange.mode",  # a git file mode as the fork's trees hold it (see docs)
     }
 )
 
