@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 
 from forkpatch.cli import app, main
-from support.git import replace_once
-from support.projects import LINES, scenario_factory
+from support.projects import one_line_conflict, scenario_factory
 
 NOTE = "note: a rebase onto v2"
 
@@ -16,18 +15,7 @@ NOTE = "note: a rebase onto v2"
 @pytest.fixture
 def stopped(tmp_path, capsys, monkeypatch):
     """A project whose rebase onto v2 stopped on a conflict; the cwd elsewhere."""
-    make = scenario_factory(tmp_path, capsys)
-
-    def upstream(fork):
-        fork.add_file("a.py", replace_once(LINES, "line 5\n", "line 5 upstream\n"))
-        fork.commit("upstream changes line 5")
-        fork.tag("v2")
-
-    s = make(
-        {"a.py": LINES},
-        [("p1", {"a.py": replace_once(LINES, "line 5\n", "line 5 p1\n")})],
-        upstream,
-    )
+    s = one_line_conflict(scenario_factory(tmp_path, capsys), line=5)
     assert main(["-C", str(s.project), "rebase", "--onto", "v2"]) != 0
     capsys.readouterr()
     elsewhere = tmp_path / "elsewhere"

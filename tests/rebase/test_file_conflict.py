@@ -12,8 +12,7 @@ from forkpatch.project import Project
 from forkpatch.rebase import RebaseOptions, check
 from forkpatch.results import FileConflict
 from forkpatch.track import ConflictEntry
-from support.git import replace_once
-from support.projects import LINES
+from support.projects import one_line_conflict
 
 
 @pytest.mark.parametrize(
@@ -50,16 +49,7 @@ def test_a_garbled_file_conflict_is_refused(raw):
 
 
 def test_the_engine_the_plan_and_the_forecast_hold_the_same_conflict(scenario):
-    def upstream(fork):
-        fork.add_file("a.py", replace_once(LINES, "line 9\n", "line 9 upstream\n"))
-        fork.commit("Upstream edits line 9")
-        fork.tag("v2")
-
-    s = scenario(
-        {"a.py": LINES},
-        [("p1", {"a.py": replace_once(LINES, "line 9\n", "line 9 ours\n")})],
-        upstream,
-    )
+    s = one_line_conflict(scenario)
     plan = check(Project(s.project), RebaseOptions("v2"))
     (outcome,) = plan.outcomes
     assert outcome.status == "conflict"

@@ -236,6 +236,21 @@ def scenario_factory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Call
     return make
 
 
+def one_line_conflict(make: Callable[..., Scenario], line: int = 9) -> Scenario:
+    """``make`` (:func:`scenario_factory`'s) of a project on v1 whose one patch p1 edits
+    ``line N`` of a.py, and a v2 where upstream edited the same line: a rebase onto v2
+    stops on p1."""
+    from support.git import replace_once
+
+    def upstream(fork: ScratchRepo) -> None:
+        fork.add_file("a.py", replace_once(LINES, f"line {line}\n", f"line {line} upstream\n"))
+        fork.commit(f"Upstream edits line {line}")
+        fork.tag("v2")
+
+    ours = replace_once(LINES, f"line {line}\n", f"line {line} ours\n")
+    return make({"a.py": LINES}, [("p1", {"a.py": ours})], upstream)
+
+
 # ----------------------------------------------------------------------------- what the user owns
 
 
