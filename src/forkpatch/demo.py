@@ -46,7 +46,7 @@ def _stage_setup(ctx: DemoContext) -> None:
             fork_override=None,
         )
     with log.step("forkpatch import <the format-patch files>"):
-        entries = import_patches(project, files=incoming, quilt_dir=None)
+        entries = import_patches(project, incoming)
         for e in entries:
             log.info(f"    {e.name} -> patches/{e.file}")
     ctx.summary.update(

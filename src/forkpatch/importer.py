@@ -527,18 +527,23 @@ def _assign_names_and_files(
 # --------------------------------------------------------------------------- import
 
 
+@dataclass(frozen=True)
+class ImportOptions:
+    """How `forkpatch import` takes its files (each field is the option of that name;
+    see :func:`import_patches`)."""
+
+    quilt_dir: Path | None = None
+    series_list: Path | None = None
+    name_order: bool = False
+    name: str | None = None
+    after: str | None = None
+    rename: bool = False
+    canonical: bool = False
+    merge: bool = False
+
+
 def import_patches(
-    project: Project,
-    *,
-    files: list[Path],
-    quilt_dir: Path | None,
-    series_list: Path | None = None,
-    name_order: bool = False,
-    name: str | None = None,
-    after: str | None = None,
-    rename: bool = False,
-    canonical: bool = False,
-    merge: bool = False,
+    project: Project, files: list[Path], opts: ImportOptions = ImportOptions()
 ) -> list[PatchEntry]:
     """Import ``quilt_dir``'s series (in the order of its series file or ``series_list``)
     and then ``files``, in order, after ``after`` (default: at the end).
@@ -549,28 +554,31 @@ def import_patches(
     push --merge`` brings it into the work tree with conflict markers (then
     :class:`PatchesConflict` is raised, after the import)."""
     incoming: list[Incoming] = []
-    if quilt_dir is not None:
+    if opts.quilt_dir is not None:
         incoming.extend(
             read_series_dir(
-                quilt_dir, listing=series_list, canonical=canonical, name_order=name_order
+                opts.quilt_dir,
+                listing=opts.series_list,
+                canonical=opts.canonical,
+                name_order=opts.name_order,
             )
         )
-    elif series_list is not None or name_order:
-        option = "--series" if series_list is not None else "--name-order"
+    elif opts.series_list is not None or opts.name_order:
+        option = "--series" if opts.series_list is not None else "--name-order"
         raise UsageError(
             f"{option} goes with --quilt DIR",
-            tip=f"--quilt DIR {option}" + (" LIST" if series_list is not None else ""),
+            tip=f"--quilt DIR {option}" + (" LIST" if opts.series_list is not None else ""),
         )
     for f in files:
-        incoming.extend(read_patch_file(f, file=f.name, canonical=canonical))
-    if name is not None:
+        incoming.extend(read_patch_file(f, file=f.name, canonical=opts.canonical))
+    if opts.name is not None:
         if len(incoming) != 1:
             raise UsageError("--name works with a single patch only")
-        incoming[0].name = name
-    new_entries = _assign_names_and_files(project, incoming, rename=rename)
+        incoming[0].name = opts.name
+    new_entries = _assign_names_and_files(project, incoming, rename=opts.rename)
 
     series = project.series
-    position = len(series.patches) if after is None else series.index(after) + 1
+    position = len(series.patches) if opts.after is None else series.index(opts.after) + 1
     entries = list(series.patches)
     entries[position:position] = new_entries
     parsed = {e.name: inc.patch for e, inc in zip(new_entries, incoming, strict=True)}
@@ -582,7 +590,7 @@ def import_patches(
     by_entry = {e.name: inc for e, inc in zip(new_entries, incoming, strict=True)}
     items_of = {e.name for e in series.patches}  # the series as it was before the import
     converted: set[str] = set()  # CRLF stripped once; a second failure is the patch's own
-    if merge and len(incoming) != 1:
+    if opts.merge and len(incoming) != 1:
         raise UsageError(
             "--merge imports a single patch", tip="import the others first, then this one"
         )
@@ -596,7 +604,7 @@ def import_patches(
         inc = by_entry.get(bad.name)
         if inc is None or bad.name in converted or not crlf_throughout(inc.data):
             images = _images_on_base(applier, _entry_named(new_entries, bad.name), inc)
-            if merge and images is not None:
+            if opts.merge and images is not None:
                 # It applies to the base: merge it 3-way onto the patches below it.
                 pending[bad.name] = images
                 applier = SeriesApplier(fork.store, base, three_way=True, merge_bases=pending)

@@ -76,7 +76,7 @@ def example_project(
         distribution="1cat-vllm",
         fork_override=None,
     )
-    import_patches(project, files=incoming, quilt_dir=None)
+    import_patches(project, incoming)
     if build_step:
         series = project.series
         project.save_series(series.with_patches([*series.patches, DIST_INFO_STEP]))

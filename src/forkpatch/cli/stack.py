@@ -257,19 +257,12 @@ def import_(
     Files keep their names and bytes (see the README's "What import
     normalises"); FILES are imported in the order given.
     """
+    from forkpatch.importer import ImportOptions
+
     _check_import_args(files, quilt_dir)
+    opts = ImportOptions(quilt_dir, series_list, name_order, name, after, rename, canonical, merge)
     with c.locked_stack() as stack:
-        entries = stack.import_(
-            list(files),
-            quilt_dir=quilt_dir,
-            series_list=series_list,
-            name_order=name_order,
-            name=name,
-            after=after,
-            rename=rename,
-            canonical=canonical,
-            merge=merge,
-        )
+        entries = stack.import_(list(files), opts)
     for e in entries:
         log.result(f"imported {e.name} -> patches/{e.file}")
 

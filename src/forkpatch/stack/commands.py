@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from forkpatch.engine import SeriesResult
 from forkpatch.project import Project
@@ -36,6 +37,9 @@ from forkpatch.stack.refresh import Refresh
 from forkpatch.stack.sync import Sync
 from forkpatch.stack.writer import StackWriter
 from forkpatch.stackstate import Layout, StackPosition
+
+if TYPE_CHECKING:
+    from forkpatch.importer import ImportOptions
 
 
 class Stack:
@@ -117,40 +121,17 @@ class Stack:
     def stack_for_insert(self, position: int) -> set[str] | None:
         return self._edits.stack_for_insert(position)
 
-    def import_(
-        self,
-        files: list[Path],
-        *,
-        quilt_dir: Path | None,
-        series_list: Path | None = None,
-        name_order: bool = False,
-        name: str | None = None,
-        after: str | None = None,
-        rename: bool = False,
-        canonical: bool = False,
-        merge: bool = False,
-    ) -> list[PatchEntry]:
+    def import_(self, files: list[Path], opts: ImportOptions) -> list[PatchEntry]:
         """Import patch files (see :func:`forkpatch.importer.import_patches`) after
-        ``after`` (default: at the end). Inserted among the applied patches, the new ones
-        join the stack: checked first (nothing unsaved in the work tree), rebuilt once the
-        files are written. The caller holds the project's lock."""
+        ``opts.after`` (default: at the end). Inserted among the applied patches, the new
+        ones join the stack: checked first (nothing unsaved in the work tree), rebuilt
+        once the files are written. The caller holds the project's lock."""
         from forkpatch.importer import import_patches
 
         series = self.project.series
-        position = len(series.patches) if after is None else series.index(after) + 1
+        position = len(series.patches) if opts.after is None else series.index(opts.after) + 1
         rebuild = self.stack_for_insert(position)
-        entries = import_patches(
-            self.project,
-            files=files,
-            quilt_dir=quilt_dir,
-            series_list=series_list,
-            name_order=name_order,
-            name=name,
-            after=after,
-            rename=rename,
-            canonical=canonical,
-            merge=merge,
-        )
+        entries = import_patches(self.project, files, opts)
         self.after_series_change(rebuild)
         return entries
 
