@@ -409,7 +409,7 @@ def _writer_gone(name: str) -> bool:
     if m is None:
         return False
     pid = int(m.group(1))
-    return pid != os.getpid() and not pid_alive(pid)
+    return pid != os.getpid() and not _pid_alive(pid)
 
 
 def sweep_temps(
@@ -605,8 +605,7 @@ def fsync_dir(directory: Path) -> None:
         os.close(dfd)
 
 
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists (one of another user's counts)."""
+def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except OSError as exc:
@@ -668,7 +667,7 @@ def _take_lock(fd: int) -> None:
             time.sleep(0.01)  # starting or ending: try again
             continue
         who = f"pid {pid_text}" if pid_text.isdigit() else "unknown pid"
-        if pid_text.isdigit() and not pid_alive(int(pid_text)):
+        if pid_text.isdigit() and not _pid_alive(int(pid_text)):
             who += ", which is no longer running; its lock is held by a child process"
         raise LockError(
             f"another forkpatch ({who}) is running on this project: "

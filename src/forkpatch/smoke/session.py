@@ -38,7 +38,6 @@ from pathlib import Path
 from typing import Any
 
 from forkpatch import log, proc
-from forkpatch.fsutil import pid_alive
 from forkpatch.kinds import JsonObject
 from forkpatch.proc import Deadline
 from forkpatch.smoke import incheck
@@ -91,7 +90,7 @@ class TeamServer:
         """The client command for a pytest run of ``pytest_args`` through the server
         (started now if it is not running); None: the server cannot be had."""
         self._wait_started()
-        if self.pid is None or not pid_alive(self.pid):
+        if self.pid is None or not _alive(self.pid):
             self._start()
         if self.pid is None:
             return None
@@ -155,10 +154,20 @@ class TeamServer:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGTERM)
         end = time.monotonic() + proc.GRACE_S
-        while time.monotonic() < end and pid_alive(pid):
+        while time.monotonic() < end and _alive(pid):
             time.sleep(0.02)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _report(output: str) -> dict[str, Any]:
