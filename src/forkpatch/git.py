@@ -450,20 +450,6 @@ def blob_id(data: bytes, length: int = 40) -> str:
     return digest("sha256" if length == 64 else "sha1", b"blob %d\0" % len(data), data)
 
 
-def identity_env(date: str | None = None) -> dict[str, str]:
-    """Author/committer for forkpatch's own commits. ``date`` makes ids reproducible."""
-    env = {
-        "GIT_AUTHOR_NAME": GIT_IDENTITY[0],
-        "GIT_AUTHOR_EMAIL": GIT_IDENTITY[1],
-        "GIT_COMMITTER_NAME": GIT_IDENTITY[0],
-        "GIT_COMMITTER_EMAIL": GIT_IDENTITY[1],
-    }
-    if date:
-        env["GIT_AUTHOR_DATE"] = date
-        env["GIT_COMMITTER_DATE"] = date
-    return env
-
-
 class ObjectReader:
     """Objects read in process (libgit2), with a blob cache that readers may share."""
 

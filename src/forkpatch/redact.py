@@ -102,11 +102,6 @@ def hide_env_secrets(text: str) -> str:
     return text
 
 
-def redact_env(text: str, secrets: Iterable[str | None] = ()) -> str:
-    """:func:`redact` with the environment's credentials added to ``secrets``."""
-    return redact(text, [*secrets, *env_secrets()])
-
-
 def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
     """Hide credentials in ``text``: by position always, by value for long secrets.
 

@@ -43,6 +43,11 @@ SETS = [
     kinds.REFERENCE_KINDS,
     kinds.UPSTREAM_STATES,
     kinds.RELATIONS,
+    kinds.BISECT_STATUSES,
+    kinds.PATCH_CHECK_STATUSES,
+    kinds.SETTING_KINDS,
+    kinds.CHANGE_KINDS,
+    kinds.CHANGE_SIDES,
 ]
 
 

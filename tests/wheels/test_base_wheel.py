@@ -23,6 +23,7 @@ from forkpatch.wheels.basewheel import TOOLCHAIN
 from support import realfork
 from support.cli import Runner
 from support.git import ScratchRepo
+from support.procs import alive
 
 SETUP_PY = """\
 import os
@@ -142,3 +143,28 @@ def test_auto_mode_without_a_base_wheel_says_why_and_what_to_pass(
         "tip: pass --base-wheel with the fork's 1.2.1 wheel, or run `forkpatch base-wheel`" in err
     )
     assert "no Docker engine" in err
+
+
+def test_a_build_that_hangs_ends_at_its_timeout(project, tmp_path, monkeypatch):
+    """The fork's setup.py is outside code: a build that never ends is stopped at the
+    base-wheel build's bound, named, and its processes are gone."""
+    import time
+
+    from forkpatch.wheels import basewheel
+
+    realfork.modules_or_skip(TOOLCHAIN)
+    _root, run = project
+    hung = tmp_path / "hung-python"
+    pidfile = tmp_path / "build.pid"
+    hung.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$1" = "-m" ]; then exec sh -c \'echo $$ > {pidfile}; exec sleep 60\'; fi\n'
+        f'exec {sys.executable} "$@"\n'
+    )
+    hung.chmod(0o755)
+    monkeypatch.setattr(basewheel, "BUILD_TIMEOUT_S", 2.0)
+    started = time.monotonic()
+    _, _, err = run("base-wheel", "--python", str(hung), expect=1)
+    assert time.monotonic() - started < 30, err
+    assert "build the fork's Python-only wheel" in err and "timed out" in err.lower(), err
+    assert not alive(int(pidfile.read_text()))

@@ -159,8 +159,3 @@ def twins(check_id: str) -> tuple[str, ...]:
     """The gpu-jit checks that run ``check_id``'s check through the fork's kernels as
     PTX (checkids.GPU_JIT_TWINS; none for a check with no gpu-jit form)."""
     return GPU_JIT_TWINS.get(check_id, ())
-
-
-def tier_counts(tier: str) -> int:
-    """How many built-in checks the tier has (what a report's "N of M ran" counts to)."""
-    return sum(1 for c in registry().values() if c.tier == tier)

@@ -45,7 +45,7 @@ TOOLCHAIN_INSTALL = (
     "-m pip install 'setuptools>=77.0.3,<81' 'setuptools-scm>=8' 'setuptools-rust>=1.9' wheel build"
 )
 TORCH_INSTALL = "-m pip install torch --index-url https://download.pytorch.org/whl/cpu"
-BUILD_TIMEOUT_S = 1800.0
+BUILD_TIMEOUT_S = 1800.0  # the fork's setup.py: a build that hangs ends, named
 
 
 @dataclass(frozen=True)
@@ -225,6 +225,7 @@ def _build(python: str, tree: Path, out: Path, version: str) -> None:
         cwd=tree,
         env=env,
         what="build the fork's Python-only wheel",
+        timeout=BUILD_TIMEOUT_S,
     )
 
 
