@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -76,19 +77,25 @@ _RUN_AND_LIST = (
 )
 
 
-@pytest.mark.parametrize("command", [["status"], ["top"], ["status", "--json"], ["st"]])
-def test_read_only_commands_leave_the_other_groups_out(tmp_path, capsys, command):
-    ex = copy_example(tmp_path, capsys)
-    ex.run("apply")
+def _run_and_list(cwd: Path, *args: str) -> tuple[str, set[str]]:
+    """``forkpatch ARGS`` in a fresh interpreter in ``cwd``: its stdout, and every
+    module it had loaded when it ended (it must succeed)."""
     out = subprocess.run(
-        [sys.executable, "-c", _RUN_AND_LIST, *command],
-        cwd=ex.project,
+        [sys.executable, "-c", _RUN_AND_LIST, *args],
+        cwd=cwd,
         env=env(),
         capture_output=True,
         text=True,
     )
     assert out.returncode == 0, out.stderr
-    loaded = set(json.loads(out.stderr.splitlines()[-1]))
+    return out.stdout, set(json.loads(out.stderr.splitlines()[-1]))
+
+
+@pytest.mark.parametrize("command", [["status"], ["top"], ["status", "--json"], ["st"]])
+def test_read_only_commands_leave_the_other_groups_out(tmp_path, capsys, command):
+    ex = copy_example(tmp_path, capsys)
+    ex.run("apply")
+    _, loaded = _run_and_list(ex.project, *command)
     if "pygit2" in loaded:  # a status computed (no kept answer): what pygit2 brings is its
         loaded -= _modules_of("import pygit2")
     assert sorted(loaded.intersection(READ_ONLY_LAZY)) == [], "import it where it is used"
@@ -132,16 +139,8 @@ TOP_LAZY = [
 def test_top_reads_the_stack_without_the_engine_or_the_patch_parser(tmp_path, capsys):
     ex = copy_example(tmp_path, capsys)
     ex.run("apply")
-    out = subprocess.run(
-        [sys.executable, "-c", _RUN_AND_LIST, "top"],
-        cwd=ex.project,
-        env=env(),
-        capture_output=True,
-        text=True,
-    )
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "cli-version"
-    loaded = set(json.loads(out.stderr.splitlines()[-1]))
+    stdout, loaded = _run_and_list(ex.project, "top")
+    assert stdout.strip() == "cli-version"
     assert sorted(loaded.intersection(TOP_LAZY)) == [], "import it where it is used"
 
 
@@ -162,15 +161,7 @@ NO_PROJECT_LAZY = [
 
 @pytest.mark.parametrize("option", ["--help", "--version"])
 def test_help_and_version_load_no_project(tmp_path, option):
-    out = subprocess.run(
-        [sys.executable, "-c", _RUN_AND_LIST, option],
-        cwd=tmp_path,
-        env=env(),
-        capture_output=True,
-        text=True,
-    )
-    assert out.returncode == 0, out.stderr
-    loaded = set(json.loads(out.stderr.splitlines()[-1]))
+    _, loaded = _run_and_list(tmp_path, option)
     # What click itself brings on this Python (3.10's uuid imports platform, which
     # imports subprocess) is not forkpatch's to leave out.
     click_alone = subprocess.run(
@@ -224,16 +215,8 @@ def test_a_status_read_back_loads_neither_the_engine_nor_the_parser(tmp_path, ca
     ex = copy_example(tmp_path, capsys)
     ex.run("apply")
     ex.run("status")  # computes and keeps the answer
-    out = subprocess.run(
-        [sys.executable, "-c", _RUN_AND_LIST, "status"],
-        cwd=ex.project,
-        env=env(),
-        capture_output=True,
-        text=True,
-    )
-    assert out.returncode == 0, out.stderr
-    assert "cli-version" in out.stdout
-    loaded = set(json.loads(out.stderr.splitlines()[-1]))
+    stdout, loaded = _run_and_list(ex.project, "status")
+    assert "cli-version" in stdout
     assert sorted(loaded.intersection(STATUS_CACHED_LAZY)) == [], "import it where it is used"
 
 
@@ -300,15 +283,8 @@ def test_top_and_status_stay_within_their_module_budget(tmp_path, capsys, comman
     ex = copy_example(tmp_path, capsys)
     ex.run("apply")
     ex.run("status")  # the kept status answer, and series.yaml's kept parse
-    out = subprocess.run(
-        [sys.executable, "-c", _RUN_AND_LIST, *command],
-        cwd=ex.project,
-        env=env(),
-        capture_output=True,
-        text=True,
-    )
-    assert out.returncode == 0, out.stderr
-    loaded = set(json.loads(out.stderr.splitlines()[-1])) - _modules_of("pass")
+    _, loaded = _run_and_list(ex.project, *command)
+    loaded -= _modules_of("pass")
     ours = {m for m in loaded if m == "forkpatch" or m.startswith("forkpatch.")}
     assert sorted(ours - budget) == [], "outside the start-up budget: import it where it is used"
     outside = {m.split(".")[0] for m in loaded - ours} - set(sys.stdlib_module_names)
