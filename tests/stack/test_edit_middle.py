@@ -7,24 +7,12 @@ import json
 import pytest
 
 from support.git import git, numbered
-from support.projects import mtimes, scratch_project, snapshot
+from support.projects import mtimes, scratch_project, snapshot, three_patch_stack
 
 
 def _series(tmp_path, capsys):
     """Three patches on one file: low (line 3), mid (line 20), high (line 5, near low)."""
-    _fork, project, run = scratch_project(tmp_path, capsys, {"f.txt": numbered(40)})
-    run("apply")
-    wt = project / ".forkpatch" / "worktree"
-    f = wt / "f.txt"
-    for name, old, new in (
-        ("low", "line 3\n", "LINE 3\n"),
-        ("mid", "line 20\n", "LINE 20\n"),
-        ("high", "line 5\n", "line five\n"),
-    ):
-        run("new", name)
-        f.write_text(f.read_text().replace(old, new))
-        run("refresh")
-    return project, run, wt, f
+    return three_patch_stack(tmp_path, capsys)
 
 
 def test_edit_middle_not_touching_upper(tmp_path, capsys):

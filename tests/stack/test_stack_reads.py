@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from forkpatch.git import Git
-from support.git import git, numbered
-from support.projects import scratch_project
+from support.git import git
+from support.projects import three_patch_stack
 
 
 @pytest.fixture
@@ -26,18 +26,7 @@ def walks(monkeypatch):
 
 
 def _stack(tmp_path, capsys):
-    _fork, project, run = scratch_project(tmp_path, capsys, {"f.txt": numbered(40)})
-    run("apply")
-    wt = project / ".forkpatch" / "worktree"
-    f = wt / "f.txt"
-    for name, old, new in (
-        ("low", "line 3\n", "LINE 3\n"),
-        ("mid", "line 20\n", "LINE 20\n"),
-        ("high", "line 5\n", "line five\n"),
-    ):
-        run("new", name)
-        f.write_text(f.read_text().replace(old, new))
-        run("refresh")
+    _project, run, wt, f = three_patch_stack(tmp_path, capsys)
     return run, wt, f
 
 

@@ -236,6 +236,26 @@ def scenario_factory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Call
     return make
 
 
+def three_patch_stack(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> tuple[Path, Runner, Path, Path]:
+    """A work tree with three patches on one file f.txt: low (line 3), mid (line 20),
+    high (line 5, near low); (project, run, work tree, f.txt)."""
+    _fork, project, run = scratch_project(tmp_path, capsys, {"f.txt": numbered(40)})
+    run("apply")
+    wt = project / ".forkpatch" / "worktree"
+    f = wt / "f.txt"
+    for name, old, new in (
+        ("low", "line 3\n", "LINE 3\n"),
+        ("mid", "line 20\n", "LINE 20\n"),
+        ("high", "line 5\n", "line five\n"),
+    ):
+        run("new", name)
+        f.write_text(f.read_text().replace(old, new))
+        run("refresh")
+    return project, run, wt, f
+
+
 def one_line_conflict(make: Callable[..., Scenario], line: int = 9) -> Scenario:
     """``make`` (:func:`scenario_factory`'s) of a project on v1 whose one patch p1 edits
     ``line N`` of a.py, and a v2 where upstream edited the same line: a rebase onto v2
