@@ -48,8 +48,8 @@ class DroppableOptions:
     onto: str | None = None  # None: the series' base
     base_wheel: Path | None = None  # the fork's wheel for the target (default: build.base-wheel)
     deps: str = "system"
-    python: str | None = None
-    index_url: str | None = None
+    python: str | None = None  # None: series.yaml's smoke.python, else this interpreter
+    index_url: str | None = None  # None: series.yaml's smoke.index-url
     timeout_s: float = 3600.0  # per smoke run
 
 
@@ -231,6 +231,8 @@ class _Evaluator:
         checks = [c for c in checks if c not in run.checks]
         if not checks or run.failure is not None:
             return run
+        # The command line's interpreter and index over series.yaml's, as `smoke` takes them.
+        configured = self.project.series.smoke
         try:
             with log.step(f"smoke the series {label}: {', '.join(checks)}"):
                 outcome = run_smoke(
@@ -238,8 +240,8 @@ class _Evaluator:
                         wheels=(wheel,),
                         tier="sm70",  # every tier: those this machine lacks report not-run
                         deps=self.opts.deps,
-                        python=self.opts.python,
-                        index_url=self.opts.index_url,
+                        python=self.opts.python or configured.python,
+                        index_url=self.opts.index_url or configured.index_url,
                         timeout_s=self.opts.timeout_s,
                         checks=tuple(checks),
                         checks_root=self.project.root,  # the team's checks' files

@@ -118,3 +118,19 @@ def test_a_check_that_did_not_run_for_want_of_a_module_says_so(project, example_
         "static.odd-width-padding-cpu: not-run with, not-run without (needs the module "
         in (odd["evidence"])
     )
+
+
+def test_series_yaml_s_smoke_python_is_the_default_interpreter(project, example_build, capsys):
+    """`--smoke-python` defaults to series.yaml's smoke.python, as `smoke` and `track`
+    take it: the variant's smoke runs there (here an interpreter that does not exist,
+    so the failure names it)."""
+    path = project / "series.yaml"
+    s = load_series(path)
+    smoke_cfg = {**s.smoke.as_mapping(), "python": "/nonexistent/smoke-python3"}
+    save_series(replace(s, sections={**s.sections, "smoke": smoke_cfg}), path)
+    run = Runner(project, capsys)
+    args = ["droppable", "capability-floor", "--base-wheel", str(example_build.base_wheel)]
+    _code, out, _err = run(*args, "--json", expect=None)
+    (floor,) = json.loads(out)["patches"]
+    assert floor["verdict"] == "not-evaluated", floor
+    assert "/nonexistent/smoke-python3" in floor["evidence"], floor

@@ -404,7 +404,6 @@ class RunContext:
 
         if build.base_wheel is None:
             return None
-        smoke_cfg = copy.series.smoke
         try:
             base_wheel = self.base_wheel(copy)
             if base_wheel is None:
@@ -415,8 +414,7 @@ class RunContext:
                     DroppableOptions(
                         base_wheel=base_wheel,
                         deps=self.opts.smoke_deps or "system",
-                        python=self.opts.smoke_python or smoke_cfg.python,
-                        index_url=smoke_cfg.index_url,
+                        python=self.opts.smoke_python,  # else series.yaml's (droppable's rule)
                     ),
                 )
         except ForkpatchError as exc:
