@@ -27,7 +27,7 @@ from support.cli import env, fp_in
 from support.git import tree_state
 from support.reliability import Row
 from support.smoke import passing_report
-from support.wheelfactory import deflate_zeros, make_wheel, raw_zip
+from support.wheelfactory import GOOD_PROVENANCE, deflate_zeros, make_wheel, raw_zip
 
 WHEEL = "1cat_vllm-1.2.1-py3-none-any.whl"
 DI = "1cat_vllm-1.2.1.dist-info"
@@ -299,15 +299,7 @@ def test_an_honest_large_member_is_read_in_bounded_memory(tmp_path: Path) -> Non
     assert "vllm/big.py" in got.stderr  # RECORD has no hash for it: a mismatch, reported
 
 
-_PROVENANCE = {
-    "schema": 1,
-    "fork_url": "https://github.com/org/fork.git",
-    "tag": "v1.2.1",
-    "commit": "a" * 40,
-    "patches": [{"name": "p", "sha256": "b" * 64}],
-    "forkpatch_version": "0.1.0",
-    "builder": {"mode": "overlay"},
-}
+_PROVENANCE = GOOD_PROVENANCE
 # A provenance a wheel may carry that is not one forkpatch wrote: each is refused by the
 # commands that read it (smoke, publish), naming the wheel and the field.
 BAD_PROVENANCE: dict[str, tuple[bytes, str]] = {

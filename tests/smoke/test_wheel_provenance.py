@@ -15,17 +15,9 @@ from forkpatch.errors import SmokeError
 from forkpatch.smoke.wheelinfo import wheel_vs_series
 from forkpatch.wheels.identity import PROVENANCE_FILENAME, PatchRecord, Provenance
 from forkpatch.wheels.wheelinfo import read_wheel
-from support.wheelfactory import make_wheel
+from support.wheelfactory import GOOD_PROVENANCE, make_wheel
 
-GOOD = {
-    "schema": 1,
-    "fork_url": "https://github.com/org/fork.git",
-    "tag": "v1.2.1",
-    "commit": "a" * 40,
-    "patches": [{"name": "p", "sha256": "b" * 64}],
-    "forkpatch_version": "0.1.0",
-    "builder": {"mode": "overlay"},
-}
+GOOD = GOOD_PROVENANCE
 
 
 def _wheel(tmp_path: Path, prov: object | None) -> Path:

@@ -47,6 +47,19 @@ __version_tuple__ = version_tuple = {vtuple}
 """
 
 
+#: A provenance as forkpatch writes it (the fields a wheel's forkpatch-provenance.json
+#: carries), for tests that change one field at a time.
+GOOD_PROVENANCE: dict[str, object] = {
+    "schema": 1,
+    "fork_url": "https://github.com/org/fork.git",
+    "tag": "v1.2.1",
+    "commit": "a" * 40,
+    "patches": [{"name": "p", "sha256": "b" * 64}],
+    "forkpatch_version": "0.1.0",
+    "builder": {"mode": "overlay"},
+}
+
+
 def scm_version_file(version: str) -> bytes:
     from forkpatch.wheels.overlay import version_tuple
 
