@@ -9,7 +9,7 @@ accept, so that a word added here is added everywhere.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Literal, TypeAlias, get_args
+from typing import Literal, TypeAlias, TypeVar, get_args
 
 JsonValue: TypeAlias = (
     "str | int | float | bool | Sequence[JsonValue] | Mapping[str, JsonValue] | None"
@@ -174,3 +174,15 @@ RELEASE_STATUSES: tuple[ReleaseStatus, ...] = get_args(ReleaseStatus)
 TRACK_CHANGE_KINDS: tuple[TrackChangeKind, ...] = get_args(TrackChangeKind)
 REFERENCE_KINDS: tuple[ReferenceKind, ...] = get_args(ReferenceKind)
 UPSTREAM_STATES: tuple[UpstreamState, ...] = get_args(UpstreamState)
+
+
+_Word = TypeVar("_Word", bound=str)
+
+
+def word_of(value: object, words: tuple[_Word, ...]) -> _Word | None:
+    """``value`` typed as the word of the closed set ``words`` it is (None when it is
+    none of them): how a plain string read from outside becomes one of these types."""
+    for word in words:
+        if value == word:
+            return word
+    return None

@@ -16,6 +16,7 @@ from typing import TypeVar
 
 from forkpatch.errors import ForkpatchError, StateError
 from forkpatch.fsutil import check_relpath
+from forkpatch.kinds import word_of
 
 T = TypeVar("T")
 W = TypeVar("W", bound=str)
@@ -186,7 +187,7 @@ class TypedReader:
     def word(self, data: Mapping[str, object], key: str, words: tuple[W, ...], where: str) -> W:
         """One of ``words`` (a closed set of kinds.py)."""
         value = self.field(data, key, str, where)
-        for word in words:
-            if value == word:
-                return word
+        word = word_of(value, words)
+        if word is not None:
+            return word
         raise self.fail(where, f"'{key}' is {_shown(value)}, not one of {', '.join(words)}")

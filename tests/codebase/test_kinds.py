@@ -178,3 +178,10 @@ def test_a_field_holding_a_closed_set_s_word_is_typed_by_its_literal() -> None:
 )
 def test_the_field_check_sees_each_spelling_of_str(source: str, flagged: list[str]) -> None:
     assert _word_fields_typed_str(ast.parse(source)) == flagged
+
+
+def test_word_of_gives_the_set_s_own_word_or_none() -> None:
+    assert kinds.word_of("static", kinds.TIERS) == "static"
+    assert kinds.word_of("Static", kinds.TIERS) is None
+    assert kinds.word_of(1, kinds.TIERS) is None
+    assert kinds.word_of("", kinds.TIERS) is None

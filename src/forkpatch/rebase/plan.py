@@ -24,6 +24,7 @@ from forkpatch.kinds import (
     OutcomeStatus,
     PatchStatus,
     Relation,
+    word_of,
 )
 from forkpatch.patchfile import PatchFile
 from forkpatch.results import FileConflict, PatchResult
@@ -158,10 +159,10 @@ class Outcome:
 def outcome_status(status: PatchStatus) -> OutcomeStatus:
     """The outcome of a patch the engine applied with ``status`` (never "blocked": the
     classifier applies one patch at a time)."""
-    for word in OUTCOME_STATUSES:
-        if word == status:
-            return word
-    raise ValueError(f"a patch applied on its own has no status {status!r}")
+    word = word_of(status, OUTCOME_STATUSES)
+    if word is None:
+        raise ValueError(f"a patch applied on its own has no status {status!r}")
+    return word
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from forkpatch.checkids import GPU_JIT_TWINS
 from forkpatch.errors import SeriesError, SmokeError
 from forkpatch.kinds import TIERS as TIER_WORDS
-from forkpatch.kinds import Tier
+from forkpatch.kinds import Tier, word_of
 from forkpatch.sections import TeamCheck
 from forkpatch.series import SERIES_FILE, PatchEntry, Series
 from forkpatch.smoke import incheck
@@ -36,9 +36,9 @@ class CheckSpec:
 
 def tier_of(word: str, check_id: str) -> Tier:
     """The tier ``word`` names (the in-venv registry spells tiers as plain strings)."""
-    for tier in TIER_WORDS:
-        if tier == word:
-            return tier
+    tier = word_of(word, TIER_WORDS)
+    if tier is not None:
+        return tier
     raise SmokeError(
         f"check {check_id}: unknown tier {word!r}", tip=f"tiers: {', '.join(TIER_WORDS)}"
     )

@@ -36,6 +36,7 @@ from forkpatch.kinds import (
     PatchCheckStatus,
     Tier,
     TierStatus,
+    word_of,
 )
 from forkpatch.redact import scrub
 from forkpatch.typedreader import TypedReader
@@ -83,17 +84,17 @@ def json_object(value: object) -> JsonObject | None:
 
 def as_tier(word: str) -> Tier:
     """``word`` as a :data:`~forkpatch.kinds.Tier` (ValueError when it is none)."""
-    for t in TIERS:
-        if word == t:
-            return t
+    tier = word_of(word, TIERS)
+    if tier is not None:
+        return tier
     raise ValueError(f"{word!r} is not a smoke tier ({', '.join(TIERS)})")
 
 
 def as_outcome(word: str) -> CheckOutcome:
     """``word`` as a :data:`~forkpatch.kinds.CheckOutcome` (ValueError when it is none)."""
-    for o in CHECK_OUTCOMES:
-        if word == o:
-            return o
+    outcome = word_of(word, CHECK_OUTCOMES)
+    if outcome is not None:
+        return outcome
     raise ValueError(f"{word!r} is not a check outcome ({' / '.join(CHECK_OUTCOMES)})")
 
 
