@@ -34,6 +34,7 @@ from forkpatch.series import PatchEntry, Series
 
 if TYPE_CHECKING:
     from forkpatch.rebase import Target
+    from forkpatch.rebase.plan import Outcome
 
 DROPPABLE: Final[kinds.Verdict] = "droppable"
 NEEDED: Final[kinds.Verdict] = "needed"
@@ -428,7 +429,7 @@ def _verdict(
     entry: PatchEntry,
     verdict: kinds.Verdict,
     evidence: str,
-    outcome: Any,
+    outcome: Outcome | None,
     *,
     without: dict[str, str] | None = None,
     with_patch: dict[str, str] | None = None,
@@ -446,7 +447,9 @@ def _verdict(
     )
 
 
-def _upstream_fact(entry: PatchEntry, status: str | None, outcome: Any, target: str) -> str:
+def _upstream_fact(
+    entry: PatchEntry, status: str | None, outcome: Outcome | None, target: str
+) -> str:
     if status == "upstreamed":
         why = f": {outcome.evidence}" if outcome is not None and outcome.evidence else ""
         return f"upstreamed at {target}{why}"
@@ -455,7 +458,9 @@ def _upstream_fact(entry: PatchEntry, status: str | None, outcome: Any, target: 
     return f"still a change on {target} (it applies there: {status}), so not upstream"
 
 
-def _without_build(entry: PatchEntry, status: str | None, outcome: Any, target: str) -> Verdict:
+def _without_build(
+    entry: PatchEntry, status: str | None, outcome: Outcome | None, target: str
+) -> Verdict:
     """A patch decided without a build: upstreamed at the target, or nothing to run."""
     if status == "upstreamed":
         # Already in the target: the series without it is the series with it, so its
@@ -503,7 +508,7 @@ def _stay_checks(
 
 def _with_checks(
     entry: PatchEntry,
-    outcome: Any,
+    outcome: Outcome | None,
     target: str,
     full: _Run | None,
     without: _Run,
