@@ -81,6 +81,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 def _no_developer_forkpatch_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in HIDDEN_ENV:
         monkeypatch.delenv(name, raising=False)
+    # A `forkpatch` a test starts runs in its own process and starts no command server
+    # in the developer's runtime directory (tests/cmdserver starts its own).
+    monkeypatch.setenv("FORKPATCH_SERVER", "0")
 
 
 @pytest.fixture

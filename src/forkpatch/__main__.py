@@ -1,5 +1,5 @@
 from __future__ import annotations
 
-from forkpatch.entry import main
+from forkpatch.entry import run_here
 
-raise SystemExit(main())
+raise SystemExit(run_here())  # never a command server's: see forkpatch.entry

@@ -6,6 +6,11 @@ from the middle of an import. Until :func:`forkpatch.cli.main` takes over (it
 puts Python's own handler back, inside its error handling), a Ctrl-C ends the
 process at once with a line saying that nothing was done: nothing has been read
 or written by then.
+
+The console script (:func:`main`) first offers its command to a command server
+(:mod:`forkpatch.cmdserver`), which runs it in a process that has imported all this
+already; without one it runs here (:func:`run_here`), as ``python -m forkpatch``
+always does.
 """
 
 from __future__ import annotations
@@ -28,6 +33,16 @@ def _while_starting(signum: int, frame: FrameType | None) -> None:
 
 
 def main() -> int:
+    """The ``forkpatch`` console script: the command server's run, else this process's."""
+    _signal.signal(_signal.SIGINT, _while_starting)
+    from forkpatch.cmdserver.client import served
+
+    code = served()
+    return run_here() if code is None else code
+
+
+def run_here() -> int:
+    """The command of ``sys.argv``, run in this process."""
     _signal.signal(_signal.SIGINT, _while_starting)
     from forkpatch import settings
 

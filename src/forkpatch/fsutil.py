@@ -33,17 +33,30 @@ TMP_NAME = re.compile(r"\A\..+\.forkpatch-tmp\Z")
 # a file whose writer is gone is a leftover however young it is.
 _TMP_PID = re.compile(r"\.pid([0-9]{1,10})\.[^.]+\.forkpatch-tmp\Z")
 
-_KILL_AT = settings.count("FORKPATCH_TEST_KILL_AT")
-_COUNT_TO = settings.text("FORKPATCH_TEST_COUNT_WRITES")
-# Whether this process counts or kills at write events (the test hooks, set at import).
-HOOKED = bool(_KILL_AT or _COUNT_TO)
+# The test hooks of this process: (kill at the n-th event, the file counting them),
+# read from the environment at the first write event (never at import: a command
+# server's worker imports nothing, and its environment is the command's).
+_hooks: tuple[int, str] | None = None
 _events = 0
 
 
 def write_event(label: str) -> None:
     """Test hook point (see the module docstring); does nothing unless a test asked."""
-    if HOOKED:
-        _fire(label)
+    hooks = write_hooks()
+    if hooks[0] or hooks[1]:
+        _fire(label, *hooks)
+
+
+def write_hooks() -> tuple[int, str]:
+    """This process's write-event hooks: (kill at the n-th event or 0, the file that
+    counts them or ""), read once, at the first write event."""
+    global _hooks
+    if _hooks is None:
+        _hooks = (
+            settings.count("FORKPATCH_TEST_KILL_AT"),
+            settings.text("FORKPATCH_TEST_COUNT_WRITES") or "",
+        )
+    return _hooks
 
 
 def pause_point(point: str) -> None:
@@ -56,13 +69,13 @@ def pause_point(point: str) -> None:
         os.kill(os.getpid(), signal.SIGSTOP)
 
 
-def _fire(label: str) -> None:
+def _fire(label: str, kill_at: int, count_to: str) -> None:
     global _events
     _events += 1
-    if _COUNT_TO:
-        with open(_COUNT_TO, "a", encoding="utf-8") as fh:
+    if count_to:
+        with open(count_to, "a", encoding="utf-8") as fh:
             fh.write(f"{_events} {label}\n")
-    if _events == _KILL_AT:
+    if _events == kill_at:
         os.kill(os.getpid(), signal.SIGKILL)
 
 

@@ -128,6 +128,14 @@ SETTINGS: dict[str, Setting] = {
             "~/.cache/forkpatch/smoke-envs",
         ),
         _s(
+            "FORKPATCH_SERVER",
+            "boolean",
+            "1",
+            "run commands through the background command server (`forkpatch server`); "
+            "0: each command in its own process only",
+            "0",
+        ),
+        _s(
             "FORKPATCH_DEBUG",
             "boolean",
             "0",

@@ -14,6 +14,7 @@ SRC = Path(forkpatch.__file__).resolve().parent
 # module -> why it may import subprocess itself
 ALLOWED = {
     "proc.py": "the runner",
+    "cmdserver/client.py": "starts the command server, detached (no output to read)",
     "git.py": "git's runner (its calls, its cat-file and fast-import pipes)",
     # Copied into the smoke venv and run there with the standard library alone:
     # forkpatch (and so proc.py) is not importable there.

@@ -233,6 +233,11 @@ TOP_BUDGET = {
     "forkpatch.cli.context",
     "forkpatch.cli.dispatch",
     "forkpatch.cli.readonly",
+    # The console script's offer to a command server (built-ins only; FORKPATCH_SERVER=0
+    # in the tests: the command then runs in this process, as measured here).
+    "forkpatch.cmdserver",
+    "forkpatch.cmdserver.client",
+    "forkpatch.cmdserver.wire",
     "forkpatch.entry",
     "forkpatch.errors",
     "forkpatch.escape",

@@ -48,8 +48,9 @@ class Runner:
 
 
 def env(**extra: str) -> dict[str, str]:
-    """The environment of a forkpatch subprocess: the test identity, no tool settings."""
-    e = {**os.environ, **GIT_ENV}
+    """The environment of a forkpatch subprocess: the test identity, no tool settings,
+    no command server (tests/cmdserver turns it on, in its own runtime directory)."""
+    e = {**os.environ, **GIT_ENV, "FORKPATCH_SERVER": "0"}
     for key in HIDDEN_ENV:
         e.pop(key, None)
     e.update(extra)

@@ -110,6 +110,11 @@ COMMANDS: Mapping[str, Entry] = {
     "rename": Entry(
         _STACK, "rename", "Rename patch OLD to NEW (and its file, when named by slug)."
     ),
+    "server": Entry(
+        "forkpatch.cli.server",
+        "server",
+        "Show or stop the background server that runs forkpatch's commands.",
+    ),
     "smoke": Entry(
         "forkpatch.cli.smoke",
         "smoke",

@@ -1,0 +1,19 @@
+"""The command server: forkpatch's modules imported once, one fresh process per command.
+
+Each ``forkpatch`` call is a Python process, and most of a short command's time is the
+import of its modules (pygit2, click, the stack and the rebase), not its work. The
+first ``forkpatch`` call starts a server in the background and runs its own command as
+always; the next calls hand their command to the server, which forks a worker from its
+already-imported state. The worker takes the caller's standard streams, working
+directory, environment, arguments, umask and CPU affinity, runs the command exactly as
+the caller would have, and its exit status becomes the caller's. Nothing runs inside
+the server itself: each worker is a copy of a process that has imported modules and
+done nothing else, so one command cannot leave anything behind for the next.
+
+- :mod:`.wire`: where a server's socket lives, which server serves which installation
+  (its key), and the messages (built-ins only: the client must start fast);
+- :mod:`.client`: the caller's side, used by ``forkpatch``'s console script;
+- :mod:`.server`: the server and its workers.
+
+``FORKPATCH_SERVER=0`` turns it off; ``python -m forkpatch`` never uses it.
+"""
