@@ -117,7 +117,9 @@ def git(*args: str, cwd: Path | None = None, **kw: object) -> str:
 class Timing:
     seconds: float
     rc: int
-    cpu: float = 0.0  # user+sys of the command and every process it waited for
+    # user+sys of the command and every process it waited for; a forkpatch call the
+    # command server ran counts the client alone (the worker is the server's child)
+    cpu: float = 0.0
     note: str = ""
     stdout: bytes = b""
     stderr: bytes = b""
