@@ -279,12 +279,21 @@ class ForkRepo:
 
     def _remote_error(self, action: str, proc: subprocess.CompletedProcess[bytes]) -> ForkRepoError:
         """A failed ls-remote/fetch: git's own words, with credentials in URLs hidden."""
+        from forkpatch.cmdserver import caller_terminal_unreachable
+
+        tip = f"check the URL and network, or use --fork-repo PATH / {ENV_FORK_REPO}"
+        if not self.local and caller_terminal_unreachable():
+            tip += (
+                "; this command ran in forkpatch's command server, where ssh cannot ask "
+                "on your terminal (a new host key, a key's passphrase): "
+                "`FORKPATCH_SERVER=0 forkpatch ...` runs it here"
+            )
         return ForkRepoError(
             hide_url_secrets(
                 f"cannot {action} the fork at {self.source}: "
                 f"{proc.stderr.decode('utf-8', 'replace').strip()[-500:]}"
             ),
-            tip=f"check the URL and network, or use --fork-repo PATH / {ENV_FORK_REPO}",
+            tip=tip,
         )
 
     def _fetch_url(self) -> str:

@@ -441,3 +441,50 @@ def test_status_json_is_stdout_alone_when_served(calls, two):
     code, out, _, how = calls(a, "status", "--json")
     assert (code, how) == (0, "served")
     assert json.loads(out)["patches"]
+
+
+def _on_a_terminal(calls: Calls, cwd: Path, *args: str, **extra: str) -> tuple[int, str]:
+    """The client run on a pseudo-terminal that is its controlling terminal, as in a
+    shell: (exit status, what it wrote there)."""
+    import pty
+
+    pid, fd = pty.fork()
+    if pid == 0:  # pragma: no cover - the child execs at once
+        try:
+            os.chdir(cwd)
+            os.execve(sys.executable, calls.argv(*args), calls.env(**extra))
+        finally:
+            os._exit(127)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(fd)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), b"".join(chunks).decode("utf-8", "replace")
+
+
+@pytest.mark.parametrize("server", ["1", "0"])
+def test_a_fetch_that_ssh_could_not_ask_for_says_how_to_run_it_on_the_terminal(
+    calls, tmp_path, capsys, server
+):
+    ex = copy_example(tmp_path / "ex", capsys)
+    calls.up(ex.project)
+    new = tmp_path / "new"
+    new.mkdir()
+    url = "https://127.0.0.1:9/fork.git"  # nothing listens: the fetch fails
+    code, shown = _on_a_terminal(
+        calls, new, "init", "--fork-url", url, "--base", "v1", FORKPATCH_SERVER=server
+    )
+    assert code == 1, shown
+    assert "cannot list" in shown or "cannot fetch" in shown
+    assert calls.how.read_text().splitlines()[-1] == ("served" if server == "1" else "here")
+    # Only the served command lacked the terminal; without one, nothing to say.
+    assert ("FORKPATCH_SERVER=0 forkpatch" in shown) == (server == "1")
+    code, _, err, how = calls(new, "init", "--fork-url", url, "--base", "v1")
+    assert (code, how) == (1, "served") and "FORKPATCH_SERVER=0" not in err

@@ -17,3 +17,20 @@ done nothing else, so one command cannot leave anything behind for the next.
 
 ``FORKPATCH_SERVER=0`` turns it off; ``python -m forkpatch`` never uses it.
 """
+
+from __future__ import annotations
+
+# Set in a worker whose caller has a controlling terminal: the worker has none (it is in
+# the server's session), so a program that would ask on the terminal (ssh: a host key,
+# a passphrase) cannot. An error that may come from such a question says so.
+_caller_terminal = False
+
+
+def caller_terminal_unreachable() -> bool:
+    """Whether this process runs a command for a caller whose terminal it cannot reach."""
+    return _caller_terminal
+
+
+def set_caller_terminal_unreachable() -> None:
+    global _caller_terminal
+    _caller_terminal = True

@@ -138,7 +138,17 @@ def _request(server_key: str) -> bytes:
         )
     argv = [os.fsencode(arg) for arg in sys.argv]
     environ = [k + b"=" + v for k, v in os.environb.items()]
-    return wire.encode_request(server_key, umask, affinity, streams, argv, environ)
+    return wire.encode_request(server_key, umask, _has_terminal(), affinity, streams, argv, environ)
+
+
+def _has_terminal() -> bool:
+    """Whether this process has a controlling terminal (one ssh could ask on)."""
+    try:
+        fd = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    os.close(fd)
+    return True
 
 
 class _Lines:

@@ -32,6 +32,7 @@ import traceback
 from pathlib import Path
 from typing import NoReturn
 
+from forkpatch import cmdserver
 from forkpatch.cmdserver import wire
 
 IDLE_S = 900.0  # a server with no command for 15 minutes stops
@@ -396,6 +397,8 @@ def _interrupted_while_starting(signum: int, frame: object) -> None:
 
 def _become(request: wire.Request) -> None:
     os.umask(request.umask)
+    if request.terminal:
+        cmdserver.set_caller_terminal_unreachable()
     if request.affinity:
         with contextlib.suppress(OSError, ValueError):
             os.sched_setaffinity(0, request.affinity)

@@ -102,12 +102,13 @@ def lock_path(directory: str, server_key: str) -> str:
 def encode_request(
     server_key: str,
     umask: int,
+    terminal: bool,
     affinity: list[int],
     streams: list[tuple[str, str, bool, bool]],
     argv: list[bytes],
     environ: list[bytes],
 ) -> bytes:
-    fields = [MAGIC, server_key.encode("ascii"), b"%d" % umask]
+    fields = [MAGIC, server_key.encode("ascii"), b"%d" % umask, b"1" if terminal else b"0"]
     fields.append(b",".join(b"%d" % cpu for cpu in affinity))
     for encoding, errors, line_buffering, write_through in streams:
         fields += [encoding.encode("ascii"), errors.encode("ascii")]
@@ -122,12 +123,13 @@ def encode_request(
 class Request:
     """A request as the server reads it (:func:`decode_request`)."""
 
-    __slots__ = ("affinity", "argv", "environ", "key", "streams", "umask")
+    __slots__ = ("affinity", "argv", "environ", "key", "streams", "terminal", "umask")
 
     def __init__(
         self,
         key: str,
         umask: int,
+        terminal: bool,
         affinity: list[int],
         streams: list[tuple[str, str, bool, bool]],
         argv: list[bytes],
@@ -135,6 +137,7 @@ class Request:
     ) -> None:
         self.key = key
         self.umask = umask
+        self.terminal = terminal
         self.affinity = affinity
         self.streams = streams
         self.argv = argv
@@ -156,16 +159,17 @@ def payload_length(header: bytes) -> int:
 
 def decode_request(payload: bytes) -> Request:
     fields = payload.split(b"\0")
-    fixed = 4 + STDIO_FIELDS * len(STREAMS) + 1
+    fixed = 5 + STDIO_FIELDS * len(STREAMS) + 1
     if len(fields) < fixed or fields[0] != MAGIC:
         raise BadRequest("not a forkpatch request")
     try:
         server_key = fields[1].decode("ascii")
         umask = int(fields[2])
-        affinity = [int(cpu) for cpu in fields[3].split(b",")] if fields[3] else []
+        terminal = fields[3] == b"1"
+        affinity = [int(cpu) for cpu in fields[4].split(b",")] if fields[4] else []
         streams = []
         for i in range(len(STREAMS)):
-            enc, err, lb, wt = fields[4 + STDIO_FIELDS * i : 4 + STDIO_FIELDS * (i + 1)]
+            enc, err, lb, wt = fields[5 + STDIO_FIELDS * i : 5 + STDIO_FIELDS * (i + 1)]
             streams.append((enc.decode("ascii"), err.decode("ascii"), lb == b"1", wt == b"1"))
         argc = int(fields[fixed - 1])
     except (UnicodeDecodeError, ValueError) as exc:
@@ -179,4 +183,4 @@ def decode_request(payload: bytes) -> Request:
         if not eq or not name:
             raise BadRequest("an environment entry without a name")
         environ.append((name, value))
-    return Request(server_key, umask, affinity, streams, argv, environ)
+    return Request(server_key, umask, terminal, affinity, streams, argv, environ)
