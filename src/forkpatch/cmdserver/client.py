@@ -1,10 +1,10 @@
 """The caller's side of the command server: hand this command to a server, or say it
 cannot (None), in which case the caller runs it in its own process.
 
-Built-in modules only until a server must be started (not even contextlib). Whatever goes wrong before a
-worker holds the command (no server, a stale one, a socket that refuses, a standard
-stream that is closed) ends in None, and the command then runs as it always did; the
-first call starts a server for the next ones.
+Built-in modules only until a server must be started (not even contextlib). Whatever
+goes wrong before a worker holds the command (no server, a stale one, a socket that
+refuses, a standard stream that is closed) ends in None, and the command then runs as
+it always did; the first call starts a server for the next ones.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def served() -> int | None:
     directory = wire.runtime_dir(create=True)
     if directory is None:
         return None
-    server_key = wire.key(os.path.dirname(os.path.dirname(__file__)))
+    server_key = wire.key()
     try:
         cwd = os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:

@@ -24,16 +24,12 @@ class Running:
     key: str
 
 
-def _package() -> str:
-    return os.path.dirname(os.path.dirname(wire.__file__))
-
-
 def running(*, every: bool = False) -> list[Running]:
     """This installation's server (every one of this user's with ``every``), if it runs."""
     directory = wire.runtime_dir(create=False)
     if directory is None:
         return []
-    keys = [wire.key(_package())]
+    keys = [wire.key()]
     if every:
         keys = sorted(p.stem for p in Path(directory).glob("*.lock"))
     out = []

@@ -50,8 +50,7 @@ _NOT_AHEAD = ("forkpatch.__main__", "forkpatch.smoke.incheck", "forkpatch.cmdser
 def main(directory: str, server_key: str) -> None:
     """Serve this installation's commands (the arguments the client starts it with)."""
     os.umask(0o077)
-    package = os.path.dirname(os.path.dirname(wire.__file__))
-    if wire.runtime_dir(create=False) != directory or wire.key(package) != server_key:
+    if wire.runtime_dir(create=False) != directory or wire.key() != server_key:
         return  # not the place or the code the client asked for
     lock = os.open(wire.lock_path(directory, server_key), os.O_RDWR | os.O_CREAT, 0o600)
     try:
@@ -60,7 +59,7 @@ def main(directory: str, server_key: str) -> None:
         return  # another server of this key is starting or running
     os.ftruncate(lock, 0)
     os.write(lock, b"%d\n" % os.getpid())  # for `forkpatch server`
-    _import_ahead(Path(package))
+    _import_ahead(Path(wire.package_dir()))
     watched = _module_files()
     os.chdir(directory)  # the socket by its name there (see wire.socket_name)
     path = wire.socket_name(server_key)
@@ -108,21 +107,23 @@ def _module_files() -> dict[str, tuple[int, int, int]]:
             files.add(f)
     out = {}
     for f in files:
-        with contextlib.suppress(OSError):
-            st = os.stat(f)
-            out[f] = (st.st_mtime_ns, st.st_size, st.st_ino)
+        seen = _signature(f)
+        if seen is not None:
+            out[f] = seen
     return out
 
 
+def _signature(path: str) -> tuple[int, int, int] | None:
+    """What says a file changed: its modification time, size and inode (None: gone)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
 def _changed(watched: dict[str, tuple[int, int, int]]) -> bool:
-    for f, seen in watched.items():
-        try:
-            st = os.stat(f)
-        except OSError:
-            return True
-        if (st.st_mtime_ns, st.st_size, st.st_ino) != seen:
-            return True
-    return False
+    return any(_signature(f) != seen for f, seen in watched.items())
 
 
 class _Job:

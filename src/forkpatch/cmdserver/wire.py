@@ -68,9 +68,14 @@ def _fnv(data: bytes) -> str:
     return f"{h:016x}"
 
 
-def key(package_dir: str) -> str:
+def package_dir() -> str:
+    """Where this process imported forkpatch from (the folder of its modules)."""
+    return os.path.dirname(os.path.dirname(__file__))
+
+
+def key() -> str:
     """The key of the server that may run this process's commands (see the module's
-    description); ``package_dir`` is where forkpatch was imported from."""
+    description)."""
     parts = (
         sys.executable,
         sys.version,
@@ -78,7 +83,7 @@ def key(package_dir: str) -> str:
         repr(sorted(sys._xoptions.items())),  # noqa: SLF001  (-X options: documented, CPython's)
         repr(sys.warnoptions),
         "\0".join(sys.path),
-        os.path.realpath(package_dir),
+        os.path.realpath(package_dir()),
         sys.getfilesystemencoding(),
     )
     return _fnv("\n".join(parts).encode("utf-8", "surrogateescape"))
