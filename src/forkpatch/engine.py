@@ -61,26 +61,80 @@ class Item:
     patch: PatchFile | None
 
 
+class TreeFiles:
+    """The files of one tree, read a directory at a time as paths are asked for.
+
+    An apply touches a few files of a tree of thousands: listing all of it first (700
+    tree objects on the fork) would cost more than the patches. Each directory read is
+    kept, so one :class:`TreeFiles` shared by several states reads it once."""
+
+    def __init__(self, git: Git, rev: str) -> None:
+        self._objects = git.objects
+        self._root = self._objects.tree_id(rev)
+        self._dirs: dict[str, dict[str, tuple[str, str]] | None] = {}  # "" is the root
+        self._folded: dict[str, dict[str, list[tuple[str, str]]]] = {}
+
+    def listing(self, directory: str) -> dict[str, tuple[str, str]] | None:
+        """``directory``'s entries (name -> (mode, oid)), or None when it is no
+        directory of the tree; ``""`` is the root."""
+        if directory in self._dirs:
+            return self._dirs[directory]
+        if not directory:
+            got: dict[str, tuple[str, str]] | None = self._objects.tree_entries(self._root)
+        else:
+            parent, _, name = directory.rpartition("/")
+            above = self.listing(parent)
+            entry = above.get(name) if above is not None else None
+            got = (
+                self._objects.tree_entries(entry[1])
+                if entry is not None and entry[0] == "040000"
+                else None
+            )
+        self._dirs[directory] = got
+        return got
+
+    def get(self, path: str) -> tuple[str, str] | None:
+        """``path``'s (mode, oid) when it is a file (or a link, or a submodule) here."""
+        directory, _, name = path.rpartition("/")
+        listing = self.listing(directory)
+        entry = listing.get(name) if listing is not None else None
+        return None if entry is None or entry[0] == "040000" else entry
+
+    def named(self, directory: str, name: str) -> list[tuple[str, str]]:
+        """The entries of ``directory`` named ``name`` whatever their case: (name, mode)."""
+        folded = self._folded.get(directory)
+        if folded is None:
+            folded = {}
+            for n, (mode, _oid) in (self.listing(directory) or {}).items():
+                folded.setdefault(n.casefold(), []).append((n, mode))
+            self._folded[directory] = folded
+        return folded.get(name.casefold(), [])
+
+
 class TreeState:
     """The files of a tree, with in-memory changes on top."""
 
     def __init__(
-        self,
-        git: Git,
-        reader: ObjectReader,
-        commit: str,
-        entries: dict[str, tuple[str, str]] | None = None,
+        self, git: Git, reader: ObjectReader, commit: str, files: TreeFiles | None = None
     ) -> None:
-        """``entries``: ``git.ls_tree(commit)`` when the caller has it already (copied)."""
+        """``files``: the tree of ``commit`` when the caller holds it already (shared)."""
         self.reader = reader
-        self.entries: dict[str, tuple[str, str | None]] = dict(
-            git.ls_tree(commit) if entries is None else entries
-        )
+        self.files = TreeFiles(git, commit) if files is None else files
+        # What the changes made of a path: (mode, None) written, None deleted.
+        self.edits: dict[str, tuple[str, None] | None] = {}
         self.content: dict[str, bytes] = {}
-        self._links: dict[str, str] | None = None  # casefolded symlink path -> path
+
+    def entry(self, path: str) -> tuple[str, str | None] | None:
+        """``path``'s (mode, blob id; None for content changed here), or None: no file."""
+        if path in self.edits:
+            return self.edits[path]
+        return self.files.get(path)
+
+    def has(self, path: str) -> bool:
+        return self.entry(path) is not None
 
     def get(self, path: str) -> tuple[str, bytes] | None:
-        entry = self.entries.get(path)
+        entry = self.entry(path)
         if entry is None:
             return None
         mode, oid = entry
@@ -100,7 +154,7 @@ class TreeState:
                 continue
             for fp in item.patch.files:
                 for path in (fp.old_path, fp.new_path):
-                    entry = self.entries.get(path) if path else None
+                    entry = self.entry(path) if path else None
                     if entry is not None and entry[1] is not None and entry[0] != "160000":
                         oids.append(entry[1])
         self.reader.prefetch(oids)
@@ -114,34 +168,35 @@ class TreeState:
         parts = path.split("/")
         if len(parts) < 2:
             return None
-        links = (
-            {p.casefold(): p for p, (mode, _oid) in self.entries.items() if mode == "120000"}
-            if self._links is None
-            else self._links
-        )
-        self._links = links
-        if not links:
-            return None
+        edited = {
+            p.casefold(): p for p, e in self.edits.items() if e is not None and e[0] == "120000"
+        }
+        here = [""]  # the tree's directories that ``parts[:i - 1]`` names, in any case
         for i in range(1, len(parts)):
-            found = links.get("/".join(parts[:i]).casefold())
+            found = edited.get("/".join(parts[:i]).casefold())
             if found is not None:
                 return found
+            below: list[str] = []
+            for directory in here:
+                for name, mode in self.files.named(directory, parts[i - 1]):
+                    full = f"{directory}/{name}" if directory else name
+                    if mode == "040000":
+                        below.append(full)
+                    elif mode == "120000" and full not in self.edits:
+                        return full  # (a link changed here is one of ``edited``)
+            here = below
         return None
 
     def copy(self) -> TreeState:
         """An independent copy: changes to either do not show in the other."""
-        return _Overlay(self, self._links)
+        return _Overlay(self)
 
     def set(self, path: str, mode: str, data: bytes) -> None:
-        if mode == "120000" or (self.entries.get(path, ("",))[0] == "120000"):
-            self._links = None
-        self.entries[path] = (mode, None)
+        self.edits[path] = (mode, None)
         self.content[path] = data
 
     def delete(self, path: str) -> None:
-        if self.entries.get(path, ("",))[0] == "120000":
-            self._links = None
-        self.entries.pop(path, None)
+        self.edits[path] = None
         self.content.pop(path, None)
 
 
@@ -576,13 +631,14 @@ class SeriesApplier:
 
 
 class _Overlay(TreeState):
-    """A copy-on-write view of a TreeState, discarded if a patch fails."""
+    """A copy of a TreeState (its changes; the tree itself is shared), discarded if a
+    patch fails."""
 
-    def __init__(self, under: TreeState, links: dict[str, str] | None) -> None:
+    def __init__(self, under: TreeState) -> None:
         self.reader = under.reader
-        self.entries = dict(under.entries)
+        self.files = under.files
+        self.edits = dict(under.edits)
         self.content = dict(under.content)
-        self._links = links
 
 
 def _unique(items: Iterable[str]) -> list[str]:

@@ -185,41 +185,50 @@ class Objects:
         except (KeyError, ValueError, pg.GitError, pg.InvalidSpecError):
             return None
 
-    def ls_tree(self, rev: str) -> dict[str, tuple[str, str]]:
-        """Every file of the tree of ``rev``: path -> (mode, oid) (``git ls-tree -r``).
-
-        The tree objects are read raw and parsed here (``<mode> <name>\\0<id>`` per
-        entry): pygit2's entry objects cost an enum per mode, several times the parse."""
+    def tree_id(self, rev: str) -> str:
+        """The id of the tree of ``rev`` (a commit, a tag or a tree)."""
         pg = _pygit2()
-        repo = self.repo
         try:
-            root = repo.revparse_single(rev).peel(pg.Tree).id
+            return str(self.repo.revparse_single(rev).peel(pg.Tree).id)
         except (KeyError, ValueError, pg.GitError, pg.InvalidSpecError) as exc:
             raise _error(f"no tree for '{rev}'", exc) from None
-        odb = repo.odb
-        width = len(root.raw)
+
+    def tree_entries(self, tree: str) -> dict[str, tuple[str, str]]:
+        """One tree object's entries: name -> (mode, oid), a subtree's mode ``040000``.
+
+        The object is read raw and parsed here (``<mode> <name>\\0<id>`` per entry):
+        pygit2's entry objects cost an enum per mode, several times the parse."""
+        pg = _pygit2()
+        try:
+            _kind, data = self.repo.odb.read(tree)
+        except (KeyError, ValueError, pg.GitError) as exc:
+            raise _error(f"cannot read the tree {tree}", exc) from None
+        width = len(tree) // 2
+        out: dict[str, tuple[str, str]] = {}
+        i, end = 0, len(data)
+        while i < end:
+            space = data.index(b" ", i)
+            nul = data.index(b"\0", space)
+            name = data[space + 1 : nul].decode("utf-8", "surrogateescape")
+            out[name] = (
+                data[i:space].decode().rjust(6, "0"),
+                data[nul + 1 : nul + 1 + width].hex(),
+            )
+            i = nul + 1 + width
+        return out
+
+    def ls_tree(self, rev: str) -> dict[str, tuple[str, str]]:
+        """Every file of the tree of ``rev``: path -> (mode, oid) (``git ls-tree -r``)."""
         out: dict[str, tuple[str, str]] = {}
 
-        def walk(tree_id: Any, prefix: bytes) -> None:
-            _kind, data = odb.read(tree_id)
-            i, end = 0, len(data)
-            while i < end:
-                space = data.index(b" ", i)
-                nul = data.index(b"\0", space)
-                mode = data[i:space]
-                name = prefix + data[space + 1 : nul]
-                raw = data[nul + 1 : nul + 1 + width]
-                i = nul + 1 + width
-                if mode == b"40000":
-                    walk(pg.Oid(raw=raw), name + b"/")
+        def walk(tree: str, prefix: str) -> None:
+            for name, (mode, oid) in self.tree_entries(tree).items():
+                if mode == "040000":
+                    walk(oid, prefix + name + "/")
                 else:
-                    path = name.decode("utf-8", "surrogateescape")
-                    out[path] = (mode.decode().rjust(6, "0"), raw.hex())
+                    out[prefix + name] = (mode, oid)
 
-        try:
-            walk(root, b"")
-        except (KeyError, ValueError, pg.GitError) as exc:
-            raise _error(f"cannot read the tree of '{rev}'", exc) from None
+        walk(self.tree_id(rev), "")
         return out
 
     def first_parents(

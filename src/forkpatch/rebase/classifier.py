@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
 
 from forkpatch import log
-from forkpatch.engine import Item, SeriesApplier, TreeState
+from forkpatch.engine import Item, SeriesApplier, TreeFiles, TreeState
 from forkpatch.git import FileChange, ObjectReader, commit_date
 from forkpatch.kinds import DROPPED_STATUSES
 from forkpatch.patchfile import PatchFile
@@ -88,7 +88,7 @@ class MergeBases(dict[str, Images]):
         self._tried: set[str] = set()
         self._index = {name: i for i, name in enumerate(names_of(self._items))}
         self._replayed = 0
-        self._entries: dict[str, tuple[str, str]] | None = None  # the old base's listing
+        self._files: TreeFiles | None = None  # the old base's tree, read as needed
         self.known_paths: dict[str, set[str]] = {}
         self.known_images: dict[str, dict[str, tuple[str | None, str | None]]] = {}
         self.broken: list[str] = []  # patches that do not apply to their own base
@@ -129,13 +129,13 @@ class MergeBases(dict[str, Images]):
 
     def _record(self, items: Sequence[Item]) -> None:
         """Apply ``items`` on the old base, in order, without stopping at a conflict,
-        reusing the base's listing and the classifier's object reader."""
+        reusing the base's tree as read so far and the classifier's object reader."""
         self.used = True
-        if self._entries is None:
-            self._entries = self._git.ls_tree(self._base)
+        if self._files is None:
+            self._files = TreeFiles(self._git, self._base)
         applier = SeriesApplier(self._git, self._base)
         with self._owner.reading() as reader:
-            state = TreeState(self._git, reader, self._base, entries=self._entries)
+            state = TreeState(self._git, reader, self._base, files=self._files)
             state.prefetch(items)
             for item in items:
                 r, _changes = applier.apply_patch(state, item)
@@ -441,9 +441,9 @@ class Classifier:
         patch = item.patch
         if patch is None:
             return item, {}
-        # Existence only: ``entries`` says it without reading any blob.
+        # Existence only: said without reading any blob.
         missing = [
-            fp for fp in patch.files if fp.old_path is not None and fp.old_path not in state.entries
+            fp for fp in patch.files if fp.old_path is not None and not state.has(fp.old_path)
         ]
         if not missing:
             return item, {}
@@ -455,7 +455,7 @@ class Classifier:
         files = []
         for fp in patch.files:
             src = fp.old_path
-            if fp in missing and src in renames and renames[src] in state.entries:
+            if fp in missing and src in renames and state.has(renames[src]):
                 dst = renames[src]
                 moved[src] = dst
                 new_path = dst if fp.new_path == src else fp.new_path
