@@ -313,14 +313,6 @@ class Git:
                 env={"GIT_LITERAL_PATHSPECS": "1"},
             )
 
-    def ignored_new_files(self) -> list[str]:
-        """New files of the work tree its ignore rules leave out of ``git add -A``
-        (an ignored directory as one ``dir/`` entry)."""
-        raw = self.run(
-            "ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory"
-        ).stdout
-        return [p.decode("utf-8", "surrogateescape") for p in raw.split(b"\0") if p]
-
     def is_ancestor(self, a: str, b: str) -> bool:
         """``git merge-base --is-ancestor`` (git's own walk: libgit2's stops elsewhere at
         a shallow store's boundary; asked once per rebase, not per step)."""

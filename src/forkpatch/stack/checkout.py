@@ -148,7 +148,7 @@ class Checkout:
                     )
             wt = worktree.add_worktree(self.store, path, BRANCH, head, layout)
             self.model.forget()  # a new work tree: nothing read of one before holds
-        layout, _changes = worktree.settle(wt, layout, self.fork.describe())
+        layout, _changes, _ignored = worktree.settle(wt, layout, self.fork.describe())
         self.writer.save(
             self.model.state.with_(
                 worktree=path,
@@ -185,7 +185,11 @@ class Checkout:
         if probe.returncode != 0:
             return True  # the checkout never finished
         # Only files missing (a checkout cut short): nothing of anyone's to lose.
-        changes = [c for c in worktree.status(wt) if "D" not in c.xy] if probe.stdout else []
+        changes = (
+            [c for c in worktree.status(wt) if "D" not in c.xy and c.xy != worktree.IGNORED]
+            if probe.stdout
+            else []
+        )
         if changes:
             raise StateError(
                 f"{path} is a work tree of this project that state.json does not record, "

@@ -54,7 +54,7 @@ class StackModel:
         self.project = project
         self.fork = project.fork()
         self.store = self.fork.store
-        self._status: dict[Path, list[worktree.Change]] = {}
+        self._status: dict[Path, tuple[list[worktree.Change], list[str]]] = {}
         self._applied: dict[tuple[Path | None, str], list[AppliedPatch]] = {}
 
     @property
@@ -118,16 +118,24 @@ class StackModel:
         Asked once per command while nothing writes the work tree (:meth:`forget`):
         the guard, the outside-changes check and the command
         itself share one ``git status``."""
+        return self._asked(wt)[0]
+
+    def ignored(self, wt: Git) -> list[str]:
+        """The new paths of the work tree its ignore rules leave out (from the same
+        ``git status`` as :meth:`changes`; an ignored directory as one ``dir/``)."""
+        return self._asked(wt)[1]
+
+    def _asked(self, wt: Git) -> tuple[list[worktree.Change], list[str]]:
         key = wt.work_tree
         if key is not None and key in self._status:
             return self._status[key]
         layout = self.layout()
-        new, changes = worktree.settle(wt, layout, self.fork.describe())
+        new, changes, ignored = worktree.settle(wt, layout, self.fork.describe())
         if new != layout:
             self._save_layout(new)
         if key is not None:
-            self._status[key] = changes
-        return changes
+            self._status[key] = (changes, ignored)
+        return changes, ignored
 
     def _save_layout(self, layout: Layout) -> None:
         if layout != self.state.layout:

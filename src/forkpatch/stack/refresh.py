@@ -200,6 +200,7 @@ class Refresh:
         # Phantom files out first; new files in directories a sparse work tree does
         # not hold yet must be seen by `git add`.
         changes = self.model.changes(wt)
+        ignored = self.model.ignored(wt)
         self.writer.widen(wt, [c.path for c in changes if c.xy == "??"])
         parent = self.model.parent(wt, top)
         message = self.model.message(wt, top).strip() + "\n"
@@ -208,7 +209,7 @@ class Refresh:
         # A deletion already staged has nothing left to add (and no path to name).
         changed = [c.path for c in changes if c.xy != "D "]
         new = self.writer.commit_worktree(wt, parent=parent, message=message, changed=changed)
-        self._say_ignored(wt, top.name)
+        self._say_ignored(wt, top.name, ignored)
         _name, summary, header = parse_commit_message(message)
         raw = wt.diff_trees(parent, new)
         if not force and DIFF_CONFLICT_MARKER.search(canonical_diff(raw)):
@@ -293,10 +294,9 @@ class Refresh:
         )
 
     @staticmethod
-    def _say_ignored(wt: Git, name: str) -> None:
+    def _say_ignored(wt: Git, name: str, left_out: list[str]) -> None:
         """New files the fork's ignore rules keep out of the patch are named, never
         dropped in silence: the user may have meant one for the patch."""
-        left_out = wt.ignored_new_files()
         if not left_out:
             return
         shown = ", ".join(left_out[:5]) + (

@@ -170,12 +170,22 @@ class Change:
     index_oid: str | None = None
 
 
+#: The status of a new path the ignore rules leave out (``git status --ignored``).
+IGNORED = "!!"
+
+
 def status(wt: Git) -> list[Change]:
-    """``git status`` of the work tree against its HEAD, untracked files one by one.
+    """``git status`` of the work tree against its HEAD, untracked files one by one,
+    and the new paths the ignore rules leave out (:data:`IGNORED`; an ignored directory
+    as one ``dir/`` entry).
 
     The v2 form names each changed file's index entry, so that no second process is
-    needed to read the blob it was checked out from (:func:`phantoms`)."""
-    raw = wt.run("status", "--porcelain=v2", "-z", "--untracked-files=all").stdout
+    needed to read the blob it was checked out from (:func:`phantoms`). The ignored
+    paths come in the same walk of the tree (a refresh names them, never drops them
+    in silence); what they cost there is next to nothing."""
+    raw = wt.run(
+        "status", "--porcelain=v2", "-z", "--untracked-files=all", "--ignored=matching"
+    ).stdout
     out: list[Change] = []
     parts = raw.split(b"\0")
     i = 0
@@ -183,8 +193,9 @@ def status(wt: Git) -> list[Change]:
         item = parts[i]
         i += 1
         kind = item[:2]
-        if kind == b"? ":
-            out.append(Change("??", item[2:].decode("utf-8", "surrogateescape")))
+        if kind in (b"? ", b"! "):
+            xy = "??" if kind == b"? " else IGNORED
+            out.append(Change(xy, item[2:].decode("utf-8", "surrogateescape")))
             continue
         if kind not in (b"1 ", b"2 ", b"u "):
             continue
@@ -254,12 +265,15 @@ def phantoms(wt: Git, changes: Sequence[Change]) -> list[str]:
     return sorted(out)
 
 
-def settle(wt: Git, layout: Layout, source: str) -> tuple[Layout, list[Change]]:
-    """Leave phantom files out of the work tree; return the new layout and real changes."""
+def settle(wt: Git, layout: Layout, source: str) -> tuple[Layout, list[Change], list[str]]:
+    """Leave phantom files out of the work tree; return the new layout, the real
+    changes and the ignored new paths."""
     changes = status(wt)
+    ignored = [c.path for c in changes if c.xy == IGNORED]
+    changes = [c for c in changes if c.xy != IGNORED]
     found = phantoms(wt, changes)
     if not found:
-        return layout, changes
+        return layout, changes, ignored
     new = layout.with_excluded(found)
     # git keeps a file it takes for modified in the work tree whatever the patterns
     # say; these hold the blob's exact bytes, so nothing is lost by removing them.
@@ -272,4 +286,4 @@ def settle(wt: Git, layout: Layout, source: str) -> tuple[Layout, list[Change]]:
         f"left {len(found)} file(s) out of the work tree whose content does not match "
         f"their object id in {source} (a snapshot with placeholder blobs?): {shown}"
     )
-    return new, [c for c in changes if c.path not in set(found)]
+    return new, [c for c in changes if c.path not in set(found)], ignored
