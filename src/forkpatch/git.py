@@ -418,20 +418,34 @@ class Git:
     def fast_import(self, *, keep_pack: bool = False) -> FastImport:
         return FastImport(self, keep_pack=keep_pack)
 
-    def repack_if_many(self, limit: int = 40) -> bool:
-        """Merge this repository's own small packs (not its alternates') when there are
-        more than ``limit`` (after many imports that kept their packs).
+    def repack_if_many(self, limit: int = 40, loose_limit: int | None = None) -> bool:
+        """Merge this repository's own small packs (not its alternates') and its loose
+        objects into one pack when there are more than ``limit`` packs or about
+        ``loose_limit`` loose objects (default :data:`LOOSE_OBJECTS_LIMIT`), after many
+        imports and in-process writes.
 
-        Geometric: the small packs are rolled up together (and with the next bigger one
-        where the sizes ask for it), so a big pack, the fork's objects fetched into the
-        store, is neither read nor rewritten, and the cost follows the imports since the
-        last repack, not the store's size. Every object of the rolled-up packs is kept,
-        reachable or not (nothing here decides what forkpatch may still need)."""
-        packs = list((self.git_dir / "objects" / "pack").glob("*.pack"))
-        if len(packs) <= limit:
+        Geometric: the small packs and the loose objects are rolled up together (and
+        with the next bigger pack where the sizes ask for it), so a big pack, the fork's
+        objects fetched into the store, is neither read nor rewritten, and the cost
+        follows the writes since the last repack, not the store's size. Every object
+        rolled up is kept, reachable or not (nothing here decides what forkpatch may
+        still need). The loose objects are counted as ``git gc --auto`` counts them:
+        one of the 256 fan-out directories, times 256."""
+        objects = self.git_dir / "objects"
+        packs = list((objects / "pack").glob("*.pack"))
+        try:
+            sample = sum(1 for e in os.scandir(objects / "17") if len(e.name) >= 38)
+        except OSError:
+            sample = 0
+        loose_limit = LOOSE_OBJECTS_LIMIT if loose_limit is None else loose_limit
+        if len(packs) <= limit and sample * 256 <= loose_limit:
             return False
         self.run("repack", "--geometric=2", "-d", "-l", "-q")
         return True
+
+
+#: About this many loose objects in a store start a repack (``gc.auto``'s default).
+LOOSE_OBJECTS_LIMIT = 6700
 
 
 def blob_id(data: bytes, length: int = 40) -> str:
@@ -588,7 +602,7 @@ FAST_IMPORT_REF = "refs/forkpatch/fast-import"
 
 class FastImport:
     """Collects commits and writes them with one ``git fast-import`` run, or in process
-    when they are very few (:data:`IN_PROCESS_COMMITS` commits and blobs): the same
+    when they are few (:data:`IN_PROCESS_COMMITS` commits and blobs): the same
     objects, the same ids.
 
     Commits are referenced by marks until :meth:`finish` returns the real ids.
@@ -669,7 +683,9 @@ class FastImport:
         if not self._mark:
             return {}
         if len(self._queued) <= IN_PROCESS_COMMITS:
-            return self._finish_in_process()
+            ids = self._finish_in_process()
+            self._git.repack_if_many()
+            return ids
         import tempfile  # only for fast-import: read-only commands load none
 
         with tempfile.TemporaryDirectory(prefix="forkpatch-fi-") as tmp:
@@ -735,10 +751,11 @@ class FastImport:
 
 #: Up to this many commits and blobs a :class:`FastImport` writes in process (loose
 #: objects, no process to start); more go through one ``git fast-import`` (one pack).
-#: Measured on the fork's large files (bench_edit_loop's series, the loaded 2-core box):
-#: 1 commit 42 ms in process vs 48 ms fast-import, 5 commits 91 vs 78 ms, 50 commits
-#: 593 vs 307 ms; libgit2 zlib-compresses each whole blob where fast-import deltifies.
-IN_PROCESS_COMMITS = 2
+#: Measured on the fork's large files (bench_edit_loop's refresh, the quiet 2-core box),
+#: blobs written as git writes loose objects (:meth:`forkpatch.gitobj.Objects.write_blob`):
+#: 10 commits 16-26 ms in process vs 62-69 ms fast-import, 50 commits 113-121 vs
+#: 102-158 ms; past that fast-import's deltas and single pack win.
+IN_PROCESS_COMMITS = 32
 
 #: The longest delta chain fast-import makes. It deltifies each version of a file (and
 #: of every tree above it) against the one before, so a series of N patches touching

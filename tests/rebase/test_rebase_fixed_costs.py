@@ -319,3 +319,27 @@ def test_a_stop_moves_the_conflict_work_tree_in_one_process_as_reset_and_add_wou
     staged = git(wt, "diff", "--cached", "--name-only", "HEAD").split()
     assert staged == ["m05.py"], staged
     assert b"<<<<<<<" in (wt / "m05.py").read_bytes()
+
+
+def test_loose_objects_written_in_process_are_rolled_up_once_they_are_many(tmp_path):
+    """Blobs written in process are loose objects as git writes them (the ids git
+    computes, readable by git, fsck clean); past the limit the repack puts them into a
+    pack, keeping every one, and a store with few loose objects is left alone."""
+    git = init_bare(tmp_path / "store.git")
+    objects = git.git_dir / "objects"
+    written: dict[str, bytes] = {}
+    i = 0
+    while not (objects / "17").is_dir():  # the directory the count samples
+        data = f"blob {i}\n".encode() * (i % 7 + 1)
+        written[git.objects.write_blob(data)] = data
+        i += 1
+    assert git.repack_if_many() is False  # far below the limit
+    for oid, data in list(written.items())[:: max(1, len(written) // 20)]:
+        assert git.run("cat-file", "blob", oid).stdout == data
+        assert git.out("hash-object", "--stdin", input=data) == oid
+    git.run("fsck", "--strict", "--no-dangling")
+    assert git.repack_if_many(loose_limit=0) is True
+    assert not list((objects / "17").glob("*"))  # none loose any more
+    after = set(git.out("cat-file", "--batch-all-objects", "--batch-check=%(objectname)").split())
+    assert after == set(written)
+    assert git.repack_if_many(loose_limit=0) is False  # all packed now
