@@ -404,7 +404,7 @@ class Objects:
         try:
             tree = _edit_tree(repo, pg, base_tree, dict(changes), strict=strict)
             if tree is None:
-                tree = str(repo.TreeBuilder().write())
+                tree = str(repo.odb.write(pg.enums.ObjectType.TREE, b""))
         except (pg.GitError, OSError, ValueError) as exc:
             raise _error("cannot write a tree", exc) from None
         return tree
@@ -527,40 +527,58 @@ def _edit_tree(
     *,
     strict: bool = False,
 ) -> str | None:
-    """Write ``tree_id`` with ``changes`` (relative paths); None when it ends empty."""
-    builder = repo.TreeBuilder(repo[tree_id]) if tree_id else repo.TreeBuilder()
-    direct: dict[str, tuple[str, str] | None] = {}
-    below: dict[str, dict[str, tuple[str, str] | None]] = {}
+    """Write ``tree_id`` with ``changes`` (relative paths); None when it ends empty.
+
+    Tree objects are read and written raw (``<mode> <name>\\0<id>`` per entry, in
+    git's order): names stay git's bytes whatever the locale's encoding, where
+    pygit2's tree builder encodes them with the file system's."""
+    odb = repo.odb
+    entries: dict[bytes, tuple[bytes, bytes]] = {}  # name -> (mode as git writes it, raw id)
+    if tree_id:
+        _kind, data = odb.read(tree_id)
+        width = len(tree_id) // 2
+        i, end = 0, len(data)
+        while i < end:
+            space = data.index(b" ", i)
+            nul = data.index(b"\0", space)
+            entries[data[space + 1 : nul]] = (data[i:space], data[nul + 1 : nul + 1 + width])
+            i = nul + 1 + width
+    direct: dict[bytes, tuple[str, str] | None] = {}
+    below: dict[bytes, dict[str, tuple[str, str] | None]] = {}
     for path, value in changes.items():
         head, sep, rest = path.partition("/")
+        name = head.encode("utf-8", "surrogateescape")
+        if not name or b"\0" in name or name in (b".", b".."):
+            raise ValueError(f"'{path}' is not a path a tree can hold")
         if sep:
-            below.setdefault(head, {})[rest] = value
-            direct.pop(head, None)
+            below.setdefault(name, {})[rest] = value
+            direct.pop(name, None)
         else:
-            direct[head] = value
-            below.pop(head, None)
+            direct[name] = value
+            below.pop(name, None)
     for name, value in direct.items():
         if value is None:
-            if builder.get(name) is not None:
-                builder.remove(name)
+            entries.pop(name, None)
         else:
-            builder.insert(name, value[1], _mode(value[0]))
+            entries[name] = (value[0].lstrip("0").encode(), bytes.fromhex(value[1]))
     for name, sub in below.items():
-        existing = builder.get(name)
-        if strict and existing is not None and existing.filemode != 0o040000:
-            raise ValueError(f"'{name}' is not a directory of the tree")
-        sub_id = (
-            str(existing.id) if existing is not None and existing.filemode == 0o040000 else None
-        )
+        existing = entries.get(name)
+        is_dir = existing is not None and existing[0] == b"40000"
+        if strict and existing is not None and not is_dir:
+            raise ValueError(f"'{name.decode(errors='replace')}' is not a directory of the tree")
+        sub_id = existing[1].hex() if existing is not None and is_dir else None
         new = _edit_tree(repo, pg, sub_id, sub, strict=strict)
         if new is None:
-            if existing is not None and sub_id is not None:
-                builder.remove(name)
+            if sub_id is not None:
+                entries.pop(name)
         else:
-            builder.insert(name, new, 0o040000)
-    if len(builder) == 0:
+            entries[name] = (b"40000", bytes.fromhex(new))
+    if not entries:
         return None
-    return str(builder.write())
+    # git's order: a directory sorts as though its name ended in "/".
+    order = sorted(entries, key=lambda n: n + b"/" if entries[n][0] == b"40000" else n)
+    body = b"".join(entries[n][0] + b" " + n + b"\0" + entries[n][1] for n in order)
+    return str(odb.write(pg.enums.ObjectType.TREE, body))
 
 
 # ---------------------------------------------------------------------- 3-way merges

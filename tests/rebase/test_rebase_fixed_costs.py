@@ -31,6 +31,27 @@ def _queue(git: Git, case: str) -> tuple[FastImport, dict[str, str]]:
     ref = "refs/forkpatch/other" if case == "other ref" else FAST_IMPORT_REF
     one = [FileChange("a.txt", "100644", b"one\n")]
     marks = {"first": fi.commit(parent=root, changes=one, message="one\n", date=DATE, ref=ref)}
+    if case == "names":  # git's order of names (a directory as "name/"), any bytes
+        many = [
+            FileChange(path, mode, f"{path}\n".encode("utf-8", "surrogateescape"))
+            for path, mode in [
+                ("a.txt", "100644"),
+                ("a/x", "100644"),
+                ("a-b", "100755"),
+                ("a/y/z", "100644"),
+                ("ä/ö.py", "100644"),
+                ("b\udcff.bin", "100644"),  # a name that is not UTF-8
+                ("link", "120000"),
+                ("a0", "100644"),
+            ]
+        ]
+        marks["names"] = fi.commit(
+            parent=marks["first"], changes=many, message="names\n", date=DATE, ref=ref
+        )
+        deep = [FileChange("a/y/z"), FileChange("a.txt"), FileChange("c/d", "100644", b"d\n")]
+        marks["fewer"] = fi.commit(
+            parent=marks["names"], changes=deep, message="fewer\n", date=DATE, ref=ref
+        )
     if case in ("chain", "kept pack"):
         blob = fi.blob(b"two\n")
         two = [FileChange("a.txt", "100644", oid=blob), FileChange("b.txt")]
@@ -41,7 +62,7 @@ def _queue(git: Git, case: str) -> tuple[FastImport, dict[str, str]]:
     return fi, marks
 
 
-CASES = ["one commit", "chain", "other ref", "kept pack", "blob only"]
+CASES = ["one commit", "chain", "other ref", "kept pack", "blob only", "names"]
 
 
 def _imported(tmp_path, monkeypatch, case: str, writer: str) -> tuple[Git, dict[str, str], list]:

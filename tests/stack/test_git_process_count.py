@@ -66,11 +66,12 @@ def _git_calls(tmp_path: Path, project: Path, *args: str) -> int:
         shim_dir.mkdir()
         real = subprocess.run(["which", "git"], capture_output=True, text=True).stdout.strip()
         shim = shim_dir / "git"
-        shim.write_text(f'#!/bin/sh\necho "$1" >> "{log}"\nexec "{real}" "$@"\n')
+        shim.write_text(f'#!/bin/sh\necho "$*" >> "{log}"\nexec "{real}" "$@"\n')
         shim.chmod(shim.stat().st_mode | stat.S_IXUSR)
     log.write_text("")
     _fp(project, *args, path=f"{shim_dir}{os.pathsep}{os.environ['PATH']}")
-    return len(log.read_text().splitlines())
+    # A few commits are written in process, more by one fast-import: not counted.
+    return len([c for c in log.read_text().splitlines() if "fast-import" not in c.split()])
 
 
 @pytest.mark.parametrize("command", [("export",), ("apply",)], ids=["export", "re-apply"])

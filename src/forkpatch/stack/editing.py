@@ -80,7 +80,7 @@ class EditLoop:
         new_head = result.head or head
         if new_head != head:
             self.writer.widen(wt, self.writer.touched(result))
-            self.writer.write(wt, "reset", "-q", "--hard", new_head)
+            self.writer.move(wt, new_head)
         saved = self.model.state
         if saved.merge_bases:
             done = {r.name for r in result.results if r.status not in ("conflict", "blocked")}
@@ -187,7 +187,7 @@ class EditLoop:
         if not force:
             self.sync.require_refreshed(wt, popped)
         target = applied[keep - 1].commit if keep else self.model.base_commit()
-        self.writer.write(wt, "reset", "-q", "--hard", target)
+        self.writer.move(wt, target)
         self.writer.write(wt, "clean", "-q", "-fd")
         self.writer.save(self.model.state.with_(editing=None))
         return [p.name for p in reversed(popped)]  # in the order they came off, top first
@@ -212,7 +212,7 @@ class EditLoop:
         if above:  # the top is edited where it is: nothing in the work tree moves
             self.model.guard_worktree(wt, f"going to '{name}'")
             self.sync.require_refreshed(wt, above)
-            self.writer.write(wt, "reset", "-q", "--hard", applied[idx].commit)
+            self.writer.move(wt, applied[idx].commit)
             state = self.model.state
             before = state.editing.above if state.editing is not None else ()
             editing = Editing(entry.name, tuple(a.name for a in above) + before)

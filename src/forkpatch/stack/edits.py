@@ -101,7 +101,7 @@ class SeriesEdits:
         if new_head is not None and wt is not None:
             # The files are written: the work tree follows (a kill before this point
             # leaves the stack as it was, and `forkpatch apply` rebuilds it from them).
-            self.writer.write(wt, "reset", "-q", "--hard", new_head)
+            self.writer.move(wt, new_head)
             self.sync.remember(wt, None, forget=[entry.name])
         else:
             self.sync.remember(wt, [], forget=[entry.name])

@@ -137,6 +137,19 @@ class StackModel:
             self._status[key] = (changes, ignored)
         return changes, ignored
 
+    def known_clean(self, wt: Git) -> bool:
+        """Whether this command has found the work tree as its HEAD (a ``git status``
+        asked since the last write found no change, or :meth:`committed` said so)."""
+        got = self._status.get(wt.work_tree) if wt.work_tree is not None else None
+        return got is not None and not got[0]
+
+    def committed(self, wt: Git, ignored: list[str]) -> None:
+        """The work tree was just committed whole (every change its status named, or
+        ``git add -A``): it is as its new HEAD, with the same ignored paths."""
+        self.forget()
+        if wt.work_tree is not None:
+            self._status[wt.work_tree] = ([], list(ignored))
+
     def _save_layout(self, layout: Layout) -> None:
         if layout != self.state.layout:
             self.project.write_state(self.state.with_(layout=layout))

@@ -171,7 +171,7 @@ class Refresh:
         written = set(self.project.commit(dict(plan.writes), plan.series))
         if plan.head is not None:
             self.writer.widen(wt, list(plan.touched))
-            self.writer.write(wt, "reset", "-q", "--hard", plan.head)
+            self.writer.move(wt, plan.head)
         final = plan.state
         if final is not None and plan.edit_done:
             final = final.with_(layout=self.model.state.layout, editing=None)  # as widened

@@ -32,7 +32,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from forkpatch import log
+from forkpatch import fsutil, log
+from forkpatch.engine import TreeFiles
 from forkpatch.errors import ForkRepoError, GitError
 from forkpatch.git import Git
 from forkpatch.stackstate import Layout
@@ -287,3 +288,116 @@ def settle(wt: Git, layout: Layout, source: str) -> tuple[Layout, list[Change], 
         f"their object id in {source} (a snapshot with placeholder blobs?): {shown}"
     )
     return new, [c for c in changes if c.path not in set(found)], ignored
+
+
+# --------------------------------------------------------------------------- moving
+
+#: Up to this many changed paths a clean work tree is moved in process (:func:`move`);
+#: more go to ``git reset --hard`` (its parallel checkout, its one pass over the tree).
+MOVE_IN_PROCESS_PATHS = 200
+
+
+def move(wt: Git, store: Git, target: str, layout: Layout) -> bool:
+    """Move a clean work tree and its index from HEAD to ``target``, as ``git reset
+    --hard`` would, in process: only the files that differ between the two commits are
+    written or removed, their index entries replaced in one ``git update-index``, and
+    HEAD's branch moved. False, before anything is written, where git must do it.
+
+    ``git reset --hard`` reads both trees whole and checks every file of the index
+    (0.04-0.05 s on the fork's 5,600 files) to write the few an edit moves. The caller
+    knows the tree is clean (its ``git status`` of this command found no change): the
+    files that stay are what both commits hold. Left to git: a sparse work tree the
+    paths are not all in, a submodule, a file where a directory must go (or the other
+    way round), an attributes file on a path's way (it may convert what is written;
+    forkpatch's git reads none outside the tree and the store), many paths. A written
+    file's index entry carries no file times: the next ``git status`` reads it once
+    (the few files it moved) and writes the times back."""
+    root = wt.work_tree
+    if root is None:
+        return False
+    objects = wt.objects
+    head = objects.rev_parse("HEAD")
+    if head is None:
+        return False
+    if head == target:
+        return True
+    changes = objects.raw_changes(head, target)
+    if len(changes) > MOVE_IN_PROCESS_PATHS or not _movable(
+        wt, store, root, changes, (head, target), layout
+    ):
+        return False
+    writes = [(c[1], c[3], c[4]) for c in changes if c[1] != "000000"]
+    with wt.reader() as reader:
+        reader.prefetch([oid for _m, oid, _p in writes])
+        blobs = {oid: reader.blob(oid) for _m, oid, _p in writes}
+    if any(data is None for data in blobs.values()):
+        return False  # an object the store lacks: git names it (objects_named)
+    for _om, new_mode, _oo, _no, path in changes:
+        if new_mode == "000000" and fsutil.remove_in_tree(root, path):
+            _prune_empty_dirs(root, path)
+    for mode, oid, path in writes:
+        data = blobs[oid]
+        assert data is not None
+        executable = mode == "100755"
+        link = mode == "120000"
+        fsutil.write_in_tree(root, path, data, mode=0o755 if executable else 0o644, symlink=link)
+    null = "0" * len(target)
+    records = [
+        (f"0 {null}" if new_mode == "000000" else f"{new_mode} {new_oid}").encode()
+        + b"\t"
+        + path.encode("utf-8", "surrogateescape")
+        + b"\0"
+        for _om, new_mode, _oo, new_oid, path in changes
+    ]
+    wt.run("update-index", "-z", "--index-info", input=b"".join(records))
+    wt.update_ref("HEAD", target, message="forkpatch")
+    return True
+
+
+def _movable(
+    wt: Git,
+    store: Git,
+    root: Path,
+    changes: Sequence[tuple[str, str, str, str, str]],
+    commits: tuple[str, str],
+    layout: Layout,
+) -> bool:
+    """Whether :func:`move` may write ``changes`` itself (see there)."""
+    paths = [c[4] for c in changes]
+    if layout.restricted and (not layout.covers(paths) or set(paths) & set(layout.excluded)):
+        return False
+    if any("160000" in (c[0], c[1]) for c in changes):
+        return False
+    if (store.git_dir / "info" / "attributes").exists():
+        return False
+    trees = [TreeFiles(wt, commit) for commit in commits]
+    for path in paths:
+        parts = path.split("/")
+        for i in range(len(parts)):
+            attributes = "/".join([*parts[:i], ".gitattributes"])
+            on_disk = os.path.lexists(fs_path(root, attributes))
+            if on_disk or any(t.get(attributes) is not None for t in trees):
+                return False
+    for _om, new_mode, _oo, _no, path in changes:
+        if new_mode == "000000":
+            continue
+        here = fs_path(root, path)
+        if here.is_dir() and not here.is_symlink():
+            return False  # a directory where the file goes
+        parent = here.parent
+        while parent != root:
+            if os.path.lexists(parent) and (parent.is_symlink() or not parent.is_dir()):
+                return False  # a file or a link where a directory goes
+            parent = parent.parent
+    return True
+
+
+def _prune_empty_dirs(root: Path, path: str) -> None:
+    """Remove the directories of ``path`` left empty by its removal (as git does)."""
+    parts = path.split("/")[:-1]
+    while parts:
+        try:
+            os.rmdir(fs_path(root, "/".join(parts)))
+        except OSError:
+            return
+        parts.pop()

@@ -42,6 +42,18 @@ class StackWriter:
         with worktree.objects_named():
             wt.run(*args)
 
+    def move(self, wt: Git, target: str) -> None:
+        """``git reset --hard target`` of the work tree: in process where this command
+        found the tree clean and git is not needed for the paths
+        (:func:`forkpatch.stack.worktree.move`), else git's own."""
+        clean = self.model.known_clean(wt)
+        layout = self.model.layout()
+        self.model.forget()
+        with worktree.objects_named():
+            if clean and worktree.move(wt, self.store, target, layout):
+                return
+            wt.run("reset", "-q", "--hard", target)
+
     def widen(self, wt: Git, paths: list[str] | None = None) -> None:
         """A sparse work tree grows to every directory the applied patches (and
         ``paths``) touch, so that what is in a patch can always be seen and edited."""
@@ -193,7 +205,7 @@ class StackWriter:
             head = result.head or base
             touched = self.touched(result)
         self.widen(wt, touched)
-        self.write(wt, "reset", "-q", "--hard", head)
+        self.move(wt, head)
         self.settle_editing(wt, renames)
         return order[:count]
 
@@ -209,6 +221,7 @@ class StackWriter:
         """Commit the work tree; ``written``: the files forkpatch wrote there itself,
         staged whatever the ignore rules say; ``changed``: the work tree's changes as
         `git status` named them, staged alone (no second walk of the whole tree)."""
+        ignored = self.model.ignored(wt) if changed is not None else []
         if changed is None:
             self.write(wt, "add", "-A")
         else:
@@ -223,7 +236,10 @@ class StackWriter:
             tree, [parent], message, date=commit_date(self.store, self.model.base_commit())
         )
         wt.update_ref("HEAD", commit, message="forkpatch refresh")
-        self.model.forget()  # status is against HEAD, which moved
+        # Status is against HEAD, which moved: the tree is as HEAD now, all of it staged
+        # (``written`` too: those files were forkpatch's, taken whatever ignores them).
+        ignored = [p for p in ignored if p not in set(written)]
+        self.model.committed(wt, ignored)
         return commit
 
     def put_back(self, position: StackPosition) -> None:
