@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forkpatch import fsutil, log
-from forkpatch.engine import TreeFiles
 from forkpatch.errors import ForkRepoError, GitError
 from forkpatch.git import Git
 from forkpatch.stackstate import Layout
@@ -363,6 +362,8 @@ def _movable(
     layout: Layout,
 ) -> bool:
     """Whether :func:`move` may write ``changes`` itself (see there)."""
+    from forkpatch.engine import TreeFiles  # the commands that only read load no engine
+
     paths = [c[4] for c in changes]
     if layout.restricted and (not layout.covers(paths) or set(paths) & set(layout.excluded)):
         return False
