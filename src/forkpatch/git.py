@@ -679,13 +679,21 @@ class FastImport:
         return mark
 
     def finish(self) -> dict[str, str]:
-        """Run fast-import; return mark -> object id (commits and blobs)."""
+        """Write the queue; return mark -> object id (commits and blobs). The store's
+        small packs and loose objects are rolled up once they are many (a caller that
+        keeps its packs does that at its own end)."""
         if not self._mark:
             return {}
         if len(self._queued) <= IN_PROCESS_COMMITS:
             ids = self._finish_in_process()
+        else:
+            ids = self._run_fast_import()
+        if not self._keep_pack:
             self._git.repack_if_many()
-            return ids
+        return ids
+
+    def _run_fast_import(self) -> dict[str, str]:
+        """The queue written by one ``git fast-import``."""
         import tempfile  # only for fast-import: read-only commands load none
 
         with tempfile.TemporaryDirectory(prefix="forkpatch-fi-") as tmp:

@@ -113,6 +113,7 @@ class Objects:
         self._repo: pygit2.Repository | None = None
         self._opened: tuple[tuple[int, int, int], ...] = ()
         self._loose: Path | None = None  # where write_blob puts loose objects itself
+        self._loose_known = False  # _loose looked up (None then: libgit2 writes them)
 
     def _identity(self) -> tuple[tuple[int, int, int], ...]:
         """What, changed, makes an open repository stale: the directory itself (deleted
@@ -207,19 +208,10 @@ class Objects:
             _kind, data = self.repo.odb.read(tree)
         except (KeyError, ValueError, pg.GitError) as exc:
             raise _error(f"cannot read the tree {tree}", exc) from None
-        width = len(tree) // 2
-        out: dict[str, tuple[str, str]] = {}
-        i, end = 0, len(data)
-        while i < end:
-            space = data.index(b" ", i)
-            nul = data.index(b"\0", space)
-            name = data[space + 1 : nul].decode("utf-8", "surrogateescape")
-            out[name] = (
-                data[i:space].decode().rjust(6, "0"),
-                data[nul + 1 : nul + 1 + width].hex(),
-            )
-            i = nul + 1 + width
-        return out
+        return {
+            name.decode("utf-8", "surrogateescape"): (mode.decode().rjust(6, "0"), raw.hex())
+            for name, (mode, raw) in _parse_tree(data, len(tree) // 2).items()
+        }
 
     def ls_tree(self, rev: str) -> dict[str, tuple[str, str]]:
         """Every file of the tree of ``rev``: path -> (mode, oid) (``git ls-tree -r``)."""
@@ -374,16 +366,18 @@ class Objects:
         1, zlib's fastest): libgit2 compresses at zlib's default, twice the time on the
         fork's large files, for a private store that a repack compresses anyway."""
         try:
-            if self._loose is None:
+            if not self._loose_known:
                 self._loose = _loose_objects(self.git_dir, self.repo)
-            if self._loose is None:
+                self._loose_known = True
+            objects = self._loose
+            if objects is None:
                 return str(self.repo.create_blob(data))
             header = b"blob %d\0" % len(data)
             digest = hashlib.sha1(header, usedforsecurity=False)
             digest.update(data)
             oid = digest.hexdigest()
             if oid not in self.repo.odb:
-                _write_loose(self._loose, oid, header, data)
+                _write_loose(objects, oid, header, data)
             return oid
         except (_pygit2().GitError, OSError) as exc:
             raise _error("cannot write a blob", exc) from None
@@ -519,6 +513,19 @@ def _read_header(odb: Any, oid: str) -> tuple[str, int]:
     return _TYPE_NAMES[kind], len(data)
 
 
+def _parse_tree(data: bytes, width: int) -> dict[bytes, tuple[bytes, bytes]]:
+    """A raw tree object's entries (``<mode> <name>\\0<id>`` each, ids ``width``
+    bytes): name -> (mode as git writes it, ``40000`` for a subtree; raw id)."""
+    entries: dict[bytes, tuple[bytes, bytes]] = {}
+    i, end = 0, len(data)
+    while i < end:
+        space = data.index(b" ", i)
+        nul = data.index(b"\0", space)
+        entries[data[space + 1 : nul]] = (data[i:space], data[nul + 1 : nul + 1 + width])
+        i = nul + 1 + width
+    return entries
+
+
 def _edit_tree(
     repo: Any,
     pg: Any,
@@ -533,16 +540,7 @@ def _edit_tree(
     git's order): names stay git's bytes whatever the locale's encoding, where
     pygit2's tree builder encodes them with the file system's."""
     odb = repo.odb
-    entries: dict[bytes, tuple[bytes, bytes]] = {}  # name -> (mode as git writes it, raw id)
-    if tree_id:
-        _kind, data = odb.read(tree_id)
-        width = len(tree_id) // 2
-        i, end = 0, len(data)
-        while i < end:
-            space = data.index(b" ", i)
-            nul = data.index(b"\0", space)
-            entries[data[space + 1 : nul]] = (data[i:space], data[nul + 1 : nul + 1 + width])
-            i = nul + 1 + width
+    entries = _parse_tree(odb.read(tree_id)[1], len(tree_id) // 2) if tree_id else {}
     direct: dict[bytes, tuple[str, str] | None] = {}
     below: dict[bytes, dict[str, tuple[str, str] | None]] = {}
     for path, value in changes.items():

@@ -144,8 +144,8 @@ class StackModel:
         return got is not None and not got[0]
 
     def committed(self, wt: Git, ignored: list[str]) -> None:
-        """The work tree was just committed whole (every change its status named, or
-        ``git add -A``): it is as its new HEAD, with the same ignored paths."""
+        """The work tree was just committed whole (every change its status named): it
+        is as its new HEAD, with these ignored paths."""
         self.forget()
         if wt.work_tree is not None:
             self._status[wt.work_tree] = ([], list(ignored))

@@ -221,7 +221,8 @@ class StackWriter:
         """Commit the work tree; ``written``: the files forkpatch wrote there itself,
         staged whatever the ignore rules say; ``changed``: the work tree's changes as
         `git status` named them, staged alone (no second walk of the whole tree)."""
-        ignored = self.model.ignored(wt) if changed is not None else []
+        written = list(written)
+        ignored = self.model.ignored(wt) if changed is not None else None
         if changed is None:
             self.write(wt, "add", "-A")
         else:
@@ -236,10 +237,13 @@ class StackWriter:
             tree, [parent], message, date=commit_date(self.store, self.model.base_commit())
         )
         wt.update_ref("HEAD", commit, message="forkpatch refresh")
-        # Status is against HEAD, which moved: the tree is as HEAD now, all of it staged
-        # (``written`` too: those files were forkpatch's, taken whatever ignores them).
-        ignored = [p for p in ignored if p not in set(written)]
-        self.model.committed(wt, ignored)
+        if ignored is None:
+            self.model.forget()  # status is against HEAD, which moved
+        else:
+            # All that status named is staged, ``written`` too (forkpatch's own files,
+            # taken whatever ignores them): the tree is as its new HEAD.
+            taken = set(written)
+            self.model.committed(wt, [p for p in ignored if p not in taken])
         return commit
 
     def put_back(self, position: StackPosition) -> None:
