@@ -297,6 +297,19 @@ class Git:
         """The canonical diff between two trees (see DIFF_OPTIONS)."""
         return self.run("diff-tree", *DIFF_OPTIONS, old, new).stdout
 
+    def diff_and_stat(self, old: str, new: str) -> tuple[bytes, str]:
+        """:meth:`diff_trees` and the diffstat a patch file shows (``--stat=72
+        --summary``) of the same trees, from one ``git diff-tree``: git writes the stat
+        first and a blank line before the diff (a path in the stat is quoted where it
+        holds a newline, so the first blank line before ``diff --git`` is the cut)."""
+        out = self.run("diff-tree", *DIFF_OPTIONS, "--stat=72", "--summary", old, new).stdout
+        if not out:
+            return b"", ""
+        cut = out.find(b"\n\ndiff --git ")
+        if cut < 0:
+            raise GitError(f"git diff-tree {old} {new}: a diffstat without its diff")
+        return out[cut + 2 :], out[: cut + 1].decode("utf-8", "surrogateescape")
+
     def stage(self, paths: Iterable[str]) -> None:
         """Stage ``paths`` of the work tree as they are now (written, changed or gone),
         whatever the tree's ignore rules say: files forkpatch wrote itself are the

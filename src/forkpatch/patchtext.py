@@ -218,6 +218,11 @@ class PatchTexts:
             if key not in self._raw:
                 self._pending.append(key)
 
+    def know_stat(self, parent: str, commit: str, stat: str) -> None:
+        """The diffstat of ``parent``..``commit`` as :meth:`Git.diff_and_stat` gave it
+        with the diff (a render asks git for it no more)."""
+        self._stats[(parent, commit)] = stat
+
     def _batch(self, args: Sequence[str], keys: Sequence[tuple[str, str]]) -> list[bytes]:
         """``git diff-tree --stdin --always ARGS`` for ``keys``: each pair's output (its
         header line, the commit id, taken off), in order."""

@@ -15,9 +15,8 @@ from forkpatch.fsutil import (
     dump_state,
     load_state,
     project_lock,
-    remove_in_tree,
-    write_in_tree,
 )
+from forkpatch.intree import remove_in_tree, write_in_tree
 
 
 def test_atomic_write_creates_and_skips_equal(tmp_path):

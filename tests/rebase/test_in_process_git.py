@@ -217,6 +217,8 @@ def test_trees_names_objects_and_walks_are_gits(tmp_path):
     for a, b in (("v1.2.1", "v1.3.0"), ("v1.3.0", "main"), ("v1.2.2", "v1.2.1")):
         raw = git.run("diff", "--no-renames", "--name-only", "-z", a, b).stdout
         assert git.objects.changed_paths(a, b) == [p.decode() for p in raw.split(b"\0") if p]
+        raw = git.run("diff-tree", "-r", "-z", "--raw", "--full-index", "--no-renames", a, b)
+        assert git.objects.raw_changes(a, b) == _fields(raw.stdout), (a, b)
     entries = list(git.ls_tree("v1.3.0").items())[::97]
     with git.reader() as mine, CatFileReader(git) as theirs:
         for _path, (_mode, oid) in entries:
@@ -404,7 +406,8 @@ def _sides(fields):
 def test_raw_changes_are_git_diff_tree_raws(tmp_path):
     """Objects.raw_changes between two trees: the fields of `git diff-tree -r --raw
     --full-index --no-renames`, in its order (changed, added, deleted, a mode change, a
-    file become a link, nested directories, a directory become a file)."""
+    file become a link, nested directories, a directory become a file, names that
+    sort around a directory's), both ways."""
     repo = ScratchRepo(tmp_path / "r")
     repo.add_file("a.txt", "one\n")
     repo.add_file("gone.txt", "bye\n")
@@ -417,6 +420,9 @@ def test_raw_changes_are_git_diff_tree_raws(tmp_path):
     repo.remove_file("gone.txt")
     (repo.path / "run.sh").chmod(0o755)
     repo.add_file("d/e/g.txt", "new\n")
+    repo.add_file("d.e.txt", "sorts before d/ as git sorts it\n")
+    repo.add_file("d-f.txt", "and so does this\n")
+    repo.add_file("d0", "after d/\n")
     repo.remove_file("x/y.txt")
     if (repo.path / "x").is_dir():
         (repo.path / "x").rmdir()
@@ -428,6 +434,50 @@ def test_raw_changes_are_git_diff_tree_raws(tmp_path):
     raw = git.run("diff-tree", "-r", "-z", "--raw", "--full-index", "--no-renames", old, new)
     want = _fields(raw.stdout)
     got = git.objects.raw_changes(old, new)
+    assert got == want  # the same entries in the same order, a type change as one
     assert _sides(got) == _sides(want)
-    assert list(dict.fromkeys(f[4] for f in got)) == list(dict.fromkeys(f[4] for f in want))
     assert git.objects.raw_changes(new, new) == []
+    assert git.objects.changed_paths(old, new) == list(dict.fromkeys(f[4] for f in want))
+    back = git.run("diff-tree", "-r", "-z", "--raw", "--full-index", "--no-renames", new, old)
+    assert git.objects.raw_changes(new, old) == _fields(back.stdout)
+
+
+def _diff_and_stat_apart(git: Git, a: str, b: str) -> tuple[bytes, str]:
+    diff = git.diff_trees(a, b)
+    stat = git.run("diff-tree", "--stat=72", "--summary", "-M", "--no-color", a, b).stdout
+    return diff, stat.decode("utf-8", "surrogateescape")
+
+
+def test_one_diff_tree_gives_the_diff_and_its_stat(tmp_path):
+    """Git.diff_and_stat: the diff and the `--stat=72 --summary` of two separate calls,
+    from one (a rename, a mode change, a binary file, a creation, a deletion, a name with
+    a newline, a change of mode alone, no change)."""
+    repo = ScratchRepo(tmp_path / "r")
+    repo.add_file("moved/from.txt", "".join(f"line {i}\n" for i in range(40)))
+    repo.add_file("run.sh", "echo\n")
+    repo.add_file("only-mode.sh", "echo\n")
+    repo.add_file("gone.txt", "bye\n")
+    repo.add_file("blob.bin", b"\0\1\2" * 50)
+    old = repo.commit("old")
+    repo.remove_file("moved/from.txt")
+    repo.add_file("moved/to.txt", "".join(f"line {i}\n" for i in range(41)))
+    repo.add_file("run.sh", "echo two\n")
+    (repo.path / "run.sh").chmod(0o755)
+    (repo.path / "only-mode.sh").chmod(0o755)
+    repo.remove_file("gone.txt")
+    repo.add_file("blob.bin", b"\0\3\2" * 60)
+    repo.add_file("new\nline.txt", "odd name\n")
+    new = repo.commit("new")
+    git = Git(repo.path / ".git")
+    for a, b in ((old, new), (new, old), (new, new)):
+        assert git.diff_and_stat(a, b) == _diff_and_stat_apart(git, a, b), (a, b)
+    diff, stat = git.diff_and_stat(old, new)
+    assert "rename moved/{from.txt => to.txt}" in stat and "mode change" in stat
+    assert diff.startswith(b"diff --git ")
+
+
+@pytest.mark.real_fork
+def test_one_diff_tree_gives_the_diff_and_its_stat_on_the_fork():
+    git = _fork()
+    for a, b in (("v1.2.1", "v1.2.2"), ("main~3", "main")):
+        assert git.diff_and_stat(a, b) == _diff_and_stat_apart(git, a, b), (a, b)

@@ -20,6 +20,7 @@ import ast
 import atexit
 import contextlib
 import fcntl
+import gc
 import io
 import os
 import select
@@ -61,6 +62,7 @@ def main(directory: str, server_key: str) -> None:
     os.write(lock, b"%d\n" % os.getpid())  # for `forkpatch server`
     _import_ahead(Path(wire.package_dir()))
     watched = _module_files()
+    _freeze()
     os.chdir(directory)  # the socket by its name there (see wire.socket_name)
     path = wire.socket_name(server_key)
     with contextlib.suppress(FileNotFoundError):
@@ -96,6 +98,18 @@ def _import_ahead(package: Path) -> None:
     for name in sorted(names):
         with contextlib.suppress(Exception):
             __import__(name)
+
+
+def _freeze() -> None:
+    """Move every object the server holds out of the collector's reach.
+
+    A worker shares the server's memory until it writes a page. A full collection in
+    the worker walks every object the server imported, writing each one's header: it
+    copies nearly all of the server's pages (36 ms on 48 MB, more than the command it
+    runs). Frozen objects are never walked; the worker's own are collected as usual.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 def _module_files() -> dict[str, tuple[int, int, int]]:
@@ -280,6 +294,7 @@ class Server:
     def _start(self, conn: socket.socket, request: wire.Request, fds: list[int]) -> None:
         go_r, go_w = os.pipe2(os.O_CLOEXEC)
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDABLE)
+        _freeze()
         try:
             pid = os.fork()
             if pid == 0:

@@ -8,8 +8,8 @@ deleting it costs nearly as much. Between stops it is moved incrementally
 conflicting patch is brought in: the files that apply or merge, and the files
 whose 3-way merge conflicts, with their markers.
 
-Every write goes through :func:`forkpatch.fsutil.write_in_tree` /
-:func:`~forkpatch.fsutil.remove_in_tree`: no symbolic link is ever followed at
+Every write goes through :func:`forkpatch.intree.write_in_tree` /
+:func:`~forkpatch.intree.remove_in_tree`: no symbolic link is ever followed at
 any component, so a fork tag or an earlier patch that turns a patched path (or
 a directory above it) into a link pointing outside cannot make forkpatch write
 there. The work tree itself is used only when it is a real directory whose
@@ -26,8 +26,8 @@ from pathlib import Path
 
 from forkpatch.engine import CONFLICT_MARKER
 from forkpatch.errors import GitError, PathSafetyError, StateError
-from forkpatch.fsutil import remove_in_tree, write_in_tree
 from forkpatch.git import FileChange, Git
+from forkpatch.intree import remove_in_tree, write_in_tree
 from forkpatch.project import Project
 
 WORKTREE_DIR = "rebase-worktree"

@@ -29,7 +29,7 @@ import signal
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from forkpatch import log, settings
 from forkpatch.engine import TreeState, diffs_of_commits
@@ -48,6 +48,9 @@ from forkpatch.rebase.upstream import replacement
 from forkpatch.series import PATCHES_DIR, SERIES_FILE, Series, dump_series, parse_series
 from forkpatch.stackstate import StackPosition
 from forkpatch.trailer import commit_message
+
+if TYPE_CHECKING:
+    from forkpatch.stack import Stack
 
 REPORTS_DIR = "reports"
 CONTINUE = "`forkpatch rebase --continue`"
@@ -92,19 +95,19 @@ def rebase(project: Project, options: RebaseOptions) -> RebaseResult:
             pending_hint(project.root) or "a rebase is in progress",
             tip="`forkpatch rebase --continue` or `forkpatch rebase --abort`",
         )
-    stack = _stack_before(project)
+    stack, position = _stack_before(project)
     setup = check_target(project, options.onto)
     classifier = classifier_for(project, setup, options)
     walk = classifier.walk(0, setup.target.commit, write=True, forecast=True)
     plan = Plan(setup, tuple(walk.outcomes), walk.head)
     # With a stop to come, the merge bases computed so far go into the store as blobs.
     memo = classifier.memo(images=walk.conflict is not None)
-    state = journal.start(RebaseState.of(plan, options, memo, stack))
+    state = journal.start(RebaseState.of(plan, options, memo, position))
     project.fork().store.update_ref(HEAD_REF, state.plan.head)
     _pause("journal")
     if state.phase == "conflict":
         _stop(project, journal, _Stop(state, classifier, walk.stop))
-    return _finish(project, journal, state, options.report_dir)
+    return _finish(project, journal, state, options.report_dir, stack)
 
 
 @dataclass(frozen=True)
@@ -168,8 +171,8 @@ def continue_(project: Project, report_dir: Path | None = None) -> RebaseResult:
     journal = Journal(project)
     state = journal.load()
     if state.phase == "writing":
-        _guard_stack(project, state, CONTINUE)
-        return _finish(project, journal, state, report_dir)
+        stack = _guard_stack(project, state, CONTINUE)
+        return _finish(project, journal, state, report_dir, stack)
     tree = ConflictTree(project)
     if not tree.exists() or not journal.holds_stop(state):
         # Killed before the conflict work tree was written: write it now.
@@ -276,16 +279,17 @@ def _go_on(
         plan=replace(state.plan, outcomes=outcomes, head=walk.head),
         memo=replace(state.memo, references=step.classifier.references.known()),
     )
+    stack = None
     if state.phase == "writing":
         # This step ends the rebase, which moves the editing stack: refused here, before
         # anything but objects is written, when the editing work tree holds edits. A step
         # that stops again leaves the stack alone and need not look at it.
-        _guard_stack(project, step.state, step.doing)
+        stack = _guard_stack(project, step.state, step.doing)
     journal.save(state)
     project.fork().store.update_ref(HEAD_REF, state.plan.head)
     if state.phase == "conflict":
         _stop(project, journal, _Stop(state, step.classifier, walk.stop, step.recorded))
-    return _finish(project, journal, state, report_dir)
+    return _finish(project, journal, state, report_dir, stack)
 
 
 def abort(project: Project) -> list[str]:
@@ -313,9 +317,15 @@ def _new_series(journal: Journal, state: RebaseState) -> Series:
 
 
 def _finish(
-    project: Project, journal: Journal, state: RebaseState, report_dir: Path | None
+    project: Project,
+    journal: Journal,
+    state: RebaseState,
+    report_dir: Path | None,
+    stack: Stack | None = None,
 ) -> RebaseResult:
-    """Write the result (idempotent: an interrupted finish is simply run again)."""
+    """Write the result (idempotent: an interrupted finish is simply run again).
+    ``stack``: the editing stack as this command's guard read it (its ``git status``
+    says the work tree is clean, so the move to the new base writes only what differs)."""
     assert state.phase == "writing", "finished only once every patch has its outcome"
     store = project.fork().store
     series = journal.original_series()
@@ -380,7 +390,7 @@ def _finish(
         made = {
             o.name: o.commit for o in plan.outcomes if o.commit and o.status not in DROPPED_STATUSES
         }
-        Stack(project).rebuild_on(plan.onto_commit, state.stack.applied, made)
+        (stack or Stack(project)).rebuild_on(plan.onto_commit, state.stack.applied, made)
     store.delete_ref(HEAD_REF)
     store.repack_if_many()  # each stop's commits came as one small pack
     journal.clear()
@@ -392,28 +402,32 @@ def _finish(
 # --------------------------------------------------------------------------- the stack
 
 
-def _stack_before(project: Project) -> StackPosition | None:
-    """The editable stack's position, checked to hold no unsaved work."""
+def _stack_before(project: Project) -> tuple[Stack, StackPosition | None]:
+    """The editable stack, and its position checked to hold no unsaved work."""
     from forkpatch.stack import Stack
 
-    return Stack(project).position("rebase", "rebasing")
+    stack = Stack(project)
+    return stack, stack.position("rebase", "rebasing")
 
 
 def _guard_stack(
     project: Project, state: RebaseState, doing: str, *, only_if_moved: bool = False
-) -> None:
+) -> Stack | None:
     """Before a rebase step that moves the editing stack changes anything: refuse when
     the editing work tree holds edits that are in no object (see Stack.guard_worktree).
-    ``only_if_moved``: only when the stack is no longer where the rebase found it."""
+    ``only_if_moved``: only when the stack is no longer where the rebase found it.
+    Returns the stack as the guard read it (None: the rebase holds none)."""
     from forkpatch.stack import Stack
 
     if state.stack is None:
-        return
-    Stack(project).guard_move(
+        return None
+    stack = Stack(project)
+    stack.guard_move(
         doing,
         conflict_tree=ConflictTree(project).path,
         unless_at=state.stack.head if only_if_moved else None,
     )
+    return stack
 
 
 def _move_stack(project: Project, position: StackPosition) -> None:

@@ -16,8 +16,8 @@ from pathlib import Path
 from forkpatch import log
 from forkpatch.engine import Item, SeriesApplier, TreeState
 from forkpatch.errors import ConflictError, PatchApplyError, StateError, UsageError
-from forkpatch.fsutil import remove_in_tree, write_in_tree
 from forkpatch.git import Git
+from forkpatch.intree import remove_in_tree, write_in_tree
 from forkpatch.results import PatchResult
 from forkpatch.stack.model import StackModel
 from forkpatch.stack.sync import Sync
@@ -187,8 +187,12 @@ class EditLoop:
         if not force:
             self.sync.require_refreshed(wt, popped)
         target = applied[keep - 1].commit if keep else self.model.base_commit()
+        # A tree this command found clean holds no untracked file for `git clean` to
+        # take (the move itself removes what it empties); one popped with --force may.
+        clean = self.model.known_clean(wt)
         self.writer.move(wt, target)
-        self.writer.write(wt, "clean", "-q", "-fd")
+        if not clean:
+            self.writer.write(wt, "clean", "-q", "-fd")
         self.writer.save(self.model.state.with_(editing=None))
         return [p.name for p in reversed(popped)]  # in the order they came off, top first
 

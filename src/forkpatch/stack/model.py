@@ -137,6 +137,12 @@ class StackModel:
             self._status[key] = (changes, ignored)
         return changes, ignored
 
+    def known_changes(self, wt: Git) -> list[worktree.Change] | None:
+        """This command's ``git status`` of the work tree, when it was asked since the
+        last write (None: it was not; nothing is asked here)."""
+        got = self._status.get(wt.work_tree) if wt.work_tree is not None else None
+        return None if got is None else list(got[0])
+
     def known_clean(self, wt: Git) -> bool:
         """Whether this command has found the work tree as its HEAD (a ``git status``
         asked since the last write found no change, or :meth:`committed` said so)."""

@@ -63,6 +63,7 @@ class _Top:
     commit: str  # its new commit
     parent: str
     raw_diff: bytes
+    diffstat: str  # git's, of the same diff
     summary: str
     header: str
 
@@ -104,6 +105,7 @@ class Refresh:
         state = self.model.state
         above = list(state.above(top.entry.name))
         texts = PatchTexts(self.store)
+        texts.know_stat(top.parent, top.commit, top.diffstat)
         old_bytes = self.project.patch_bytes(top.entry)
         data = texts.render(
             old_bytes,
@@ -211,13 +213,13 @@ class Refresh:
         new = self.writer.commit_worktree(wt, parent=parent, message=message, changed=changed)
         self._say_ignored(wt, top.name, ignored)
         _name, summary, header = parse_commit_message(message)
-        raw = wt.diff_trees(parent, new)
+        raw, stat = wt.diff_and_stat(parent, new)
         if not force and DIFF_CONFLICT_MARKER.search(canonical_diff(raw)):
             raise ConflictError(
                 f"patch '{top.name}' still contains conflict markers",
                 tip="resolve them, or pass --force to keep them",
             )
-        return _Top(top, entry, new, parent, raw, summary, header)
+        return _Top(top, entry, new, parent, raw, stat, summary, header)
 
     def _reapply(self, top: _Top, above: list[str], bases: Mapping[str, Images]) -> SeriesResult:
         """The patches ``edit`` popped, applied in memory on the top's new commit

@@ -223,16 +223,24 @@ class StackWriter:
         `git status` named them, staged alone (no second walk of the whole tree)."""
         written = list(written)
         ignored = self.model.ignored(wt) if changed is not None else None
+        tree = None
         if changed is None:
             self.write(wt, "add", "-A")
         else:
             # What status names is tracked, or new and not ignored: staged whatever the
             # ignore rules say (a tracked file in an ignored directory is still the patch's).
+            changed = list(changed)
+            status = self.model.known_changes(wt)
+            layout = self.model.layout()
             self.model.forget()
-            wt.stage(changed)
-        wt.stage(written)
-        self.model.forget()
-        tree = wt.write_tree()
+            if status is not None:
+                tree = worktree.stage(wt, self.store, [*changed, *written], status, layout)
+            if tree is None:
+                wt.stage(changed)
+        if tree is None:
+            wt.stage(written)
+            self.model.forget()
+            tree = wt.write_tree()
         commit = wt.commit_tree(
             tree, [parent], message, date=commit_date(self.store, self.model.base_commit())
         )
