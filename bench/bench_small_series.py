@@ -45,6 +45,7 @@ import os
 import shutil
 import statistics
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -442,6 +443,16 @@ def clone_at(fork: Path, rev: str, env: dict[str, str]) -> Callable[[Path], None
     return setup
 
 
+def settle_index(tree: Path, env: dict[str, str]) -> None:
+    """The editing work tree as a user's is when a rebase starts, long after the
+    checkout that wrote it: a file written in the same second as the index is "racily
+    clean" to git, whose next status reads it whole (all 5,800 files of the fork, right
+    after an apply). A second later one status (untimed) checks them and writes the
+    index back, as the user's own first status after the apply did."""
+    time.sleep(1.05)
+    run(["git", "status", "--porcelain"], cwd=tree, env=env)
+
+
 def generated_tools(
     data: Data, onto: str, work: Path, env: dict[str, str], suffix: str = ""
 ) -> list[Tool]:
@@ -464,6 +475,7 @@ def generated_tools(
         run([*fp, "-q", "apply"], cwd=dest, env=env)
         run([*fp, "-q", "rebase", "--onto", STOPS_TAG], cwd=dest, env=env, check=False)
         run([*fp, "-q", "rebase", "--abort"], cwd=dest, env=env)
+        settle_index(dest / ".forkpatch" / "worktree", env)
 
     return [
         GitRebase(work, env, clone_at(data.fork, "origin/series", env), onto, BASE),
@@ -505,6 +517,7 @@ def real_tools(fork: str, work: Path, env: dict[str, str], suffix: str = "") -> 
     def warm(dest: Path) -> None:
         own_series_project(dest)
         run([*fp, "-q", "apply"], cwd=dest, env=env)
+        settle_index(dest / ".forkpatch" / "worktree", env)
 
     tools: list[Tool] = [
         GitRebase(work, env, series_checkout, onto, base),

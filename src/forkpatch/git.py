@@ -165,6 +165,19 @@ def git_env(extra: Mapping[str, str] | None = None, *, user_config: bool = False
     return env
 
 
+def split_diff_and_stat(out: bytes, what: str) -> tuple[bytes, str]:
+    """(diff, diffstat) of ``git diff-tree -p --stat --summary`` output for one pair of
+    trees (``what``, for the error): git writes the stat first and a blank line before
+    the diff (a path in the stat is quoted where it holds a newline, so the first blank
+    line before ``diff --git`` is the cut)."""
+    if not out:
+        return b"", ""
+    cut = out.find(b"\n\ndiff --git ")
+    if cut < 0:
+        raise GitError(f"git diff-tree {what}: a diffstat without its diff")
+    return out[cut + 2 :], out[: cut + 1].decode("utf-8", "surrogateescape")
+
+
 @dataclass
 class Git:
     """Runs git against one repository (``git_dir``), optionally with a work tree."""
@@ -299,16 +312,10 @@ class Git:
 
     def diff_and_stat(self, old: str, new: str) -> tuple[bytes, str]:
         """:meth:`diff_trees` and the diffstat a patch file shows (``--stat=72
-        --summary``) of the same trees, from one ``git diff-tree``: git writes the stat
-        first and a blank line before the diff (a path in the stat is quoted where it
-        holds a newline, so the first blank line before ``diff --git`` is the cut)."""
+        --summary``) of the same trees, from one ``git diff-tree``
+        (:func:`split_diff_and_stat`)."""
         out = self.run("diff-tree", *DIFF_OPTIONS, "--stat=72", "--summary", old, new).stdout
-        if not out:
-            return b"", ""
-        cut = out.find(b"\n\ndiff --git ")
-        if cut < 0:
-            raise GitError(f"git diff-tree {old} {new}: a diffstat without its diff")
-        return out[cut + 2 :], out[: cut + 1].decode("utf-8", "surrogateescape")
+        return split_diff_and_stat(out, f"{old} {new}")
 
     def stage(self, paths: Iterable[str]) -> None:
         """Stage ``paths`` of the work tree as they are now (written, changed or gone),

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from forkpatch import log, settings
-from forkpatch.engine import TreeState, diffs_of_commits
+from forkpatch.engine import TreeState, diffs_and_stats_of_commits
 from forkpatch.errors import ConflictError, StateError, UsageError
 from forkpatch.git import FileChange
 from forkpatch.kinds import DROPPED_STATUSES
@@ -329,14 +329,15 @@ def _finish(
     assert state.phase == "writing", "finished only once every patch has its outcome"
     store = project.fork().store
     series = journal.original_series()
-    diffs = diffs_of_commits(
+    diffs = diffs_and_stats_of_commits(
         store, [o.commit for o in state.plan.outcomes if o.refresh and o.commit]
     )
     old_texts: dict[str, bytes] = {}
     new_texts: dict[str, bytes] = {}
     writes: dict[str, bytes | None] = {}
     with PatchTexts(store) as texts:  # one object reader for every rewritten file
-        texts.prefetch((None, o.commit) for o in state.plan.outcomes if o.refresh and o.commit)
+        for commit, (_diff, stat) in diffs.items():
+            texts.know_stat(f"{commit}^", commit, stat)
         for i, o in enumerate(state.plan.outcomes):
             file = series.patches[i].file
             if file is None:
@@ -348,7 +349,7 @@ def _finish(
                 # The file keeps its own form (mail headers, notes, quilt style); a
                 # diffstat is regenerated: see forkpatch.patchtext.
                 new = texts.render(
-                    lf_form(old), commit=o.commit, raw_diff=diffs[o.commit], source=rel
+                    lf_form(old), commit=o.commit, raw_diff=diffs[o.commit][0], source=rel
                 )
                 new_texts[o.name] = new.data
                 writes[rel] = in_line_endings_of(new.data, old)
