@@ -301,6 +301,7 @@ class Tool:
 
     def go(self, resolutions: dict[str, bytes | None]) -> Run:
         self.prepare()
+        os.sync()  # what the setup wrote is on disk before the clock starts, for every tool
         result = Run()
         t = self.start()
         result.steps.append(("start", t))

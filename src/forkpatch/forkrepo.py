@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -456,15 +457,14 @@ class ForkRepo:
         store's tag kept equal to the fork's: one git process when all is well (for
         `apply` this is most of the command), the precise error otherwise."""
         # Every argument starts with refs/ or is 40 hex digits: none is an option.
-        proc = self._source_git.run(
-            "rev-parse",
-            f"refs/tags/{tag}",
-            f"refs/tags/{tag}^{{commit}}",
-            f"{recorded}^{{commit}}",
-            check=False,
-        )
-        out = proc.stdout.decode().split()
-        if proc.returncode != 0 or len(out) != 3:
+        names = (f"refs/tags/{tag}", f"refs/tags/{tag}^{{commit}}", f"{recorded}^{{commit}}")
+        if "pygit2" in sys.modules:  # libgit2 loaded already (a served command): no process
+            found = [self._source_git.objects.rev_parse(name) for name in names]
+            out = [oid for oid in found if oid is not None]
+        else:
+            proc = self._source_git.run("rev-parse", *names, check=False)
+            out = proc.stdout.decode().split() if proc.returncode == 0 else []
+        if len(out) != 3:
             # First: is this a clone of the right fork at all? A wrong repository
             # (another fork, FORKPATCH_FORK_REPO left over from other work) would
             # otherwise show up as a moved tag or as patches that do not apply.
