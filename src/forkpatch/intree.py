@@ -16,9 +16,13 @@ import errno
 import os
 import stat
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from forkpatch import fsutil
 from forkpatch.errors import PathSafetyError
+
+if TYPE_CHECKING:
+    import tarfile
 
 
 def _open_dir_chain(root: Path, rel: str, *, create: bool) -> tuple[int, bytes]:
@@ -111,11 +115,12 @@ def write_in_tree(
         os.close(fd)
 
 
-def read_in_tree(root: Path, rel: str) -> tuple[int, bytes] | None:
+def read_in_tree(root: Path, rel: str, *, limit: int | None = None) -> tuple[int, bytes] | None:
     """``root/rel`` as git would stage it (``rel`` as git names it), never following a
     symbolic link on the way: (its ``st_mode``, its bytes: a file's content, a link's
     target, nothing for anything else), or None when it is not there. A directory on the
-    way that is a link or a file raises :class:`forkpatch.errors.PathSafetyError`."""
+    way that is a link or a file raises :class:`forkpatch.errors.PathSafetyError`; a file
+    over ``limit`` bytes raises ValueError (nothing of it is read)."""
     try:
         fd, name = _open_dir_chain(root, rel, create=False)
     except FileNotFoundError:
@@ -131,7 +136,10 @@ def read_in_tree(root: Path, rel: str) -> tuple[int, bytes] | None:
             return st.st_mode, b""
         rfd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=fd)
         try:
-            mode = os.fstat(rfd).st_mode
+            st = os.fstat(rfd)
+            if limit is not None and st.st_size > limit:
+                raise ValueError(f"{root / rel} is over {limit} bytes")
+            mode = st.st_mode
             chunks = []
             while chunk := os.read(rfd, 1 << 20):
                 chunks.append(chunk)
@@ -156,3 +164,40 @@ def remove_in_tree(root: Path, rel: str) -> bool:
     finally:
         os.close(fd)
     return True
+
+
+def extract_tar(tf: tarfile.TarFile, dest: Path, *, data_filter: bool | None = None) -> None:
+    """Unpack ``tf`` into ``dest`` as tarfile's ``data`` filter does: files, folders and
+    links that stay inside ``dest`` (an absolute name is taken as relative to it); a
+    ``..``, a link out of ``dest``, a device or a pipe refused (ValueError, naming the
+    member); no set-user-id or world-writable mode kept. The filter where this Python's tarfile has it (3.10.12,
+    3.11.4 and later); the same checks here on the earlier patch releases (Debian 12's
+    3.11.2). ``data_filter``: which of the two (tests)."""
+    import tarfile
+
+    if data_filter is None:
+        data_filter = hasattr(tarfile, "data_filter")
+    if data_filter:
+        tf.extractall(dest, filter="data")  # type: ignore[call-arg,unused-ignore]
+        return
+    root = os.path.realpath(dest)
+    members = []
+    for m in tf.getmembers():
+        m.name = m.name.lstrip("/")  # as the filter does: an absolute name lands inside
+        name = m.name.rstrip("/")
+        if not name or ".." in name.split("/"):
+            raise ValueError(f"the archive's member {m.name!r} is outside the tree")
+        if m.issym() or m.islnk():
+            base = os.path.dirname(name) if m.issym() else ""
+            target = os.path.normpath(os.path.join(root, base, m.linkname))
+            if m.linkname.startswith("/") or os.path.commonpath([root, target]) != root:
+                raise ValueError(f"the archive's link {m.name!r} points outside the tree")
+        elif not (m.isfile() or m.isdir()):
+            raise ValueError(f"the archive's member {m.name!r} is not a file or a folder")
+        m.mode &= 0o755 if m.isdir() or m.mode & 0o100 else 0o644
+        if m.isfile():
+            m.mode |= 0o600
+        m.uid = m.gid = 0
+        m.uname = m.gname = ""
+        members.append(m)
+    tf.extractall(dest, members=members)

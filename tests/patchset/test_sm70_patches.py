@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from forkpatch.intree import extract_tar
 from support import REPO_ROOT, realfork
 
 FORK_REPO = realfork.FORK
@@ -59,7 +60,7 @@ def _export_patched(tag: str, dest: Path) -> Path:
     ).stdout
     dest.mkdir(parents=True)
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(dest, filter="data")
+        extract_tar(tar, dest)
     # A repository of its own, so that `git apply` resolves paths against dest.
     subprocess.run(["git", "init", "-q", str(dest)], check=True)
     for name in SM70_PATCHES:

@@ -3,7 +3,8 @@ index ``git add -A -f -- PATHS`` and ``git write-tree`` give, on a twin work tre
 the same edits: files changed, gone, new in new directories, an exec bit set and
 dropped, a link made, a file become a link, a non-ASCII name, an ignored file named.
 Where git must do it (something staged already, an attributes file, a directory, a
-repository inside, a file mode git does not trust, a sparse tree), nothing is staged."""
+repository inside, a file mode git does not trust, a sparse tree, a large file),
+nothing is staged."""
 
 from __future__ import annotations
 
@@ -104,6 +105,7 @@ def _nothing_staged(wt: Git, store: Git, paths: list[str], layout: Layout) -> No
         "file modes not trusted",
         "sparse",
         "a link on the way",
+        "a large file",
     ],
 )
 def test_what_git_must_stage_is_left_to_git(tmp_path, case):
@@ -144,6 +146,9 @@ def test_what_git_must_stage_is_left_to_git(tmp_path, case):
         git(root, "config", "core.fileMode", "false")
     elif case == "sparse":
         layout = Layout(dirs=("x",))
+    elif case == "a large file":
+        with (root / "mod.py").open("wb") as fh:
+            fh.truncate(worktree.STAGE_IN_PROCESS_BYTES + 1)
     else:
         (root / "real").mkdir()
         (root / "real" / "f").write_text("f\n")

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from forkpatch.intree import extract_tar
 from support import REPO_ROOT
 
 FIXTURES = REPO_ROOT.parent / "shared" / "fixtures"
@@ -158,7 +159,7 @@ def export_tree(rev: str, dest: Path, *paths: str, repo: str | None = None) -> P
     ).stdout
     dest.mkdir(parents=True, exist_ok=True)
     with tarfile.open(fileobj=io.BytesIO(data)) as tf:
-        tf.extractall(dest, filter="data")
+        extract_tar(tf, dest)
     return dest
 
 

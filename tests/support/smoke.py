@@ -18,6 +18,7 @@ import tarfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from forkpatch.intree import extract_tar
 from support.projects import example_project
 from support.venvs import pip_wheel
 
@@ -43,7 +44,7 @@ def build_example(root: Path) -> ExampleBuild:
         stdout=subprocess.PIPE,
     ).stdout
     with tarfile.open(fileobj=io.BytesIO(archive)) as tf:
-        tf.extractall(src, filter="data")
+        extract_tar(tf, src)
     base_wheel = pip_wheel(src, root / "base")
     result = build_wheel(
         project, BuildOptions(mode="overlay", base_wheel=base_wheel, out_dir=root / "dist")

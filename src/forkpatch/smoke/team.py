@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from forkpatch import log, proc
+from forkpatch.intree import extract_tar
 from forkpatch.proc import Deadline, tail
 from forkpatch.sections import TeamCheck
 from forkpatch.smoke import incheck
@@ -51,7 +52,7 @@ def fork_tests(project: Project | None, workdir: Path) -> Path:
     data = store.run("archive", "--format=tar", base.commit, FORK_TESTS).stdout
     dest.mkdir()
     with tarfile.open(fileobj=io.BytesIO(data)) as tf:
-        tf.extractall(dest, filter="data")
+        extract_tar(tf, dest)
     return dest
 
 

@@ -414,6 +414,9 @@ def _attributes_on_the_way(
 
 # --------------------------------------------------------------------------- staging
 
+#: A file larger than this is staged by git (which streams it), not read whole here.
+STAGE_IN_PROCESS_BYTES = 32 << 20
+
 #: The states of a path (``git status`` XY) :func:`stage` takes itself: changed,
 #: gone, of another type, new, or new and ignored, in the work tree alone (the index
 #: is HEAD's).
@@ -436,7 +439,8 @@ def stage(
     tree, a work tree whose file modes or links git does not trust
     (``core.fileMode``, ``core.symlinks``), an attributes file on a path's way (a filter
     or line endings may convert what is staged), a submodule, a directory, a file where
-    a directory is or the other way round, anything but a file or a link."""
+    a directory is or the other way round, anything but a file or a link, a file over
+    :data:`STAGE_IN_PROCESS_BYTES`."""
     from forkpatch import intree
     from forkpatch.engine import TreeFiles  # the commands that only read load no engine
 
@@ -469,9 +473,9 @@ def stage(
         if tree.listing(path) is not None or (tree.get(path) or ("",))[0] == "160000":
             return None  # a directory of HEAD, or a submodule
         try:
-            found[path] = intree.read_in_tree(root, path)
+            found[path] = intree.read_in_tree(root, path, limit=STAGE_IN_PROCESS_BYTES)
         except (OSError, ForkpatchError, ValueError):
-            return None  # a link or a file on the way: git's message
+            return None  # a link or a file on the way (git's message), a large file
     edits: dict[str, tuple[str, str] | None] = {}
     for path, got in found.items():
         if got is None:

@@ -35,6 +35,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from forkpatch import log
 from forkpatch import proc as runner
 from forkpatch.errors import BuildError, ToolMissing
+from forkpatch.intree import extract_tar
 from forkpatch.project import Project
 from forkpatch.series import BaseRef
 
@@ -183,10 +184,7 @@ def export_tree(project: Project, commit: str, dest: Path) -> None:
         )
     dest.mkdir(parents=True)
     with tarfile.open(fileobj=io.BytesIO(proc.stdout)) as tf:
-        if hasattr(tarfile, "data_filter"):
-            tf.extractall(dest, filter="data")
-        else:  # pragma: no cover - Pythons before the tarfile filters
-            tf.extractall(dest)
+        extract_tar(tf, dest)
     if not (dest / "setup.py").is_file() and not (dest / "pyproject.toml").is_file():
         raise BuildError(
             f"the fork's tree at {commit[:12]} has no setup.py or pyproject.toml: "
