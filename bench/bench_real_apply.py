@@ -43,6 +43,7 @@ from common import (
     print_machine,
     repeat,
     rmtree,
+    run,
     table,
     timed,
 )
@@ -92,6 +93,23 @@ def borrowed_checkout(fork: Path, dest: Path, commit: str) -> Path:
         shutil.copy2(shallow, git_dir / "shallow")
     _git("checkout", "-q", "-f", "--detach", commit, cwd=dest)
     return dest
+
+
+def mark_placeholders(dest: Path, env: dict[str, str]) -> None:
+    """The fixture's placeholder blobs (fixtures/README.md) hash to other ids than the
+    tree names: git sees those files as changed whenever it re-reads them, and a rebase
+    or a move refuses. Marked unchanged, untimed, as a checkout of the real fork is."""
+    staged = run(["git", "ls-files", "-s", "-z", "--", "docs"], cwd=dest, env=env).stdout
+    entries = [e.decode().split("\t", 1) for e in staged.split(b"\0") if e]
+    names = "\n".join(path for _, path in entries).encode()
+    hashed = run(["git", "hash-object", "--stdin-paths"], cwd=dest, env=env, input=names)
+    paths = [
+        path
+        for (meta, path), oid in zip(entries, hashed.stdout.decode().split(), strict=True)
+        if meta.split()[1] != oid
+    ]
+    if paths:
+        run(["git", "update-index", "--assume-unchanged", "--", *paths], cwd=dest, env=env)
 
 
 def series_mbox(fork: str, work: Path) -> tuple[Path, str, str]:

@@ -52,7 +52,7 @@ from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_real_apply import FIXTURE, borrowed_checkout, series_mbox
+from bench_real_apply import FIXTURE, borrowed_checkout, mark_placeholders, series_mbox
 from bench_real_apply import fresh_project as own_series_project
 from bench_scale import _subcommands, git_shim
 from common import (
@@ -493,20 +493,7 @@ def real_tools(fork: str, work: Path, env: dict[str, str], suffix: str = "") -> 
 
     def checkout(dest: Path, rev: str) -> None:
         borrowed_checkout(Path(fork), dest, rev)
-        # The fixture's placeholder blobs (fixtures/README.md) hash to other ids than the
-        # tree names: git sees those files as changed whenever it re-reads them, and a
-        # rebase refuses. Marked unchanged, untimed, as a checkout of the real fork is.
-        staged = run(["git", "ls-files", "-s", "-z", "--", "docs"], cwd=dest, env=env).stdout
-        entries = [e.decode().split("\t", 1) for e in staged.split(b"\0") if e]
-        names = "\n".join(path for _, path in entries).encode()
-        hashed = run(["git", "hash-object", "--stdin-paths"], cwd=dest, env=env, input=names)
-        paths = [
-            path
-            for (meta, path), oid in zip(entries, hashed.stdout.decode().split(), strict=True)
-            if meta.split()[1] != oid
-        ]
-        if paths:
-            run(["git", "update-index", "--assume-unchanged", "--", *paths], cwd=dest, env=env)
+        mark_placeholders(dest, env)
 
     def series_checkout(dest: Path) -> None:
         checkout(dest, base)

@@ -297,8 +297,12 @@ def settle(wt: Git, layout: Layout, source: str) -> tuple[Layout, list[Change], 
 # --------------------------------------------------------------------------- moving
 
 #: Up to this many changed paths a clean work tree is moved in process (:func:`move`);
-#: more go to ``git reset --hard`` (its parallel checkout, its one pass over the tree).
-MOVE_IN_PROCESS_PATHS = 200
+#: more go to ``git reset --hard``. Measured on the fork's 5,800-file tree: 5 paths 18
+#: against 26 ms, 20 paths 25 against 31 ms, 50 paths 46 against 39 ms, 200 paths 153
+#: against 56 ms. Each file is written whole under a temporary name and renamed over the
+#: old one (never a half-written file), and on ext4 a rename over a file starts writing
+#: the new one out; git writes in place.
+MOVE_IN_PROCESS_PATHS = 24
 
 
 def move(wt: Git, store: Git, target: str, layout: Layout) -> bool:
