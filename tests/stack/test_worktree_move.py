@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,7 @@ import pytest
 from forkpatch.git import Git
 from forkpatch.stack import worktree
 from forkpatch.stackstate import Layout
-from support.git import ScratchRepo, git, git_env, tree_state
+from support.git import ScratchRepo, git, index_entries, tree_state, twin_worktree
 
 
 def _repo(tmp_path: Path) -> tuple[ScratchRepo, str, str]:
@@ -38,21 +37,11 @@ def _repo(tmp_path: Path) -> tuple[ScratchRepo, str, str]:
 
 
 def _worktree(repo: ScratchRepo, tmp_path: Path, name: str) -> Git:
-    path = tmp_path / name
-    git(repo.path, "worktree", "add", "-q", "-f", str(path), "stack")
-    git(repo.path, "branch", "-q", "-f", f"{name}-b", "stack")
-    git(path, "checkout", "-q", f"{name}-b")
-    return worktree.open_worktree(path)
+    return worktree.open_worktree(twin_worktree(repo, tmp_path, name))
 
 
 def _files(path: Path) -> dict[str, tuple[str, bytes]]:
     return {k: v for k, v in tree_state(path).items() if k != ".git"}
-
-
-def _index(path: Path) -> str:
-    return subprocess.run(
-        ["git", "ls-files", "-s"], cwd=path, env=git_env(), capture_output=True, check=True
-    ).stdout.decode()
 
 
 def test_a_move_in_process_is_git_reset_hard(tmp_path):
@@ -65,7 +54,7 @@ def test_a_move_in_process_is_git_reset_hard(tmp_path):
     assert _files(ours.work_tree) == _files(theirs.work_tree)
     assert not (ours.work_tree / "gone").exists()  # left empty: removed, as git does
     assert git(ours.work_tree, "status", "--porcelain", "--untracked-files=all") == ""
-    assert _index(ours.work_tree) == _index(theirs.work_tree)
+    assert index_entries(ours.work_tree) == index_entries(theirs.work_tree)
     assert git(ours.work_tree, "rev-parse", "HEAD") == new
     assert git(ours.work_tree, "symbolic-ref", "HEAD") == "refs/heads/ours-b"
     # And back again.

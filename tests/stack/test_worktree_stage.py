@@ -9,7 +9,6 @@ nothing is staged."""
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ import pytest
 from forkpatch.git import Git
 from forkpatch.stack import worktree
 from forkpatch.stackstate import Layout
-from support.git import ScratchRepo, git, git_env
+from support.git import ScratchRepo, git, index_entries, twin_worktree
 
 
 def _repo(tmp_path: Path) -> ScratchRepo:
@@ -36,11 +35,7 @@ def _repo(tmp_path: Path) -> ScratchRepo:
 
 
 def _worktree(repo: ScratchRepo, tmp_path: Path, name: str) -> Git:
-    path = tmp_path / name
-    git(repo.path, "worktree", "add", "-q", "-f", str(path), "stack")
-    git(repo.path, "branch", "-q", "-f", f"{name}-b", "stack")
-    git(path, "checkout", "-q", f"{name}-b")
-    return worktree.open_worktree(path)
+    return worktree.open_worktree(twin_worktree(repo, tmp_path, name))
 
 
 def _edit(root: Path) -> list[str]:
@@ -62,12 +57,6 @@ def _edit(root: Path) -> list[str]:
     return [c.path for c in worktree.status(worktree.open_worktree(root))] + ["wrote.log"]
 
 
-def _index(path: Path) -> str:
-    return subprocess.run(
-        ["git", "ls-files", "-s"], cwd=path, env=git_env(), capture_output=True, check=True
-    ).stdout.decode()
-
-
 def test_staging_in_process_is_git_add_and_write_tree(tmp_path):
     repo = _repo(tmp_path)
     store = Git(repo.path / ".git")
@@ -80,7 +69,7 @@ def test_staging_in_process_is_git_add_and_write_tree(tmp_path):
     git(theirs.work_tree, "add", "-A", "-f", "--", *paths)
     want = git(theirs.work_tree, "write-tree")
     assert tree == want
-    assert _index(ours.work_tree) == _index(theirs.work_tree)
+    assert index_entries(ours.work_tree) == index_entries(theirs.work_tree)
     assert git(ours.work_tree, "write-tree") == want  # the index is the tree
     assert git(ours.work_tree, "diff", "--name-only") == ""  # and the files are it
     assert git(repo.path, "fsck", "--no-dangling", "--connectivity-only") == ""
@@ -88,9 +77,9 @@ def test_staging_in_process_is_git_add_and_write_tree(tmp_path):
 
 def _nothing_staged(wt: Git, store: Git, paths: list[str], layout: Layout) -> None:
     assert wt.work_tree is not None
-    index = _index(wt.work_tree)
+    index = index_entries(wt.work_tree)
     assert worktree.stage(wt, store, paths, worktree.status(wt), layout) is None
-    assert _index(wt.work_tree) == index
+    assert index_entries(wt.work_tree) == index
 
 
 @pytest.mark.parametrize(

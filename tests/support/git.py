@@ -225,3 +225,20 @@ class GitCalls:
         calls = self.log.read_text().splitlines()
         self.log.write_text("")
         return calls
+
+
+def twin_worktree(repo: ScratchRepo, root: Path, name: str, branch: str = "stack") -> Path:
+    """A linked work tree of ``repo`` at ``root/name`` on a branch of its own made at
+    ``branch`` (two of them: one for forkpatch, its twin for git)."""
+    path = root / name
+    git(repo.path, "worktree", "add", "-q", "-f", str(path), branch)
+    git(repo.path, "branch", "-q", "-f", f"{name}-b", branch)
+    git(path, "checkout", "-q", f"{name}-b")
+    return path
+
+
+def index_entries(path: Path) -> str:
+    """``git ls-files -s`` of the work tree at ``path``: its index, to compare."""
+    return subprocess.run(
+        ["git", "ls-files", "-s"], cwd=path, env=git_env(), capture_output=True, check=True
+    ).stdout.decode()
