@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -33,7 +32,7 @@ from typing import Literal
 from forkpatch import log, settings
 from forkpatch.errors import ForkRepoError, GitError, UsageError
 from forkpatch.fsutil import atomic_write
-from forkpatch.git import Git, init_bare
+from forkpatch.git import Git, init_bare, libgit2_loaded
 from forkpatch.redact import hide_url_secrets
 
 ENV_FORK_REPO = "FORKPATCH_FORK_REPO"
@@ -458,7 +457,7 @@ class ForkRepo:
         `apply` this is most of the command), the precise error otherwise."""
         # Every argument starts with refs/ or is 40 hex digits: none is an option.
         names = (f"refs/tags/{tag}", f"refs/tags/{tag}^{{commit}}", f"{recorded}^{{commit}}")
-        if "pygit2" in sys.modules:  # libgit2 loaded already (a served command): no process
+        if libgit2_loaded():  # a served command: libgit2 answers, no process
             found = [self._source_git.objects.rev_parse(name) for name in names]
             out = [oid for oid in found if oid is not None]
         else:

@@ -314,10 +314,9 @@ class Objects:
         The trees are walked here, raw, into the subtrees whose ids differ only: an
         edit's few paths read a few tree objects, where libgit2's diff (0.01 s on the
         fork) sets up a file-by-file comparison of every entry it meets."""
-        width = len(self.tree_id(old)) // 2
-        null = "0" * (2 * width)
         out: list[tuple[str, str, str, str, str]] = []
         for path, before, after in self._tree_diff(old, new):
+            null = "0" * len((before or after or ("", ""))[1])  # the ids' width
             out.append(
                 (
                     before[0] if before else "000000",

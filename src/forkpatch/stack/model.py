@@ -146,8 +146,7 @@ class StackModel:
     def known_clean(self, wt: Git) -> bool:
         """Whether this command has found the work tree as its HEAD (a ``git status``
         asked since the last write found no change, or :meth:`committed` said so)."""
-        got = self._status.get(wt.work_tree) if wt.work_tree is not None else None
-        return got is not None and not got[0]
+        return self.known_changes(wt) == []
 
     def committed(self, wt: Git, ignored: list[str]) -> None:
         """The work tree was just committed whole (every change its status named): it

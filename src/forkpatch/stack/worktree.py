@@ -474,7 +474,8 @@ def stage(
         parts = path.split("/")
         if any(tree.get("/".join(parts[:i])) is not None for i in range(1, len(parts))):
             return None  # a file of HEAD where a directory goes
-        if tree.listing(path) is not None or (tree.get(path) or ("",))[0] == "160000":
+        entry = tree.get(path)
+        if tree.listing(path) is not None or (entry is not None and entry[0] == "160000"):
             return None  # a directory of HEAD, or a submodule
         try:
             found[path] = intree.read_in_tree(root, path, limit=STAGE_IN_PROCESS_BYTES)
