@@ -31,7 +31,8 @@ falls on every tool alike; figures are medians, with the load average beside the
 src | tar -x -C /tmp/old``, then ``--ab /tmp/old/src``), in the same interleaved rounds.
 ``--count-git`` adds one untimed round of forkpatch with a logging ``git`` first on
 PATH and prints the git processes of each call (``--profile DIR`` writes a cProfile
-of each call there).
+of each call there, its modules imported first as the command server has them:
+``profile_served.py``).
 
     python bench/bench_small_series.py [--rounds 5] [--scenarios stops,nostop,real]
         [--files 2000] [--patches 20] [--conflicts 6] [--count-git] [--json] [--quick]
@@ -676,8 +677,8 @@ class CountedForkpatch(Forkpatch):
         self.log.write_text("")
         if self.profile is not None:
             name = f"{self.dir.name}-{len(self.calls) + 1}.prof"
-            cprofile = [sys.executable, "-m", "cProfile", "-o", str(self.profile / name)]
-            argv = [*cprofile, "-m", "forkpatch", *argv[len(forkpatch_argv()) :]]
+            served = [sys.executable, str(Path(__file__).with_name("profile_served.py"))]
+            argv = [*served, str(self.profile / name), *argv[len(forkpatch_argv()) :]]
         got = super().t(argv, cwd)
         subs = _subcommands(self.log)
         self.calls.append(
@@ -693,7 +694,7 @@ class CountedForkpatch(Forkpatch):
         return got
 
     def stopped(self, t: Timing) -> bool:
-        # cProfile's runner exits 0 whatever forkpatch's status: a stop leaves the journal.
+        # A stop leaves the journal (whatever the profiled run's exit status).
         journal = self.dir / ".forkpatch" / "rebase" / "state.json"
         return super().stopped(t) or (self.profile is not None and journal.is_file())
 

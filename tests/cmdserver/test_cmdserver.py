@@ -488,3 +488,61 @@ def test_a_fetch_that_ssh_could_not_ask_for_says_how_to_run_it_on_the_terminal(
     assert ("FORKPATCH_SERVER=0 forkpatch" in shown) == (server == "1")
     code, _, err, how = calls(new, "init", "--fork-url", url, "--base", "v1")
     assert (code, how) == (1, "served") and "FORKPATCH_SERVER=0" not in err
+
+
+# What the caller's process may import besides the interpreter's own start-up: the client,
+# the package's name, modules built into the interpreter, `_socket` (socket's C half) and
+# `__future__` (a few lines). Nothing that loads Python modules of its own (re, enum, ...).
+CLIENT_MODULES = {"forkpatch", "forkpatch.entry", "forkpatch.cmdserver", "_socket", "__future__"}
+
+
+def test_the_installed_command_imports_only_the_client_when_served(calls, tmp_path, capsys):
+    ex = copy_example(tmp_path / "ex", capsys)
+    script = [sys.executable, "-X", "importtime", str(REPO_ROOT / "scripts" / "forkpatch")]
+
+    def imported(*args: str) -> tuple[int, set[str]]:
+        p = subprocess.run(
+            [*script, *args],
+            cwd=ex.project,
+            env=calls.env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        names = {
+            line.rpartition("|")[2].strip()
+            for line in p.stderr.splitlines()
+            if line.startswith("import time:") and "|" in line
+        }
+        return p.returncode, names - {"imported package"}
+
+    first, _ = imported("--version")  # runs here and starts the server for -X importtime
+    assert first == 0
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        code, names = imported("--version")
+        if "forkpatch.cmdserver.client" in names and "forkpatch.cli" not in names:
+            break  # served: the command's own imports were the server's
+        time.sleep(0.1)
+    else:
+        raise AssertionError("the command was never served")
+    assert code == 0
+    baseline = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "pass"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stderr
+    own = {
+        line.rpartition("|")[2].strip()
+        for line in baseline.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
+    extra = {
+        n
+        for n in names - own - set(sys.builtin_module_names)
+        if not n.startswith("forkpatch.cmdserver.")
+    }
+    assert extra - CLIENT_MODULES == set(), "the caller's process imports more than the client"
+    assert "re" not in names and "enum" not in names
