@@ -32,10 +32,15 @@ src | tar -x -C /tmp/old``, then ``--ab /tmp/old/src``), in the same interleaved
 ``--count-git`` adds one untimed round of forkpatch with a logging ``git`` first on
 PATH and prints the git processes of each call (``--profile DIR`` writes a cProfile
 of each call there, its modules imported first as the command server has them:
-``profile_served.py``).
+``profile_served.py``). ``--think S`` puts an untimed pause between a stop and its
+resolution, as a person's reading of the stop (default none). With a pause of 1.05 s
+on the 2-core VM the forkpatch calls ran 40-50% slower and git's did not (one run of
+3 rounds, not explained yet: neither idle wake-ups nor page-outs, each measured
+alone); the figures in RESULTS.md are taken without.
 
     python bench/bench_small_series.py [--rounds 5] [--scenarios stops,nostop,real]
-        [--files 2000] [--patches 20] [--conflicts 6] [--count-git] [--json] [--quick]
+        [--files 2000] [--patches 20] [--conflicts 6] [--think 0] [--count-git]
+        [--json] [--quick]
 """
 
 from __future__ import annotations
@@ -268,6 +273,8 @@ class Tool:
 
     name = ""
     limit = 40
+    #: Seconds between a stop and its resolution, untimed (``--think``: see the module).
+    think = 0.0
 
     def __init__(self, work: Path, env: dict[str, str]) -> None:
         self.work, self.env = work, env
@@ -307,6 +314,7 @@ class Tool:
         t = self.start()
         result.steps.append(("start", t))
         while self.stopped(t) and len(result.steps) < self.limit:
+            time.sleep(self.think)
             files = self.marked()
             unknown = [f for f in files if f not in resolutions]
             if unknown:
@@ -732,6 +740,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--json", action="store_true", help="the results as JSON on stdout (tables on stderr)"
     )
+    ap.add_argument(
+        "--think",
+        type=float,
+        default=0.0,
+        help="seconds between a stop and its resolution, untimed (default 0: none)",
+    )
     ap.add_argument("--quick", action="store_true", help="a tiny size and one round (for CI)")
     ap.add_argument(
         "--ab", type=Path, help="also time forkpatch from this source tree (e.g. an older src/)"
@@ -742,6 +756,7 @@ def main(argv: list[str] | None = None) -> int:
         a.files, a.patches, a.conflicts, a.rounds = 200, 8, 3, 1
         a.scenarios = "stops,nostop" if a.scenarios == ap.get_default("scenarios") else a.scenarios
     scenarios = [s for s in a.scenarios.split(",") if s]
+    Tool.think = a.think
     work: Path = a.workdir
     work.mkdir(parents=True, exist_ok=True)
     env = bench_env(home=work / "home")

@@ -274,6 +274,26 @@ class Git:
                 "git is not installed or not on PATH", tip="install git 2.38 or newer"
             ) from None
 
+    def begin(self, *args: str) -> Begun:
+        """``git ARGS`` started now and left to run beside this process's own work (a
+        second core); :meth:`Begun.result` waits for it and answers as :meth:`run` would.
+        For a read whose answer is needed later in the command (a ``git status``)."""
+        argv = self.argv(args)
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=git_env(user_config=self.user_config),
+                cwd=self.work_tree,
+            )
+        except FileNotFoundError:
+            raise GitError(
+                "git is not installed or not on PATH", tip="install git 2.38 or newer"
+            ) from None
+        return Begun(self, args, proc)
+
     def out(self, *args: str, **kw: object) -> str:
         return self.run(*args, **kw).stdout.decode("utf-8", "surrogateescape").strip()  # type: ignore[arg-type]
 
@@ -855,6 +875,35 @@ def init_bare(path: Path) -> Git:
 
 
 _LOCK_EXISTS = re.compile(r"Unable to create '([^']+\.lock)': File exists")
+
+
+class Begun:
+    """A git command :meth:`Git.begin` started: its answer once it ends."""
+
+    def __init__(self, git: Git, args: Sequence[str], proc: subprocess.Popen[bytes]) -> None:
+        self.git, self.args, self.proc = git, tuple(args), proc
+        self._done: subprocess.CompletedProcess[bytes] | None = None
+
+    def result(self) -> subprocess.CompletedProcess[bytes]:
+        """Wait for it. A failure on a lock another live process holds, or any other,
+        runs it again through :meth:`Git.run` (which waits for the lock, bounded, and
+        raises what it raises): a started read never fails where a plain one would not."""
+        if self._done is None:
+            try:
+                out, err = self.proc.communicate()
+            except BaseException:
+                _stop(self.proc)
+                raise
+            done = subprocess.CompletedProcess(self.proc.args, self.proc.returncode, out, err)
+            self._done = done if done.returncode == 0 else self.git.run(*self.args)
+        return self._done
+
+    def drop(self) -> None:
+        """Its answer is not wanted (the tree changed, or the command ends): ended now."""
+        if self._done is None:
+            _stop(self.proc)
+            with contextlib.suppress(OSError, ValueError):
+                self.proc.communicate()
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:

@@ -95,19 +95,26 @@ def rebase(project: Project, options: RebaseOptions) -> RebaseResult:
             pending_hint(project.root) or "a rebase is in progress",
             tip="`forkpatch rebase --continue` or `forkpatch rebase --abort`",
         )
-    stack, position = _stack_before(project)
-    setup = check_target(project, options.onto)
-    classifier = classifier_for(project, setup, options)
-    walk = classifier.walk(0, setup.target.commit, write=True, forecast=True)
-    plan = Plan(setup, tuple(walk.outcomes), walk.head)
-    # With a stop to come, the merge bases computed so far go into the store as blobs.
-    memo = classifier.memo(images=walk.conflict is not None)
-    state = journal.start(RebaseState.of(plan, options, memo, position))
-    project.fork().store.update_ref(HEAD_REF, state.plan.head)
-    _pause("journal")
-    if state.phase == "conflict":
-        _stop(project, journal, _Stop(state, classifier, walk.stop))
-    return _finish(project, journal, state, options.report_dir, stack)
+    from forkpatch.stack import Stack
+
+    stack = Stack(project)
+    stack.begin_guard()  # its `git status` runs while the target is read
+    try:
+        setup = check_target(project, options.onto)
+        position = stack.position("rebase", "rebasing")  # no unsaved work, patches/ taken
+        classifier = classifier_for(project, setup, options)
+        walk = classifier.walk(0, setup.target.commit, write=True, forecast=True)
+        plan = Plan(setup, tuple(walk.outcomes), walk.head)
+        # With a stop to come, the merge bases computed so far go into the store as blobs.
+        memo = classifier.memo(images=walk.conflict is not None)
+        state = journal.start(RebaseState.of(plan, options, memo, position))
+        project.fork().store.update_ref(HEAD_REF, state.plan.head)
+        _pause("journal")
+        if state.phase == "conflict":
+            _stop(project, journal, _Stop(state, classifier, walk.stop))
+        return _finish(project, journal, state, options.report_dir, stack)
+    finally:
+        stack.drop_begun()
 
 
 @dataclass(frozen=True)
@@ -177,6 +184,22 @@ def continue_(project: Project, report_dir: Path | None = None) -> RebaseResult:
     if not tree.exists() or not journal.holds_stop(state):
         # Killed before the conflict work tree was written: write it now.
         _stop(project, journal, _Stop(state))
+    stack = _finishing_stack(project, state)
+    try:
+        return _continue(project, journal, state, tree, stack, report_dir)
+    finally:
+        if stack is not None:
+            stack.drop_begun()
+
+
+def _continue(
+    project: Project,
+    journal: Journal,
+    state: RebaseState,
+    tree: ConflictTree,
+    stack: Stack | None,
+    report_dir: Path | None,
+) -> RebaseResult:
     wt, resolved, changed = tree.record()
     markers = tree.markers(changed)
     if markers:
@@ -222,7 +245,7 @@ def continue_(project: Project, report_dir: Path | None = None) -> RebaseResult:
             moved=outcome.moved,
         )
     log.info(f"[{index + 1}/{len(classifier.items)}] {outcome.name} ... {outcome.status}")
-    step = _Step(state, outcome, head, classifier, recorded=True, doing=CONTINUE)
+    step = _Step(state, outcome, head, classifier, recorded=True, doing=CONTINUE, stack=stack)
     return _go_on(project, journal, step, report_dir)
 
 
@@ -244,9 +267,15 @@ def skip(project: Project, report_dir: Path | None = None) -> RebaseResult:
         evidence=f"dropped with `forkpatch rebase --skip` (it conflicted: {old.reasons})",
     )
     log.info(f"[{index + 1}/{len(state.plan.outcomes)}] {outcome.name} ... skipped")
-    classifier = _resume(project, journal, state)
-    step = _Step(state, outcome, state.plan.head, classifier, doing="`forkpatch rebase --skip`")
-    return _go_on(project, journal, step, report_dir)
+    stack = _finishing_stack(project, state)
+    try:
+        classifier = _resume(project, journal, state)
+        doing = "`forkpatch rebase --skip`"
+        step = _Step(state, outcome, state.plan.head, classifier, doing=doing, stack=stack)
+        return _go_on(project, journal, step, report_dir)
+    finally:
+        if stack is not None:
+            stack.drop_begun()
 
 
 @dataclass(frozen=True)
@@ -259,6 +288,24 @@ class _Step:
     classifier: Classifier
     recorded: bool = False  # the conflict work tree's changes are staged
     doing: str = CONTINUE  # the command, for a refusal
+    stack: Stack | None = None  # the editing stack, its status begun (_finishing_stack)
+
+
+def _finishing_stack(project: Project, state: RebaseState) -> Stack | None:
+    """The editing stack, with the `git status` its guard reads begun, when this step is
+    likely to end the rebase (no stop forecast past this one): the status reads the
+    editing work tree on another core while the step records and classifies. None: the
+    rebase holds no stack, or another stop is likely (a step that stops leaves it alone)."""
+    if state.stack is None:
+        return None
+    later = state.plan.outcomes[state.conflict_index + 1 :]
+    if any(o.status == "conflict" for o in later):
+        return None
+    from forkpatch.stack import Stack
+
+    stack = Stack(project)
+    stack.begin_guard()
+    return stack
 
 
 def _go_on(
@@ -284,7 +331,7 @@ def _go_on(
         # This step ends the rebase, which moves the editing stack: refused here, before
         # anything but objects is written, when the editing work tree holds edits. A step
         # that stops again leaves the stack alone and need not look at it.
-        stack = _guard_stack(project, step.state, step.doing)
+        stack = _guard_stack(project, step.state, step.doing, stack=step.stack)
     journal.save(state)
     project.fork().store.update_ref(HEAD_REF, state.plan.head)
     if state.phase == "conflict":
@@ -403,26 +450,24 @@ def _finish(
 # --------------------------------------------------------------------------- the stack
 
 
-def _stack_before(project: Project) -> tuple[Stack, StackPosition | None]:
-    """The editable stack, and its position checked to hold no unsaved work."""
-    from forkpatch.stack import Stack
-
-    stack = Stack(project)
-    return stack, stack.position("rebase", "rebasing")
-
-
 def _guard_stack(
-    project: Project, state: RebaseState, doing: str, *, only_if_moved: bool = False
+    project: Project,
+    state: RebaseState,
+    doing: str,
+    *,
+    only_if_moved: bool = False,
+    stack: Stack | None = None,
 ) -> Stack | None:
     """Before a rebase step that moves the editing stack changes anything: refuse when
     the editing work tree holds edits that are in no object (see Stack.guard_worktree).
     ``only_if_moved``: only when the stack is no longer where the rebase found it.
+    ``stack``: this command's (its status may be running already: _finishing_stack).
     Returns the stack as the guard read it (None: the rebase holds none)."""
     from forkpatch.stack import Stack
 
     if state.stack is None:
         return None
-    stack = Stack(project)
+    stack = stack or Stack(project)
     stack.guard_move(
         doing,
         conflict_tree=ConflictTree(project).path,

@@ -142,6 +142,12 @@ class Stack:
     def position(self, command: str, doing: str) -> StackPosition | None:
         return self.moves.position(command, doing)
 
+    def begin_guard(self) -> None:
+        self.moves.begin_guard()
+
+    def drop_begun(self) -> None:
+        self.model.drop_begun()
+
     def guard_move(self, doing: str, *, conflict_tree: Path, unless_at: str | None) -> None:
         self.moves.guard_move(doing, conflict_tree=conflict_tree, unless_at=unless_at)
 

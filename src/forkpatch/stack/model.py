@@ -18,7 +18,7 @@ from pathlib import Path
 
 from forkpatch import log
 from forkpatch.errors import StateError
-from forkpatch.git import Git
+from forkpatch.git import Begun, Git
 from forkpatch.project import Project
 from forkpatch.series import SERIES_FILE, PatchEntry
 from forkpatch.stack import worktree
@@ -55,6 +55,7 @@ class StackModel:
         self.fork = project.fork()
         self.store = self.fork.store
         self._status: dict[Path, tuple[list[worktree.Change], list[str]]] = {}
+        self._begun: dict[Path, Begun] = {}  # statuses started ahead (begin_status)
         self._applied: dict[tuple[Path | None, str], list[AppliedPatch]] = {}
 
     @property
@@ -125,12 +126,22 @@ class StackModel:
         ``git status`` as :meth:`changes`; an ignored directory as one ``dir/``)."""
         return self._asked(wt)[1]
 
+    def begin_status(self, wt: Git) -> None:
+        """Start the work tree's ``git status`` now, to run beside what the command does
+        before it asks (:meth:`changes`): a second core reads the tree meanwhile. What
+        the status finds is the tree as it was when it started; anything this command
+        writes there before asking drops it (:meth:`forget`)."""
+        key = wt.work_tree
+        if key is not None and key not in self._status and key not in self._begun:
+            self._begun[key] = worktree.begin_status(wt)
+
     def _asked(self, wt: Git) -> tuple[list[worktree.Change], list[str]]:
         key = wt.work_tree
         if key is not None and key in self._status:
             return self._status[key]
+        begun = self._begun.pop(key, None) if key is not None else None
         layout = self.layout()
-        new, changes, ignored = worktree.settle(wt, layout, self.fork.describe())
+        new, changes, ignored = worktree.settle(wt, layout, self.fork.describe(), begun)
         if new != layout:
             self._save_layout(new)
         if key is not None:
@@ -163,7 +174,14 @@ class StackModel:
         """Ask git again: the work tree or its HEAD moved (``git status`` and the
         applied patches are asked afresh)."""
         self._status.clear()
+        self.drop_begun()
         self._applied.clear()
+
+    def drop_begun(self) -> None:
+        """End the statuses started ahead and not asked for (the command writes the tree,
+        or ends without needing them)."""
+        while self._begun:
+            self._begun.popitem()[1].drop()
 
     def base_commit(self) -> str:
         return self.state.base or self.project.series.base.commit

@@ -32,6 +32,13 @@ class StackMoves:
         """Move the stack back to ``position`` (an aborted rebase)."""
         self.writer.put_back(position)
 
+    def begin_guard(self) -> None:
+        """Start the editing work tree's ``git status`` that :meth:`position` and
+        :meth:`guard_move` read, to run beside the rebase's own work until they do."""
+        path = self.model.worktree_path()
+        if path is not None and (path / ".git").exists():
+            self.model.begin_status(self.model.wt(check_base=False))
+
     def position(self, command: str, doing: str) -> StackPosition | None:
         """Where the stack stands (None: no work tree), checked to hold no unsaved work
         before ``command`` (``doing``, for messages) moves it: no edit pending, no edits

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 
 from forkpatch import log
 from forkpatch.errors import ForkpatchError, ForkRepoError, GitError
-from forkpatch.git import Git
+from forkpatch.git import Begun, Git
 from forkpatch.stackstate import Layout
 
 if TYPE_CHECKING:
@@ -179,18 +179,25 @@ class Change:
 IGNORED = "!!"
 
 
-def status(wt: Git) -> list[Change]:
+_STATUS = ("status", "--porcelain=v2", "-z", "--untracked-files=all", "--ignored=matching")
+
+
+def begin_status(wt: Git) -> Begun:
+    """:func:`status`'s ``git status`` started now, to run beside the command's other
+    work; its answer is read by ``status(wt, begun)``."""
+    return wt.begin(*_STATUS)
+
+
+def status(wt: Git, begun: Begun | None = None) -> list[Change]:
     """``git status`` of the work tree against its HEAD, untracked files one by one,
     and the new paths the ignore rules leave out (:data:`IGNORED`; an ignored directory
-    as one ``dir/`` entry).
+    as one ``dir/`` entry). ``begun``: that status, started earlier (:func:`begin_status`).
 
     The v2 form names each changed file's index entry, so that no second process is
     needed to read the blob it was checked out from (:func:`phantoms`). The ignored
     paths come in the same walk of the tree (a refresh names them, never drops them
     in silence); what they cost there is next to nothing."""
-    raw = wt.run(
-        "status", "--porcelain=v2", "-z", "--untracked-files=all", "--ignored=matching"
-    ).stdout
+    raw = (begun.result() if begun is not None else wt.run(*_STATUS)).stdout
     out: list[Change] = []
     parts = raw.split(b"\0")
     i = 0
@@ -270,10 +277,12 @@ def phantoms(wt: Git, changes: Sequence[Change]) -> list[str]:
     return sorted(out)
 
 
-def settle(wt: Git, layout: Layout, source: str) -> tuple[Layout, list[Change], list[str]]:
+def settle(
+    wt: Git, layout: Layout, source: str, begun: Begun | None = None
+) -> tuple[Layout, list[Change], list[str]]:
     """Leave phantom files out of the work tree; return the new layout, the real
-    changes and the ignored new paths."""
-    changes = status(wt)
+    changes and the ignored new paths (``begun``: the status, started earlier)."""
+    changes = status(wt, begun)
     ignored = [c.path for c in changes if c.xy == IGNORED]
     changes = [c for c in changes if c.xy != IGNORED]
     found = phantoms(wt, changes)
