@@ -186,7 +186,7 @@ def continue_(project: Project, report_dir: Path | None = None) -> RebaseResult:
         _stop(project, journal, _Stop(state))
     stack = _finishing_stack(project, state)
     try:
-        return _continue(project, journal, state, tree, stack, report_dir)
+        return _continue(project, journal, state, stack, report_dir)
     finally:
         if stack is not None:
             stack.drop_begun()
@@ -196,10 +196,11 @@ def _continue(
     project: Project,
     journal: Journal,
     state: RebaseState,
-    tree: ConflictTree,
     stack: Stack | None,
     report_dir: Path | None,
 ) -> RebaseResult:
+    """The resolved stop taken (``stack``: the editing stack, its status begun)."""
+    tree = ConflictTree(project)
     wt, resolved, changed = tree.record()
     markers = tree.markers(changed)
     if markers:
