@@ -246,15 +246,14 @@ class Git:
         timeout: float | None,
         user_config: bool,
     ) -> subprocess.CompletedProcess[bytes]:
+        proc = _popen(
+            argv,
+            piped_input=input is not None,
+            env=git_env(env, user_config=user_config or self.user_config),
+            cwd=cwd or self.work_tree,
+        )
         try:
-            with subprocess.Popen(
-                argv,
-                stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env=git_env(env, user_config=user_config or self.user_config),
-                cwd=cwd or self.work_tree,
-            ) as proc:
+            with proc:
                 try:
                     out, err = proc.communicate(input, timeout=timeout)
                 except BaseException:
@@ -269,30 +268,13 @@ class Git:
                 ),
                 tip="check the network or the remote, then run again",
             ) from None
-        except FileNotFoundError:
-            raise GitError(
-                "git is not installed or not on PATH", tip="install git 2.38 or newer"
-            ) from None
 
     def begin(self, *args: str) -> Begun:
         """``git ARGS`` started now and left to run beside this process's own work (a
         second core); :meth:`Begun.result` waits for it and answers as :meth:`run` would.
         For a read whose answer is needed later in the command (a ``git status``)."""
-        argv = self.argv(args)
-        try:
-            proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env=git_env(user_config=self.user_config),
-                cwd=self.work_tree,
-            )
-        except FileNotFoundError:
-            raise GitError(
-                "git is not installed or not on PATH", tip="install git 2.38 or newer"
-            ) from None
-        return Begun(self, args, proc)
+        env = git_env(user_config=self.user_config)
+        return Begun(self, args, _popen(self.argv(args), env=env, cwd=self.work_tree))
 
     def out(self, *args: str, **kw: object) -> str:
         return self.run(*args, **kw).stdout.decode("utf-8", "surrogateescape").strip()  # type: ignore[arg-type]
@@ -875,6 +857,25 @@ def init_bare(path: Path) -> Git:
 
 
 _LOCK_EXISTS = re.compile(r"Unable to create '([^']+\.lock)': File exists")
+
+
+def _popen(
+    argv: list[str], *, env: Mapping[str, str], cwd: Path | None, piped_input: bool = False
+) -> subprocess.Popen[bytes]:
+    """git started, its output and errors piped (its input too with ``piped_input``)."""
+    try:
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE if piped_input else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=cwd,
+        )
+    except FileNotFoundError:
+        raise GitError(
+            "git is not installed or not on PATH", tip="install git 2.38 or newer"
+        ) from None
 
 
 class Begun:

@@ -496,6 +496,15 @@ def test_a_fetch_that_ssh_could_not_ask_for_says_how_to_run_it_on_the_terminal(
 CLIENT_MODULES = {"forkpatch", "forkpatch.entry", "forkpatch.cmdserver", "_socket", "__future__"}
 
 
+def _imported(importtime: str) -> set[str]:
+    """The modules ``python -X importtime`` reported on its standard error."""
+    return {
+        line.rpartition("|")[2].strip()
+        for line in importtime.splitlines()
+        if line.startswith("import time:") and "|" in line
+    } - {"imported package"}  # the header line
+
+
 def test_the_installed_command_imports_only_the_client_when_served(calls, tmp_path, capsys):
     ex = copy_example(tmp_path / "ex", capsys)
     script = [sys.executable, "-X", "importtime", str(REPO_ROOT / "scripts" / "forkpatch")]
@@ -510,12 +519,7 @@ def test_the_installed_command_imports_only_the_client_when_served(calls, tmp_pa
             timeout=60,
             check=False,
         )
-        names = {
-            line.rpartition("|")[2].strip()
-            for line in p.stderr.splitlines()
-            if line.startswith("import time:") and "|" in line
-        }
-        return p.returncode, names - {"imported package"}
+        return p.returncode, _imported(p.stderr)
 
     first, _ = imported("--version")  # runs here and starts the server for -X importtime
     assert first == 0
@@ -534,14 +538,9 @@ def test_the_installed_command_imports_only_the_client_when_served(calls, tmp_pa
         text=True,
         check=True,
     ).stderr
-    own = {
-        line.rpartition("|")[2].strip()
-        for line in baseline.splitlines()
-        if line.startswith("import time:") and "|" in line
-    }
     extra = {
         n
-        for n in names - own - set(sys.builtin_module_names)
+        for n in names - _imported(baseline) - set(sys.builtin_module_names)
         if not n.startswith("forkpatch.cmdserver.")
     }
     assert extra - CLIENT_MODULES == set(), "the caller's process imports more than the client"

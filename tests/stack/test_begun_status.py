@@ -8,8 +8,11 @@ import pytest
 
 from forkpatch.errors import GitError
 from forkpatch.git import Git
+from forkpatch.project import Project
 from forkpatch.stack import worktree
+from forkpatch.stack.model import StackModel
 from support.git import ScratchRepo
+from support.projects import copy_example
 
 
 @pytest.fixture
@@ -58,13 +61,8 @@ def test_a_begun_status_not_asked_for_is_ended(repo):
 
 
 def test_the_model_drops_a_begun_status_when_the_tree_is_written(tmp_path, capsys, monkeypatch):
-    from forkpatch.stack.model import StackModel
-    from support.projects import copy_example
-
     ex = copy_example(tmp_path, capsys)
     ex.run("apply")
-    from forkpatch.project import Project
-
     begun = []
     real = worktree.begin_status
     monkeypatch.setattr(worktree, "begin_status", lambda wt: begun.append(real(wt)) or begun[-1])

@@ -24,9 +24,11 @@ series.yaml written), ``report`` (report written).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
@@ -184,12 +186,8 @@ def continue_(project: Project, report_dir: Path | None = None) -> RebaseResult:
     if not tree.exists() or not journal.holds_stop(state):
         # Killed before the conflict work tree was written: write it now.
         _stop(project, journal, _Stop(state))
-    stack = _finishing_stack(project, state)
-    try:
+    with _finishing_stack(project, state) as stack:
         return _continue(project, journal, state, stack, report_dir)
-    finally:
-        if stack is not None:
-            stack.drop_begun()
 
 
 def _continue(
@@ -268,15 +266,11 @@ def skip(project: Project, report_dir: Path | None = None) -> RebaseResult:
         evidence=f"dropped with `forkpatch rebase --skip` (it conflicted: {old.reasons})",
     )
     log.info(f"[{index + 1}/{len(state.plan.outcomes)}] {outcome.name} ... skipped")
-    stack = _finishing_stack(project, state)
-    try:
+    with _finishing_stack(project, state) as stack:
         classifier = _resume(project, journal, state)
         doing = "`forkpatch rebase --skip`"
         step = _Step(state, outcome, state.plan.head, classifier, doing=doing, stack=stack)
         return _go_on(project, journal, step, report_dir)
-    finally:
-        if stack is not None:
-            stack.drop_begun()
 
 
 @dataclass(frozen=True)
@@ -292,21 +286,26 @@ class _Step:
     stack: Stack | None = None  # the editing stack, its status begun (_finishing_stack)
 
 
-def _finishing_stack(project: Project, state: RebaseState) -> Stack | None:
+@contextlib.contextmanager
+def _finishing_stack(project: Project, state: RebaseState) -> Iterator[Stack | None]:
     """The editing stack, with the `git status` its guard reads begun, when this step is
     likely to end the rebase (no stop forecast past this one): the status reads the
-    editing work tree on another core while the step records and classifies. None: the
-    rebase holds no stack, or another stop is likely (a step that stops leaves it alone)."""
-    if state.stack is None:
-        return None
-    later = state.plan.outcomes[state.conflict_index + 1 :]
-    if any(o.status == "conflict" for o in later):
-        return None
+    editing work tree on another core while the step records and classifies; ended with
+    the step if it was not read. None: the rebase holds no stack, or another stop is
+    likely (a step that stops leaves the stack alone)."""
+    if state.stack is None or any(
+        o.status == "conflict" for o in state.plan.outcomes[state.conflict_index + 1 :]
+    ):
+        yield None
+        return
     from forkpatch.stack import Stack
 
     stack = Stack(project)
     stack.begin_guard()
-    return stack
+    try:
+        yield stack
+    finally:
+        stack.drop_begun()
 
 
 def _go_on(
