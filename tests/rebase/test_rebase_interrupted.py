@@ -7,39 +7,12 @@ FORKPATCH_TEST_PAUSE_AFTER (it SIGSTOPs itself there), then SIGKILLed.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from support.procs import killed_at
 from support.projects import snapshot
-
-
-def _killed_at(project: Path, point: str, *args: str) -> None:
-    env = {**os.environ, "FORKPATCH_TEST_PAUSE_AFTER": point}
-    env.pop("FORKPATCH_FORK_REPO", None)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "forkpatch", *args],
-        cwd=project,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        _, status = os.waitpid(proc.pid, os.WUNTRACED)
-        assert os.WIFSTOPPED(status), f"forkpatch ended before {point}: " + (
-            proc.stderr.read().decode() if proc.stderr else ""
-        )
-        os.kill(proc.pid, signal.SIGKILL)
-        os.waitpid(proc.pid, 0)
-    finally:
-        proc.returncode = -9
-        if proc.stderr:
-            proc.stderr.close()
 
 
 @pytest.fixture
@@ -63,7 +36,7 @@ def reference(example_project, tmp_path):
 def test_killed_rebase_recovers(example_project, reference, point, how):
     project, run = example_project
     before, after = reference
-    _killed_at(project, point, "rebase", "--onto", "v1.3.0")
+    killed_at(project, point, "rebase", "--onto", "v1.3.0")
     assert (project / ".forkpatch" / "rebase" / "state.json").exists()
     # Patch files and series.yaml are written as one unit: all old, or all new.
     assert snapshot(project) == (before if point == "journal" else after)
@@ -83,7 +56,7 @@ def test_killed_rebase_recovers(example_project, reference, point, how):
 def test_killed_at_a_conflict_can_be_aborted(example_project):
     project, run = example_project
     before = snapshot(project)
-    _killed_at(project, "journal", "rebase", "--onto", "v1.3.0", "--no-3way")
+    killed_at(project, "journal", "rebase", "--onto", "v1.3.0", "--no-3way")
     _, _, err = run("status")
     assert "stopped at patch 'odd-width-padding'" in err
     run("rebase", "--abort")
@@ -94,7 +67,7 @@ def test_killed_before_the_conflict_work_tree_is_written(example_project):
     """Killed once the journal says it stopped, before the work tree holds the stop:
     --continue writes the work tree (and stops there), then --skip goes on."""
     project, run = example_project
-    _killed_at(project, "journal", "rebase", "--onto", "v1.3.0", "--no-3way")
+    killed_at(project, "journal", "rebase", "--onto", "v1.3.0", "--no-3way")
     _, _, err = run("status")
     assert "its work tree was not written yet" in err
     _, _, err = run("rebase", "--continue", expect=3)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -60,3 +61,28 @@ class LockHolder:
     def kill(self) -> None:
         self.proc.kill()
         self.proc.wait()
+
+
+def killed_at(project: Path, point: str, *args: str) -> None:
+    """``python -m forkpatch ARGS`` in ``project``, stopped at the test hook's ``point``
+    (FORKPATCH_TEST_PAUSE_AFTER: it SIGSTOPs itself there), then SIGKILLed."""
+    env = {**os.environ, "FORKPATCH_TEST_PAUSE_AFTER": point}
+    env.pop("FORKPATCH_FORK_REPO", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "forkpatch", *args],
+        cwd=project,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        _, status = os.waitpid(proc.pid, os.WUNTRACED)
+        assert os.WIFSTOPPED(status), f"forkpatch ended before {point}: " + (
+            proc.stderr.read().decode() if proc.stderr else ""
+        )
+        os.kill(proc.pid, signal.SIGKILL)
+        os.waitpid(proc.pid, 0)
+    finally:
+        proc.returncode = -9
+        if proc.stderr:
+            proc.stderr.close()

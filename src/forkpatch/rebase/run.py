@@ -12,9 +12,12 @@ does its work and writes the next state:
    did and classifies the rest; ``--skip`` drops the patch and goes on.
 3. finish: the changed patch files, the removed ones and series.yaml are
    written as one unit (:func:`forkpatch.fsutil.commit_files`), then the report,
-   then the editing stack moves, then the journal goes. Each of these is
-   idempotent, so a finish that was killed is simply run again by
-   ``--continue``; ``--abort`` puts the saved bytes back.
+   then the editing stack moves, then the journal goes. The editing work tree's
+   move is begun first, where git does it, and runs on another core while the
+   files are written (its guard found the tree clean); it is waited for before
+   the journal goes. Each of these is idempotent, so a finish that was killed is
+   simply run again by ``--continue``; ``--abort`` puts the saved bytes back and
+   the stack where it was.
 
 Test hook: ``FORKPATCH_TEST_PAUSE_AFTER=<point>`` makes the process stop itself
 (SIGSTOP) at a named point so that a test can SIGKILL it there. Points:
@@ -374,6 +377,37 @@ def _finish(
     ``stack``: the editing stack as this command's guard read it (its ``git status``
     says the work tree is clean, so the move to the new base writes only what differs)."""
     assert state.phase == "writing", "finished only once every patch has its outcome"
+    if stack is not None and state.stack is not None:
+        # Its work tree starts moving now, beside the writing of the files (its guard
+        # found it clean): rebuild_on waits for it.
+        new_series = _new_series(journal, state)
+        stack.begin_rebuild(state.plan.onto_commit, new_series, state.stack.applied, _made(state))
+    try:
+        return _write_result(project, journal, state, report_dir, stack)
+    except BaseException:
+        if stack is not None:
+            with contextlib.suppress(Exception):  # what failed first is what is said
+                stack.end_move()  # the tree is never left half moved
+        raise
+
+
+def _made(state: RebaseState) -> dict[str, str]:
+    """The rebase's commit of each patch it keeps: the editing stack is made of them (the
+    files are written from them)."""
+    return {
+        o.name: o.commit
+        for o in state.plan.outcomes
+        if o.commit and o.status not in DROPPED_STATUSES
+    }
+
+
+def _write_result(
+    project: Project,
+    journal: Journal,
+    state: RebaseState,
+    report_dir: Path | None,
+    stack: Stack | None,
+) -> RebaseResult:
     store = project.fork().store
     series = journal.original_series()
     diffs = diffs_and_stats_of_commits(
@@ -434,11 +468,7 @@ def _finish(
         from forkpatch.stack import Stack
 
         project.reload()
-        # The stack is made of the rebase's own commits (the files were written from them).
-        made = {
-            o.name: o.commit for o in plan.outcomes if o.commit and o.status not in DROPPED_STATUSES
-        }
-        (stack or Stack(project)).rebuild_on(plan.onto_commit, state.stack.applied, made)
+        (stack or Stack(project)).rebuild_on(plan.onto_commit, state.stack.applied, _made(state))
     store.delete_ref(HEAD_REF)
     store.repack_if_many()  # each stop's commits came as one small pack
     journal.clear()

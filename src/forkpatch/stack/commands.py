@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from forkpatch.engine import SeriesResult
 from forkpatch.project import Project
 from forkpatch.results import PatchResult
-from forkpatch.series import PatchEntry
+from forkpatch.series import PatchEntry, Series
 from forkpatch.stack import worktree
 from forkpatch.stack.checkout import Checkout
 from forkpatch.stack.editing import EditLoop
@@ -153,6 +153,14 @@ class Stack:
 
     def put_back(self, position: StackPosition) -> None:
         self.moves.put_back(position)
+
+    def begin_rebuild(
+        self, base: str, series: Series, names: Iterable[str], made: Mapping[str, str]
+    ) -> None:
+        self.moves.begin_rebuild(base, series, names, made)
+
+    def end_move(self) -> None:
+        self.moves.end_move()
 
     def rebuild_on(
         self, base: str, names: Iterable[str], made: Mapping[str, str] | None = None

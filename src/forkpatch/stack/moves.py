@@ -11,6 +11,7 @@ from pathlib import Path
 
 from forkpatch import log
 from forkpatch.errors import StateError
+from forkpatch.series import Series
 from forkpatch.stack import worktree
 from forkpatch.stack.model import StackModel
 from forkpatch.stack.sync import OutsideCheck, Sync
@@ -84,6 +85,25 @@ class StackMoves:
                 )
             return
         self.model.guard_worktree(wt, doing, rebase=conflict_tree)
+
+    def begin_rebuild(
+        self, base: str, series: Series, names: Iterable[str], made: Mapping[str, str]
+    ) -> None:
+        """Start the work tree's move to the stack :meth:`rebuild_on` will make on
+        ``base`` (``series``: the series.yaml about to be written), to run while the
+        caller writes the patch files; :meth:`rebuild_on` then waits for it. Begun only
+        where the stack is made of ``made`` alone and this command found the tree clean
+        (see :meth:`StackWriter.begin_move`); else rebuild_on moves it as usual."""
+        path = self.model.worktree_path()
+        if path is None or not (path / ".git").exists():
+            return
+        _entries, head = self.writer.restacked(series, base, set(names), made)
+        if head is not None:
+            self.writer.begin_move(self.model.wt(check_base=False), head)
+
+    def end_move(self) -> None:
+        """Wait for a move :meth:`begin_rebuild` began (a way out of the command)."""
+        self.writer.end_move()
 
     def rebuild_on(
         self, base: str, names: Iterable[str], made: Mapping[str, str] | None = None

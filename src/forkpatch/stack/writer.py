@@ -13,7 +13,8 @@ from collections.abc import Iterable, Mapping
 
 from forkpatch.engine import SeriesApplier, SeriesResult, restack
 from forkpatch.errors import PatchApplyError
-from forkpatch.git import Git, commit_date
+from forkpatch.git import Begun, Git, commit_date
+from forkpatch.series import PatchEntry, Series
 from forkpatch.stack import mergebase, worktree
 from forkpatch.stack.model import BRANCH, StackModel
 from forkpatch.stackstate import Editing, Layout, StackPosition, StackState, dirs_of
@@ -28,6 +29,8 @@ class StackWriter:
         self.model = model
         self.project = model.project
         self.store = model.store
+        # A move begun ahead (:meth:`begin_move`): its target and git's reset, running.
+        self._moving: tuple[str, Begun] | None = None
 
     def save(self, state: StackState) -> None:
         self.project.write_state(state)
@@ -45,7 +48,13 @@ class StackWriter:
     def move(self, wt: Git, target: str) -> None:
         """``git reset --hard target`` of the work tree: in process where this command
         found the tree clean and git is not needed for the paths
-        (:func:`forkpatch.stack.worktree.move`), else git's own."""
+        (:func:`forkpatch.stack.worktree.move`), else git's own. A move to ``target``
+        begun ahead (:meth:`begin_move`) is waited for instead."""
+        if self._moving is not None:
+            began = self._moving[0]
+            self.end_move()
+            if began == target:
+                return
         clean = self.model.known_clean(wt)
         layout = self.model.layout()
         self.model.forget()
@@ -53,6 +62,32 @@ class StackWriter:
             if clean and worktree.move(wt, self.store, target, layout):
                 return
             wt.run("reset", "-q", "--hard", target)
+
+    def begin_move(self, wt: Git, target: str) -> bool:
+        """Start :meth:`move` to ``target`` now, to run beside the command's own work (a
+        second core writes the files meanwhile), where git's ``reset --hard`` is how it
+        would move: a full work tree this command found clean, with more paths to write
+        than the in-process move takes. :meth:`move` to the same target waits for it,
+        :meth:`end_move` on a way out. False: nothing was begun (move as usual)."""
+        if self._moving is not None or self.model.layout().sparse:
+            return False
+        if not self.model.known_clean(wt):
+            return False
+        head = self.model.head(wt)
+        if len(wt.objects.raw_changes(head, target)) <= worktree.MOVE_IN_PROCESS_PATHS:
+            return False
+        self.model.forget()
+        self._moving = (target, wt.begin("reset", "-q", "--hard", target))
+        return True
+
+    def end_move(self) -> None:
+        """Wait for the move begun ahead, if any (never left half done; its failure is
+        raised as git's own reset's would be)."""
+        moving, self._moving = self._moving, None
+        if moving is not None:
+            self.model.forget()
+            with worktree.objects_named():
+                moving[1].result()
 
     def widen(self, wt: Git, paths: list[str] | None = None) -> None:
         """A sparse work tree grows to every directory the applied patches (and
@@ -188,10 +223,9 @@ class StackWriter:
         wt = self.model.wt()
         series = self.project.series
         order = series.names()
-        count = max((order.index(n) + 1 for n in names if n in order), default=0)
-        entries = list(series.patches[:count])
         base = self.model.base_commit()
-        head = restack(self.store, base, entries, made) if made else None
+        entries, head = self.restacked(series, base, names, made)
+        count = len(entries)
         if head is not None:
             touched = self.store.objects.changed_paths(base, head)
         else:
@@ -208,6 +242,17 @@ class StackWriter:
         self.move(wt, head)
         self.settle_editing(wt, renames)
         return order[:count]
+
+    def restacked(
+        self, series: Series, base: str, names: set[str], made: Mapping[str, str] | None
+    ) -> tuple[list[PatchEntry], str | None]:
+        """The entries :meth:`rebuild_applied` applies (the shortest prefix of
+        ``series`` holding every one of ``names``) and their stack's head on ``base``
+        made of ``made`` (None: the files must be applied)."""
+        order = series.names()
+        count = max((order.index(n) + 1 for n in names if n in order), default=0)
+        entries = list(series.patches[:count])
+        return entries, restack(self.store, base, entries, made) if made else None
 
     def commit_worktree(
         self,
