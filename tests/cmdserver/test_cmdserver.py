@@ -545,3 +545,101 @@ def test_the_installed_command_imports_only_the_client_when_served(calls, tmp_pa
     }
     assert extra - CLIENT_MODULES == set(), "the caller's process imports more than the client"
     assert "re" not in names and "enum" not in names
+
+
+def _children(pid: int) -> list[int]:
+    """The live processes whose parent is ``pid``."""
+    out = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            fields = (proc / "stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            out.append(int(proc.name))
+    return out
+
+
+def _spare_of(server: int, other_than: int | None = None) -> int:
+    """The server's one child between commands: the next command's worker, forked ahead."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        kids = [k for k in _children(server) if k != other_than]
+        if len(kids) == 1:
+            return kids[0]
+        time.sleep(0.02)
+    raise AssertionError(f"no single spare worker: {_children(server)}")
+
+
+def test_the_next_command_runs_in_the_worker_forked_ahead(calls, tmp_path, capsys):
+    ex = copy_example(tmp_path / "ex", capsys)
+    server = calls.up(ex.project)
+    spare = _spare_of(server)
+    proc = subprocess.Popen(
+        calls.argv("rebase", "--onto", "v1.3.0"),
+        cwd=ex.project,
+        env=calls.env(FORKPATCH_TEST_PAUSE_AFTER="journal"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    worker = _worker_of(server)
+    assert worker == spare  # the rebase stopped itself in the spare
+    time.sleep(0.2)
+    assert _children(server) == [worker]  # no spare is forked while a command runs
+    os.kill(worker, signal.SIGCONT)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert calls(ex.project, "status")[:1] == (0,)
+    new = _spare_of(server)
+    assert new not in (spare, worker)
+
+
+def test_a_spare_killed_while_it_waits_is_not_used(calls, tmp_path, capsys):
+    ex = copy_example(tmp_path / "ex", capsys)
+    server = calls.up(ex.project)
+    spare = _spare_of(server)
+    os.kill(spare, signal.SIGKILL)
+    while _alive(spare):
+        time.sleep(0.02)
+    code, out, err, how = calls(ex.project, "status")
+    assert (code, how) == (0, "served"), err
+    assert code == _in_process(ex.project, "status")[0] and "capability-floor" in out
+    assert _spare_of(server) != spare
+
+
+def test_the_spare_ends_with_its_server(calls, tmp_path, capsys):
+    ex = copy_example(tmp_path / "ex", capsys)
+    server = calls.up(ex.project)
+    spare = _spare_of(server)
+    assert calls(ex.project, "server", "stop")[0] == 0
+    deadline = time.monotonic() + 10
+    while (_alive(spare) or _alive(server)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not _alive(spare) and not _alive(server)
+
+
+def test_a_served_command_is_done_and_has_let_go_when_its_caller_returns(calls, two):
+    """The worker tells the caller its status itself, before its own end: by then the
+    command has done all it does, the project's lock is free (the next command, started
+    at once, takes it: a running holder would be refused) and the caller's streams
+    are closed (a caller reading them, as `$(forkpatch top)` does, sees their end)."""
+    a, _ = two
+    calls.up(a)
+    assert calls(a, "apply")[0] == 0
+    for i in range(5):
+        code, _, err, how = calls(a, "new", f"quick-{i}")
+        assert (code, how) == (0, "served"), err
+        assert f"name: quick-{i}" in (a / "series.yaml").read_text()
+        proc = subprocess.Popen(
+            calls.argv("top"),
+            cwd=a,
+            env=calls.env(),
+            stdout=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+        )
+        assert proc.stdout is not None
+        top = proc.stdout.read()  # returns at the streams' end, whoever holds them
+        assert proc.wait(timeout=30) == 0 and top.strip() == f"quick-{i}".encode()

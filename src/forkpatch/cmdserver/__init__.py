@@ -3,8 +3,8 @@
 Each ``forkpatch`` call is a Python process, and most of a short command's time is the
 import of its modules (pygit2, click, the stack and the rebase), not its work. The
 first ``forkpatch`` call starts a server in the background and runs its own command as
-always; the next calls hand their command to the server, which forks a worker from its
-already-imported state. The worker takes the caller's standard streams, working
+always; the next calls hand their command to the server, whose worker, forked from its
+already-imported state ahead of the call, runs it. The worker takes the caller's standard streams, working
 directory, environment, arguments, umask and CPU affinity, runs the command exactly as
 the caller would have, and its exit status becomes the caller's. Nothing runs inside
 the server itself: each worker is a copy of a process that has imported modules and

@@ -2,16 +2,19 @@
 
 The server is one thread: a ``select`` loop over its listening socket, the connections
 of the commands its workers run, and a wake-up pipe for SIGCHLD and SIGTERM. For each
-request it checks the caller (the same user), the key and its own code (every module
-file it imported, as it was when it started: a changed one and it answers ``stale``
-and stops), forks a worker, and reports the worker's end to the caller. It stops after
+request it checks the caller (the same user) and the key, hands it to the worker it
+forked ahead while nothing ran (or forks one), checks its own code while the worker
+sets itself up (every module file it imported, as it was
+when it started: a changed one and it ends the worker, answers ``stale`` and stops),
+and reports the end of a worker that died to the caller. It stops after
 :data:`IDLE_S` without a command, when its socket is removed or replaced, or on
 SIGTERM; the workers it runs are reported first.
 
 A worker takes the caller's standard streams, working directory, environment,
 arguments, umask and CPU affinity, waits for the caller's ``go`` (from then on the
 caller forwards its signals), runs :func:`forkpatch.entry.run_here` as the caller's
-own process would have, and exits with its status.
+own process would have, closes what it holds, tells the caller the status itself and
+exits with it.
 """
 
 from __future__ import annotations
@@ -151,6 +154,14 @@ class _Job:
         self.open = True  # the caller's connection, until it ends
 
 
+class _Spare:
+    """A worker forked ahead, waiting for its request on ``channel``."""
+
+    def __init__(self, pid: int, channel: socket.socket) -> None:
+        self.pid = pid
+        self.channel = channel
+
+
 class Server:
     def __init__(
         self,
@@ -170,6 +181,7 @@ class Server:
         self.last = time.monotonic()
         self.stopping = False
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.spare: _Spare | None = None  # the next command's worker, forked ahead
 
     def run(self) -> None:
         signal.set_wakeup_fd(self.wake_w)
@@ -197,8 +209,11 @@ class Server:
         if self.lock is not None:
             os.close(self.lock)  # a new server may start while these jobs end
             self.lock = None
+        self._drop_spare()
 
     def _step(self) -> None:
+        if not self.jobs and self.spare is None and self.listener is not None:
+            self._fork_spare()  # while nothing runs, for the next command
         watch: list[int] = [self.wake_r] + [j.conn.fileno() for j in self.jobs.values() if j.open]
         if self.listener is not None:
             watch.append(self.listener.fileno())
@@ -235,14 +250,14 @@ class Server:
         fds: list[int] = []
         try:
             conn.settimeout(READ_TIMEOUT_S)
-            request = self._read(conn, fds)
+            request, raw = self._read(conn, fds)
             answer = self._refusal(conn, request, fds)
             if answer is not None:
                 with contextlib.suppress(OSError):
                     conn.sendall(answer)
                 conn.close()
                 return
-            self._start(conn, request, fds)
+            self._start(conn, (request, raw), fds)
         except (OSError, wire.BadRequest) as exc:
             with contextlib.suppress(OSError):
                 conn.sendall(f"refused {exc}\n".encode("ascii", "replace"))
@@ -252,7 +267,8 @@ class Server:
                 with contextlib.suppress(OSError):
                     os.close(fd)
 
-    def _read(self, conn: socket.socket, fds: list[int]) -> wire.Request:
+    def _read(self, conn: socket.socket, fds: list[int]) -> tuple[wire.Request, bytes]:
+        """The request (checked) and its bytes as sent (for a spare worker to read)."""
         data, ancillary, flags, _ = conn.recvmsg(65536, socket.CMSG_SPACE(4 * 4))
         for level, kind, raw in ancillary:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
@@ -268,7 +284,7 @@ class Server:
             payload += self._more(conn, min(1 << 20, size - len(payload)))
         if len(payload) != size:
             raise wire.BadRequest("a request longer than it said")
-        return wire.decode_request(payload)
+        return wire.decode_request(payload), data[: wire.HEADER] + payload
 
     @staticmethod
     def _more(conn: socket.socket, n: int) -> bytes:
@@ -284,44 +300,119 @@ class Server:
             return b"refused another user\n"
         if request.key != self.key:
             return b"refused another installation\n"
-        if _changed(self.watched):
-            self.stop()
-            return b"stale\n"
         if len(self.jobs) >= MAX_WORKERS:
             return b"busy\n"
         return None
 
-    def _start(self, conn: socket.socket, request: wire.Request, fds: list[int]) -> None:
-        go_r, go_w = os.pipe2(os.O_CLOEXEC)
+    def _own_fds(self) -> list[int]:
+        """The descriptors a worker closes first: the server's own and other jobs'."""
+        own = [self.wake_r, self.wake_w]
+        own += [j.conn.fileno() for j in self.jobs.values() if j.open]
+        own += [j.go for j in self.jobs.values() if j.go is not None]
+        if self.listener is not None:
+            own.append(self.listener.fileno())
+        if self.lock is not None:
+            own.append(self.lock)
+        if self.spare is not None:
+            own.append(self.spare.channel.fileno())
+        return own
+
+    def _fork_spare(self) -> None:
+        """Fork the next command's worker now, while no command runs: a fork of the
+        server's size takes milliseconds that a request then need not wait for. The
+        spare waits for its request (:func:`_wait_as_spare`); it ends with the server."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDABLE)
         _freeze()
         try:
             pid = os.fork()
             if pid == 0:
                 try:
-                    own = [self.wake_r, self.wake_w, go_w, conn.fileno()]
-                    own += [j.conn.fileno() for j in self.jobs.values() if j.open]
-                    own += [j.go for j in self.jobs.values() if j.go is not None]
-                    if self.listener is not None:
-                        own.append(self.listener.fileno())
-                    if self.lock is not None:
-                        own.append(self.lock)
-                    _work(request, list(fds), go_r, own)
+                    own = self._own_fds()
+                    ours.close()
+                    _wait_as_spare(theirs, own)
                 except BaseException:
                     traceback.print_exc()
                 finally:
                     os._exit(1)
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+            theirs.close()
+        with contextlib.suppress(OSError):
+            os.setpgid(pid, pid)  # the spare does the same: whichever comes first
+        self.spare = _Spare(pid, ours)
+
+    def _drop_spare(self) -> None:
+        spare, self.spare = self.spare, None
+        if spare is not None:
+            spare.channel.close()  # it reads the end and exits; killed, to be sure
+            with contextlib.suppress(OSError):
+                os.kill(spare.pid, signal.SIGKILL)
+
+    def _hand_to_spare(self, raw: bytes, fds: list[int]) -> int | None:
+        """Give the request to the spare worker: its pid, or None (none, or it is gone:
+        the caller forks one)."""
+        spare, self.spare = self.spare, None
+        if spare is None:
+            return None
+        try:
+            sent = spare.channel.sendmsg(
+                [raw], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))]
+            )
+            if sent < len(raw):
+                spare.channel.sendall(raw[sent:])
+        except OSError:
+            spare.channel.close()
+            with contextlib.suppress(OSError):
+                os.kill(spare.pid, signal.SIGKILL)
+            return None
+        spare.channel.close()
+        return spare.pid
+
+    def _fork_worker(self, request: wire.Request, fds: list[int], go: tuple[int, int]) -> int:
+        """A worker forked for ``request`` now (there is no spare): its pid."""
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDABLE)
+        _freeze()
+        try:
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    _work(request, fds, go[0], [*self._own_fds(), go[1]])
+                except BaseException:
+                    traceback.print_exc()
+                finally:
+                    os._exit(1)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        return pid
+
+    def _start(
+        self, conn: socket.socket, request: tuple[wire.Request, bytes], fds: list[int]
+    ) -> None:
+        go_r, go_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            pid = self._hand_to_spare(request[1], [*fds, conn.fileno(), go_r])
+            if pid is None:
+                pid = self._fork_worker(request[0], [*fds, conn.fileno()], (go_r, go_w))
+        finally:
             os.close(go_r)
         with contextlib.suppress(OSError):
             os.setpgid(pid, pid)  # the worker does the same: whichever comes first
         conn.settimeout(None)
-        self.jobs[pid] = _Job(conn, pid, go_w)
+        job = self.jobs[pid] = _Job(conn, pid, go_w)
+        # The code is checked while the worker sets itself up on another core: it runs
+        # nothing before "go", so a stale server's worker simply ends unheard.
+        if _changed(self.watched):
+            self.stop()
+            job.open = False
+            os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                conn.sendall(b"stale\n")
+            return
         try:
             conn.sendall(b"started\n")
         except OSError:
-            self._lost(self.jobs[pid])
+            self._lost(job)
 
     # ------------------------------------------------------------- running jobs
 
@@ -361,6 +452,9 @@ class Server:
                 return
             if pid == 0:
                 return
+            if self.spare is not None and pid == self.spare.pid:  # killed while it waited
+                self.spare.channel.close()
+                self.spare = None
             job = self.jobs.pop(pid, None)
             if job is None:
                 continue
@@ -388,7 +482,7 @@ def _work(request: wire.Request, fds: list[int], go: int, inherited: list[int]) 
             os.close(fd)
     with contextlib.suppress(OSError):
         os.setpgid(0, 0)
-    cwd, stdin, stdout, stderr = fds
+    cwd, stdin, stdout, stderr, caller = fds
     for fd, target in ((stdin, 0), (stdout, 1), (stderr, 2)):
         os.dup2(fd, target)
         os.close(fd)
@@ -403,7 +497,69 @@ def _work(request: wire.Request, fds: list[int], go: int, inherited: list[int]) 
     if os.read(go, 1) != b"g":
         os._exit(1)  # the server went away before the caller was ready: nothing ran
     os.close(go)
-    os._exit(_run())
+    code = _run()
+    _report(caller, code)
+    os._exit(code)
+
+
+def _report(caller: int, code: int) -> None:
+    """Tell the caller the command's status before this process ends (the end of a
+    process of the server's size takes milliseconds, and the server's report waits for
+    it). Everything the command held goes first: its files (locks among them: an
+    ``flock`` ends with its last descriptor) and the caller's standard streams, which
+    this process no longer writes, so that a caller reading them sees their end. The
+    server's own report after the end is the one a worker that died says."""
+    os.closerange(3, caller)
+    os.closerange(caller + 1, _open_max())
+    for fd in (0, 1, 2):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    with contextlib.suppress(OSError):
+        os.write(caller, b"exit %d\n" % code)
+
+
+def _open_max() -> int:
+    try:
+        return min(os.sysconf("SC_OPEN_MAX"), 1 << 16)
+    except (OSError, ValueError):
+        return 1024
+
+
+def _wait_as_spare(channel: socket.socket, inherited: list[int]) -> NoReturn:
+    """A spare worker: close what is the server's, wait for a request (the server's
+    copy of the caller's, with its descriptors: cwd, the three streams, the caller's
+    connection and the "go" pipe), then be its worker. The server's end closed (it
+    stopped) and it ends, having run nothing."""
+    signal.set_wakeup_fd(-1)
+    for fd in inherited:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    with contextlib.suppress(OSError):
+        os.setpgid(0, 0)
+    fds: list[int] = []
+    data, ancillary, flags, _ = channel.recvmsg(65536, socket.CMSG_SPACE(6 * 4))
+    for level, kind, raw in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            usable = len(raw) - len(raw) % 4
+            fds += struct.unpack(f"{usable // 4}i", raw[:usable])
+    if not data or flags & socket.MSG_CTRUNC or len(fds) != 6:
+        os._exit(0)
+    while len(data) < wire.HEADER:
+        data += _more(channel, wire.HEADER - len(data))
+    size = wire.payload_length(data[: wire.HEADER])
+    payload = data[wire.HEADER :]
+    while len(payload) < size:
+        payload += _more(channel, min(1 << 20, size - len(payload)))
+    channel.close()
+    *streams, go = fds
+    _work(wire.decode_request(payload), streams, go, [])
+
+
+def _more(channel: socket.socket, n: int) -> bytes:
+    chunk = channel.recv(n)
+    if not chunk:
+        os._exit(0)  # the server went away while it sent: nothing ran
+    return chunk
 
 
 def _interrupted_while_starting(signum: int, frame: object) -> None:
