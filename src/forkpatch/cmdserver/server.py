@@ -22,6 +22,7 @@ from __future__ import annotations
 import ast
 import atexit
 import contextlib
+import errno
 import fcntl
 import gc
 import io
@@ -536,6 +537,7 @@ def _wait_as_spare(channel: socket.socket, inherited: list[int]) -> NoReturn:
             os.close(fd)
     with contextlib.suppress(OSError):
         os.setpgid(0, 0)
+    _copy_pages_until_asked(channel)
     fds: list[int] = []
     data, ancillary, flags, _ = channel.recvmsg(65536, socket.CMSG_SPACE(6 * 4))
     for level, kind, raw in ancillary:
@@ -553,6 +555,44 @@ def _wait_as_spare(channel: socket.socket, inherited: list[int]) -> NoReturn:
     channel.close()
     *streams, go = fds
     _work(wire.decode_request(payload), streams, go, [])
+
+
+_MADV_POPULATE_WRITE = 23  # Linux 5.14: fault pages in writable (copy-on-write broken)
+_CHUNK = 1 << 20
+
+
+def _copy_pages_until_asked(channel: socket.socket) -> None:
+    """Take this process's own copy of the server's memory while it waits.
+
+    A worker shares the server's pages until it writes one, and Python writes to every
+    object it uses (its reference count): a ``rebase --continue`` copied 2,500 pages
+    one fault at a time as it ran (3.5-4.5 us each on this VM). A spare asks the kernel
+    to copy its private writable mappings ahead (``madvise(MADV_POPULATE_WRITE)``, a
+    megabyte at a time), and stops as soon as its request comes. Where the kernel does
+    not know the call, nothing is copied ahead."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        madvise = libc.madvise
+        madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        with open("/proc/self/maps", encoding="ascii", errors="replace") as maps:
+            regions = [line.split()[:2] for line in maps]
+    except (OSError, AttributeError, ImportError):
+        return
+    poller = select.poll()
+    poller.register(channel, select.POLLIN)
+    for span, perms in regions:
+        if not perms.startswith("rw") or perms[3:4] != "p":
+            continue
+        start, end = (int(x, 16) for x in span.split("-"))
+        for at in range(start, end, _CHUNK):
+            if poller.poll(0):
+                return  # the request came: it goes first
+            if madvise(at, min(end, at + _CHUNK) - at, _MADV_POPULATE_WRITE) != 0:
+                if ctypes.get_errno() == errno.EINVAL:
+                    return  # a kernel without it
+                break  # this mapping went or cannot be copied: the next one
 
 
 def _more(channel: socket.socket, n: int) -> bytes:
