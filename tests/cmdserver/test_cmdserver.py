@@ -643,3 +643,30 @@ def test_a_served_command_is_done_and_has_let_go_when_its_caller_returns(calls, 
         assert proc.stdout is not None
         top = proc.stdout.read()  # returns at the streams' end, whoever holds them
         assert proc.wait(timeout=30) == 0 and top.strip() == f"quick-{i}".encode()
+
+
+def _dirty_kb(pid: int) -> dict[str, int]:
+    fields = {}
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name in ("Private_Dirty", "Shared_Dirty"):
+            fields[name] = int(value.split()[0])
+    return fields
+
+
+def test_the_spare_has_its_own_copy_of_the_servers_memory_before_its_command(
+    calls, tmp_path, capsys
+):
+    """A command in a worker that shares the server's pages copies each one it writes
+    as it runs (Python writes every object it uses); the spare copies them ahead."""
+    ex = copy_example(tmp_path / "ex", capsys)
+    server = calls.up(ex.project)
+    spare = _spare_of(server)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        dirty = _dirty_kb(spare)
+        if dirty["Private_Dirty"] > 4 * dirty["Shared_Dirty"]:
+            break
+        time.sleep(0.05)
+    assert dirty["Private_Dirty"] > 4 * dirty["Shared_Dirty"], dirty
+    assert dirty["Private_Dirty"] > _dirty_kb(server)["Private_Dirty"] // 2, dirty
