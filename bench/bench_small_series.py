@@ -33,13 +33,17 @@ src | tar -x -C /tmp/old``, then ``--ab /tmp/old/src``), in the same interleaved
 PATH and prints the git processes of each call (``--profile DIR`` writes a cProfile
 of each call there, its modules imported first as the command server has them:
 ``profile_served.py``). ``--think S`` puts an untimed pause between a stop and its
-resolution, as a person's reading of the stop (default none). With a pause of 1.05 s
-on the 2-core VM the forkpatch calls ran 40-50% slower and git's did not (one run of
-3 rounds, not explained yet: neither idle wake-ups nor page-outs, each measured
-alone); the figures in RESULTS.md are taken without.
+resolution, as a person's reading of the stop (default 1.05 s; ``--think 0`` for
+none). A resolution written in the same second as the files the tool wrote at the
+stop is "racily clean" to git, which then reads every file the stop wrote again, in
+each call within that second: without a pause `git rebase`'s own `--continue` calls
+paid that (0.15-0.18 s where they take 0.04-0.05 s a second later), and so did a cold
+forkpatch's, whose conflict work tree is written whole at the first stop. No person
+resolves a conflict that fast; the figures in RESULTS.md from 2026-12-03 (afternoon)
+on are taken with the pause.
 
     python bench/bench_small_series.py [--rounds 5] [--scenarios stops,nostop,real]
-        [--files 2000] [--patches 20] [--conflicts 6] [--think 0] [--count-git]
+        [--files 2000] [--patches 20] [--conflicts 6] [--think 1.05] [--count-git]
         [--json] [--quick]
 """
 
@@ -274,7 +278,7 @@ class Tool:
     name = ""
     limit = 40
     #: Seconds between a stop and its resolution, untimed (``--think``: see the module).
-    think = 0.0
+    think = 1.05
 
     def __init__(self, work: Path, env: dict[str, str]) -> None:
         self.work, self.env = work, env
@@ -743,8 +747,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--think",
         type=float,
-        default=0.0,
-        help="seconds between a stop and its resolution, untimed (default 0: none)",
+        default=None,
+        help="seconds between a stop and its resolution, untimed (default 1.05, with --quick "
+        "0; 0: none)",
     )
     ap.add_argument("--quick", action="store_true", help="a tiny size and one round (for CI)")
     ap.add_argument(
@@ -756,7 +761,7 @@ def main(argv: list[str] | None = None) -> int:
         a.files, a.patches, a.conflicts, a.rounds = 200, 8, 3, 1
         a.scenarios = "stops,nostop" if a.scenarios == ap.get_default("scenarios") else a.scenarios
     scenarios = [s for s in a.scenarios.split(",") if s]
-    Tool.think = a.think
+    Tool.think = a.think if a.think is not None else (0.0 if a.quick else Tool.think)
     work: Path = a.workdir
     work.mkdir(parents=True, exist_ok=True)
     env = bench_env(home=work / "home")
