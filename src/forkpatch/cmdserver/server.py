@@ -270,29 +270,8 @@ class Server:
 
     def _read(self, conn: socket.socket, fds: list[int]) -> tuple[wire.Request, bytes]:
         """The request (checked) and its bytes as sent (for a spare worker to read)."""
-        data, ancillary, flags, _ = conn.recvmsg(65536, socket.CMSG_SPACE(4 * 4))
-        for level, kind, raw in ancillary:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                usable = len(raw) - len(raw) % 4
-                fds += struct.unpack(f"{usable // 4}i", raw[:usable])
-        if flags & socket.MSG_CTRUNC or len(fds) != 4:
-            raise wire.BadRequest("a request without its four descriptors")
-        while len(data) < wire.HEADER:
-            data += self._more(conn, wire.HEADER - len(data))
-        size = wire.payload_length(data[: wire.HEADER])
-        payload = data[wire.HEADER :]
-        while len(payload) < size:
-            payload += self._more(conn, min(1 << 20, size - len(payload)))
-        if len(payload) != size:
-            raise wire.BadRequest("a request longer than it said")
-        return wire.decode_request(payload), data[: wire.HEADER] + payload
-
-    @staticmethod
-    def _more(conn: socket.socket, n: int) -> bytes:
-        chunk = conn.recv(n)
-        if not chunk:
-            raise wire.BadRequest("a request cut short")
-        return chunk
+        raw = _receive(conn, fds, 4)
+        return wire.decode_request(raw[wire.HEADER :]), raw
 
     def _refusal(self, conn: socket.socket, request: wire.Request, fds: list[int]) -> bytes | None:
         creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
@@ -539,22 +518,35 @@ def _wait_as_spare(channel: socket.socket, inherited: list[int]) -> NoReturn:
         os.setpgid(0, 0)
     _copy_pages_until_asked(channel)
     fds: list[int] = []
-    data, ancillary, flags, _ = channel.recvmsg(65536, socket.CMSG_SPACE(6 * 4))
+    try:
+        raw = _receive(channel, fds, 6)
+    except (OSError, wire.BadRequest):
+        os._exit(0)  # the server stopped (or went away while it sent): nothing ran
+    channel.close()
+    *streams, go = fds
+    _work(wire.decode_request(raw[wire.HEADER :]), streams, go, [])
+
+
+def _receive(conn: socket.socket, fds: list[int], count: int) -> bytes:
+    """A request as sent (its header and payload) and the ``count`` descriptors that
+    come with it (added to ``fds``, for the caller to close); BadRequest when any of it
+    is missing."""
+    data, ancillary, flags, _ = conn.recvmsg(65536, socket.CMSG_SPACE(count * 4))
     for level, kind, raw in ancillary:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             usable = len(raw) - len(raw) % 4
             fds += struct.unpack(f"{usable // 4}i", raw[:usable])
-    if not data or flags & socket.MSG_CTRUNC or len(fds) != 6:
-        os._exit(0)
+    if flags & socket.MSG_CTRUNC or len(fds) != count:
+        raise wire.BadRequest(f"a request without its {count} descriptors")
     while len(data) < wire.HEADER:
-        data += _more(channel, wire.HEADER - len(data))
+        data += _more(conn, wire.HEADER - len(data))
     size = wire.payload_length(data[: wire.HEADER])
     payload = data[wire.HEADER :]
     while len(payload) < size:
-        payload += _more(channel, min(1 << 20, size - len(payload)))
-    channel.close()
-    *streams, go = fds
-    _work(wire.decode_request(payload), streams, go, [])
+        payload += _more(conn, min(1 << 20, size - len(payload)))
+    if len(payload) != size:
+        raise wire.BadRequest("a request longer than it said")
+    return data[: wire.HEADER] + payload
 
 
 _MADV_POPULATE_WRITE = 23  # Linux 5.14: fault pages in writable (copy-on-write broken)
@@ -595,10 +587,10 @@ def _copy_pages_until_asked(channel: socket.socket) -> None:
                 break  # this mapping went or cannot be copied: the next one
 
 
-def _more(channel: socket.socket, n: int) -> bytes:
-    chunk = channel.recv(n)
+def _more(conn: socket.socket, n: int) -> bytes:
+    chunk = conn.recv(n)
     if not chunk:
-        os._exit(0)  # the server went away while it sent: nothing ran
+        raise wire.BadRequest("a request cut short")
     return chunk
 
 
