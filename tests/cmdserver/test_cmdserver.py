@@ -229,19 +229,25 @@ def test_settings_cwd_umask_and_encodings_are_the_callers(calls, two, tmp_path):
     assert calls.how.read_text().count("served") >= 5
 
 
+def _processes() -> Iterator[tuple[int, int, str]]:
+    """(pid, parent's pid, state) of every process /proc shows."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            fields = (proc / "stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        yield int(proc.name), int(fields[1]), fields[0]
+
+
 def _worker_of(server: int, timeout: float = 30) -> int:
     """The pid of the server's worker that has stopped itself at a test pause."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        for proc in Path("/proc").iterdir():
-            if not proc.name.isdigit():
-                continue
-            try:
-                fields = (proc / "stat").read_text().rpartition(")")[2].split()
-            except OSError:
-                continue
-            if int(fields[1]) == server and fields[0] == "T":
-                return int(proc.name)
+        for pid, parent, state in _processes():
+            if parent == server and state == "T":
+                return pid
         time.sleep(0.02)
     raise AssertionError("no worker stopped at the pause")
 
@@ -549,17 +555,7 @@ def test_the_installed_command_imports_only_the_client_when_served(calls, tmp_pa
 
 def _children(pid: int) -> list[int]:
     """The live processes whose parent is ``pid``."""
-    out = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            fields = (proc / "stat").read_text().rpartition(")")[2].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid and fields[0] != "Z":
-            out.append(int(proc.name))
-    return out
+    return [child for child, parent, state in _processes() if parent == pid and state != "Z"]
 
 
 def _spare_of(server: int, other_than: int | None = None) -> int:

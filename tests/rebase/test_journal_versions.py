@@ -13,17 +13,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from forkpatch.fsutil import dump_state, parse_state
 from support.git import replace_once
+from support.procs import killed_at
 from support.projects import LINES, snapshot
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -287,22 +284,7 @@ def test_an_interrupted_finish_of_the_previous_version_is_finished(example_proje
 
 def _killed_at_journal(project: Path) -> None:
     """``rebase --onto v1.3.0`` SIGKILLed once its journal is written (the test hook)."""
-    env = {**os.environ, "FORKPATCH_TEST_PAUSE_AFTER": "journal"}
-    env.pop("FORKPATCH_FORK_REPO", None)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "forkpatch", "rebase", "--onto", "v1.3.0"],
-        cwd=project,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        _, status = os.waitpid(proc.pid, os.WUNTRACED)
-        assert os.WIFSTOPPED(status), "forkpatch ended before its journal was written"
-        os.kill(proc.pid, signal.SIGKILL)
-        os.waitpid(proc.pid, 0)
-    finally:
-        proc.returncode = -9
+    killed_at(project, "journal", "rebase", "--onto", "v1.3.0")
 
 
 def test_a_journal_read_and_written_again_is_the_same_state(stopped):

@@ -34,6 +34,7 @@ import struct
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
@@ -302,21 +303,15 @@ class Server:
         server's size takes milliseconds that a request then need not wait for. The
         spare waits for its request (:func:`_wait_as_spare`); it ends with the server."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDABLE)
-        _freeze()
+
+        def spare() -> NoReturn:
+            own = self._own_fds()
+            ours.close()
+            _wait_as_spare(theirs, own)
+
         try:
-            pid = os.fork()
-            if pid == 0:
-                try:
-                    own = self._own_fds()
-                    ours.close()
-                    _wait_as_spare(theirs, own)
-                except BaseException:
-                    traceback.print_exc()
-                finally:
-                    os._exit(1)
+            pid = self._fork(spare)
         finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
             theirs.close()
         with contextlib.suppress(OSError):
             os.setpgid(pid, pid)  # the spare does the same: whichever comes first
@@ -351,13 +346,19 @@ class Server:
 
     def _fork_worker(self, request: wire.Request, fds: list[int], go: tuple[int, int]) -> int:
         """A worker forked for ``request`` now (there is no spare): its pid."""
+        return self._fork(lambda: _work(request, fds, go[0], [*self._own_fds(), go[1]]))
+
+    @staticmethod
+    def _fork(child: Callable[[], NoReturn]) -> int:
+        """Fork, the child running ``child`` (which never returns) with the signals a
+        caller forwards blocked until it has its own handlers; the child's pid."""
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDABLE)
         _freeze()
         try:
             pid = os.fork()
             if pid == 0:
                 try:
-                    _work(request, fds, go[0], [*self._own_fds(), go[1]])
+                    child()
                 except BaseException:
                     traceback.print_exc()
                 finally:
