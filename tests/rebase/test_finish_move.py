@@ -18,7 +18,7 @@ import pytest
 from forkpatch.stack.worktree import MOVE_IN_PROCESS_PATHS
 from support.git import GitCalls, git, numbered, replace_once
 from support.procs import killed_at
-from support.projects import load, snapshot
+from support.projects import load, own_file_series, snapshot
 
 N = MOVE_IN_PROCESS_PATHS + 6  # files the new base changes: git's reset moves them
 LINES = numbered(40)
@@ -28,11 +28,7 @@ HEADER = "# header\n"
 def _stops_once(scenario):
     """N patches, each changing line 20 of its own file; upstream v2 puts a header on
     every file and changes the line of the first patch (its one stop)."""
-    files = {f"m{i:02d}.py": LINES for i in range(N)}
-    patches = [
-        (f"p{i:02d}", {f"m{i:02d}.py": replace_once(LINES, "line 20\n", f"line 20 p{i}\n")})
-        for i in range(N)
-    ]
+    files, patches = own_file_series(N, LINES)
 
     def upstream(fork) -> None:
         for i in range(N):

@@ -16,7 +16,7 @@ import pytest
 from forkpatch.forkrepo import ForkRepo
 from forkpatch.git import FAST_IMPORT_REF, FastImport, FileChange, Git, init_bare
 from support.git import GitCalls, ScratchRepo, git, numbered, replace_once
-from support.projects import load, snapshot
+from support.projects import load, own_file_series, snapshot
 
 DATE = "@1700000000 +0000"
 
@@ -114,11 +114,7 @@ LINES = numbered(60)
 def _series(scenario, n: int):
     """n patches, each changing its own file; upstream v2 changes the line the first and
     the last patch change (two stops) and moves every file down (offsets)."""
-    files = {f"m{i:02d}.py": LINES for i in range(n)}
-    patches = [
-        (f"p{i:02d}", {f"m{i:02d}.py": replace_once(LINES, "line 20\n", f"line 20 p{i}\n")})
-        for i in range(n)
-    ]
+    files, patches = own_file_series(n, LINES)
 
     def upstream(fork) -> None:
         for i in range(n):

@@ -24,7 +24,7 @@ import pytest
 from forkpatch.project import Project
 from forkpatch.series import PatchEntry, Series, load_series
 from support.cli import Runner, fp_in
-from support.git import ScratchRepo, numbered
+from support.git import ScratchRepo, numbered, replace_once
 
 EXAMPLE_NAMES = ["capability-floor", "odd-width-padding", "eager-block-cast", "cli-version"]
 TMP_NAME = re.compile(r"\A\..+(?:\.forkpatch-tmp|\.forkpatch-\d+\.tmp)\Z")
@@ -260,7 +260,6 @@ def one_line_conflict(make: Callable[..., Scenario], line: int = 9) -> Scenario:
     """``make`` (:func:`scenario_factory`'s) of a project on v1 whose one patch p1 edits
     ``line N`` of a.py, and a v2 where upstream edited the same line: a rebase onto v2
     stops on p1."""
-    from support.git import replace_once
 
     def upstream(fork: ScratchRepo) -> None:
         fork.add_file("a.py", replace_once(LINES, f"line {line}\n", f"line {line} upstream\n"))
@@ -272,6 +271,19 @@ def one_line_conflict(make: Callable[..., Scenario], line: int = 9) -> Scenario:
 
 
 # ----------------------------------------------------------------------------- what the user owns
+
+
+def own_file_series(
+    n: int, lines: str
+) -> tuple[dict[str, str], list[tuple[str, dict[str, str | None]]]]:
+    """The files and patches of a series of ``n`` patches p00.., each changing line 20
+    of its own file m00.py.. (each file ``lines``): for :func:`scenario_factory`."""
+    files = {f"m{i:02d}.py": lines for i in range(n)}
+    patches: list[tuple[str, dict[str, str | None]]] = [
+        (f"p{i:02d}", {f"m{i:02d}.py": replace_once(lines, "line 20\n", f"line 20 p{i}\n")})
+        for i in range(n)
+    ]
+    return files, patches
 
 
 def snapshot(project: Path) -> dict[str, bytes]:

@@ -163,6 +163,13 @@ class _Spare:
         self.pid = pid
         self.channel = channel
 
+    def end(self) -> None:
+        """It is not to run anything: its end of the channel closes (it reads that and
+        exits), and it is killed, to be sure."""
+        self.channel.close()
+        with contextlib.suppress(OSError):
+            os.kill(self.pid, signal.SIGKILL)
+
 
 class Server:
     def __init__(
@@ -259,7 +266,7 @@ class Server:
                     conn.sendall(answer)
                 conn.close()
                 return
-            self._start(conn, (request, raw), fds)
+            self._start(conn, request, raw, fds)
         except (OSError, wire.BadRequest) as exc:
             with contextlib.suppress(OSError):
                 conn.sendall(f"refused {exc}\n".encode("ascii", "replace"))
@@ -320,9 +327,7 @@ class Server:
     def _drop_spare(self) -> None:
         spare, self.spare = self.spare, None
         if spare is not None:
-            spare.channel.close()  # it reads the end and exits; killed, to be sure
-            with contextlib.suppress(OSError):
-                os.kill(spare.pid, signal.SIGKILL)
+            spare.end()
 
     def _hand_to_spare(self, raw: bytes, fds: list[int]) -> int | None:
         """Give the request to the spare worker: its pid, or None (none, or it is gone:
@@ -337,9 +342,7 @@ class Server:
             if sent < len(raw):
                 spare.channel.sendall(raw[sent:])
         except OSError:
-            spare.channel.close()
-            with contextlib.suppress(OSError):
-                os.kill(spare.pid, signal.SIGKILL)
+            spare.end()
             return None
         spare.channel.close()
         return spare.pid
@@ -368,13 +371,15 @@ class Server:
         return pid
 
     def _start(
-        self, conn: socket.socket, request: tuple[wire.Request, bytes], fds: list[int]
+        self, conn: socket.socket, request: wire.Request, raw: bytes, fds: list[int]
     ) -> None:
+        """Run ``request`` (``raw``: its bytes as sent) in the spare, else in a worker
+        forked for it, and tell the caller it started (or that this server is stale)."""
         go_r, go_w = os.pipe2(os.O_CLOEXEC)
         try:
-            pid = self._hand_to_spare(request[1], [*fds, conn.fileno(), go_r])
+            pid = self._hand_to_spare(raw, [*fds, conn.fileno(), go_r])
             if pid is None:
-                pid = self._fork_worker(request[0], [*fds, conn.fileno()], (go_r, go_w))
+                pid = self._fork_worker(request, [*fds, conn.fileno()], (go_r, go_w))
         finally:
             os.close(go_r)
         with contextlib.suppress(OSError):

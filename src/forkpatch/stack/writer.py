@@ -63,22 +63,21 @@ class StackWriter:
                 return
             wt.run("reset", "-q", "--hard", target)
 
-    def begin_move(self, wt: Git, target: str) -> bool:
+    def begin_move(self, wt: Git, target: str) -> None:
         """Start :meth:`move` to ``target`` now, to run beside the command's own work (a
         second core writes the files meanwhile), where git's ``reset --hard`` is how it
         would move: a full work tree this command found clean, with more paths to write
         than the in-process move takes. :meth:`move` to the same target waits for it,
-        :meth:`end_move` on a way out. False: nothing was begun (move as usual)."""
+        :meth:`end_move` on a way out; elsewhere nothing is begun (it moves as usual)."""
         if self._moving is not None or self.model.layout().sparse:
-            return False
+            return
         if not self.model.known_clean(wt):
-            return False
+            return
         head = self.model.head(wt)
         if len(wt.objects.raw_changes(head, target)) <= worktree.MOVE_IN_PROCESS_PATHS:
-            return False
+            return
         self.model.forget()
         self._moving = (target, wt.begin("reset", "-q", "--hard", target))
-        return True
 
     def end_move(self) -> None:
         """Wait for the move begun ahead, if any (never left half done; its failure is
