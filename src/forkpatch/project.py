@@ -31,7 +31,8 @@ from forkpatch.fsutil import (
     recover_files,
     sweep_temps,
 )
-from forkpatch.git import Git, blob_id, lock_holders
+from forkpatch.git import Git, blob_id
+from forkpatch.gitlocks import lock_holders
 from forkpatch.series import (
     PATCHES_DIR,
     SERIES_FILE,

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from forkpatch import git as gitmod
-from forkpatch.git import LOCK_WAIT_S, lock_holders
+from forkpatch import gitlocks
+from forkpatch.gitlocks import LOCK_WAIT_S, lock_holders
 from support.cli import env, fp
 from support.procs import LockHolder
 from support.projects import copy_example
@@ -197,26 +197,26 @@ def test_a_lock_released_during_the_holder_scan_is_tried_again(tmp_path, monkeyp
     lock the writer should give up on."""
     lock = tmp_path / "index.lock"
     holder = LockHolder(lock)
-    real = gitmod.lock_holders
+    real = gitlocks.lock_holders
 
     def releasing_during_scan(path):
         holder.release()
         return real(path)
 
-    monkeypatch.setattr(gitmod, "lock_holders", releasing_during_scan)
-    assert gitmod.held_lock(_git_lock_error(lock)) == str(lock)
+    monkeypatch.setattr(gitlocks, "lock_holders", releasing_during_scan)
+    assert gitlocks.held_lock(_git_lock_error(lock)) == str(lock)
 
 
 def test_the_held_lock_verdicts(tmp_path):
     lock = tmp_path / "index.lock"
-    assert gitmod.held_lock(_git_lock_error(lock)) == str(lock)  # gone: try again
+    assert gitlocks.held_lock(_git_lock_error(lock)) == str(lock)  # gone: try again
     lock.write_bytes(b"")
-    assert gitmod.held_lock(_git_lock_error(lock)) is None  # stale: no holder, stays
+    assert gitlocks.held_lock(_git_lock_error(lock)) is None  # stale: no holder, stays
     lock.unlink()
     holder = LockHolder(lock)
     try:
-        assert gitmod.held_lock(_git_lock_error(lock)) == str(lock)  # live holder
+        assert gitlocks.held_lock(_git_lock_error(lock)) == str(lock)  # live holder
     finally:
         holder.kill()
-    assert gitmod.held_lock(_git_lock_error(lock)) is None  # its holder was killed
-    assert gitmod.held_lock(b"fatal: something else\n") is None
+    assert gitlocks.held_lock(_git_lock_error(lock)) is None  # its holder was killed
+    assert gitlocks.held_lock(b"fatal: something else\n") is None
