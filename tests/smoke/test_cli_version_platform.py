@@ -94,6 +94,58 @@ def test_it_starts_with_the_check_process_and_runs_once(fake_bin: Path) -> None:
     assert not ctx.early
 
 
+@pytest.mark.parametrize(
+    "ids",
+    [
+        ["static.installed-from-wheel", "static.cli-version", "static.provenance"],
+        ["static.cli-version", "static.version-metadata"],
+        ["static.cli-version"],
+        ["static.version-metadata", "static.provenance"],
+    ],
+)
+def test_the_early_started_check_runs_after_the_others(fake_bin: Path, ids: list[str]) -> None:
+    """The check that waits for `vllm --version` comes last, so that the checks of the
+    check process run while that process imports; the others keep their order."""
+    ctx = incheck.Ctx(spec={"version": VERSION}, device={"cuda_available": False})
+    incheck.start_early(ids, ctx)
+    try:
+        order = incheck.run_order(ids, ctx)
+        others = [c for c in ids if c != "static.cli-version"]
+        started = ["static.cli-version"] if "static.cli-version" in ids else []
+        assert order == others + started
+    finally:
+        for run in ctx.early.values():
+            run.proc.wait(timeout=60)
+
+
+def test_the_check_process_runs_its_own_checks_while_the_version_runs(
+    fake_bin: Path, tmp_path: Path
+) -> None:
+    """The check process's records: the in-process check ran before the check that reads
+    the version run, and both have their results."""
+    import json
+
+    spec = tmp_path / "spec.json"
+    spec.write_text(
+        json.dumps({"version": VERSION, "checks": ["static.cli-version", "static.provenance"]})
+    )
+    out = tmp_path / "results.jsonl"
+    from forkpatch.smoke.incheck import __main__ as incheck_main
+
+    saved = dict(incheck.run_spec())  # main() sets this process's run spec
+    try:
+        assert incheck_main.main(["--spec", str(spec), "--out", str(out)]) == 0
+    finally:
+        incheck.run_spec().clear()
+        incheck.run_spec().update(saved)
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    starts = [r["id"] for r in records if r["kind"] == "start"]
+    assert starts == ["static.provenance", "static.cli-version"]
+    done = {r["id"]: r for r in records if r["kind"] == "check"}
+    assert done["static.cli-version"]["outcome"] == incheck.PASSED, done
+    assert set(done) == {"static.provenance", "static.cli-version"}
+
+
 def test_a_missing_console_script_fails(fake_bin: Path) -> None:
     (fake_bin / "vllm").unlink()
     ctx = incheck.Ctx(spec={"version": VERSION}, device={"cuda_available": False})

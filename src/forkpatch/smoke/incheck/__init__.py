@@ -74,6 +74,7 @@ from .registry import (
     patched,
     probe_device,
     run_one,
+    run_order,
     run_spec,
     start_early,
 )
@@ -130,6 +131,7 @@ __all__ = [
     "probe_device",
     "reference_ops",
     "run_one",
+    "run_order",
     "run_spec",
     "sm70_linear_check",
     "sm70_unsupported_k_check",

@@ -9,7 +9,16 @@ import sys
 from typing import Any
 
 from . import standin
-from .registry import ERROR, REGISTRY, Ctx, probe_device, run_one, run_spec, start_early
+from .registry import (
+    ERROR,
+    REGISTRY,
+    Ctx,
+    probe_device,
+    run_one,
+    run_order,
+    run_spec,
+    start_early,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
                 "notes": [standin.note(stood_in)] if stood_in else [],
             }
         )
-        for cid in ids:
+        for cid in run_order(ids, ctx):  # an early-started one waits for the rest
             defn = REGISTRY.get(cid)
             if defn is None:
                 emit(

@@ -115,6 +115,14 @@ def start_early(ids: list[str], ctx: Ctx) -> None:
             ctx.early[cid] = EARLY[cid](ctx)
 
 
+def run_order(ids: list[str], ctx: Ctx) -> list[str]:
+    """The order this process runs ``ids`` in: a check whose process was started early
+    (:func:`start_early`) waits for that process, so it comes after the checks of this
+    process, which run while the other one does (each in the order given; the report
+    lists them in the registry's order whatever the order they ran in)."""
+    return [c for c in ids if c not in ctx.early] + [c for c in ids if c in ctx.early]
+
+
 def finish_registry() -> None:
     """Once every tier's module has registered its checks: each id of the shared list has
     its check, and :data:`REGISTRY` runs and reports them in that list's order."""
