@@ -18,10 +18,9 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from forkpatch.errors import GitError
-from forkpatch.gitlocks import LOCK_EXISTS, LOCK_WAIT_S, held_lock, lock_tip
 from forkpatch.redact import hide_url_secrets
 
 if TYPE_CHECKING:
@@ -218,6 +217,8 @@ class Git:
             proc = self._spawn(argv, args, input, env, cwd, timeout, user_config)
             if proc.returncode == 0 or not check:
                 break
+            from forkpatch.gitlocks import LOCK_WAIT_S, held_lock  # only on a failure
+
             # A lock another live process holds (the user's own git, an editor's) is
             # waited for, bounded; git took nothing before it failed on the lock.
             if held_lock(proc.stderr) is None:
@@ -228,6 +229,8 @@ class Git:
                 break
             time.sleep(0.05)
         if check and proc.returncode != 0:
+            from forkpatch.gitlocks import lock_tip
+
             stderr = proc.stderr.decode("utf-8", "replace").strip()
             raise GitError(
                 hide_url_secrets(
@@ -249,7 +252,7 @@ class Git:
     ) -> subprocess.CompletedProcess[bytes]:
         proc = _popen(
             argv,
-            piped_input=input is not None,
+            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
             env=git_env(env, user_config=user_config or self.user_config),
             cwd=cwd or self.work_tree,
         )
@@ -270,12 +273,23 @@ class Git:
                 tip="check the network or the remote, then run again",
             ) from None
 
-    def begin(self, *args: str) -> Begun:
+    def begin(self, *args: str, input: bytes | None = None) -> Begun:
         """``git ARGS`` started now and left to run beside this process's own work (a
         second core); :meth:`Begun.result` waits for it and answers as :meth:`run` would.
-        For a read whose answer is needed later in the command (a ``git status``)."""
+        For a read whose answer is needed later in the command (a ``git status``).
+        ``input`` is given from an unnamed file, so git never waits on this process."""
         env = git_env(user_config=self.user_config)
-        return Begun(self, args, _popen(self.argv(args), env=env, cwd=self.work_tree))
+        argv = self.argv(args)
+        if input is None:
+            proc = _popen(argv, env=env, cwd=self.work_tree, stdin=subprocess.DEVNULL)
+        else:
+            import tempfile
+
+            with tempfile.TemporaryFile() as fh:  # git holds its own descriptor of it
+                fh.write(input)
+                fh.seek(0)
+                proc = _popen(argv, env=env, cwd=self.work_tree, stdin=fh)
+        return Begun(self, args, proc, input)
 
     def out(self, *args: str, **kw: object) -> str:
         return self.run(*args, **kw).stdout.decode("utf-8", "surrogateescape").strip()  # type: ignore[arg-type]
@@ -385,6 +399,8 @@ class Git:
                 write()
                 return
             except GitError as exc:
+                from forkpatch.gitlocks import LOCK_EXISTS, LOCK_WAIT_S, held_lock, lock_tip
+
                 m = LOCK_EXISTS.search(exc.message)
                 if m is None:
                     raise
@@ -858,13 +874,13 @@ def init_bare(path: Path) -> Git:
 
 
 def _popen(
-    argv: list[str], *, env: Mapping[str, str], cwd: Path | None, piped_input: bool = False
+    argv: list[str], *, env: Mapping[str, str], cwd: Path | None, stdin: int | IO[bytes]
 ) -> subprocess.Popen[bytes]:
-    """git started, its output and errors piped (its input too with ``piped_input``)."""
+    """git started, its output and errors piped; ``stdin``: a pipe, a file or DEVNULL."""
     try:
         return subprocess.Popen(
             argv,
-            stdin=subprocess.PIPE if piped_input else subprocess.DEVNULL,
+            stdin=stdin,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=env,
@@ -879,8 +895,14 @@ def _popen(
 class Begun:
     """A git command :meth:`Git.begin` started: its answer once it ends."""
 
-    def __init__(self, git: Git, args: Sequence[str], proc: subprocess.Popen[bytes]) -> None:
-        self.git, self.args, self.proc = git, tuple(args), proc
+    def __init__(
+        self,
+        git: Git,
+        args: Sequence[str],
+        proc: subprocess.Popen[bytes],
+        input: bytes | None = None,
+    ) -> None:
+        self.git, self.args, self.proc, self.input = git, tuple(args), proc, input
         self._done: subprocess.CompletedProcess[bytes] | None = None
 
     def result(self) -> subprocess.CompletedProcess[bytes]:
@@ -894,7 +916,9 @@ class Begun:
                 _stop(self.proc)
                 raise
             done = subprocess.CompletedProcess(self.proc.args, self.proc.returncode, out, err)
-            self._done = done if done.returncode == 0 else self.git.run(*self.args)
+            self._done = (
+                done if done.returncode == 0 else self.git.run(*self.args, input=self.input)
+            )
         return self._done
 
     def drop(self) -> None:

@@ -32,7 +32,6 @@ from forkpatch.fsutil import (
     sweep_temps,
 )
 from forkpatch.git import Git, blob_id
-from forkpatch.gitlocks import lock_holders
 from forkpatch.series import (
     PATCHES_DIR,
     SERIES_FILE,
@@ -442,6 +441,8 @@ class Project:
 
         Only called when the previous forkpatch died holding the project lock: every
         git process in the store runs under that lock, so these locks are its."""
+        from forkpatch.gitlocks import lock_holders  # after a kill only
+
         store = self.store_dir
         if not store.is_dir() or store.is_symlink():
             return
