@@ -689,46 +689,14 @@ def diffs_of_commits(git: Git, commits: Sequence[str]) -> dict[str, bytes]:
     return _diff_tree_stdin(git, list(commits), list(commits))
 
 
-_STATS = ("--stat=72", "--summary")
-
-
-def diffs_and_stats_of_commits(
-    git: Git, commits: Sequence[str], *, ahead: BegunDiffs | None = None
-) -> dict[str, tuple[bytes, str]]:
+def diffs_and_stats_of_commits(git: Git, commits: Sequence[str]) -> dict[str, tuple[bytes, str]]:
     """:func:`diffs_of_commits` and each diff's diffstat as a patch file shows it
     (``--stat=72 --summary``), from the same one git process (see
-    :meth:`forkpatch.git.Git.diff_and_stat` for how the two are told apart).
-    ``ahead``: those of some of the commits, begun earlier (the rest are run now)."""
+    :meth:`forkpatch.git.Git.diff_and_stat` for how the two are told apart)."""
     from forkpatch.git import split_diff_and_stat
 
-    got = ahead.result() if ahead is not None else {}
-    rest = [c for c in dict.fromkeys(commits) if c not in got]
-    got.update(_diff_tree_stdin(git, rest, rest, _STATS))
-    return {c: split_diff_and_stat(got[c], c) for c in commits}
-
-
-class BegunDiffs:
-    """:func:`diffs_and_stats_of_commits` of ``commits`` begun now, in a git process
-    that runs beside this one's work; :meth:`result` waits for it, :meth:`drop` ends it
-    when its answer is not wanted."""
-
-    def __init__(self, git: Git, commits: Sequence[str]) -> None:
-        self.commits = list(dict.fromkeys(commits))
-        self._begun = (
-            git.begin(*_diff_tree_args(_STATS), input=_diff_tree_input(self.commits))
-            if self.commits
-            else None
-        )
-
-    def result(self) -> dict[str, bytes]:
-        """Each commit's raw diff-and-stat (see :func:`diffs_and_stats_of_commits`)."""
-        if self._begun is None:
-            return {}
-        return _split_diff_tree(self._begun.result().stdout, self.commits)
-
-    def drop(self) -> None:
-        if self._begun is not None:
-            self._begun.drop()
+    got = _diff_tree_stdin(git, list(commits), list(commits), ("--stat=72", "--summary"))
+    return {c: split_diff_and_stat(raw, c) for c, raw in got.items()}
 
 
 def diffs_between(git: Git, pairs: Sequence[tuple[str, str]]) -> dict[str, bytes]:
@@ -745,28 +713,21 @@ def _diff_tree_stdin(
     before it (``commits[i]`` for ``lines[i]``); ``extra``: more of git's options."""
     if not lines:
         return {}
-    proc = git.run(*_diff_tree_args(extra), input=_diff_tree_input(lines))
-    return _split_diff_tree(proc.stdout, commits)
-
-
-def _diff_tree_args(extra: Sequence[str]) -> list[str]:
     from forkpatch.git import DIFF_OPTIONS
 
-    return ["diff-tree", "--stdin", "--root", *DIFF_OPTIONS, *extra]
-
-
-def _diff_tree_input(lines: Sequence[str]) -> bytes:
-    return ("\n".join(lines) + "\n").encode()
-
-
-def _split_diff_tree(stdout: bytes, commits: Sequence[str]) -> dict[str, bytes]:
-    """``git diff-tree --stdin``'s output split on the commit id it prints before each
-    commit's diff (every one of ``commits`` gets an entry: empty when it printed none)."""
+    proc = git.run(
+        "diff-tree",
+        "--stdin",
+        "--root",
+        *DIFF_OPTIONS,
+        *extra,
+        input=("\n".join(lines) + "\n").encode(),
+    )
     out: dict[str, bytes] = {}
     current: str | None = None
     chunks: list[bytes] = []
     commit_set = set(commits)
-    for line in stdout.splitlines(keepends=True):
+    for line in proc.stdout.splitlines(keepends=True):
         candidate = line.rstrip(b"\n").decode("latin-1")
         if len(candidate) == 40 and candidate in commit_set and not chunks_started(line):
             if current is not None:

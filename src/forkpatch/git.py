@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import TYPE_CHECKING
 
 from forkpatch.errors import GitError
 from forkpatch.redact import hide_url_secrets
@@ -252,7 +252,7 @@ class Git:
     ) -> subprocess.CompletedProcess[bytes]:
         proc = _popen(
             argv,
-            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+            piped_input=input is not None,
             env=git_env(env, user_config=user_config or self.user_config),
             cwd=cwd or self.work_tree,
         )
@@ -273,23 +273,12 @@ class Git:
                 tip="check the network or the remote, then run again",
             ) from None
 
-    def begin(self, *args: str, input: bytes | None = None) -> Begun:
+    def begin(self, *args: str) -> Begun:
         """``git ARGS`` started now and left to run beside this process's own work (a
         second core); :meth:`Begun.result` waits for it and answers as :meth:`run` would.
-        For a read whose answer is needed later in the command (a ``git status``).
-        ``input`` is given from an unnamed file, so git never waits on this process."""
+        For a read whose answer is needed later in the command (a ``git status``)."""
         env = git_env(user_config=self.user_config)
-        argv = self.argv(args)
-        if input is None:
-            proc = _popen(argv, env=env, cwd=self.work_tree, stdin=subprocess.DEVNULL)
-        else:
-            import tempfile
-
-            with tempfile.TemporaryFile() as fh:  # git holds its own descriptor of it
-                fh.write(input)
-                fh.seek(0)
-                proc = _popen(argv, env=env, cwd=self.work_tree, stdin=fh)
-        return Begun(self, args, proc, input)
+        return Begun(self, args, _popen(self.argv(args), env=env, cwd=self.work_tree))
 
     def out(self, *args: str, **kw: object) -> str:
         return self.run(*args, **kw).stdout.decode("utf-8", "surrogateescape").strip()  # type: ignore[arg-type]
@@ -874,13 +863,13 @@ def init_bare(path: Path) -> Git:
 
 
 def _popen(
-    argv: list[str], *, env: Mapping[str, str], cwd: Path | None, stdin: int | IO[bytes]
+    argv: list[str], *, env: Mapping[str, str], cwd: Path | None, piped_input: bool = False
 ) -> subprocess.Popen[bytes]:
-    """git started, its output and errors piped; ``stdin``: a pipe, a file or DEVNULL."""
+    """git started, its output and errors piped (its input too with ``piped_input``)."""
     try:
         return subprocess.Popen(
             argv,
-            stdin=stdin,
+            stdin=subprocess.PIPE if piped_input else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=env,
@@ -895,14 +884,8 @@ def _popen(
 class Begun:
     """A git command :meth:`Git.begin` started: its answer once it ends."""
 
-    def __init__(
-        self,
-        git: Git,
-        args: Sequence[str],
-        proc: subprocess.Popen[bytes],
-        input: bytes | None = None,
-    ) -> None:
-        self.git, self.args, self.proc, self.input = git, tuple(args), proc, input
+    def __init__(self, git: Git, args: Sequence[str], proc: subprocess.Popen[bytes]) -> None:
+        self.git, self.args, self.proc = git, tuple(args), proc
         self._done: subprocess.CompletedProcess[bytes] | None = None
 
     def result(self) -> subprocess.CompletedProcess[bytes]:
@@ -916,9 +899,7 @@ class Begun:
                 _stop(self.proc)
                 raise
             done = subprocess.CompletedProcess(self.proc.args, self.proc.returncode, out, err)
-            self._done = (
-                done if done.returncode == 0 else self.git.run(*self.args, input=self.input)
-            )
+            self._done = done if done.returncode == 0 else self.git.run(*self.args)
         return self._done
 
     def drop(self) -> None:

@@ -74,9 +74,9 @@ def _spy_begun(monkeypatch) -> list[tuple[str, ...]]:
     begun: list[tuple[str, ...]] = []
     real = forkpatch.git.Git.begin
 
-    def begin(self, *args, **kw):
+    def begin(self, *args):
         begun.append(args)
-        return real(self, *args, **kw)
+        return real(self, *args)
 
     monkeypatch.setattr(forkpatch.git.Git, "begin", begin)
     return begun

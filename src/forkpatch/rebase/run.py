@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from forkpatch import log, settings
-from forkpatch.engine import BegunDiffs, TreeState, diffs_and_stats_of_commits
+from forkpatch.engine import TreeState, diffs_and_stats_of_commits
 from forkpatch.errors import ConflictError, StateError, UsageError
 from forkpatch.git import FileChange
 from forkpatch.kinds import DROPPED_STATUSES
@@ -117,7 +117,7 @@ def rebase(project: Project, options: RebaseOptions) -> RebaseResult:
         _pause("journal")
         if state.phase == "conflict":
             _stop(project, journal, _Stop(state, classifier, walk.stop))
-        return _finish(project, journal, state, options.report_dir, _Ahead(stack))
+        return _finish(project, journal, state, options.report_dir, stack)
     finally:
         stack.drop_begun()
 
@@ -184,23 +184,23 @@ def continue_(project: Project, report_dir: Path | None = None) -> RebaseResult:
     state = journal.load()
     if state.phase == "writing":
         stack = _guard_stack(project, state, CONTINUE)
-        return _finish(project, journal, state, report_dir, _Ahead(stack))
+        return _finish(project, journal, state, report_dir, stack)
     tree = ConflictTree(project)
     if not tree.exists() or not journal.holds_stop(state):
         # Killed before the conflict work tree was written: write it now.
         _stop(project, journal, _Stop(state))
-    with _finishing(project, state) as ahead:
-        return _continue(project, journal, state, ahead, report_dir)
+    with _finishing_stack(project, state) as stack:
+        return _continue(project, journal, state, stack, report_dir)
 
 
 def _continue(
     project: Project,
     journal: Journal,
     state: RebaseState,
-    ahead: _Ahead,
+    stack: Stack | None,
     report_dir: Path | None,
 ) -> RebaseResult:
-    """The resolved stop taken (``ahead``: what a finish needs, begun)."""
+    """The resolved stop taken (``stack``: the editing stack, its status begun)."""
     tree = ConflictTree(project)
     wt, resolved, changed = tree.record()
     markers = tree.markers(changed)
@@ -247,7 +247,7 @@ def _continue(
             moved=outcome.moved,
         )
     log.info(f"[{index + 1}/{len(classifier.items)}] {outcome.name} ... {outcome.status}")
-    step = _Step(state, outcome, head, classifier, recorded=True, doing=CONTINUE, ahead=ahead)
+    step = _Step(state, outcome, head, classifier, recorded=True, doing=CONTINUE, stack=stack)
     return _go_on(project, journal, step, report_dir)
 
 
@@ -269,10 +269,10 @@ def skip(project: Project, report_dir: Path | None = None) -> RebaseResult:
         evidence=f"dropped with `forkpatch rebase --skip` (it conflicted: {old.reasons})",
     )
     log.info(f"[{index + 1}/{len(state.plan.outcomes)}] {outcome.name} ... skipped")
-    with _finishing(project, state) as ahead:
+    with _finishing_stack(project, state) as stack:
         classifier = _resume(project, journal, state)
         doing = "`forkpatch rebase --skip`"
-        step = _Step(state, outcome, state.plan.head, classifier, doing=doing, ahead=ahead)
+        step = _Step(state, outcome, state.plan.head, classifier, doing=doing, stack=stack)
         return _go_on(project, journal, step, report_dir)
 
 
@@ -286,49 +286,35 @@ class _Step:
     classifier: Classifier
     recorded: bool = False  # the conflict work tree's changes are staged
     doing: str = CONTINUE  # the command, for a refusal
-    ahead: _Ahead | None = None  # what a finish needs, begun (_finishing)
-
-
-@dataclass(frozen=True)
-class _Ahead:
-    """What the step that ends a rebase reads, begun with the step (see :func:`_finishing`)."""
-
-    stack: Stack | None = None  # the editing stack, the `git status` its guard reads begun
-    diffs: BegunDiffs | None = None  # the diffs of the commits made before this step
+    stack: Stack | None = None  # the editing stack, its status begun (_finishing_stack)
 
 
 @contextlib.contextmanager
-def _finishing(project: Project, state: RebaseState) -> Iterator[_Ahead]:
-    """When this step is likely to end the rebase (no stop forecast past this one), what
-    the finish reads begins now, in git processes on other cores while the step records
-    and classifies: the editing stack's `git status` (its guard), and the diffs of the
-    commits the rebase made before this stop (final: the patch files are written from
-    them). Whatever was not read is ended with the step. Nothing is begun when another
-    stop is likely (a step that stops writes no patch file and leaves the stack alone)."""
-    if any(o.status == "conflict" for o in state.plan.outcomes[state.conflict_index + 1 :]):
-        yield _Ahead()
+def _finishing_stack(project: Project, state: RebaseState) -> Iterator[Stack | None]:
+    """The editing stack, with the `git status` its guard reads begun, when this step is
+    likely to end the rebase (no stop forecast past this one): the status reads the
+    editing work tree on another core while the step records and classifies; ended with
+    the step if it was not read. None: the rebase holds no stack, or another stop is
+    likely (a step that stops leaves the stack alone)."""
+    if state.stack is None or any(
+        o.status == "conflict" for o in state.plan.outcomes[state.conflict_index + 1 :]
+    ):
+        yield None
         return
-    stack = None
-    if state.stack is not None:
-        from forkpatch.stack import Stack
+    from forkpatch.stack import Stack
 
-        stack = Stack(project)
-        stack.begin_guard()
-    made = state.plan.outcomes[: state.conflict_index]
-    diffs = BegunDiffs(project.fork().store, [o.commit for o in made if o.refresh and o.commit])
+    stack = Stack(project)
+    stack.begin_guard()
     try:
-        yield _Ahead(stack, diffs)
+        yield stack
     finally:
-        diffs.drop()
-        if stack is not None:
-            stack.drop_begun()
+        stack.drop_begun()
 
 
 def _go_on(
     project: Project, journal: Journal, step: _Step, report_dir: Path | None
 ) -> RebaseResult:
     state = step.state
-    ahead = step.ahead or _Ahead()
     index = state.conflict_index
     walk = step.classifier.walk(index + 1, step.head, write=True, forecast=False)
     # Past a new conflict the outcomes of the first run (forecasts) stay until then.
@@ -348,12 +334,12 @@ def _go_on(
         # This step ends the rebase, which moves the editing stack: refused here, before
         # anything but objects is written, when the editing work tree holds edits. A step
         # that stops again leaves the stack alone and need not look at it.
-        stack = _guard_stack(project, step.state, step.doing, stack=ahead.stack)
+        stack = _guard_stack(project, step.state, step.doing, stack=step.stack)
     journal.save(state)
     project.fork().store.update_ref(HEAD_REF, state.plan.head)
     if state.phase == "conflict":
         _stop(project, journal, _Stop(state, step.classifier, walk.stop, step.recorded))
-    return _finish(project, journal, state, report_dir, _Ahead(stack, ahead.diffs))
+    return _finish(project, journal, state, report_dir, stack)
 
 
 def abort(project: Project) -> list[str]:
@@ -385,13 +371,11 @@ def _finish(
     journal: Journal,
     state: RebaseState,
     report_dir: Path | None,
-    ahead: _Ahead,
+    stack: Stack | None = None,
 ) -> RebaseResult:
     """Write the result (idempotent: an interrupted finish is simply run again).
-    ``ahead.stack``: the editing stack as this command's guard read it (its ``git
-    status`` says the work tree is clean, so the move to the new base writes only what
-    differs); ``ahead.diffs``: those of some of the rebase's commits, begun."""
-    stack = ahead.stack
+    ``stack``: the editing stack as this command's guard read it (its ``git status``
+    says the work tree is clean, so the move to the new base writes only what differs)."""
     assert state.phase == "writing", "finished only once every patch has its outcome"
     if stack is not None and state.stack is not None:
         # Its work tree starts moving now, beside the writing of the files (its guard
@@ -399,7 +383,7 @@ def _finish(
         new_series = _new_series(journal, state)
         stack.begin_rebuild(state.plan.onto_commit, new_series, state.stack.applied, _made(state))
     try:
-        return _write_result(project, journal, state, report_dir, ahead)
+        return _write_result(project, journal, state, report_dir, stack)
     except BaseException:
         if stack is not None:
             with contextlib.suppress(Exception):  # what failed first is what is said
@@ -422,14 +406,12 @@ def _write_result(
     journal: Journal,
     state: RebaseState,
     report_dir: Path | None,
-    ahead: _Ahead,
+    stack: Stack | None,
 ) -> RebaseResult:
     store = project.fork().store
     series = journal.original_series()
     diffs = diffs_and_stats_of_commits(
-        store,
-        [o.commit for o in state.plan.outcomes if o.refresh and o.commit],
-        ahead=ahead.diffs,
+        store, [o.commit for o in state.plan.outcomes if o.refresh and o.commit]
     )
     old_texts: dict[str, bytes] = {}
     new_texts: dict[str, bytes] = {}
@@ -486,9 +468,7 @@ def _write_result(
         from forkpatch.stack import Stack
 
         project.reload()
-        (ahead.stack or Stack(project)).rebuild_on(
-            plan.onto_commit, state.stack.applied, _made(state)
-        )
+        (stack or Stack(project)).rebuild_on(plan.onto_commit, state.stack.applied, _made(state))
     store.delete_ref(HEAD_REF)
     store.repack_if_many()  # each stop's commits came as one small pack
     journal.clear()
@@ -511,7 +491,7 @@ def _guard_stack(
     """Before a rebase step that moves the editing stack changes anything: refuse when
     the editing work tree holds edits that are in no object (see Stack.guard_worktree).
     ``only_if_moved``: only when the stack is no longer where the rebase found it.
-    ``stack``: this command's (its status may be running already: _finishing).
+    ``stack``: this command's (its status may be running already: _finishing_stack).
     Returns the stack as the guard read it (None: the rebase holds none)."""
     from forkpatch.stack import Stack
 
