@@ -58,6 +58,8 @@ CASES = {
 @pytest.mark.parametrize("case", list(CASES))
 def test_a_patch_the_patches_above_need_is_not_droppable(example_build, tmp_path, capsys, case):
     check, code, verdict, words = CASES[case]
+    if case == "cannot-run-here":  # without torch: "module torch", not the tier
+        pytest.importorskip("torch", reason="the verdict names the tier a CPU torch leaves out")
     project = smoke.copy_project(example_build, tmp_path / "project")
     path = project / "series.yaml"
     s = load_series(path)
