@@ -65,6 +65,10 @@ PINNED_CONFIG: tuple[tuple[str, str], ...] = (
     ("core.quotePath", "true"),
     ("core.bigFileThreshold", "512m"),
     ("core.pager", "cat"),
+    # A work tree's move writes its files from every core (git's parallel checkout, of
+    # 100 files or more): the editing tree's move to a new fork tag is most of a warm
+    # rebase's finish, and forkpatch's own work beside it waits on no core of its own.
+    ("checkout.workers", "0"),
     ("color.ui", "false"),
     ("color.diff", "false"),
     ("color.status", "false"),

@@ -67,3 +67,37 @@ def test_a_full_apply_names_the_missing_files_and_the_ways_out(tmp_path, capsys,
     _, _, err = run("apply", "--full", expect=1)
     assert "lacks the content of" in err and missing[0] in err
     run("status")
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        # one file after the other (a git before parallel checkout, or under its threshold)
+        (
+            "error: unable to read sha1 file of docs/pic.png ({a})\n"
+            "error: unable to read sha1 file of docs/a b.html ({b})\n"
+        ),
+        # a parallel checkout's workers (checkout.workers, which forkpatch's git runs with)
+        "error: cannot read object {a} 'docs/pic.png'\nerror: cannot read object {b} 'docs/a b.html'\n",
+    ],
+    ids=["sequential", "parallel"],
+)
+def test_either_checkout_names_the_files_it_could_not_write(said):
+    from forkpatch.errors import ForkRepoError, GitError
+    from forkpatch.stack.worktree import objects_named
+
+    a, b = "3d9f96d26b98f1b6512bbf043d79dc6901aba26e", "c53bee9cca91a1b2672c43a49ebe4fb926a3ff30"
+    message = said.format(a=a, b=b) + "fatal: Could not reset index file to revision 'HEAD'.\n"
+    with pytest.raises(ForkRepoError) as got, objects_named():
+        raise GitError(message)
+    text = got.value.message
+    assert "lacks the content of 2 file(s)" in text
+    assert f"docs/pic.png ({a[:12]})" in text and f"docs/a b.html ({b[:12]})" in text
+
+
+def test_another_git_failure_is_left_as_it_is():
+    from forkpatch.errors import GitError
+    from forkpatch.stack.worktree import objects_named
+
+    with pytest.raises(GitError, match=r"index\.lock"), objects_named():
+        raise GitError("fatal: Unable to create '.git/index.lock': File exists.")

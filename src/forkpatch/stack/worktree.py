@@ -107,7 +107,10 @@ def _sparse_enabled(wt: Git) -> bool:
     return proc.stdout.decode().strip() == "true"
 
 
+# git's words for a blob it cannot read while writing a work tree: one file after the
+# other, and in a parallel checkout (checkout.workers), whose workers name it the other way.
 _MISSING = re.compile(r"unable to read sha1 file of (.+?) \(([0-9a-f]{40,64})\)")
+_MISSING_PARALLEL = re.compile(r"cannot read object ([0-9a-f]{40,64}) '(.+?)'$", re.M)
 
 
 @contextlib.contextmanager
@@ -118,7 +121,9 @@ def objects_named() -> Iterator[None]:
     try:
         yield
     except GitError as exc:
-        missing = _MISSING.findall(exc.message)
+        missing = _MISSING.findall(exc.message) + [
+            (path, oid) for oid, path in _MISSING_PARALLEL.findall(exc.message)
+        ]
         if not missing:
             raise
         shown = ", ".join(f"{p} ({oid[:12]})" for p, oid in missing[:5])
