@@ -161,17 +161,58 @@ def write_temp(
     return tmp
 
 
-def atomic_write(path: Path, data: bytes, *, mode: int | None = None) -> bool:
+def atomic_write(path: Path, data: bytes, *, mode: int | None = None, durable: bool = True) -> bool:
     """Write ``data`` to ``path`` via a temporary file and ``rename``.
 
     Returns False (and touches nothing) when the file already holds exactly
     ``data``: a no-op write must not even change the mtime, so that export and
-    refresh are churn-free.
+    refresh are churn-free. ``durable=False`` (a cache, checked when read, that is
+    made again when it does not read) leaves the flushing to the system: the write is
+    still all or nothing for every reader, but a power cut may take it back.
     """
     path = Path(path)
-    tmp = write_temp(path, data, mode=mode)
+    tmp = write_temp(path, data, mode=mode, sync=durable)
     if tmp is None:
         return False
+    _rename_into_place(tmp, path)
+    if durable:
+        fsync_dir(path.parent)
+    write_event(f"after-rename {path.name}")
+    return True
+
+
+def atomic_write_each(files: Mapping[Path, bytes]) -> list[Path]:
+    """:func:`atomic_write` of several independent files (each all or nothing on its
+    own, unlike :func:`commit_files`), their flushes made together: one round of
+    concurrent fsyncs for the files, one for their directories. Returns the paths
+    written (a file that already holds its bytes is left alone)."""
+    temps: list[tuple[str, Path]] = []
+    try:
+        for path, data in files.items():
+            tmp = write_temp(Path(path), data, sync=False)
+            if tmp is not None:
+                temps.append((tmp, Path(path)))
+        fsync_files([tmp for tmp, _ in temps])
+    except BaseException:
+        for tmp, _ in temps:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        raise
+    for i, (tmp, path) in enumerate(temps):
+        try:
+            _rename_into_place(tmp, path)
+        except BaseException:
+            for later, _ in temps[i + 1 :]:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(later)
+            raise
+    _fsync_dirs({path.parent for _, path in temps})
+    for _, path in temps:
+        write_event(f"after-rename {path.name}")
+    return [path for _, path in temps]
+
+
+def _rename_into_place(tmp: str, path: Path) -> None:
     try:
         write_event(f"before-rename {path.name}")
         os.replace(tmp, path)
@@ -179,9 +220,6 @@ def atomic_write(path: Path, data: bytes, *, mode: int | None = None) -> bool:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-    fsync_dir(path.parent)
-    write_event(f"after-rename {path.name}")
-    return True
 
 
 COMMIT_KIND = "commit-journal"
@@ -253,8 +291,7 @@ def commit_files(
             _roll_forward(root, ops)
             return [root / ops[0][-1]]
         fsync_files(temps)
-        for d in {(root / op[-1]).parent for op in ops}:
-            fsync_dir(d)
+        _fsync_dirs({(root / op[-1]).parent for op in ops})
         atomic_write(journal, dump_state(COMMIT_KIND, COMMIT_VERSION, {"ops": ops}))
     except BaseException:
         for tmp in temps:
@@ -348,8 +385,7 @@ def _roll_forward(root: Path, ops: list[list[str]]) -> None:
             write_event(f"before-unlink {target.name}")
             os.unlink(target)
             write_event(f"after-unlink {target.name}")
-    for d in {(root / op[-1]).parent for op in ops}:
-        fsync_dir(d)
+    _fsync_dirs({(root / op[-1]).parent for op in ops})
 
 
 def recover_files(
@@ -602,6 +638,19 @@ def fsync_files(paths: list[str]) -> None:
 
     with ThreadPoolExecutor(max_workers=min(16, len(paths))) as pool:
         list(pool.map(_fsync_path, paths))
+
+
+def _fsync_dirs(directories: set[Path]) -> None:
+    """:func:`fsync_dir` of each of ``directories``, concurrently where there are more
+    than one (each flush waits on the disk, not on a core)."""
+    if len(directories) <= 1:
+        for d in directories:
+            fsync_dir(d)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(8, len(directories))) as pool:
+        list(pool.map(fsync_dir, directories))
 
 
 def fsync_dir(directory: Path) -> None:

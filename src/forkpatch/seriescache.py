@@ -127,7 +127,8 @@ def keep_series(data: bytes, series: Series, state_dir: Path) -> None:
         return
     with contextlib.suppress(OSError, UnicodeDecodeError):
         doc = {"text": data.decode("utf-8"), "code": _jsonable(stamp), "series": form}
-        atomic_write(state_dir / CACHE_FILE, dump_state(_KIND, _VERSION, doc))
+        # A cache: checksummed, and parsed again when it does not read back.
+        atomic_write(state_dir / CACHE_FILE, dump_state(_KIND, _VERSION, doc), durable=False)
 
 
 def _known(stamp: list[list[object]]) -> bool:

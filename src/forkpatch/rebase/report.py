@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forkpatch.escape import md_cell, md_code, md_fence, md_text
-from forkpatch.fsutil import atomic_write, name_part
+from forkpatch.fsutil import atomic_write_each, name_part
 from forkpatch.kinds import DROPPED_STATUSES, DroppedStatus, OutcomeStatus, Relation
 from forkpatch.rebase.plan import Outcome, Plan
 from forkpatch.series import PATCHES_DIR, Series
@@ -257,12 +257,12 @@ def markdown(report: RebaseReport) -> str:
 
 def write(report: RebaseReport, directories: Sequence[Path]) -> list[Path]:
     """Write ``<stem>.json`` and ``<stem>.md`` into each directory; returns the paths."""
-    paths = []
     stem = report.file_stem
     text = (json.dumps(report.to_json(), indent=2) + "\n").encode()
     md = markdown(report).encode()
+    files = {}
     for d in directories:
-        for path, data in ((d / f"{stem}.json", text), (d / f"{stem}.md", md)):
-            atomic_write(path, data)
-            paths.append(path)
-    return paths
+        files[d / f"{stem}.json"] = text
+        files[d / f"{stem}.md"] = md
+    atomic_write_each(files)  # each file whole; flushed together
+    return list(files)

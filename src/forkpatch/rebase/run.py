@@ -467,7 +467,7 @@ def _write_result(
         # Rebuilt from the new files, so that build steps keep their place in the stack.
         from forkpatch.stack import Stack
 
-        project.reload()
+        # (The project was read again after its files were written, above.)
         (stack or Stack(project)).rebuild_on(plan.onto_commit, state.stack.applied, _made(state))
     store.delete_ref(HEAD_REF)
     store.repack_if_many()  # each stop's commits came as one small pack
