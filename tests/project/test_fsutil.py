@@ -10,6 +10,7 @@ import pytest
 from forkpatch.errors import LockError, PathSafetyError, StateError
 from forkpatch.fsutil import (
     atomic_write,
+    atomic_write_each,
     check_inside,
     check_relpath,
     dump_state,
@@ -44,6 +45,51 @@ def test_atomic_write_failure_leaves_old_content(tmp_path, monkeypatch):
         atomic_write(p, b"new")
     assert p.read_bytes() == b"old"
     assert [x.name for x in tmp_path.iterdir()] == ["f"]
+
+
+@pytest.mark.parametrize("durable", [True, False])
+def test_atomic_write_not_durable_is_still_whole_and_churn_free(tmp_path, durable):
+    p = tmp_path / "cache" / "f"
+    assert atomic_write(p, b"one", durable=durable) is True
+    os.utime(p, ns=(1, 1))
+    assert atomic_write(p, b"one", durable=durable) is False
+    assert p.stat().st_mtime_ns == 1
+    assert atomic_write(p, b"two", durable=durable) is True
+    assert p.read_bytes() == b"two"
+    assert sorted(x.name for x in p.parent.iterdir()) == ["f"]
+
+
+def test_atomic_write_each_writes_what_differs_in_several_directories(tmp_path):
+    a, b, c = tmp_path / "x" / "a", tmp_path / "y" / "b", tmp_path / "y" / "c"
+    c.parent.mkdir(parents=True)
+    c.write_bytes(b"same")
+    os.utime(c, ns=(1, 1))
+    assert atomic_write_each({a: b"A", b: b"B", c: b"same"}) == [a, b]
+    assert (a.read_bytes(), b.read_bytes(), c.stat().st_mtime_ns) == (b"A", b"B", 1)
+    assert atomic_write_each({a: b"A", b: b"B"}) == []
+    assert sorted(x.name for x in b.parent.iterdir()) == ["b", "c"]
+
+
+@pytest.mark.parametrize("failing", [0, 1, 2])
+def test_atomic_write_each_failing_rename_leaves_each_file_old_or_new(
+    tmp_path, monkeypatch, failing
+):
+    paths = [tmp_path / f"f{i}" for i in range(3)]
+    for p in paths:
+        p.write_bytes(b"old")
+    real, calls = os.replace, []
+
+    def replace(src, dst):
+        calls.append(dst)
+        if len(calls) == failing + 1:
+            raise OSError("disk full")
+        real(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(OSError, match="disk full"):
+        atomic_write_each({p: b"new" for p in paths})
+    assert [p.read_bytes() for p in paths] == [b"new"] * failing + [b"old"] * (3 - failing)
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["f0", "f1", "f2"]  # no temp left
 
 
 def test_lock_is_exclusive_and_names_holder(tmp_path):
