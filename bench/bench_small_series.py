@@ -253,6 +253,11 @@ def path_f(path: str) -> int:
 # --------------------------------------------------------------------------- the tools
 
 
+#: How a stop is resolved: the resolved bytes of each conflicting file (None: the
+#: patch is skipped), from a table or from a rule given the file's path.
+Resolutions = dict[str, bytes | None] | Callable[[Path], bytes | None]
+
+
 @dataclass
 class Run:
     """One tool's timed calls in one round: (kind, timing) with kind start, continue,
@@ -311,7 +316,7 @@ class Tool:
             and b"\n<<<<<<< " in b"\n" + (root / p.decode()).read_bytes()
         ]
 
-    def go(self, resolutions: dict[str, bytes | None]) -> Run:
+    def go(self, resolutions: Resolutions) -> Run:
         self.prepare()
         os.sync()  # what the setup wrote is on disk before the clock starts, for every tool
         result = Run()
@@ -320,7 +325,11 @@ class Tool:
         while self.stopped(t) and len(result.steps) < self.limit:
             time.sleep(self.think)
             files = self.marked()
-            unknown = [f for f in files if f not in resolutions]
+            if callable(resolutions):  # a rule, applied to the file as the tool left it
+                table = {f: resolutions(self.tree_dir() / f) for f in files}
+            else:
+                table = resolutions
+            unknown = [f for f in files if f not in table]
             if unknown:
                 result.error = f"{self.name}: a conflict the table does not know: {unknown}"
                 return result
@@ -330,12 +339,12 @@ class Tool:
                     + (t.stderr + t.stdout).decode(errors="replace")[-600:]
                 )
                 return result
-            if not files or any(resolutions[f] is None for f in files):
+            if not files or any(table[f] is None for f in files):
                 t = self.skip()
                 result.steps.append(("skip", t))
                 continue
             for f in files:
-                (self.tree_dir() / f).write_bytes(resolutions[f] or b"")
+                (self.tree_dir() / f).write_bytes(table[f] or b"")
             timings = self.resume(files)
             t = timings[-1]
             merged = Timing(sum(x.seconds for x in timings), t.rc, cpu=sum(x.cpu for x in timings))
@@ -520,8 +529,15 @@ def real_tools(fork: str, work: Path, env: dict[str, str], suffix: str = "") -> 
         run([*fp, "-q", "apply"], cwd=dest, env=env)
         settle_index(dest / ".forkpatch" / "worktree", env)
 
+    # git with parallel checkout, as forkpatch's own git runs (checkout.workers=0): the
+    # move of the 5,800-file tree is most of both tools' time.
+    parallel = GitRebase(
+        work, _with_config(env, {"checkout.workers": "0"}), series_checkout, onto, base
+    )
+    parallel.name, parallel.dir = "git rebase, workers", work / "git-rebase-workers"
     tools: list[Tool] = [
         GitRebase(work, env, series_checkout, onto, base),
+        parallel,
         Forkpatch(work, env, warm, REAL_ONTO, "forkpatch warm" + suffix),
         Forkpatch(work, env, cold, REAL_ONTO, "forkpatch cold" + suffix),
         GitAm(work, env, lambda d: checkout(d, onto), mbox),
@@ -530,6 +546,16 @@ def real_tools(fork: str, work: Path, env: dict[str, str], suffix: str = "") -> 
         if isinstance(tool, Forkpatch):
             tool.fp = fp
     return tools
+
+
+def _with_config(env: dict[str, str], config: dict[str, str]) -> dict[str, str]:
+    """``env`` with more git configuration given through the environment."""
+    env = dict(env)
+    n = int(env.get("GIT_CONFIG_COUNT", "0"))
+    for i, (key, value) in enumerate(config.items(), start=n):
+        env[f"GIT_CONFIG_KEY_{i}"], env[f"GIT_CONFIG_VALUE_{i}"] = key, value
+    env["GIT_CONFIG_COUNT"] = str(n + len(config))
+    return env
 
 
 def with_other_source(
