@@ -27,7 +27,6 @@ For example, OpenWrt's collectd patches as they were for 5.8.1, onto 5.9.0 ... 5
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -40,12 +39,13 @@ from bench_small_series import (
     GitRebase,
     Run,
     Tool,
+    say,
     settle_index,
     summary,
+    target_line,
 )
 from common import (
     DEFAULT_WORKDIR,
-    REPO_ROOT,
     bench_env,
     forkpatch_argv,
     git,
@@ -53,15 +53,10 @@ from common import (
     rmtree,
     run,
     table,
+    write_results,
 )
 
-CONTINUE_TARGET = 0.10
-ENDS_TARGET = 1.5
-WHOLE_TARGET = 1.2
-
-
-def say(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
+WHOLE_TARGET = 1.2  # forkpatch / git rebase, the whole chain
 
 
 def keep_upstream(path: Path) -> bytes | None:
@@ -294,18 +289,7 @@ def report(chain: Chain, result: dict[str, object]) -> str:
         ),  # type: ignore[attr-defined]
     ]
     for name in ("forkpatch warm", "forkpatch cold"):
-        s = tools[name]
-        ratio = s["whole"] / git_s["whole"]  # type: ignore[operator]
-        line = f"target: {name} whole <= {WHOLE_TARGET}x git rebase: {ratio:.2f}x -> {'MET' if ratio <= WHOLE_TARGET else 'MISSED'}"
-        for end in ("start", "finish"):
-            if s[end] is not None and git_s[end]:
-                r = s[end] / git_s[end]  # type: ignore[operator]
-                line += f"; {end} <= {ENDS_TARGET}x git's: {r:.2f}x -> {'MET' if r <= ENDS_TARGET else 'MISSED'}"
-        for step in ("continue", "skip"):
-            if s[step] is not None:
-                ok = "MET" if s[step] <= CONTINUE_TARGET else "MISSED"  # type: ignore[operator]
-                line += f"; each --{step} <= {CONTINUE_TARGET} s: {s[step]:.2f} s -> {ok}"
-        lines.append(line)
+        lines.append(target_line(name, tools[name], git_s, WHOLE_TARGET))
     return "\n".join(lines)
 
 
@@ -341,11 +325,7 @@ def main(argv: list[str] | None = None) -> int:
         "args": {k: str(v) for k, v in vars(a).items()},
         **result,
     }
-    out = REPO_ROOT / "bench" / "out"
-    out.mkdir(exist_ok=True)
-    (out / "fetched_series.json").write_text(json.dumps(doc, indent=1) + "\n")
-    if a.json:
-        print(json.dumps(doc, indent=1))
+    write_results("fetched_series.json", doc, to_stdout=a.json)
     return 0
 
 

@@ -67,7 +67,6 @@ from bench_real_apply import fresh_project as own_series_project
 from bench_scale import _subcommands, git_shim
 from common import (
     DEFAULT_WORKDIR,
-    REPO_ROOT,
     Timing,
     bench_env,
     forkpatch_argv,
@@ -77,6 +76,7 @@ from common import (
     run,
     table,
     timed,
+    write_results,
 )
 
 BASE = "v1.0"
@@ -679,25 +679,30 @@ def report(result: dict[str, object]) -> str:
         ),
     ]
     targets = TARGETS.get(scenario.split("-")[0])
-    git_s = tools["git rebase"]
     for name, target in zip(("forkpatch warm", "forkpatch cold"), targets or (), strict=False):
         s = tools.get(name)
         if s is None or not git_whole:
             continue
-        ratio = s["whole"] / git_whole  # type: ignore[operator]
-        verdict = "MET" if ratio <= target else "MISSED"
-        line = f"target: {name} whole <= {target}x git rebase: {ratio:.2f}x -> {verdict}"
-        for end in ("start", "finish"):
-            if s[end] is not None and git_s[end]:
-                r = s[end] / git_s[end]  # type: ignore[operator]
-                ok = "MET" if r <= ENDS_TARGET else "MISSED"
-                line += f"; {end} <= {ENDS_TARGET}x git's: {r:.2f}x -> {ok}"
-        for step in ("continue", "skip"):
-            if s[step] is not None:
-                ok = "MET" if s[step] <= CONTINUE_TARGET else "MISSED"  # type: ignore[operator]
-                line += f"; each --{step} <= {CONTINUE_TARGET} s: {s[step]:.2f} s -> {ok}"
-        lines.append(line)
+        lines.append(target_line(name, s, tools["git rebase"], target))
     return "\n".join(lines)
+
+
+def target_line(name: str, s: dict[str, object], git_s: dict[str, object], target: float) -> str:
+    """The verdicts of one forkpatch row (a :func:`summary`) against git rebase's:
+    the whole, the first and finishing calls, each ``--continue`` and ``--skip``."""
+    ratio = s["whole"] / git_s["whole"]  # type: ignore[operator]
+    verdict = "MET" if ratio <= target else "MISSED"
+    line = f"target: {name} whole <= {target}x git rebase: {ratio:.2f}x -> {verdict}"
+    for end in ("start", "finish"):
+        if s[end] is not None and git_s[end]:
+            r = s[end] / git_s[end]  # type: ignore[operator]
+            ok = "MET" if r <= ENDS_TARGET else "MISSED"
+            line += f"; {end} <= {ENDS_TARGET}x git's: {r:.2f}x -> {ok}"
+    for step in ("continue", "skip"):
+        if s[step] is not None:
+            ok = "MET" if s[step] <= CONTINUE_TARGET else "MISSED"  # type: ignore[operator]
+            line += f"; each --{step} <= {CONTINUE_TARGET} s: {s[step]:.2f} s -> {ok}"
+    return line
 
 
 class CountedForkpatch(Forkpatch):
@@ -846,11 +851,7 @@ def main(argv: list[str] | None = None) -> int:
         "results": results,
         "git_counts": counts,
     }
-    out = REPO_ROOT / "bench" / "out"
-    out.mkdir(exist_ok=True)
-    (out / "small_series.json").write_text(json.dumps(doc, indent=1) + "\n")
-    if a.json:
-        print(json.dumps(doc, indent=1))
+    write_results("small_series.json", doc, to_stdout=a.json)
     return 0
 
 

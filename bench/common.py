@@ -8,6 +8,7 @@ the user's ~/.gitconfig or ~/.quiltrc.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import resource
@@ -291,6 +292,18 @@ def table(rows: list[list[str]], headers: list[str]) -> str:
 
 
 _COMPILED: set[str] = set()
+
+
+def write_results(name: str, doc: object, *, to_stdout: bool = False) -> Path:
+    """``doc`` as JSON in ``bench/out/NAME`` (git ignores it), and on stdout too with
+    ``to_stdout`` (a bench's ``--json``)."""
+    out = REPO_ROOT / "bench" / "out"
+    out.mkdir(exist_ok=True)
+    path = out / name
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    if to_stdout:
+        print(json.dumps(doc, indent=1))
+    return path
 
 
 def precompile_forkpatch() -> None:

@@ -21,6 +21,7 @@ import signal
 import stat
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from forkpatch import settings
 from forkpatch.errors import InputFileError, LockError, StateError
@@ -31,6 +32,7 @@ TMP_SUFFIX = ".forkpatch-tmp"
 TMP_NAME = re.compile(r"\A\..+\.forkpatch-tmp\Z")
 # The writer's pid in a temporary file's name (``.<name>.pid<N>.<random>.forkpatch-tmp``):
 # a file whose writer is gone is a leftover however young it is.
+_T = TypeVar("_T")
 _TMP_PID = re.compile(r"\.pid([0-9]{1,10})\.[^.]+\.forkpatch-tmp\Z")
 
 # The test hooks of this process: (kill at the n-th event, the file counting them),
@@ -630,27 +632,28 @@ def fsync_files(paths: list[str]) -> None:
     commits them together: 300 patch files take about as long as a few, where one
     fsync after the other costs 1-2 s on a small VM's disk (bench/RESULTS.md).
     """
-    if len(paths) <= 2:
-        for p in paths:
-            _fsync_path(p)
-        return
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=min(16, len(paths))) as pool:
-        list(pool.map(_fsync_path, paths))
+    _each_at_once(_fsync_path, paths, alone=2, workers=16)
 
 
 def _fsync_dirs(directories: set[Path]) -> None:
     """:func:`fsync_dir` of each of ``directories``, concurrently where there are more
     than one (each flush waits on the disk, not on a core)."""
-    if len(directories) <= 1:
-        for d in directories:
-            fsync_dir(d)
+    _each_at_once(fsync_dir, list(directories), alone=1, workers=8)
+
+
+def _each_at_once(
+    flush: Callable[[_T], None], items: list[_T], *, alone: int, workers: int
+) -> None:
+    """``flush(item)`` for each of ``items``: one after the other for up to ``alone``
+    of them, else from a pool of up to ``workers`` threads."""
+    if len(items) <= alone:
+        for item in items:
+            flush(item)
         return
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(max_workers=min(8, len(directories))) as pool:
-        list(pool.map(fsync_dir, directories))
+    with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
+        list(pool.map(flush, items))
 
 
 def fsync_dir(directory: Path) -> None:

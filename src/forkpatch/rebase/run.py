@@ -464,10 +464,10 @@ def _write_result(
     paths = report_mod.write(report, dirs)
     _pause("report")
     if state.stack is not None:
-        # Rebuilt from the new files, so that build steps keep their place in the stack.
+        # Rebuilt from the new files (the project was read again once they were
+        # written, above), so that build steps keep their place in the stack.
         from forkpatch.stack import Stack
 
-        # (The project was read again after its files were written, above.)
         (stack or Stack(project)).rebuild_on(plan.onto_commit, state.stack.applied, _made(state))
     store.delete_ref(HEAD_REF)
     store.repack_if_many()  # each stop's commits came as one small pack
