@@ -50,6 +50,9 @@ _STAT_LINE = re.compile(r"\A \S.*? +\| +(?:\d+(?: [+-]*)?|Bin(?: \d+ -> \d+ byte
 _STAT_TOTAL = re.compile(
     r"\A \d+ files? changed(?:, \d+ insertions?\(\+\))?(?:, \d+ deletions?\(-\))?\s*\Z"
 )
+# Any line of a file that could be a diffstat's total line: a cheap test, before the file
+# is parsed, of whether its header may carry a diffstat to regenerate.
+_ANY_STAT_TOTAL = re.compile(rb"^ \d+ files? changed", re.MULTILINE)
 _STAT_SUMMARY = re.compile(
     r"\A (?:(?:create|delete) mode \d{6} .+|(?:rename|copy|rewrite) .+ \(\d+%\)"
     r"|mode change \d{6} => \d{6} .+)\Z"
@@ -292,6 +295,11 @@ def _find_stat(lines: list[tuple[int, int, str]]) -> tuple[int, int] | None:
             return lines[i][0], lines[j - 1][1]
         i = j
     return None
+
+
+def may_carry_stat(data: bytes) -> bool:
+    """Whether a patch file may have a diffstat block (False: it surely has none)."""
+    return _ANY_STAT_TOTAL.search(data) is not None
 
 
 def description_of(header: str) -> str:

@@ -230,3 +230,60 @@ def test_a_status_with_nothing_changed_is_read_back_and_any_change_recomputes_it
         cache.write_bytes(damage)
         got, _calls = _status(shim, project)
         assert got == changed and cache.read_bytes() == kept
+
+
+def _half_upstreamed(tmp_path: Path, *, stat_files: int) -> Path:
+    """Three patches as `git format-patch` mails, each changing v3 and v5 of its own file,
+    on a fork whose next tag makes the v5 change itself: after a rebase each patch
+    changes one line, not two. The first ``stat_files`` mails keep their diffstat; the
+    others have it cut."""
+    fork = ScratchRepo(tmp_path / "fork")
+    for f in range(3):
+        fork.add_file(f"pkg/f{f}.py", "".join(f"v{k} = {k}\n" for k in range(9)))
+    fork.commit("fork")
+    fork.tag("v1")
+    for f in range(3):
+        path = fork.path / f"pkg/f{f}.py"
+        path.write_text(path.read_text().replace("v5 = 5", f"v5 = {500 + f}"))
+    fork.commit("upstream takes the v5 changes")
+    fork.tag("v2")
+    fork.git("checkout", "-q", "-b", "series", "v1")
+    for f in range(3):
+        path = fork.path / f"pkg/f{f}.py"
+        text = path.read_text().replace("v3 = 3", f"v3 = {300 + f}")
+        path.write_text(text.replace("v5 = 5", f"v5 = {500 + f}"))
+        fork.commit(f"p{f}: change v3 and v5 of f{f}")
+    out = tmp_path / "mails"
+    fork.git("format-patch", "-q", "-o", str(out), "v1..series")
+    mails = sorted(out.iterdir())
+    for mail in mails[stat_files:]:
+        text = mail.read_text()
+        head, _, rest = text.partition("\n---\n")
+        mail.write_text(head + "\n---\n" + rest[rest.index("\ndiff --git") + 1 :])
+    project = tmp_path / "project"
+    project.mkdir()
+    _fp(project, "init", "--fork-url", str(fork.path), "--base", "v1")
+    _fp(project, "import", *map(str, mails))
+    return project
+
+
+@pytest.mark.parametrize("stat_files", [0, 1, 3], ids=["no-stat", "one-stat", "all-stat"])
+def test_a_rebase_asks_git_for_diffstats_only_when_a_file_shows_one(
+    tmp_path: Path, stat_files: int
+) -> None:
+    """A file that carries a diffstat has it regenerated (its counts changed with the
+    patch); a file without one stays without; with no stat in any file, git is never
+    asked for one."""
+    project = _half_upstreamed(tmp_path, stat_files=stat_files)
+    files = sorted((project / "patches").iterdir())
+    assert [" 1 file changed, 2 insertions(+), 2 deletions(-)" in p.read_text() for p in files] == [
+        i < stat_files for i in range(3)
+    ]
+    _git_calls(tmp_path, project, "rebase", "--onto", "v2")
+    asked = [c for c in (tmp_path / "calls.log").read_text().splitlines() if "--stat" in c]
+    assert bool(asked) == (stat_files > 0), asked
+    for i, path in enumerate(files):
+        text = path.read_text()
+        assert f"+v3 = {300 + i}" in text and f"+v5 = {500 + i}" not in text
+        assert (" 1 file changed, 1 insertion(+), 1 deletion(-)" in text) == (i < stat_files)
+        assert "2 insertions" not in text

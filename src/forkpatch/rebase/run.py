@@ -31,17 +31,18 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from forkpatch import log, settings
-from forkpatch.engine import TreeState, diffs_and_stats_of_commits
+from forkpatch.engine import TreeState, diffs_and_stats_of_commits, diffs_of_commits
 from forkpatch.errors import ConflictError, StateError, UsageError
 from forkpatch.git import FileChange
 from forkpatch.kinds import DROPPED_STATUSES
 from forkpatch.patchfile import in_line_endings_of, lf_form
+from forkpatch.patchheader import may_carry_stat
 from forkpatch.patchtext import PatchTexts
 from forkpatch.project import Project, find_root
 from forkpatch.rebase.classifier import Classifier, check_target, classifier_for
@@ -410,22 +411,31 @@ def _write_result(
 ) -> RebaseResult:
     store = project.fork().store
     series = journal.original_series()
-    diffs = diffs_and_stats_of_commits(
-        store, [o.commit for o in state.plan.outcomes if o.refresh and o.commit]
-    )
     old_texts: dict[str, bytes] = {}
+    for i, o in enumerate(state.plan.outcomes):
+        file = series.patches[i].file
+        if file is not None:
+            old_texts[o.name] = journal.original_bytes(f"{PATCHES_DIR}/{file}")
+    refreshed = [o for o in state.plan.outcomes if o.refresh and o.commit and o.name in old_texts]
+    commits = [o.commit for o in refreshed if o.commit]
+    # git's diffstat costs as much as the diffs: asked for only when a file shows one.
+    diffs: Mapping[str, tuple[bytes, str | None]]
+    if any(may_carry_stat(old_texts[o.name]) for o in refreshed):
+        diffs = diffs_and_stats_of_commits(store, commits)
+    else:
+        diffs = {c: (d, None) for c, d in diffs_of_commits(store, commits).items()}
     new_texts: dict[str, bytes] = {}
     writes: dict[str, bytes | None] = {}
     with PatchTexts(store) as texts:  # one object reader for every rewritten file
         for commit, (_diff, stat) in diffs.items():
-            texts.know_stat(f"{commit}^", commit, stat)
+            if stat is not None:
+                texts.know_stat(f"{commit}^", commit, stat)
         for i, o in enumerate(state.plan.outcomes):
             file = series.patches[i].file
             if file is None:
                 continue
             rel = f"{PATCHES_DIR}/{file}"
-            old = journal.original_bytes(rel)
-            old_texts[o.name] = old
+            old = old_texts[o.name]
             if o.refresh and o.commit:
                 # The file keeps its own form (mail headers, notes, quilt style); a
                 # diffstat is regenerated: see forkpatch.patchtext.
