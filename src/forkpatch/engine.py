@@ -689,16 +689,6 @@ def diffs_of_commits(git: Git, commits: Sequence[str]) -> dict[str, bytes]:
     return _diff_tree_stdin(git, list(commits), list(commits))
 
 
-def diffs_and_stats_of_commits(git: Git, commits: Sequence[str]) -> dict[str, tuple[bytes, str]]:
-    """:func:`diffs_of_commits` and each diff's diffstat as a patch file shows it
-    (``--stat=72 --summary``), from the same one git process (see
-    :meth:`forkpatch.git.Git.diff_and_stat` for how the two are told apart)."""
-    from forkpatch.git import split_diff_and_stat
-
-    got = _diff_tree_stdin(git, list(commits), list(commits), ("--stat=72", "--summary"))
-    return {c: split_diff_and_stat(raw, c) for c, raw in got.items()}
-
-
 def diffs_between(git: Git, pairs: Sequence[tuple[str, str]]) -> dict[str, bytes]:
     """The diff from ``old`` to ``new`` for each ``(old, new)`` pair of commits, keyed by
     ``new``, with one git process (what ``git diff-tree DIFF_OPTIONS old new`` prints for

@@ -442,10 +442,14 @@ class PatchTexts:
         if changed_by is not None:
             again = HeaderLayout.parse(text)
             if again.stat_span is not None:
-                stat = self._diffstat(*changed_by)
                 block = again.text[slice(*again.stat_span)]
-                if _stat_counts(block) != _stat_counts(stat):
-                    text = again.with_stat(_as_diffstat(stat) if _by_diffstat(block) else stat)
+                counts = _stat_counts(block)
+                # git is asked for the stat's text only when the counts it would show
+                # are not known, from the diff, to be the block's own.
+                if diff_stat_counts(canonical) != counts:
+                    stat = self._diffstat(*changed_by)
+                    if counts != _stat_counts(stat):
+                        text = again.with_stat(_as_diffstat(stat) if _by_diffstat(block) else stat)
         header = text.encode("utf-8", "surrogateescape")
         header_changed = header != header_bytes
         if not has_diff:
@@ -736,10 +740,56 @@ def _as_diffstat(stat: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def _stat_counts(stat: str) -> tuple[list[tuple[str, str]], list[tuple[str, ...]]]:
+StatCounts = tuple[list[tuple[str, str]], list[tuple[str, ...]]]
+
+
+def _stat_counts(stat: str) -> StatCounts:
     """What a diffstat says (files and counts, totals), whatever tool aligned it: a
     block that still says the same is kept as it is."""
     return _STAT_COUNT.findall(stat), _STAT_TOTALS.findall(stat)
+
+
+# A name git's --stat=72 shows as it is: printable ASCII that git does not quote, no
+# longer than 40 (the name gets at least 45 columns at that width, whatever the counts).
+_PLAIN_STAT_NAME = re.compile(rb"[!#-\[\]-~](?:[ !#-\[\]-~]{0,38}[!#-\[\]-~])?")
+_UNSURE_HEAD = (b"\nrename from ", b"\ncopy from ", b"\nGIT binary patch", b"\nBinary files ")
+
+
+def diff_stat_counts(canonical: bytes) -> StatCounts | None:
+    """What git's ``--stat=72`` of a commit would say (:func:`_stat_counts` of it),
+    counted from the commit's diff in git's form (``diff-tree -p -M``); None where the
+    diff alone cannot tell how git shows it (a rename or copy, a binary file, a name
+    git quotes or shortens), and for no diff."""
+    if not canonical.startswith(b"diff --git "):
+        return None
+    files: list[tuple[str, str]] = []
+    insertions = deletions = 0
+    for section in canonical[len(b"diff --git ") :].split(b"\ndiff --git "):
+        first, _, rest = section.partition(b"\n")
+        head, at, hunks = rest.partition(b"\n@@")
+        if rest.startswith(b"@@"):
+            head, at, hunks = b"", b"@@", rest[2:]
+        if any(mark in b"\n" + head for mark in _UNSURE_HEAD):
+            return None
+        half = (len(first) - len(b"a/ b/")) // 2
+        name = first[2 : 2 + half]
+        if first != b"a/" + name + b" b/" + name or not _PLAIN_STAT_NAME.fullmatch(name):
+            return None
+        added = removed = 0
+        if at:
+            for line in hunks.split(b"\n"):
+                if line.startswith(b"+"):
+                    added += 1
+                elif line.startswith(b"-"):
+                    removed += 1
+        files.append((name.decode("ascii"), str(added + removed)))
+        insertions += added
+        deletions += removed
+    # git's totals line leaves a zero count out unless both are zero; _STAT_TOTALS reads
+    # the deletions only where no insertions come before them.
+    if insertions or not deletions:
+        return files, [(str(len(files)), str(insertions), "")]
+    return files, [(str(len(files)), "", str(deletions))]
 
 
 _GNU_FUNC_WIDTH = 40  # GNU diff -p's function names are cut at 40 characters

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from forkpatch import applier, engine, gitobj
+from forkpatch import applier, gitobj
 from forkpatch.git import CatFileReader, Git, git_env
 from forkpatch.patchfile import parse_patch
 from forkpatch.series import load_series
@@ -474,10 +474,6 @@ def test_one_diff_tree_gives_the_diff_and_its_stat(tmp_path):
     diff, stat = git.diff_and_stat(old, new)
     assert "rename moved/{from.txt => to.txt}" in stat and "mode change" in stat
     assert diff.startswith(b"diff --git ")
-    repo.add_file("third.txt", "and one more commit\n")
-    third = repo.commit("third")
-    batch = engine.diffs_and_stats_of_commits(git, [new, third])
-    assert batch == {c: _diff_and_stat_apart(git, f"{c}^", c) for c in (new, third)}
 
 
 @pytest.mark.real_fork
@@ -485,6 +481,3 @@ def test_one_diff_tree_gives_the_diff_and_its_stat_on_the_fork():
     git = _fork()
     for a, b in (("v1.2.1", "v1.2.2"), ("main~3", "main")):
         assert git.diff_and_stat(a, b) == _diff_and_stat_apart(git, a, b), (a, b)
-    commits = [git.rev_parse(f"main~{i}") for i in range(3)]
-    batch = engine.diffs_and_stats_of_commits(git, commits)
-    assert batch == {c: _diff_and_stat_apart(git, f"{c}^", c) for c in commits}

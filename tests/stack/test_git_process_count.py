@@ -232,11 +232,12 @@ def test_a_status_with_nothing_changed_is_read_back_and_any_change_recomputes_it
         assert got == changed and cache.read_bytes() == kept
 
 
-def _half_upstreamed(tmp_path: Path, *, stat_files: int) -> Path:
+def _half_upstreamed(tmp_path: Path, *, stat_files: int, moved: bool = False) -> Path:
     """Three patches as `git format-patch` mails, each changing v3 and v5 of its own file,
     on a fork whose next tag makes the v5 change itself: after a rebase each patch
-    changes one line, not two. The first ``stat_files`` mails keep their diffstat; the
-    others have it cut."""
+    changes one line, not two (``moved``: the next tag changes a line between them
+    instead, so each patch changes the same lines as before, in a new context). The first ``stat_files`` mails keep
+    their diffstat; the others have it cut."""
     fork = ScratchRepo(tmp_path / "fork")
     for f in range(3):
         fork.add_file(f"pkg/f{f}.py", "".join(f"v{k} = {k}\n" for k in range(9)))
@@ -244,7 +245,10 @@ def _half_upstreamed(tmp_path: Path, *, stat_files: int) -> Path:
     fork.tag("v1")
     for f in range(3):
         path = fork.path / f"pkg/f{f}.py"
-        path.write_text(path.read_text().replace("v5 = 5", f"v5 = {500 + f}"))
+        if moved:
+            path.write_text(path.read_text().replace("v8 = 8", f"v8 = {800 + f}"))
+        else:
+            path.write_text(path.read_text().replace("v5 = 5", f"v5 = {500 + f}"))
     fork.commit("upstream takes the v5 changes")
     fork.tag("v2")
     fork.git("checkout", "-q", "-b", "series", "v1")
@@ -282,8 +286,26 @@ def test_a_rebase_asks_git_for_diffstats_only_when_a_file_shows_one(
     _git_calls(tmp_path, project, "rebase", "--onto", "v2")
     asked = [c for c in (tmp_path / "calls.log").read_text().splitlines() if "--stat" in c]
     assert bool(asked) == (stat_files > 0), asked
+    assert len(asked) <= 1, asked  # those a rebase may need, together
     for i, path in enumerate(files):
         text = path.read_text()
         assert f"+v3 = {300 + i}" in text and f"+v5 = {500 + i}" not in text
         assert (" 1 file changed, 1 insertion(+), 1 deletion(-)" in text) == (i < stat_files)
         assert "2 insertions" not in text
+
+
+def test_a_rebase_keeps_a_diffstat_that_still_holds_without_asking_git(tmp_path: Path) -> None:
+    """Where a patch's context changed but not its lines (the same lines added and
+    removed), its file's diffstat still holds: the file is rewritten with the block as
+    it was, and git is not asked for a diffstat."""
+    project = _half_upstreamed(tmp_path, stat_files=2, moved=True)
+    files = sorted((project / "patches").iterdir())
+    before = [p.read_text() for p in files]
+    _git_calls(tmp_path, project, "rebase", "--onto", "v2")
+    assert [c for c in (tmp_path / "calls.log").read_text().splitlines() if "--stat" in c] == []
+    for i, path in enumerate(files):
+        text = path.read_text()
+        assert text != before[i] and f" v8 = {800 + i}" in text  # rewritten: the new context
+        stat = " 1 file changed, 2 insertions(+), 2 deletions(-)"
+        assert (stat in text) == (i < 2)
+        assert text.partition("diff --git")[0] == before[i].partition("diff --git")[0]

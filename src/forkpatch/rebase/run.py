@@ -31,13 +31,13 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from forkpatch import log, settings
-from forkpatch.engine import TreeState, diffs_and_stats_of_commits, diffs_of_commits
+from forkpatch.engine import TreeState, diffs_of_commits
 from forkpatch.errors import ConflictError, StateError, UsageError
 from forkpatch.git import FileChange
 from forkpatch.kinds import DROPPED_STATUSES
@@ -418,18 +418,17 @@ def _write_result(
             old_texts[o.name] = journal.original_bytes(f"{PATCHES_DIR}/{file}")
     refreshed = [o for o in state.plan.outcomes if o.refresh and o.commit and o.name in old_texts]
     commits = [o.commit for o in refreshed if o.commit]
-    # git's diffstat costs as much as the diffs: asked for only when a file shows one.
-    diffs: Mapping[str, tuple[bytes, str | None]]
-    if any(may_carry_stat(old_texts[o.name]) for o in refreshed):
-        diffs = diffs_and_stats_of_commits(store, commits)
-    else:
-        diffs = {c: (d, None) for c, d in diffs_of_commits(store, commits).items()}
+    diffs = diffs_of_commits(store, commits)
     new_texts: dict[str, bytes] = {}
     writes: dict[str, bytes | None] = {}
     with PatchTexts(store) as texts:  # one object reader for every rewritten file
-        for commit, (_diff, stat) in diffs.items():
-            if stat is not None:
-                texts.know_stat(f"{commit}^", commit, stat)
+        # A diffstat whose counts the new diff changes is git's to write: those that may
+        # be asked for are asked for together, with one git process.
+        texts.prefetch(
+            (None, c)
+            for o, c in zip(refreshed, commits, strict=True)
+            if may_carry_stat(old_texts[o.name])
+        )
         for i, o in enumerate(state.plan.outcomes):
             file = series.patches[i].file
             if file is None:
@@ -440,7 +439,7 @@ def _write_result(
                 # The file keeps its own form (mail headers, notes, quilt style); a
                 # diffstat is regenerated: see forkpatch.patchtext.
                 new = texts.render(
-                    lf_form(old), commit=o.commit, raw_diff=diffs[o.commit][0], source=rel
+                    lf_form(old), commit=o.commit, raw_diff=diffs[o.commit], source=rel
                 )
                 new_texts[o.name] = new.data
                 writes[rel] = in_line_endings_of(new.data, old)
