@@ -45,7 +45,7 @@ from forkpatch.patchfile import (
     split_lines,
     split_mails,
 )
-from forkpatch.patchheader import HeaderLayout
+from forkpatch.patchheader import HeaderLayout, may_carry_stat
 from forkpatch.series import PatchEntry
 
 __all__ = ["PatchTexts", "Rendered", "git_index_lines", "split_tail"]
@@ -790,6 +790,18 @@ def diff_stat_counts(canonical: bytes) -> StatCounts | None:
     if insertions or not deletions:
         return files, [(str(len(files)), str(insertions), "")]
     return files, [(str(len(files)), "", str(deletions))]
+
+
+def stat_may_change(old: bytes, raw_diff: bytes) -> bool:
+    """Whether a render of the file ``old`` for the commit diff ``raw_diff`` may ask git
+    for a diffstat: the file shows one above its diff, and the diff does not show the
+    same counts (a hint for :meth:`PatchTexts.prefetch`: a render asks for what it
+    needs either way)."""
+    head = old.partition(b"\ndiff --git ")[0]
+    if not may_carry_stat(head):
+        return False
+    counts = _stat_counts(head.decode("utf-8", "surrogateescape"))
+    return diff_stat_counts(canonical_diff(raw_diff)) != counts
 
 
 _GNU_FUNC_WIDTH = 40  # GNU diff -p's function names are cut at 40 characters

@@ -25,18 +25,21 @@ REPORT_VERSION = 1
 
 
 def range_diff(old: bytes, new: bytes, *, name: str, old_label: str, new_label: str) -> str:
-    """Unified diff of two versions of one patch file (empty when they are equal)."""
-    a = old.decode("utf-8", "replace").splitlines(keepends=True)
-    b = new.decode("utf-8", "replace").splitlines(keepends=True)
-    import difflib  # only when a report is written: keeps it out of every start-up
+    """Unified diff of two versions of one patch file (empty when they are equal), by
+    libgit2's xdiff in process: a large file's few changed hunk lines cost little."""
+    import pygit2  # only when a report is written (the finish has it loaded)
+    from pygit2.enums import DiffOption
 
-    lines = difflib.unified_diff(
-        a, b, fromfile=f"{name} ({old_label})", tofile=f"{name} ({new_label})", n=3
+    if old == new:
+        return ""
+    patch = pygit2.Patch.create_from(
+        old, new, old_as_path=name, new_as_path=name, flag=DiffOption.FORCE_TEXT, context_lines=3
     )
-    out = []
-    for line in lines:
-        out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
-    return "".join(out)
+    hunks = patch.data.partition(b"\n@@ ")[2]
+    if not hunks:
+        return ""
+    head = f"--- {name} ({old_label})\n+++ {name} ({new_label})\n@@ "
+    return head + hunks.decode("utf-8", "replace")
 
 
 @dataclass(frozen=True)

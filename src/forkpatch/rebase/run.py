@@ -42,8 +42,7 @@ from forkpatch.errors import ConflictError, StateError, UsageError
 from forkpatch.git import FileChange
 from forkpatch.kinds import DROPPED_STATUSES
 from forkpatch.patchfile import in_line_endings_of, lf_form
-from forkpatch.patchheader import may_carry_stat
-from forkpatch.patchtext import PatchTexts
+from forkpatch.patchtext import PatchTexts, stat_may_change
 from forkpatch.project import Project, find_root
 from forkpatch.rebase.classifier import Classifier, check_target, classifier_for
 from forkpatch.rebase.conflict import ConflictTree
@@ -427,7 +426,7 @@ def _write_result(
         texts.prefetch(
             (None, c)
             for o, c in zip(refreshed, commits, strict=True)
-            if may_carry_stat(old_texts[o.name])
+            if stat_may_change(old_texts[o.name], diffs[c])
         )
         for i, o in enumerate(state.plan.outcomes):
             file = series.patches[i].file
