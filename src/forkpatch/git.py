@@ -640,7 +640,7 @@ FAST_IMPORT_REF = "refs/forkpatch/fast-import"
 
 class FastImport:
     """Collects commits and writes them with one ``git fast-import`` run, or in process
-    when they are few (:data:`IN_PROCESS_COMMITS` commits and blobs): the same
+    when they are few (:data:`IN_PROCESS_COMMITS` commits and new blobs): the same
     objects, the same ids.
 
     Commits are referenced by marks until :meth:`finish` returns the real ids.
@@ -661,6 +661,7 @@ class FastImport:
         # The same queue as data, for the in-process writer (references, not copies).
         self._queued: list[tuple[str, str, str, tuple[FileChange, ...], str, str]] = []
         self._blobs: dict[str, bytes] = {}
+        self._blob_marks: dict[bytes, str] = {}  # the same bytes queued twice: one blob
 
     def commit(
         self,
@@ -706,10 +707,15 @@ class FastImport:
         return mark
 
     def blob(self, data: bytes) -> str:
-        """Queue a blob. Returns its mark (its id comes back from :meth:`finish`)."""
+        """Queue a blob. Returns its mark (its id comes back from :meth:`finish`); the
+        same bytes queued again get the same mark."""
+        known = self._blob_marks.get(data)
+        if known is not None:
+            return known
         self._mark += 1
         mark = f":{self._mark}"
         self._blobs[mark] = data
+        self._blob_marks[data] = mark
         self._queued.append((mark, "", "blob", (), "", ""))
         self._chunks.extend(
             [b"blob\nmark " + mark.encode() + b"\n", b"data %d\n" % len(data), data, b"\n"]
@@ -722,13 +728,20 @@ class FastImport:
         keeps its packs does that at its own end)."""
         if not self._mark:
             return {}
-        if len(self._queued) <= IN_PROCESS_COMMITS:
+        if len(self._queued) <= IN_PROCESS_COMMITS or self._new_objects() <= IN_PROCESS_COMMITS:
             ids = self._finish_in_process()
         else:
             ids = self._run_fast_import()
         if not self._keep_pack:
             self._git.repack_if_many()
         return ids
+
+    def _new_objects(self) -> int:
+        """The commits queued and the blobs queued that the store does not hold yet (a
+        rebase's stop stores the images of its merges, most of them there already)."""
+        objects = self._git.objects
+        commits = len(self._queued) - len(self._blobs)
+        return commits + sum(not objects.has_blob(data) for data in self._blobs.values())
 
     def _run_fast_import(self) -> dict[str, str]:
         """The queue written by one ``git fast-import``."""

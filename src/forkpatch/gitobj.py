@@ -387,21 +387,32 @@ class Objects:
         1, zlib's fastest): libgit2 compresses at zlib's default, twice the time on the
         fork's large files, for a private store that a repack compresses anyway."""
         try:
-            if not self._loose_known:
-                self._loose = _loose_objects(self.git_dir, self.repo)
-                self._loose_known = True
-            objects = self._loose
+            objects = self._loose_dir()
             if objects is None:
                 return str(self.repo.create_blob(data))
             header = b"blob %d\0" % len(data)
-            digest = hashlib.sha1(header, usedforsecurity=False)
-            digest.update(data)
-            oid = digest.hexdigest()
+            oid = _sha1(header, data)
             if oid not in self.repo.odb:
                 _write_loose(objects, oid, header, data)
             return oid
         except (_pygit2().GitError, OSError) as exc:
             raise _error("cannot write a blob", exc) from None
+
+    def has_blob(self, data: bytes) -> bool:
+        """Whether the store already holds ``data`` as a blob (False where that is not
+        cheap to tell: a store :meth:`write_blob` leaves to libgit2)."""
+        try:
+            if self._loose_dir() is None:
+                return False
+            return _sha1(b"blob %d\0" % len(data), data) in self.repo.odb
+        except (_pygit2().GitError, OSError) as exc:
+            raise _error("cannot read the object store", exc) from None
+
+    def _loose_dir(self) -> Path | None:
+        if not self._loose_known:
+            self._loose = _loose_objects(self.git_dir, self.repo)
+            self._loose_known = True
+        return self._loose
 
     def write_tree(
         self,
@@ -737,6 +748,12 @@ def count_conflicts(merged: bytes, labels: tuple[str, str, str]) -> int:
     """The conflicting regions of a diff3-style merge result with these labels."""
     opening = b"<<<<<<< " + labels[0].encode("utf-8", "surrogateescape")
     return sum(1 for line in merged.split(b"\n") if line == opening)
+
+
+def _sha1(header: bytes, data: bytes) -> str:
+    digest = hashlib.sha1(header, usedforsecurity=False)
+    digest.update(data)
+    return digest.hexdigest()
 
 
 def _loose_objects(git_dir: Path, repo: Any) -> Path | None:

@@ -108,6 +108,32 @@ def test_a_small_import_in_process_starts_no_git_and_makes_fast_imports_ids(
     git.run("fsck", "--strict", "--no-dangling")
 
 
+@pytest.mark.parametrize("held", [40, 36, 0], ids=["all held", "most held", "none held"])
+def test_blobs_the_store_holds_cost_no_process(tmp_path, monkeypatch, held):
+    """More blobs than an import writes in process, of which the store holds ``held``
+    already and some are queued twice: written in process when what is new is few (no
+    git process), by one fast-import otherwise; each gets git's own id, the same bytes
+    one mark."""
+    from forkpatch.git import IN_PROCESS_COMMITS
+
+    git = init_bare(tmp_path / "store.git")
+    datas = [b"image %d\n" % i * (i + 1) for i in range(40)]
+    for data in datas[:held]:
+        git.run("hash-object", "-w", "--stdin", input=data)
+    fi = git.fast_import()
+    marks = [fi.blob(data) for data in datas]
+    assert [fi.blob(data) for data in datas[:5]] == marks[:5]
+    calls = GitCalls(tmp_path)
+    monkeypatch.setenv("PATH", calls.path)
+    ids = fi.finish()
+    made = calls.take()
+    monkeypatch.undo()
+    assert (made == []) == (len(datas) - held <= IN_PROCESS_COMMITS), made
+    for data, mark in zip(datas, marks, strict=True):
+        oid = git.out("hash-object", "--stdin", input=data)
+        assert ids[mark] == oid and git.run("cat-file", "blob", oid).stdout == data
+
+
 LINES = numbered(60)
 
 
