@@ -115,6 +115,18 @@ def test_the_labels_are_git_merge_files(tmp_path, labels):
     assert got == git_merge_file(tmp_path, ours, base, theirs, labels) and got[1] == 2
 
 
+def test_merges_side_by_side_are_git_merge_files(tmp_path):
+    """Merges in threads (their blobs in one scratch store) each give what git
+    merge-file gives."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    cases = [SCRATCH[c] for c in sorted(SCRATCH)] * 6
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        got = list(pool.map(lambda sides: gitobj.merge_file(*sides, LABELS), cases))
+    want = {c: git_merge_file(tmp_path, *SCRATCH[c]) for c in sorted(SCRATCH)}
+    assert got == [want[c] for c in sorted(SCRATCH)] * 6
+
+
 def test_a_binary_side_is_no_merge_as_git_refuses_it(tmp_path):
     """git merge-file refuses a binary file; the merge gives no content (a conflict to
     resolve by hand), never an empty file that would replace the real one."""
