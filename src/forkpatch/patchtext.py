@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 from types import TracebackType
 
 from forkpatch.applier import HunkFailed, apply_file_patch
-from forkpatch.engine import Item, SeriesApplier, canonical_diff
+from forkpatch.engine import Item, SeriesApplier, TreeFiles, canonical_diff
 from forkpatch.errors import GitError, PatchApplyError, PatchParseError
 from forkpatch.git import DIFF_OPTIONS, Git, ObjectReader, blob_id
 from forkpatch.patchfile import (
@@ -460,31 +460,18 @@ class PatchTexts:
 
     # ------------------------------------------------------------------ effect
 
-    def _entries(self, rev: str, paths: set[str]) -> dict[str, tuple[str, str]]:
-        """path -> (mode, blob id) in ``rev`` for those of ``paths`` that exist there."""
+    def entries_at(self, rev: str, paths: set[str]) -> dict[str, tuple[str, str]]:
+        """path -> (mode, blob id) in ``rev`` for those of ``paths`` that are files (links,
+        submodules) there, as ``git ls-tree -r --full-tree REV -- PATHS`` lists them: read
+        in process, a directory at a time (none where ``rev`` names no tree)."""
         if not paths:
             return {}
-        proc = self.git.run(
-            "ls-tree",
-            "-r",
-            "-z",
-            "--full-tree",
-            rev,
-            "--",
-            *sorted(paths),
-            env={"GIT_LITERAL_PATHSPECS": "1"},
-            check=False,
-        )
-        out: dict[str, tuple[str, str]] = {}
-        for item in proc.stdout.split(b"\0"):
-            if not item:
-                continue
-            meta, _, raw_path = item.partition(b"\t")
-            path = raw_path.decode("utf-8", "surrogateescape")
-            if path in paths:
-                mode, _type, oid = meta.decode().split()
-                out[path] = (mode, oid)
-        return out
+        try:
+            files = TreeFiles(self.git, rev)
+        except GitError:
+            return {}
+        found = {path: files.get(path) for path in paths}
+        return {path: entry for path, entry in found.items() if entry is not None}
 
     def _effect_holds(
         self,
@@ -573,8 +560,8 @@ class PatchTexts:
         if not paths <= changed:
             # The old diff touches a file the commit leaves alone (it cannot hold, but
             # that is for the check to say): read those files too.
-            pre.update(self._entries(parent, paths - changed))
-            post.update(self._entries(commit, paths - changed))
+            pre.update(self.entries_at(parent, paths - changed))
+            post.update(self.entries_at(commit, paths - changed))
         return self._effect_holds(files, paths, pre, post, allow_offset)
 
     def _changes(
@@ -613,8 +600,8 @@ class PatchTexts:
         pre, post, changed = self._changes(parent, commit)
         paths = self._touched([s.fp for s in sections]) | changed
         if not paths <= changed:
-            pre.update(self._entries(parent, paths - changed))
-            post.update(self._entries(commit, paths - changed))
+            pre.update(self.entries_at(parent, paths - changed))
+            post.update(self.entries_at(commit, paths - changed))
         by_key = {(s.fp.old_path, s.fp.new_path): i for i, s in enumerate(sections)}
         out: list[tuple[int, bytes]] = []
         matched = 0

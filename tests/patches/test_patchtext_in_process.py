@@ -1,8 +1,9 @@
-"""The counts of a diffstat read from the diff, with git's own ``--stat`` as the oracle.
+"""What a patch file's render reads in process, with git's CLI as the oracle.
 
 A rebase keeps a file's diffstat block when the counts it shows still hold, and asks
 git to write a new block only when they do not: :func:`diff_stat_counts` must say
-exactly what git's ``--stat=72`` would, or nothing.
+exactly what git's ``--stat=72`` would, or nothing. The entries of the paths an old
+diff touches are read from the trees, as ``git ls-tree`` lists them.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import pytest
 from forkpatch.engine import canonical_diff
 from forkpatch.git import Git
 from forkpatch.patchtext import _stat_counts, diff_stat_counts
-from support.git import ScratchRepo
+from support.git import GitCalls, ScratchRepo
 
 
 def _lines(n: int, tag: str = "line") -> str:
@@ -103,3 +104,57 @@ def test_a_binary_file_or_a_mode_change_alone(tmp_path: Path) -> None:
     assert ours == gits == ([("run.sh", "0")], [("1", "0", "")])
     assert _oracle(git, mode, binary)[0] is None
     assert diff_stat_counts(b"") is None
+
+
+def test_a_trees_entries_for_paths_are_git_ls_trees(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The (mode, id) of named paths in a revision, read in process, as `git ls-tree -r
+    --full-tree REV -- PATHS` lists them: nested files, an executable, a link, a
+    submodule, odd names; a directory, a path under a file and a missing path are not
+    there; a revision with no tree gives nothing."""
+    from forkpatch.patchtext import PatchTexts
+
+    repo = ScratchRepo(tmp_path / "r")
+    repo.add_file("top.txt", "t\n")
+    repo.add_file("a/b/c.py", "c\n")
+    repo.add_file("a/run.sh", "echo\n", mode=0o755)
+    repo.add_file("two words/x y.txt", "s\n")
+    repo.add_file("caf\u00e9/n\u00e4me.txt", "u\n")
+    (repo.path / "link").symlink_to("top.txt")
+    first = repo.commit("first")
+    repo.git("update-index", "--add", "--cacheinfo", f"160000,{first},sub")
+    second = repo.commit("second")
+    paths = {
+        "top.txt",
+        "a/b/c.py",
+        "a/run.sh",
+        "two words/x y.txt",
+        "caf\u00e9/n\u00e4me.txt",
+        "link",
+        "sub",
+        "a",
+        "a/b",
+        "top.txt/under",
+        "missing.txt",
+        "a/missing",
+    }
+    git = Git(repo.path / ".git")
+    revs = (first, second, f"{second}^")
+    want: dict[str, dict[str, tuple[str, str]]] = {}
+    for rev in revs:
+        want[rev] = {}
+        for item in git.run("ls-tree", "-r", "-z", "--full-tree", rev).stdout.split(b"\0"):
+            if item:
+                meta, _, name = item.partition(b"\t")
+                mode, _kind, oid = meta.decode().split()
+                if name.decode() in paths:
+                    want[rev][name.decode()] = (mode, oid)
+    calls = GitCalls(tmp_path)
+    monkeypatch.setenv("PATH", calls.path)
+    with PatchTexts(git) as texts:
+        for rev in revs:
+            assert texts.entries_at(rev, paths) == want[rev], rev
+        assert texts.entries_at(f"{first}^", paths) == {}
+        assert texts.entries_at(second, set()) == {}
+    assert calls.take() == []  # no git process
