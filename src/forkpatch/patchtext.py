@@ -443,12 +443,12 @@ class PatchTexts:
             again = HeaderLayout.parse(text)
             if again.stat_span is not None:
                 block = again.text[slice(*again.stat_span)]
-                counts = _stat_counts(block)
+                counts = stat_counts(block)
                 # git is asked for the stat's text only when the counts it would show
                 # are not known, from the diff, to be the block's own.
                 if diff_stat_counts(canonical) != counts:
                     stat = self._diffstat(*changed_by)
-                    if counts != _stat_counts(stat):
+                    if counts != stat_counts(stat):
                         text = again.with_stat(_as_diffstat(stat) if _by_diffstat(block) else stat)
         header = text.encode("utf-8", "surrogateescape")
         header_changed = header != header_bytes
@@ -730,7 +730,7 @@ def _as_diffstat(stat: str) -> str:
 StatCounts = tuple[list[tuple[str, str]], list[tuple[str, ...]]]
 
 
-def _stat_counts(stat: str) -> StatCounts:
+def stat_counts(stat: str) -> StatCounts:
     """What a diffstat says (files and counts, totals), whatever tool aligned it: a
     block that still says the same is kept as it is."""
     return _STAT_COUNT.findall(stat), _STAT_TOTALS.findall(stat)
@@ -743,7 +743,7 @@ _UNSURE_HEAD = (b"\nrename from ", b"\ncopy from ", b"\nGIT binary patch", b"\nB
 
 
 def diff_stat_counts(canonical: bytes) -> StatCounts | None:
-    """What git's ``--stat=72`` of a commit would say (:func:`_stat_counts` of it),
+    """What git's ``--stat=72`` of a commit would say (:func:`stat_counts` of it),
     counted from the commit's diff in git's form (``diff-tree -p -M``); None where the
     diff alone cannot tell how git shows it (a rename or copy, a binary file, a name
     git quotes or shortens), and for no diff."""
@@ -787,7 +787,7 @@ def stat_may_change(old: bytes, raw_diff: bytes) -> bool:
     head = old.partition(b"\ndiff --git ")[0]
     if not may_carry_stat(head):
         return False
-    counts = _stat_counts(head.decode("utf-8", "surrogateescape"))
+    counts = stat_counts(head.decode("utf-8", "surrogateescape"))
     return diff_stat_counts(canonical_diff(raw_diff)) != counts
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from forkpatch.engine import canonical_diff
 from forkpatch.git import Git
-from forkpatch.patchtext import _stat_counts, diff_stat_counts
+from forkpatch.patchtext import diff_stat_counts, stat_counts
 from support.git import GitCalls, ScratchRepo
 
 
@@ -24,7 +24,7 @@ def _lines(n: int, tag: str = "line") -> str:
 
 def _oracle(git: Git, a: str, b: str) -> tuple[object, object]:
     stat = git.run("diff-tree", "--stat=72", "--summary", "-M", "--no-color", a, b).stdout
-    return diff_stat_counts(canonical_diff(git.diff_trees(a, b))), _stat_counts(
+    return diff_stat_counts(canonical_diff(git.diff_trees(a, b))), stat_counts(
         stat.decode("utf-8", "surrogateescape")
     )
 
