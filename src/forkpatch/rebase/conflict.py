@@ -26,7 +26,7 @@ from pathlib import Path
 
 from forkpatch.engine import CONFLICT_MARKER
 from forkpatch.errors import GitError, PathSafetyError, StateError
-from forkpatch.git import FileChange, Git
+from forkpatch.git import Begun, FileChange, Git
 from forkpatch.intree import remove_in_tree, write_in_tree
 from forkpatch.project import Project
 
@@ -188,10 +188,19 @@ class ConflictTree:
             out.append(str(journal_dir / rel))
         return out
 
-    def record(self) -> tuple[Git, str, list[str]]:
-        """Stage everything the human did: (work tree, its tree id, changed paths vs HEAD)."""
+    def begin_record(self) -> Begun:
+        """Begin staging everything the human did (``git add -A``, beside this process's
+        own work); :meth:`record` waits for it."""
+        return self.git().begin("add", "-A")
+
+    def record(self, begun: Begun | None = None) -> tuple[Git, str, list[str]]:
+        """Stage everything the human did (``begun``: as :meth:`begin_record` began it):
+        (work tree, its tree id, changed paths vs HEAD)."""
         wt = self.git()
-        wt.run("add", "-A")
+        if begun is not None:
+            begun.result()
+        else:
+            wt.run("add", "-A")
         tree = wt.write_tree()  # the index, in process; then what it changed against HEAD
         return wt, tree, wt.objects.changed_paths("HEAD^{tree}", tree)
 

@@ -202,14 +202,16 @@ def _continue(
 ) -> RebaseResult:
     """The resolved stop taken (``stack``: the editing stack, its status begun)."""
     tree = ConflictTree(project)
-    wt, resolved, changed = tree.record()
+    # git stages the resolution on one core while the series is read on the other.
+    staging = tree.begin_record()
+    classifier = _resume(project, journal, state)
+    wt, resolved, changed = tree.record(staging)
     markers = tree.markers(changed)
     if markers:
         raise ConflictError(
             f"conflict markers remain in {', '.join(markers)} (in {tree.path})",
             tip="resolve them, then run `forkpatch rebase --continue` again",
         )
-    classifier = _resume(project, journal, state)
     index = state.conflict_index
     item = classifier.items[index]
     outcome = state.plan.outcomes[index]
