@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+
+import pytest
 
 from support.git import replace_once
 from support.projects import LINES, snapshot
@@ -388,3 +391,58 @@ def test_rebase_json_describes_where_it_stopped(scenario):
     assert data["patches"][0]["status"] == "conflict"
     assert "forkpatch rebase --continue" in data["next"]
     s.run("rebase", "--abort")
+
+
+def test_a_continue_that_fails_while_git_stages_leaves_no_git_running(
+    scenario, monkeypatch, tmp_path
+):
+    """--continue stages the resolution with git beside its own reading of the series;
+    when that reading fails, the staging git (made slow here) is ended with the
+    command, and the resolution is still there for the next --continue."""
+    import shutil
+    import sys
+    import time
+
+    from forkpatch.errors import StateError
+    from forkpatch.project import Project
+    from forkpatch.rebase import run as rebase_run
+    from forkpatch.rebase.classifier import Classifier
+    from forkpatch.rebase.conflict import ConflictTree
+
+    s = _conflict_scenario(scenario)
+    s.run("rebase", "--onto", "v2", expect=3)
+    wt = _conflict_files(s.project)
+    resolved = replace_once(LINES, "line 9\n", "line 9 upstream and ours\n")
+    (wt / "a.py").write_text(resolved)
+    shim = tmp_path / "slow-git"
+    shim.mkdir()
+    (shim / "git").write_text(
+        f"#!{sys.executable}\n"
+        "import os, sys, time\n"
+        "if 'add' in sys.argv and '-A' in sys.argv:\n"
+        "    time.sleep(60)\n"
+        f"os.execv({shutil.which('git')!r}, ['git', *sys.argv[1:]])\n"
+    )
+    (shim / "git").chmod(0o755)
+    begun = []
+    real = ConflictTree.begin_record
+
+    def spy(tree):
+        begun.append(real(tree))
+        return begun[-1]
+
+    def unreadable(*_args, **_kwargs):
+        raise StateError("the journal's series cannot be read")
+
+    with monkeypatch.context() as m:
+        m.setenv("PATH", f"{shim}{os.pathsep}{os.environ['PATH']}")
+        m.setattr(ConflictTree, "begin_record", spy)
+        m.setattr(Classifier, "resume", unreadable)
+        start = time.monotonic()
+        with pytest.raises(StateError):
+            rebase_run.continue_(Project(s.project))
+        assert len(begun) == 1 and begun[0].proc.poll() is not None  # ended, not left
+        assert time.monotonic() - start < 30
+    assert (wt / "a.py").read_text() == resolved
+    _, out, _ = s.run("rebase", "--continue", "--json")
+    assert {p["name"]: p["status"] for p in json.loads(out)["patches"]}["p1"] == "resolved"

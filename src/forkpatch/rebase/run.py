@@ -204,7 +204,11 @@ def _continue(
     tree = ConflictTree(project)
     # git stages the resolution on one core while the series is read on the other.
     staging = tree.begin_record()
-    classifier = _resume(project, journal, state)
+    try:
+        classifier = _resume(project, journal, state)
+    except BaseException:
+        staging.drop()  # never left running
+        raise
     wt, resolved, changed = tree.record(staging)
     markers = tree.markers(changed)
     if markers:
