@@ -15,7 +15,7 @@ import pytest
 from forkpatch.engine import canonical_diff
 from forkpatch.git import Git
 from forkpatch.patchtext import diff_stat_counts, stat_counts
-from support.git import GitCalls, ScratchRepo
+from support.git import GitCalls, ScratchRepo, ls_tree
 
 
 def _lines(n: int, tag: str = "line") -> str:
@@ -141,15 +141,7 @@ def test_a_trees_entries_for_paths_are_git_ls_trees(
     }
     git = Git(repo.path / ".git")
     revs = (first, second, f"{second}^")
-    want: dict[str, dict[str, tuple[str, str]]] = {}
-    for rev in revs:
-        want[rev] = {}
-        for item in git.run("ls-tree", "-r", "-z", "--full-tree", rev).stdout.split(b"\0"):
-            if item:
-                meta, _, name = item.partition(b"\t")
-                mode, _kind, oid = meta.decode().split()
-                if name.decode() in paths:
-                    want[rev][name.decode()] = (mode, oid)
+    want = {rev: {p: e for p, e in ls_tree(git.git_dir, rev).items() if p in paths} for rev in revs}
     calls = GitCalls(tmp_path)
     monkeypatch.setenv("PATH", calls.path)
     with PatchTexts(git) as texts:

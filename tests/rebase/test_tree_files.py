@@ -9,14 +9,13 @@ or among the state's own changes.
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from forkpatch.engine import TreeFiles, TreeState
 from forkpatch.git import Git
-from support.git import ScratchRepo, git_env
+from support.git import ScratchRepo, ls_tree
 
 
 def _repo(tmp_path: Path) -> tuple[Git, str]:
@@ -32,22 +31,6 @@ def _repo(tmp_path: Path) -> tuple[Git, str]:
     os.symlink("nowhere", repo.path / "deep/x/dangling")
     commit = repo.commit("tree")
     return Git(repo.path / ".git"), commit
-
-
-def _listing(git: Git, commit: str) -> dict[str, tuple[str, str]]:
-    raw = subprocess.run(
-        ["git", f"--git-dir={git.git_dir}", "ls-tree", "-r", "-z", commit],
-        capture_output=True,
-        check=True,
-        env=git_env(),
-    ).stdout
-    out = {}
-    for item in raw.split(b"\0"):
-        if item:
-            meta, path = item.split(b"\t", 1)
-            mode, _kind, oid = meta.decode().split()
-            out[path.decode()] = (mode, oid)
-    return out
 
 
 def _oracle_link(files: dict[str, tuple[str, object]], path: str) -> str | None:
@@ -88,7 +71,7 @@ ASKED = [
 
 def test_lookups_and_links_are_the_whole_listings(tmp_path):
     git, commit = _repo(tmp_path)
-    listing = _listing(git, commit)
+    listing = ls_tree(git.git_dir, commit)
     assert git.ls_tree(commit) == listing
     files = TreeFiles(git, commit)
     with git.reader() as reader:
@@ -113,7 +96,7 @@ def test_lookups_and_links_are_the_whole_listings(tmp_path):
 )
 def test_a_states_own_changes_count_as_the_listing_would(tmp_path, edits):
     git, commit = _repo(tmp_path)
-    listing: dict[str, tuple[str, object]] = dict(_listing(git, commit))
+    listing: dict[str, tuple[str, object]] = dict(ls_tree(git.git_dir, commit))
     with git.reader() as reader:
         state = TreeState(git, reader, commit)
         copy = state.copy()

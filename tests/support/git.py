@@ -182,6 +182,24 @@ def tree_state(root: Path) -> dict[str, tuple[str, bytes]]:
     return out
 
 
+def ls_tree(git_dir: Path, rev: str) -> dict[str, tuple[str, str]]:
+    """Every file (link, submodule) of ``rev`` as ``git ls-tree -r`` lists it: path ->
+    (mode, id)."""
+    raw = subprocess.run(
+        ["git", f"--git-dir={git_dir}", "ls-tree", "-r", "-z", "--full-tree", rev],
+        capture_output=True,
+        check=True,
+        env=git_env(),
+    ).stdout
+    out = {}
+    for item in raw.split(b"\0"):
+        if item:
+            meta, path = item.split(b"\t", 1)
+            mode, _kind, oid = meta.decode().split()
+            out[path.decode()] = (mode, oid)
+    return out
+
+
 def numbered(n: int, prefix: str = "line") -> str:
     """``n`` distinct lines: "line 1\\n" ... "line n\\n"."""
     return "".join(f"{prefix} {i}\n" for i in range(1, n + 1))

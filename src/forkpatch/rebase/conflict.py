@@ -193,14 +193,11 @@ class ConflictTree:
         own work); :meth:`record` waits for it."""
         return self.git().begin("add", "-A")
 
-    def record(self, begun: Begun | None = None) -> tuple[Git, str, list[str]]:
-        """Stage everything the human did (``begun``: as :meth:`begin_record` began it):
-        (work tree, its tree id, changed paths vs HEAD)."""
+    def record(self, begun: Begun) -> tuple[Git, str, list[str]]:
+        """Stage everything the human did, waiting for the ``git add -A`` that
+        :meth:`begin_record` began: (work tree, its tree id, changed paths vs HEAD)."""
         wt = self.git()
-        if begun is not None:
-            begun.result()
-        else:
-            wt.run("add", "-A")
+        begun.result()
         tree = wt.write_tree()  # the index, in process; then what it changed against HEAD
         return wt, tree, wt.objects.changed_paths("HEAD^{tree}", tree)
 
