@@ -686,50 +686,71 @@ def restack(
 
 def diffs_of_commits(git: Git, commits: Sequence[str]) -> dict[str, bytes]:
     """Canonical diff of each commit against its first parent, with one git process."""
-    return _diff_tree_stdin(git, list(commits), list(commits))
+    return begin_diffs_of_commits(git, commits).result()
+
+
+def begin_diffs_of_commits(git: Git, commits: Sequence[str]) -> BegunDiffs:
+    """:func:`diffs_of_commits`, its git process started now and left to run on another
+    core while the caller does work that does not need the diffs."""
+    return BegunDiffs(git, list(commits), list(commits))
 
 
 def diffs_between(git: Git, pairs: Sequence[tuple[str, str]]) -> dict[str, bytes]:
     """The diff from ``old`` to ``new`` for each ``(old, new)`` pair of commits, keyed by
     ``new``, with one git process (what ``git diff-tree DIFF_OPTIONS old new`` prints for
     each; the ``new`` commits must be distinct)."""
-    return _diff_tree_stdin(git, [f"{new} {old}" for old, new in pairs], [n for _, n in pairs])
+    return BegunDiffs(git, [f"{new} {old}" for old, new in pairs], [n for _, n in pairs]).result()
 
 
-def _diff_tree_stdin(
-    git: Git, lines: Sequence[str], commits: Sequence[str], extra: Sequence[str] = ()
-) -> dict[str, bytes]:
-    """``git diff-tree --stdin``: each input line's diff, split on the commit id git prints
-    before it (``commits[i]`` for ``lines[i]``); ``extra``: more of git's options."""
-    if not lines:
-        return {}
-    from forkpatch.git import DIFF_OPTIONS
+class BegunDiffs:
+    """``git diff-tree --stdin``, begun: each input line's diff, split on the commit id git
+    prints before it (``commits[i]`` for ``lines[i]``)."""
 
-    proc = git.run(
-        "diff-tree",
-        "--stdin",
-        "--root",
-        *DIFF_OPTIONS,
-        *extra,
-        input=("\n".join(lines) + "\n").encode(),
-    )
-    out: dict[str, bytes] = {}
-    current: str | None = None
-    chunks: list[bytes] = []
-    commit_set = set(commits)
-    for line in proc.stdout.splitlines(keepends=True):
-        candidate = line.rstrip(b"\n").decode("latin-1")
-        if len(candidate) == 40 and candidate in commit_set and not chunks_started(line):
-            if current is not None:
-                out[current] = b"".join(chunks)
-            current, chunks = candidate, []
-            continue
-        chunks.append(line)
-    if current is not None:
-        out[current] = b"".join(chunks)
-    for c in commits:
-        out.setdefault(c, b"")
-    return out
+    def __init__(self, git: Git, lines: Sequence[str], commits: Sequence[str]) -> None:
+        from forkpatch.git import DIFF_OPTIONS
+
+        self.commits = list(commits)
+        self._begun = (
+            git.begin(
+                "diff-tree",
+                "--stdin",
+                "--root",
+                *DIFF_OPTIONS,
+                input=("\n".join(lines) + "\n").encode(),
+            )
+            if lines
+            else None
+        )
+
+    def done(self) -> bool:
+        """Whether git has answered (:meth:`result` then does not wait)."""
+        return self._begun is None or self._begun.done()
+
+    def drop(self) -> None:
+        if self._begun is not None:
+            self._begun.drop()
+
+    def result(self) -> dict[str, bytes]:
+        if self._begun is None:
+            return {}
+        stdout = self._begun.result().stdout
+        out: dict[str, bytes] = {}
+        current: str | None = None
+        chunks: list[bytes] = []
+        commit_set = set(self.commits)
+        for line in stdout.splitlines(keepends=True):
+            candidate = line.rstrip(b"\n").decode("latin-1")
+            if len(candidate) == 40 and candidate in commit_set and not chunks_started(line):
+                if current is not None:
+                    out[current] = b"".join(chunks)
+                current, chunks = candidate, []
+                continue
+            chunks.append(line)
+        if current is not None:
+            out[current] = b"".join(chunks)
+        for c in self.commits:
+            out.setdefault(c, b"")
+        return out
 
 
 def chunks_started(line: bytes) -> bool:

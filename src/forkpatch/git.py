@@ -14,6 +14,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -277,12 +278,15 @@ class Git:
                 tip="check the network or the remote, then run again",
             ) from None
 
-    def begin(self, *args: str) -> Begun:
+    def begin(self, *args: str, input: bytes | None = None) -> Begun:
         """``git ARGS`` started now and left to run beside this process's own work (a
         second core); :meth:`Begun.result` waits for it and answers as :meth:`run` would.
-        For a read whose answer is needed later in the command (a ``git status``)."""
+        For a read whose answer is needed later in the command (a ``git status``).
+        ``input``: its standard input, fed (and its output read) by a thread, so that a
+        large answer never waits on this process."""
         env = git_env(user_config=self.user_config)
-        return Begun(self, args, _popen(self.argv(args), env=env, cwd=self.work_tree))
+        proc = _popen(self.argv(args), env=env, cwd=self.work_tree, piped_input=input is not None)
+        return Begun(self, args, proc, input)
 
     def out(self, *args: str, **kw: object) -> str:
         return self.run(*args, **kw).stdout.decode("utf-8", "surrogateescape").strip()  # type: ignore[arg-type]
@@ -901,9 +905,32 @@ def _popen(
 class Begun:
     """A git command :meth:`Git.begin` started: its answer once it ends."""
 
-    def __init__(self, git: Git, args: Sequence[str], proc: subprocess.Popen[bytes]) -> None:
-        self.git, self.args, self.proc = git, tuple(args), proc
+    def __init__(
+        self,
+        git: Git,
+        args: Sequence[str],
+        proc: subprocess.Popen[bytes],
+        input: bytes | None = None,
+    ) -> None:
+        self.git, self.args, self.proc, self.input = git, tuple(args), proc, input
         self._done: subprocess.CompletedProcess[bytes] | None = None
+        self._io: threading.Thread | None = None
+        self._got: tuple[bytes, bytes] | BaseException | None = None
+        if input is not None:
+            self._io = threading.Thread(target=self._talk, name="git-begun", daemon=True)
+            self._io.start()
+
+    def _talk(self) -> None:
+        try:
+            self._got = self.proc.communicate(self.input)
+        except BaseException as exc:  # handed to result()
+            self._got = exc
+
+    def done(self) -> bool:
+        """Whether it has ended (its answer is then read without waiting)."""
+        if self._io is not None:
+            return not self._io.is_alive()
+        return self.proc.poll() is not None
 
     def result(self) -> subprocess.CompletedProcess[bytes]:
         """Wait for it. A failure on a lock another live process holds, or any other,
@@ -911,20 +938,34 @@ class Begun:
         raises what it raises): a started read never fails where a plain one would not."""
         if self._done is None:
             try:
-                out, err = self.proc.communicate()
+                if self._io is not None:
+                    self._io.join()
+                    got = self._got
+                    if isinstance(got, BaseException) or got is None:
+                        raise GitError(
+                            f"`git {' '.join(self.args[:2])}`: its output was lost: {got}"
+                        )
+                    out, err = got
+                else:
+                    out, err = self.proc.communicate()
             except BaseException:
                 _stop(self.proc)
                 raise
             done = subprocess.CompletedProcess(self.proc.args, self.proc.returncode, out, err)
-            self._done = done if done.returncode == 0 else self.git.run(*self.args)
+            self._done = (
+                done if done.returncode == 0 else self.git.run(*self.args, input=self.input)
+            )
         return self._done
 
     def drop(self) -> None:
         """Its answer is not wanted (the tree changed, or the command ends): ended now."""
         if self._done is None:
             _stop(self.proc)
-            with contextlib.suppress(OSError, ValueError):
-                self.proc.communicate()
+            if self._io is not None:
+                self._io.join()
+            else:
+                with contextlib.suppress(OSError, ValueError):
+                    self.proc.communicate()
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:

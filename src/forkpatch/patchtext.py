@@ -28,15 +28,16 @@ A file that forkpatch writes from scratch gets the canonical form
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from types import TracebackType
 
 from forkpatch.applier import HunkFailed, apply_file_patch
 from forkpatch.engine import Item, SeriesApplier, TreeFiles, canonical_diff
 from forkpatch.errors import GitError, PatchApplyError, PatchParseError
-from forkpatch.git import DIFF_OPTIONS, Git, ObjectReader, blob_id
+from forkpatch.git import DIFF_OPTIONS, Begun, Git, ObjectReader, blob_id
 from forkpatch.patchfile import (
     FilePatch,
     PatchFile,
@@ -137,6 +138,8 @@ def _sections(patch: PatchFile) -> tuple[list[_Section], bytes]:
     return sections, tail
 
 
+# A diffstat as git writes one into a format-patch mail.
+_STAT_ARGS = ("--stat=72", "--summary", "-M", "--no-color")
 _GIT_SECTION = re.compile(rb"^diff --git ", re.MULTILINE)
 _PLAIN_SECTION = re.compile(rb"^--- [^\n]*\n\+\+\+ ", re.MULTILINE)
 
@@ -179,6 +182,8 @@ class PatchTexts:
         self._pending: list[tuple[str, str]] = []
         self._raw: dict[tuple[str, str], list[tuple[str, str, str, str, str]]] = {}
         self._stats: dict[tuple[str, str], str] = {}
+        self._begun_stats: list[tuple[list[tuple[str, str]], Begun]] = []
+        self._parsed: dict[tuple[str, bytes], PatchFile] = {}
 
     def __enter__(self) -> PatchTexts:
         self._held = True
@@ -194,6 +199,9 @@ class PatchTexts:
         self.close()
 
     def close(self) -> None:
+        for _keys, begun in self._begun_stats:
+            begun.drop()
+        self._begun_stats.clear()
         if self._reader is not None:
             self._reader.close()
             self._reader = None
@@ -223,15 +231,51 @@ class PatchTexts:
         with the diff (a render asks git for it no more)."""
         self._stats[(parent, commit)] = stat
 
-    def _batch(self, args: Sequence[str], keys: Sequence[tuple[str, str]]) -> list[bytes]:
-        """``git diff-tree --stdin --always ARGS`` for ``keys``: each pair's output (its
-        header line, the commit id, taken off), in order."""
+    def begin_stats(self, pairs: Iterable[tuple[str | None, str]]) -> None:
+        """The diffstats of the ``(parent, commit)`` pairs (parent None: the commit's
+        first parent) asked of git now, with one process that runs beside the renders;
+        a render that needs one of them waits for it."""
+        keys = [
+            k
+            for k in dict.fromkeys((parent or f"{commit}^", commit) for parent, commit in pairs)
+            if k not in self._stats
+        ]
+        if keys:
+            self._begun_stats.append((keys, self._begin_batch(_STAT_ARGS, keys)))
+
+    def parse_while(self, files: Iterable[tuple[bytes, str]], busy: Callable[[], bool]) -> None:
+        """Parse the patch files ``(data, source)`` that renders will read, one after
+        another for as long as ``busy()`` says the caller would otherwise wait (on git,
+        say): a render then takes the parse made here."""
+        for data, source in files:
+            if not busy():
+                return
+            # A file that does not parse is met again by its render, which says so.
+            if (source, data) not in self._parsed:
+                with contextlib.suppress(PatchParseError):
+                    self._parsed[(source, data)] = parse_patch(data, source=source)
+
+    def _parse(self, data: bytes, source: str) -> PatchFile:
+        patch = self._parsed.pop((source, data), None)
+        return patch if patch is not None else parse_patch(data, source=source)
+
+    def _begin_batch(self, args: Sequence[str], keys: Sequence[tuple[str, str]]) -> Begun:
         lines = [
             commit if parent == f"{commit}^" else f"{commit} {parent}" for parent, commit in keys
         ]
-        out = self.git.run(
+        return self.git.begin(
             "diff-tree", "--stdin", "--always", *args, input=("\n".join(lines) + "\n").encode()
-        ).stdout
+        )
+
+    def _batch(self, args: Sequence[str], keys: Sequence[tuple[str, str]]) -> list[bytes]:
+        """``git diff-tree --stdin --always ARGS`` for ``keys``: each pair's output (its
+        header line, the commit id, taken off), in order."""
+        return self._split_batch(args, keys, self._begin_batch(args, keys).result().stdout)
+
+    @staticmethod
+    def _split_batch(
+        args: Sequence[str], keys: Sequence[tuple[str, str]], out: bytes
+    ) -> list[bytes]:
         sep = b"\0" if "-z" in args else b"\n"
         chunks: list[bytes] = []
         pos = 0
@@ -254,8 +298,7 @@ class PatchTexts:
         if not keys:
             return
         if what == "stat":
-            args = ["--stat=72", "--summary", "-M", "--no-color"]
-            for key, chunk in zip(keys, self._batch(args, keys), strict=True):
+            for key, chunk in zip(keys, self._batch(_STAT_ARGS, keys), strict=True):
                 self._stats[key] = chunk.decode("utf-8", "surrogateescape")
 
     def render(
@@ -322,7 +365,7 @@ class PatchTexts:
                 header_bytes, diff, description=description, summary=summary, has_diff=True
             )
         try:
-            patch = parse_patch(old, source=source)
+            patch = self._parse(old, source)
         except PatchParseError:
             return Rendered(format_patch(description or "", canonical), True, True)
         header_bytes = old[: len(old) - len(patch.diff)]
@@ -622,12 +665,17 @@ class PatchTexts:
 
     def _diffstat(self, parent: str, commit: str) -> str:
         key = (parent, commit)
+        for n, (keys, begun) in enumerate(self._begun_stats):
+            if key not in self._stats and key in keys:
+                del self._begun_stats[n]
+                out = self._split_batch(_STAT_ARGS, keys, begun.result().stdout)
+                for k, chunk in zip(keys, out, strict=True):
+                    self._stats[k] = chunk.decode("utf-8", "surrogateescape")
+                break
         if key not in self._stats and key in self._pending:
             self._fill("stat")
         if key not in self._stats:
-            proc = self.git.run(
-                "diff-tree", "--stat=72", "--summary", "-M", "--no-color", parent, commit
-            )
+            proc = self.git.run("diff-tree", *_STAT_ARGS, parent, commit)
             self._stats[key] = proc.stdout.decode("utf-8", "surrogateescape")
         return self._stats[key]
 

@@ -74,9 +74,9 @@ def _spy_begun(monkeypatch) -> list[tuple[str, ...]]:
     begun: list[tuple[str, ...]] = []
     real = forkpatch.git.Git.begin
 
-    def begin(self, *args):
+    def begin(self, *args, **kw):
         begun.append(args)
-        return real(self, *args)
+        return real(self, *args, **kw)
 
     monkeypatch.setattr(forkpatch.git.Git, "begin", begin)
     return begun

@@ -75,3 +75,41 @@ def test_the_model_drops_a_begun_status_when_the_tree_is_written(tmp_path, capsy
     assert [c.path for c in model.changes(wt)] == ["mine.txt"]  # asked again
     model.begin_status(wt)  # asked already: nothing begun
     assert len(begun) == 1
+
+
+def _many_commits(repo: ScratchRepo, n: int) -> list[str]:
+    commits = []
+    for i in range(n):
+        repo.add_file(f"f{i % 7}.txt", "".join(f"line {i} {k}\n" for k in range(300)))
+        commits.append(repo.commit(f"c{i}"))
+    return commits
+
+
+def test_a_begun_command_with_input_answers_as_run_does_however_large(repo):
+    """Its input is fed, and its output read, beside the caller: an answer far larger
+    than a pipe holds never waits on the caller (which reads nothing until it asks)."""
+    commits = _many_commits(repo, 40)
+    wt = _git(repo)
+    stdin = ("\n".join(commits) + "\n").encode()
+    begun = wt.begin("diff-tree", "--stdin", "-p", input=stdin)
+    plain = wt.run("diff-tree", "--stdin", "-p", input=stdin)
+    assert len(plain.stdout) > 4 * 65536  # well past what a pipe holds
+    got = begun.result()
+    assert begun.done()
+    assert got.stdout == plain.stdout and got.returncode == 0
+
+
+def test_a_begun_command_with_input_that_fails_fails_as_run_does(repo):
+    wt = _git(repo)
+    begun = wt.begin("hash-object", "--stdin", "-t", "no-such-type", input=b"x\n")
+    with pytest.raises(GitError) as got:
+        begun.result()
+    assert "hash-object --stdin -t no-such-type" in got.value.message
+
+
+def test_a_begun_command_with_input_not_asked_for_is_ended(repo):
+    commits = _many_commits(repo, 20)
+    wt = _git(repo)
+    begun = wt.begin("diff-tree", "--stdin", "-p", input=("\n".join(commits) + "\n").encode())
+    begun.drop()
+    assert begun.done() and begun.proc.returncode is not None

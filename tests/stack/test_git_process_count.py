@@ -309,3 +309,50 @@ def test_a_rebase_keeps_a_diffstat_that_still_holds_without_asking_git(tmp_path:
         stat = " 1 file changed, 2 insertions(+), 2 deletions(-)"
         assert (stat in text) == (i < 2)
         assert text.partition("diff --git")[0] == before[i].partition("diff --git")[0]
+
+
+def test_a_rebase_finish_begins_its_diffs_and_stats_beside_the_parse(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The finish's one `diff-tree --stdin` of the refreshed commits, and its one batch
+    of diffstats, are begun (they run on another core), none run while forkpatch waits;
+    each old file is parsed once, while git diffs or by its render, never both; and
+    the files are what the rebase wrote before."""
+    import forkpatch.git
+    import forkpatch.patchtext
+    from support.cli import fp_in
+
+    project = _half_upstreamed(tmp_path, stat_files=3)
+    begun: list[tuple[str, ...]] = []
+    ran: list[tuple[str, ...]] = []
+    parsed: list[str] = []
+    real_begin, real_run = forkpatch.git.Git.begin, forkpatch.git.Git.run
+    real_parse = forkpatch.patchtext.parse_patch
+
+    def begin(self, *args, **kw):
+        begun.append(args)
+        return real_begin(self, *args, **kw)
+
+    def run(self, *args, **kw):
+        ran.append(args)
+        return real_run(self, *args, **kw)
+
+    def parse(data, *, source, **kw):
+        parsed.append(source)
+        return real_parse(data, source=source, **kw)
+
+    monkeypatch.setattr(forkpatch.git.Git, "begin", begin)
+    monkeypatch.setattr(forkpatch.git.Git, "run", run)
+    monkeypatch.setattr(forkpatch.patchtext, "parse_patch", parse)
+    code, _out, err = fp_in(project, "rebase", "--onto", "v2")
+    assert code == 0, err
+    diffs = [a for a in begun if a[:2] == ("diff-tree", "--stdin") and "-p" in a]
+    stats = [a for a in begun if a[:2] == ("diff-tree", "--stdin") and "--stat=72" in a]
+    assert len(diffs) == 1 and len(stats) == 1, begun
+    assert [a for a in ran if a[:1] == ("diff-tree",)] == []
+    old_files = [s for s in parsed if s.startswith("patches/")]
+    assert sorted(old_files) == sorted(set(old_files)) and len(old_files) == 3
+    for i, path in enumerate(sorted((project / "patches").iterdir())):
+        text = path.read_text()
+        assert f"+v3 = {300 + i}" in text and f"+v5 = {500 + i}" not in text
+        assert " 1 file changed, 1 insertion(+), 1 deletion(-)" in text

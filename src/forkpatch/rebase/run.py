@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from forkpatch import log, settings
-from forkpatch.engine import TreeState, diffs_of_commits
+from forkpatch.engine import TreeState, begin_diffs_of_commits
 from forkpatch.errors import ConflictError, StateError, UsageError
 from forkpatch.git import FileChange
 from forkpatch.kinds import DROPPED_STATUSES
@@ -416,40 +416,51 @@ def _write_result(
 ) -> RebaseResult:
     store = project.fork().store
     series = journal.original_series()
-    old_texts: dict[str, bytes] = {}
-    for i, o in enumerate(state.plan.outcomes):
-        file = series.patches[i].file
-        if file is not None:
-            old_texts[o.name] = journal.original_bytes(f"{PATCHES_DIR}/{file}")
-    refreshed = [o for o in state.plan.outcomes if o.refresh and o.commit and o.name in old_texts]
+    rels = {
+        o.name: f"{PATCHES_DIR}/{entry.file}"
+        for o, entry in zip(state.plan.outcomes, series.patches, strict=True)
+        if entry.file is not None
+    }
+    refreshed = [o for o in state.plan.outcomes if o.refresh and o.commit and o.name in rels]
     commits = [o.commit for o in refreshed if o.commit]
-    diffs = diffs_of_commits(store, commits)
+    # git diffs the refreshed commits on another core while their old files are read
+    # and parsed here.
+    begun = begin_diffs_of_commits(store, commits)
     new_texts: dict[str, bytes] = {}
     writes: dict[str, bytes | None] = {}
-    with PatchTexts(store) as texts:  # one object reader for every rewritten file
-        # A diffstat whose counts the new diff changes is git's to write: those that may
-        # be asked for are asked for together, with one git process.
-        texts.prefetch(
-            (None, c)
-            for o, c in zip(refreshed, commits, strict=True)
-            if stat_may_change(old_texts[o.name], diffs[c])
-        )
-        for i, o in enumerate(state.plan.outcomes):
-            file = series.patches[i].file
-            if file is None:
-                continue
-            rel = f"{PATCHES_DIR}/{file}"
-            old = old_texts[o.name]
-            if o.refresh and o.commit:
-                # The file keeps its own form (mail headers, notes, quilt style); a
-                # diffstat is regenerated: see forkpatch.patchtext.
-                new = texts.render(
-                    lf_form(old), commit=o.commit, raw_diff=diffs[o.commit], source=rel
-                )
-                new_texts[o.name] = new.data
-                writes[rel] = in_line_endings_of(new.data, old)
-            elif o.status in DROPPED_STATUSES:
-                writes[rel] = None
+    try:
+        old_texts = {name: journal.original_bytes(rel) for name, rel in rels.items()}
+        lf_texts = {o.name: lf_form(old_texts[o.name]) for o in refreshed}
+        with PatchTexts(store) as texts:  # one object reader for every rewritten file
+            texts.parse_while(
+                ((lf_texts[o.name], rels[o.name]) for o in refreshed),
+                busy=lambda: not begun.done(),
+            )
+            diffs = begun.result()
+            # A diffstat whose counts the new diff changes is git's to write: those that
+            # may be asked for are asked for together, with one git process, begun now.
+            texts.begin_stats(
+                (None, c)
+                for o, c in zip(refreshed, commits, strict=True)
+                if stat_may_change(old_texts[o.name], diffs[c])
+            )
+            for o in state.plan.outcomes:
+                rel = rels.get(o.name)
+                if rel is None:
+                    continue
+                old = old_texts[o.name]
+                if o.refresh and o.commit:
+                    # The file keeps its own form (mail headers, notes, quilt style); a
+                    # diffstat is regenerated: see forkpatch.patchtext.
+                    new = texts.render(
+                        lf_texts[o.name], commit=o.commit, raw_diff=diffs[o.commit], source=rel
+                    )
+                    new_texts[o.name] = new.data
+                    writes[rel] = in_line_endings_of(new.data, old)
+                elif o.status in DROPPED_STATUSES:
+                    writes[rel] = None
+    finally:
+        begun.drop()  # never left running (a no-op once read)
     text = dump_series(_new_series(journal, state))
     parse_series(text, path=SERIES_FILE)  # never write what could not be read back
     writes[SERIES_FILE] = text.encode("utf-8")
