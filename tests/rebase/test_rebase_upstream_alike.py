@@ -179,3 +179,25 @@ def test_the_evidence_survives_a_stop_and_a_resumed_rebase(tmp_path, capsys):
     dropped = {d["name"]: d["reason"] for d in json.loads(out)["dropped"]}
     assert merged[:12] in dropped["fix-lines-20-and-25"]
     assert "subject and author" in dropped["fix-lines-20-and-25"]
+
+
+def test_a_commit_with_a_line_more_often_than_the_patch_is_no_part_of_its_change(tmp_path, capsys):
+    """A part of the change makes only the patch's lines, each at most as often as the
+    patch does: a third commit that adds one of the patch's lines twice is left out, and
+    the two commits that make the change are named without it."""
+
+    def upstream(fork, tidy):
+        one = replace_once(tidy, "line 20\n", "line 20 fixed\n")
+        first = _commit(fork, one, "Fix line 20")
+        two = replace_once(one, "line 25\n", "line 25 fixed\n")
+        second = _commit(fork, two, "Fix line 25", **OTHER)
+        three = replace_once(two, "line 40\n", "line 40\nline 20 fixed\nline 20 fixed\n")
+        third = _commit(fork, three, "Note line 20 twice", **OTHER)
+        _restyle(fork, three)
+        return first, second, third
+
+    run, (first, second, third) = _setup(tmp_path, capsys, upstream)
+    p = _check(run)
+    assert p["status"] == "upstreamed", p
+    assert first[:12] in p["evidence"] and second[:12] in p["evidence"]
+    assert third[:12] not in p["evidence"]

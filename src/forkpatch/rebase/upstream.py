@@ -289,6 +289,7 @@ class UpstreamIndex:
                 continue
             lines[commit] = _nonempty(_lines_of_patch(upstream))
         by_age = sorted(lines, key=lambda c: age.get(c, len(age)), reverse=True)  # oldest first
+        subject_keys = {c: _subject_key(self._subjects.get(c, "")) for c in by_age}
         for item in self.items:
             if item.patch is None or not item.patch.files:
                 continue
@@ -303,7 +304,7 @@ class UpstreamIndex:
             for commit in by_age:
                 theirs = lines[commit]
                 said = self._subjects.get(commit, "")
-                same_subject = _subject_key(said) == subject and (
+                same_subject = subject_keys[commit] == subject and (
                     author is None or authors.get(commit) == author
                 )
                 who = " and author" if author is not None else ""
@@ -326,7 +327,7 @@ class UpstreamIndex:
                     self._probable.setdefault(
                         name, (commit, f"'{said}' (the patch's subject{who}, other lines)")
                     )
-                if theirs and all(not (n - mine.get(p, Counter())) for p, n in theirs.items()):
+                if theirs and _within(theirs, mine):
                     subsets.append(commit)
             if name in self._alike:
                 undo = {
@@ -538,6 +539,19 @@ def _paths(value: object) -> frozenset[str]:
     if not isinstance(value, list) or not all(isinstance(p, str) and p for p in value):
         raise ValueError("paths")
     return frozenset(value)
+
+
+def _within(
+    theirs: dict[str, Counter[tuple[str, bytes]]], mine: dict[str, Counter[tuple[str, bytes]]]
+) -> bool:
+    """Whether every changed line of ``theirs`` is one of ``mine`` (as often, per path)."""
+    if not theirs.keys() <= mine.keys():
+        return False
+    for path, counts in theirs.items():
+        own = mine[path]
+        if any(own[line] < n for line, n in counts.items()):
+            return False
+    return True
 
 
 def _nonempty(
