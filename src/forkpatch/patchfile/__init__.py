@@ -43,7 +43,7 @@ from forkpatch.patchfile.model import (
     PatchFile,
     normalise_header,
 )
-from forkpatch.patchfile.names import quote_path
+from forkpatch.patchfile.names import git_header_name, quote_path
 from forkpatch.patchfile.parser import parse_patch
 from forkpatch.patchfile.refs import upstream_refs
 from forkpatch.patchfile.render import format_patch, render_file_patch
@@ -64,6 +64,7 @@ __all__ = [
     "crlf_throughout",
     "decode_binary_block",
     "format_patch",
+    "git_header_name",
     "in_line_endings_of",
     "lf_form",
     "normalise_header",

@@ -127,3 +127,19 @@ def parse_git_names(rest: bytes) -> tuple[str, str] | None:
     if pos <= 0:
         return None
     return decode_name(rest[:pos]), decode_name(rest[pos + 1 :])
+
+
+def git_header_name(rest: bytes) -> str | None:
+    """The name of a ``---``/``+++`` line of git's (its prefix taken off; None for
+    ``/dev/null``). git quotes a name with special bytes, and ends one holding a space
+    with a tab."""
+    if rest.startswith(b'"'):
+        got = unquote(rest, 0)
+        if got is None:
+            return None
+        name = got[0]
+    else:
+        name = rest.split(b"\t", 1)[0]
+    if name == b"/dev/null" or b"/" not in name:
+        return None
+    return decode_name(name.split(b"/", 1)[1])

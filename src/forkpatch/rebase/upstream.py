@@ -37,9 +37,9 @@ from typing import TYPE_CHECKING
 
 from forkpatch.applier import HunkFailed, apply_file_patch, reverse
 from forkpatch.engine import Item
-from forkpatch.errors import ForkpatchError, PatchParseError
+from forkpatch.errors import ForkpatchError
 from forkpatch.git import DIFF_OPTIONS, Git
-from forkpatch.patchfile import PatchFile, parse_patch, upstream_refs
+from forkpatch.patchfile import PatchFile, git_header_name, parse_patch, upstream_refs
 from forkpatch.patchheader import HeaderLayout
 from forkpatch.series import PatchEntry
 
@@ -281,19 +281,16 @@ class UpstreamIndex:
     def _find_alike(self, log_p: bytes, authors: dict[str, str], age: dict[str, int]) -> None:
         """The patches whose change upstream made under another id (see the module doc):
         one parse of the candidates' diffs, compared line for line with each patch's."""
-        lines: dict[str, dict[str, Counter[tuple[str, bytes]]]] = {}
-        for commit, diff in _commit_diffs(log_p):
-            try:
-                upstream = parse_patch(diff, source=f"upstream commit {commit[:12]}")
-            except PatchParseError:
-                continue
-            lines[commit] = _nonempty(_lines_of_patch(upstream))
+        # git's own output: its changed lines are counted without a parse as a patch.
+        lines = {
+            commit: _nonempty(lines_of_git_diff(diff)) for commit, diff in _commit_diffs(log_p)
+        }
         by_age = sorted(lines, key=lambda c: age.get(c, len(age)), reverse=True)  # oldest first
         subject_keys = {c: _subject_key(self._subjects.get(c, "")) for c in by_age}
         for item in self.items:
             if item.patch is None or not item.patch.files:
                 continue
-            mine = _nonempty(_lines_of_patch(item.patch))
+            mine = _nonempty(lines_of_patch(item.patch))
             if not mine:
                 continue
             name = item.entry.name
@@ -643,11 +640,44 @@ def _changed_lines(fp_lines: Sequence[tuple[str, bytes]]) -> Counter[tuple[str, 
     return Counter((kind, text.strip()) for kind, text in fp_lines if text.strip())
 
 
-def _lines_of_patch(patch: PatchFile) -> dict[str, Counter[tuple[str, bytes]]]:
+def lines_of_patch(patch: PatchFile) -> dict[str, Counter[tuple[str, bytes]]]:
+    """Path -> how often each added and removed line (stripped, blank ones left out)
+    comes in the patch's hunks; a file's path is its name after the patch."""
     out: dict[str, Counter[tuple[str, bytes]]] = {}
     for fp in patch.files:
         lines = [(ln.kind, ln.text) for h in fp.hunks for ln in h.lines if ln.kind in "+-"]
         out.setdefault(fp.path, Counter()).update(_changed_lines(lines))
+    return out
+
+
+def lines_of_git_diff(diff: bytes) -> dict[str, Counter[tuple[str, bytes]]]:
+    """:func:`lines_of_patch` of the patch git prints for a commit (``git log -p`` or
+    ``diff-tree -p`` under forkpatch's own configuration: ``a/`` and ``b/`` names, C
+    quoting), counted in one pass over its lines instead of a parse: a file's hunks
+    start at its first ``@@`` line and run to the next ``diff --git`` line (no hunk
+    line starts so); its name is the ``+++`` one, or the ``---`` one for a deletion.
+    Sections without hunks (binary, a mode change, a pure rename) count no lines, as
+    in a parse."""
+    out: dict[str, Counter[tuple[str, bytes]]] = {}
+    counts: Counter[tuple[str, bytes]] | None = None
+    old: str | None = None
+    in_hunks = False
+    for line in diff.split(b"\n"):
+        if line.startswith(b"diff --git "):
+            counts, old, in_hunks = None, None, False
+        elif in_hunks:
+            kind = line[:1]
+            if kind == b"+" or kind == b"-":
+                text = line[1:].strip()
+                if text:
+                    counts[("+" if kind == b"+" else "-", text)] += 1  # type: ignore[index]
+        elif line.startswith(b"--- "):
+            old = git_header_name(line[4:])
+        elif line.startswith(b"+++ "):
+            path = git_header_name(line[4:]) or old
+            counts = out.setdefault(path, Counter()) if path is not None else None
+        elif line.startswith(b"@@") and counts is not None:
+            in_hunks = True
     return out
 
 
@@ -795,7 +825,7 @@ class ReferenceChecker:
         their_paths = {fp.path for fp in theirs.files}
         if not {fp.path for fp in patch.files} <= their_paths:
             return None
-        mine, upstream = _lines_of_patch(patch), _lines_of_patch(theirs)
+        mine, upstream = lines_of_patch(patch), lines_of_patch(theirs)
         if all(not (lines - upstream.get(path, Counter())) for path, lines in mine.items()):
             return "makes the same change (same files, same added and removed lines)"
         if self._reverse_applies(patch, commit):
