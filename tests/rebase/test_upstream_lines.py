@@ -10,7 +10,6 @@ prints diffs, and on the real fork's history.
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
