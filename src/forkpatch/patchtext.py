@@ -217,9 +217,9 @@ class PatchTexts:
     def prefetch(self, pairs: Iterable[tuple[str | None, str]]) -> None:
         """Announce the ``(parent, commit)`` pairs about to be rendered (parent None: the
         commit's first parent). Whatever of git a render needs beyond the diff (a diffstat;
-        the raw changes are read in process) is then read for every announced pair with
-        one git process,
-        not one or two per patch: a rebase that refreshes 300 patch files in their own
+        the raw changes are read in process) is then read, when the first render needs
+        it, for every announced pair with one git process (:meth:`begin_stats`), not one
+        or two per patch: a rebase that refreshes 300 patch files in their own
         form starts a handful of git processes instead of ~900."""
         for parent, commit in pairs:
             key = (parent or f"{commit}^", commit)
@@ -267,15 +267,12 @@ class PatchTexts:
             "diff-tree", "--stdin", "--always", *args, input=("\n".join(lines) + "\n").encode()
         )
 
-    def _batch(self, args: Sequence[str], keys: Sequence[tuple[str, str]]) -> list[bytes]:
-        """``git diff-tree --stdin --always ARGS`` for ``keys``: each pair's output (its
-        header line, the commit id, taken off), in order."""
-        return self._split_batch(args, keys, self._begin_batch(args, keys).result().stdout)
-
     @staticmethod
     def _split_batch(
         args: Sequence[str], keys: Sequence[tuple[str, str]], out: bytes
     ) -> list[bytes]:
+        """The output of ``git diff-tree --stdin --always ARGS`` for ``keys`` split into
+        each pair's (its header line, the commit id, taken off), in order."""
         sep = b"\0" if "-z" in args else b"\n"
         chunks: list[bytes] = []
         pos = 0
@@ -292,14 +289,6 @@ class PatchTexts:
             chunks.append(out[pos:end])
             pos = end
         return chunks
-
-    def _fill(self, what: str) -> None:
-        keys = [k for k in dict.fromkeys(self._pending) if k not in self._stats]
-        if not keys:
-            return
-        if what == "stat":
-            for key, chunk in zip(keys, self._batch(_STAT_ARGS, keys), strict=True):
-                self._stats[key] = chunk.decode("utf-8", "surrogateescape")
 
     def render(
         self,
@@ -665,15 +654,17 @@ class PatchTexts:
 
     def _diffstat(self, parent: str, commit: str) -> str:
         key = (parent, commit)
-        for n, (keys, begun) in enumerate(self._begun_stats):
-            if key not in self._stats and key in keys:
-                del self._begun_stats[n]
-                out = self._split_batch(_STAT_ARGS, keys, begun.result().stdout)
-                for k, chunk in zip(keys, out, strict=True):
-                    self._stats[k] = chunk.decode("utf-8", "surrogateescape")
-                break
         if key not in self._stats and key in self._pending:
-            self._fill("stat")
+            # The first stat of an announced pair asks for every announced one at once.
+            self.begin_stats(self._pending)
+            self._pending.clear()
+        batch = next((b for b in self._begun_stats if key in b[0]), None)
+        if key not in self._stats and batch is not None:
+            self._begun_stats.remove(batch)
+            keys, begun = batch
+            out = self._split_batch(_STAT_ARGS, keys, begun.result().stdout)
+            for k, chunk in zip(keys, out, strict=True):
+                self._stats[k] = chunk.decode("utf-8", "surrogateescape")
         if key not in self._stats:
             proc = self.git.run("diff-tree", *_STAT_ARGS, parent, commit)
             self._stats[key] = proc.stdout.decode("utf-8", "surrogateescape")

@@ -541,7 +541,8 @@ def _paths(value: object) -> frozenset[str]:
 def _within(
     theirs: dict[str, Counter[tuple[str, bytes]]], mine: dict[str, Counter[tuple[str, bytes]]]
 ) -> bool:
-    """Whether every changed line of ``theirs`` is one of ``mine`` (as often, per path)."""
+    """Whether every changed line of ``theirs`` is one of ``mine``, on the same path and
+    at most as often."""
     if not theirs.keys() <= mine.keys():
         return False
     for path, counts in theirs.items():
@@ -826,7 +827,7 @@ class ReferenceChecker:
         if not {fp.path for fp in patch.files} <= their_paths:
             return None
         mine, upstream = lines_of_patch(patch), lines_of_patch(theirs)
-        if all(not (lines - upstream.get(path, Counter())) for path, lines in mine.items()):
+        if _within(_nonempty(mine), upstream):
             return "makes the same change (same files, same added and removed lines)"
         if self._reverse_applies(patch, commit):
             return "holds the change (the patch reverse-applies to the files as it left them)"
