@@ -18,7 +18,7 @@ from forkpatch.git import DIFF_OPTIONS, Git
 from forkpatch.patchfile import parse_patch
 from forkpatch.rebase.upstream import lines_of_git_diff, lines_of_patch
 from support import realfork
-from support.git import ScratchRepo
+from support.git import ScratchRepo, numbered
 
 
 def _nonempty(lines: dict) -> dict:
@@ -42,10 +42,6 @@ def _assert_same(diffs: list[tuple[str, bytes]]) -> int:
     return counted
 
 
-def _lines(n: int, tag: str = "line") -> str:
-    return "".join(f"{tag} {i}\n" for i in range(n))
-
-
 @pytest.fixture
 def hostile_home(tmp_path, monkeypatch):
     """A global git configuration that would change every diff git prints for forkpatch
@@ -64,26 +60,26 @@ def hostile_home(tmp_path, monkeypatch):
 
 def test_every_kind_of_section_counts_as_the_parse_does(tmp_path: Path, hostile_home) -> None:
     r = ScratchRepo(tmp_path / "r")
-    r.add_file("a.py", _lines(40))
-    r.add_file("gone.c", _lines(6, "gone"))
-    r.add_file("moved.txt", _lines(30, "moved"))
-    r.add_file("dir with space/f.txt", _lines(5))
-    r.add_file("ünï/çødé.py", _lines(5))
-    r.add_file("tab\there.txt", _lines(3))
+    r.add_file("a.py", numbered(40))
+    r.add_file("gone.c", numbered(6, "gone"))
+    r.add_file("moved.txt", numbered(30, "moved"))
+    r.add_file("dir with space/f.txt", numbered(5))
+    r.add_file("ünï/çødé.py", numbered(5))
+    r.add_file("tab\there.txt", numbered(3))
     (r.path / "bin.dat").write_bytes(bytes(range(256)) * 4)
     revs = [r.commit("base")]
     # Changes in two places, lines that look like headers, blank and space-only lines.
-    text = _lines(40).replace("line 3\n", "--- a/x\n+++ b/y\n").replace("line 30\n", "\n   \n")
+    text = numbered(40).replace("line 3\n", "--- a/x\n+++ b/y\n").replace("line 30\n", "\n   \n")
     r.add_file("a.py", text + "@@ -1 +1 @@\n")
     revs.append(r.commit("headers in hunks"))
     r.remove_file("gone.c")
-    r.add_file("new/made.py", _lines(4, "made"))
+    r.add_file("new/made.py", numbered(4, "made"))
     revs.append(r.commit("created and deleted"))
     r.git("mv", "moved.txt", "renamed.txt")
-    (r.path / "renamed.txt").write_text(_lines(30, "moved").replace("moved 9", "changed 9"))
+    (r.path / "renamed.txt").write_text(numbered(30, "moved").replace("moved 9", "changed 9"))
     revs.append(r.commit("renamed with a change"))
-    r.add_file("dir with space/f.txt", _lines(5).replace("line 1", "LINE 1"))
-    r.add_file("ünï/çødé.py", _lines(5).replace("line 2", "LÏNE 2"))
+    r.add_file("dir with space/f.txt", numbered(5).replace("line 1", "LINE 1"))
+    r.add_file("ünï/çødé.py", numbered(5).replace("line 2", "LÏNE 2"))
     r.add_file("tab\there.txt", "no newline at the end")
     revs.append(r.commit("names git quotes or ends with a tab"))
     (r.path / "bin.dat").write_bytes(bytes(range(255, -1, -1)) * 4)
